@@ -1,0 +1,261 @@
+"""The cluster config file (TOML), validated with errors that name the file and the key.
+
+Theory of operation: `load_config(path)` reads the file with the standard library's tomllib and turns it
+into a frozen `ClusterConfig`. Every problem (missing file, bad TOML, unknown key, wrong type, duplicate node
+id or port, missing role) raises `ConfigError` whose message names the file and the key; the CLI prints it
+and exits with code 2 before anything starts. `default_config(base_dir)` is the embedded default used by
+`flotilla up` without --config: 3 nodes on 127.0.0.1, Kafka ports 9092-9094, controller ports 9192-9194,
+data under ./flotilla-data.
+
+Layout (DESIGN.md, "The node"):
+
+    cluster_id = "local-dev"
+    secret = "..."                      # optional: authenticates the controller listener
+    [[nodes]]
+    id = 1
+    host = "127.0.0.1"
+    kafka_port = 9092
+    controller_port = 9192
+    roles = ["broker", "controller"]
+    data_dir = "flotilla-data/node-1"   # relative to the config file
+    [topic_defaults]
+    partitions = 3
+    replication_factor = 3
+    min_insync_replicas = 2
+    [broker]                            # optional broker settings (Kafka names in snake case)
+    auto_create_topics_enable = true
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+ROLES = ("broker", "controller")
+
+
+class ConfigError(Exception):
+    """The config file is unusable; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    id: int
+    host: str
+    kafka_port: int
+    controller_port: int
+    roles: tuple[str, ...]
+    data_dir: str  # absolute
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+
+@dataclass(frozen=True)
+class TopicDefaults:
+    partitions: int = 3
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    auto_create_topics_enable: bool = True
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    replica_lag_time_max_ms: int = 30000
+    request_bytes_max: int = 100 * 1024 * 1024
+    connections_idle_ms_max: int = 600_000
+    inflight_requests_max: int = 64
+    log_flush_messages: int | None = None
+    log_flush_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    cluster_id: str
+    nodes: tuple[NodeConfig, ...]
+    topic_defaults: TopicDefaults = field(default_factory=TopicDefaults)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    secret: bytes | None = None
+    source: str = "<embedded default>"
+
+    def node(self, node_id: int) -> NodeConfig:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise ConfigError(f"{self.source}: no node with id {node_id} (nodes: {[n.id for n in self.nodes]})")
+
+    @property
+    def controllers(self) -> tuple[NodeConfig, ...]:
+        return tuple(n for n in self.nodes if n.is_controller)
+
+    @property
+    def brokers(self) -> tuple[NodeConfig, ...]:
+        return tuple(n for n in self.nodes if n.is_broker)
+
+
+_TOP_KEYS = {"cluster_id", "secret", "nodes", "topic_defaults", "broker"}
+_NODE_KEYS = {"id", "host", "kafka_port", "controller_port", "roles", "data_dir"}
+
+
+def load_config(path: str) -> ClusterConfig:
+    """Read and validate the TOML file at `path`. Raises ConfigError naming the file and key."""
+    try:
+        with open(path, "rb") as config_file:
+            document = tomllib.load(config_file)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: cannot read the config file (permission denied)") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    base_dir = os.path.dirname(os.path.abspath(path))
+    return parse_config(document, source=path, base_dir=base_dir)
+
+
+def parse_config(document: dict[str, Any], source: str, base_dir: str) -> ClusterConfig:
+    """Validate a decoded TOML document. Raises ConfigError naming `source` and the key."""
+    _reject_unknown(document, _TOP_KEYS, source, "")
+    cluster_id = _typed(document, "cluster_id", str, source, "", required=True)
+    if not cluster_id:
+        raise ConfigError(f"{source}: key 'cluster_id' must not be empty")
+    secret_text = _typed(document, "secret", str, source, "", required=False)
+    raw_nodes = document.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ConfigError(f"{source}: key 'nodes' must be a non-empty array of tables ([[nodes]])")
+    nodes = tuple(_parse_node(raw, index, source, base_dir) for index, raw in enumerate(raw_nodes))
+    _check_unique(nodes, source)
+    if not any(node.is_controller for node in nodes):
+        raise ConfigError(f"{source}: key 'nodes[].roles': at least one node needs the 'controller' role")
+    topic_defaults = _parse_section(document, "topic_defaults", TopicDefaults, source)
+    broker = _parse_section(document, "broker", BrokerSettings, source)
+    if topic_defaults.partitions < 1:
+        raise ConfigError(f"{source}: key 'topic_defaults.partitions' must be >= 1")
+    if not 1 <= topic_defaults.min_insync_replicas <= max(topic_defaults.replication_factor, 1):
+        raise ConfigError(
+            f"{source}: key 'topic_defaults.min_insync_replicas' must be between 1 and replication_factor"
+        )
+    if topic_defaults.replication_factor < 1:
+        raise ConfigError(f"{source}: key 'topic_defaults.replication_factor' must be >= 1")
+    return ClusterConfig(
+        cluster_id=cluster_id,
+        nodes=nodes,
+        topic_defaults=topic_defaults,
+        broker=broker,
+        secret=secret_text.encode() if secret_text else None,
+        source=source,
+    )
+
+
+def _parse_node(raw: Any, index: int, source: str, base_dir: str) -> NodeConfig:
+    where = f"nodes[{index}]."
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: key 'nodes[{index}]' must be a table")
+    _reject_unknown(raw, _NODE_KEYS, source, where)
+    node_id = _typed(raw, "id", int, source, where, required=True)
+    if node_id < 0:
+        raise ConfigError(f"{source}: key '{where}id' must be >= 0")
+    host = _typed(raw, "host", str, source, where, required=False) or "127.0.0.1"
+    kafka_port = _port(raw, "kafka_port", source, where)
+    controller_port = _port(raw, "controller_port", source, where)
+    roles = raw.get("roles")
+    if roles is None:
+        raise ConfigError(f"{source}: key '{where}roles' is missing (use [\"broker\", \"controller\"])")
+    if not isinstance(roles, list) or not roles or any(role not in ROLES for role in roles):
+        raise ConfigError(f"{source}: key '{where}roles' must be a non-empty list of {list(ROLES)}, got {roles!r}")
+    data_dir = _typed(raw, "data_dir", str, source, where, required=False) or f"flotilla-data/node-{node_id}"
+    return NodeConfig(
+        id=node_id,
+        host=host,
+        kafka_port=kafka_port,
+        controller_port=controller_port,
+        roles=tuple(dict.fromkeys(roles)),
+        data_dir=os.path.normpath(os.path.join(base_dir, data_dir)),
+    )
+
+
+def _check_unique(nodes: tuple[NodeConfig, ...], source: str) -> None:
+    seen_ids: set[int] = set()
+    seen_ports: set[tuple[str, int]] = set()
+    for index, node in enumerate(nodes):
+        if node.id in seen_ids:
+            raise ConfigError(f"{source}: key 'nodes[{index}].id': duplicate node id {node.id}")
+        seen_ids.add(node.id)
+        for key, port in (("kafka_port", node.kafka_port), ("controller_port", node.controller_port)):
+            if (node.host, port) in seen_ports:
+                raise ConfigError(f"{source}: key 'nodes[{index}].{key}': port {port} on {node.host} is used twice")
+            seen_ports.add((node.host, port))
+
+
+def _parse_section(document: dict[str, Any], name: str, cls: type, source: str) -> Any:
+    raw = document.get(name, {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: key '{name}' must be a table")
+    fields = cls.__dataclass_fields__
+    _reject_unknown(raw, set(fields), source, name + ".")
+    values = {}
+    for key, value in raw.items():
+        default = getattr(cls(), key)
+        expected = type(default) if default is not None else int
+        if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{source}: key '{name}.{key}' must be an integer, got {value!r}")
+        if expected is bool and not isinstance(value, bool):
+            raise ConfigError(f"{source}: key '{name}.{key}' must be true or false, got {value!r}")
+        values[key] = value
+    return cls(**values)
+
+
+def _reject_unknown(table: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(f"{source}: unknown key '{where}{key}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _typed(table: dict[str, Any], key: str, expected: type, source: str, where: str, required: bool) -> Any:
+    if key not in table:
+        if required:
+            raise ConfigError(f"{source}: key '{where}{key}' is missing")
+        return None
+    value = table[key]
+    if expected is int and isinstance(value, bool) or not isinstance(value, expected):
+        raise ConfigError(f"{source}: key '{where}{key}' must be a {expected.__name__}, got {value!r}")
+    return value
+
+
+def _port(table: dict[str, Any], key: str, source: str, where: str) -> int:
+    port = _typed(table, key, int, source, where, required=True)
+    if not 0 < port < 65536:
+        raise ConfigError(f"{source}: key '{where}{key}' must be a port between 1 and 65535, got {port}")
+    return port
+
+
+def default_config(base_dir: str | None = None) -> ClusterConfig:
+    """The embedded default: 3 broker+controller nodes on 127.0.0.1, Kafka 9092-9094, controller 9192-9194,
+    data under ./flotilla-data."""
+    base_dir = os.path.abspath(base_dir or os.getcwd())
+    document = {
+        "cluster_id": "local-dev",
+        "nodes": [
+            {
+                "id": node_id,
+                "host": "127.0.0.1",
+                "kafka_port": 9091 + node_id,
+                "controller_port": 9191 + node_id,
+                "roles": ["broker", "controller"],
+                "data_dir": f"flotilla-data/node-{node_id}",
+            }
+            for node_id in (1, 2, 3)
+        ],
+        "topic_defaults": {"partitions": 3, "replication_factor": 3, "min_insync_replicas": 2},
+    }
+    return parse_config(document, source="<embedded default>", base_dir=base_dir)

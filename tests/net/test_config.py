@@ -1,0 +1,86 @@
+"""The config file: validated with errors naming the file and the key; nothing starts on a bad file."""
+
+import subprocess
+import sys
+
+import pytest
+
+from net.config import ConfigError, default_config, load_config
+
+GOOD = """
+cluster_id = "test"
+[[nodes]]
+id = 1
+host = "127.0.0.1"
+kafka_port = 19092
+controller_port = 19192
+roles = ["broker", "controller"]
+data_dir = "data/node-1"
+[[nodes]]
+id = 2
+kafka_port = 19093
+controller_port = 19193
+roles = ["broker"]
+[topic_defaults]
+partitions = 2
+replication_factor = 2
+min_insync_replicas = 1
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_good_file_loads_with_data_dirs_relative_to_the_file(tmp_path):
+    config = load_config(write(tmp_path, GOOD))
+    assert [n.id for n in config.nodes] == [1, 2]
+    assert config.node(1).data_dir == str(tmp_path / "data" / "node-1")
+    assert config.node(2).data_dir == str(tmp_path / "flotilla-data" / "node-2")
+    assert config.node(2).roles == ("broker",)
+    assert config.topic_defaults.partitions == 2
+    assert [n.id for n in config.controllers] == [1]
+
+
+@pytest.mark.parametrize(
+    "mutation, key",
+    [
+        (lambda t: t.replace('cluster_id = "test"', 'cluster_id = "test"\ncolour = "red"'), "colour"),
+        (lambda t: t.replace("id = 2", "id = 1"), "nodes[1].id"),
+        (lambda t: t.replace("kafka_port = 19093", "kafka_port = 19092"), "nodes[1].kafka_port"),
+        (lambda t: t.replace('roles = ["broker"]\n', ""), "nodes[1].roles"),
+        (lambda t: t.replace('roles = ["broker"]', 'roles = ["janitor"]'), "nodes[1].roles"),
+        (lambda t: t.replace("kafka_port = 19093", 'kafka_port = "x"'), "nodes[1].kafka_port"),
+        (lambda t: t.replace("partitions = 2", "partitions = 0"), "topic_defaults.partitions"),
+        (lambda t: t.replace("min_insync_replicas = 1", "min_insync_replicas = 3"), "topic_defaults.min_insync_replicas"),
+        (lambda t: t.replace("[topic_defaults]", "[topic_defaults]\nflavour = 1"), "topic_defaults.flavour"),
+        (lambda t: t.replace('roles = ["broker", "controller"]', 'roles = ["broker"]'), "roles"),
+    ],
+)
+def test_a_bad_file_names_the_file_and_the_key(tmp_path, mutation, key):
+    path = write(tmp_path, mutation(GOOD))
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert path in str(error.value)
+    assert key in str(error.value)
+
+
+def test_bad_toml_and_missing_file_name_the_file(tmp_path):
+    path = write(tmp_path, "cluster_id = [")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(str(tmp_path / "absent.toml"))
+
+
+def test_the_embedded_default_is_three_local_nodes(tmp_path):
+    config = default_config(str(tmp_path))
+    assert [(n.id, n.kafka_port, n.controller_port) for n in config.nodes] == [
+        (1, 9092, 9192),
+        (2, 9093, 9193),
+        (3, 9094, 9194),
+    ]
+    assert all(n.host == "127.0.0.1" and n.is_broker and n.is_controller for n in config.nodes)
+    assert config.node(3).data_dir == str(tmp_path / "flotilla-data" / "node-3")
