@@ -1,0 +1,130 @@
+"""`flotilla node` (one node of a config file) and `flotilla up` (every node of a file, or the embedded
+default, as child processes in the foreground; Ctrl-C or SIGTERM stops them all cleanly)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from net.config import ClusterConfig, ConfigError, default_config, load_config
+
+EXIT_CONFIG = 2
+CHILD_STOP_SECONDS_MAX = 15
+
+
+def add_parser(subparsers) -> None:
+    node = subparsers.add_parser("node", help="run one node of a cluster config file")
+    node.add_argument("--config", required=True, help="cluster config file (TOML)")
+    node.add_argument("--id", type=int, required=True, help="the node id to run")
+    node.add_argument("--log-level", default="info")
+    node.set_defaults(run=run_node)
+
+    up = subparsers.add_parser("up", help="run every node of a config file (default: 3 local nodes)")
+    up.add_argument("--config", help="cluster config file (TOML); without it an embedded 3-node default")
+    up.add_argument("--log-level", default="info")
+    up.set_defaults(run=run_up)
+
+
+def _load(path: str | None) -> ClusterConfig:
+    return load_config(path) if path else default_config()
+
+
+def run_node(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        node_config = config.node(args.id)
+    except ConfigError as error:
+        print(f"flotilla: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    from net.logs import configure_logging
+    from net.node import run_node_forever
+
+    configure_logging(args.log_level)
+    return run_node_forever(config, node_config.id)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        print(f"flotilla: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    config_path = args.config or _write_embedded_config(config)
+    children: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(signum, frame):  # noqa: ARG001 - signal handler signature
+        nonlocal stopping
+        stopping = True
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        for node in config.nodes:
+            command = [sys.executable, "-m", "net.cli", "node", "--config", config_path, "--id", str(node.id),
+                       "--log-level", args.log_level]
+            children.append(subprocess.Popen(command))
+            print(
+                f"node {node.id}: kafka {node.host}:{node.kafka_port}  controller {node.host}:{node.controller_port}"
+                f"  roles {','.join(node.roles)}  data {node.data_dir}",
+                flush=True,
+            )
+        bootstrap = ",".join(f"{n.host}:{n.kafka_port}" for n in config.brokers)
+        print(f"bootstrap servers: {bootstrap}   (Ctrl-C stops the cluster)", flush=True)
+        while not stopping:
+            if any(child.poll() is not None for child in children):
+                failed = [c.args[c.args.index("--id") + 1] for c in children if c.poll() is not None]
+                print(f"flotilla: node(s) {', '.join(failed)} exited; stopping the cluster", file=sys.stderr)
+                break
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop_children(children)
+    return 0
+
+
+def _stop_children(children: list[subprocess.Popen]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + CHILD_STOP_SECONDS_MAX
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _write_embedded_config(config: ClusterConfig) -> str:
+    """Write the embedded default next to its data so the child processes read the very same config."""
+    directory = os.path.abspath("flotilla-data")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "cluster.toml")
+    lines = [f'cluster_id = "{config.cluster_id}"', ""]
+    for node in config.nodes:
+        lines += [
+            "[[nodes]]",
+            f"id = {node.id}",
+            f'host = "{node.host}"',
+            f"kafka_port = {node.kafka_port}",
+            f"controller_port = {node.controller_port}",
+            "roles = [" + ", ".join(f'"{role}"' for role in node.roles) + "]",
+            f'data_dir = "{os.path.relpath(node.data_dir, directory)}"',
+            "",
+        ]
+    defaults = config.topic_defaults
+    lines += [
+        "[topic_defaults]",
+        f"partitions = {defaults.partitions}",
+        f"replication_factor = {defaults.replication_factor}",
+        f"min_insync_replicas = {defaults.min_insync_replicas}",
+    ]
+    with open(path, "w") as config_file:
+        config_file.write("\n".join(lines) + "\n")
+    return path

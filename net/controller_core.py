@@ -1,0 +1,215 @@
+"""The controller's request pipeline over the Raft log (sans-IO: driven by the node or the simulator).
+
+Theory of operation (Kafka's QuorumController, one request at a time):
+1. `submit(request, now_ms)` queues a controller request (broker registration, heartbeat, CreateTopics,
+   AlterPartition, ...) and returns an operation id.
+2. `step(now_ms)`, on the Raft leader only, takes the next request, asks the state machine for
+   `handle(request, now_ms) -> (records, response)` (which changes nothing), and proposes the records as one
+   Raft entry (so a request's records commit atomically).
+3. Every node feeds committed entries, in order, to `on_committed(index, entry)`, which replays them into the
+   controller (the only place its state changes) and hands them to `on_records` (the node's metadata
+   publisher, which builds image deltas for the broker).
+4. Once the entry of the in-flight request is both committed and replayed locally, its response is released by
+   `take_responses()`.
+Only one request is in flight, so `handle` always sees the state that includes every earlier request: this
+trades controller throughput for simplicity (Kafka pipelines speculatively; a later change may too).
+A newly elected leader first commits a barrier entry of its own term and waits until it is replayed, so it
+never handles a request against a state that misses committed entries (Raft's "no-op on election").
+A non-leader answers NOT_CONTROLLER with the leader it knows of.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import cbor2
+
+from metadata.records import decode_record, encode_record
+from partitions.errors import ErrorCode, KafkaError
+from raftlog.port import NotLeaderError, RaftError, RaftLog
+
+ENTRY_VERSION = 1
+PROPOSAL_TIMEOUT_MS = 5_000
+CONTROLLER_TICK_INTERVAL_MS = 250
+QUEUED_REQUESTS_MAX = 10_000
+
+
+def encode_entry(records: list[Any]) -> bytes:
+    """One Raft entry: a versioned CBOR array of encoded metadata records."""
+    return cbor2.dumps([ENTRY_VERSION, [encode_record(record) for record in records]])
+
+
+def decode_entry(entry: bytes) -> list[Any]:
+    """The records of one Raft entry. Raises KafkaError(CORRUPT_MESSAGE) for anything else."""
+    try:
+        version, encoded_records = cbor2.loads(entry)
+    except Exception as error:  # cbor2 raises several unrelated types on garbage
+        raise KafkaError(f"undecodable metadata entry: {error}", ErrorCode.CORRUPT_MESSAGE) from None
+    if version != ENTRY_VERSION or not isinstance(encoded_records, list):
+        raise KafkaError(f"metadata entry version {version!r} unsupported", ErrorCode.CORRUPT_MESSAGE)
+    return [decode_record(encoded) for encoded in encoded_records]
+
+
+@dataclass
+class ControllerOutcome:
+    """The answer to one submitted request: a response from the state machine, or an error."""
+
+    operation_id: int
+    response: Any = None
+    error: KafkaError | None = None
+    leader_hint: int | None = None
+
+
+@dataclass
+class _InFlight:
+    operation_id: int | None  # None for the election barrier and periodic ticks
+    response: Any
+    ticket: int
+    raft_index: int | None = None
+
+
+class ControllerCore:
+    """Serializes controller requests through `controller.handle` -> Raft -> `controller.replay`."""
+
+    def __init__(
+        self,
+        controller: Any,
+        raft: RaftLog,
+        on_records: Callable[[int, list[Any]], None] | None = None,
+        make_barrier: Callable[[], list[Any]] | None = None,
+    ) -> None:
+        self.controller = controller
+        self.raft = raft
+        self.on_records = on_records
+        self._make_barrier = make_barrier
+        self._queue: collections.deque[tuple[int, Any]] = collections.deque()
+        self._next_operation_id = 1
+        self._in_flight: _InFlight | None = None
+        self._responses: list[ControllerOutcome] = []
+        self._ready_term: int | None = None  # the term whose barrier has been replayed
+        self._barrier_term: int | None = None
+        self._next_tick_ms = 0
+        self.last_applied_index = 0
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+    def submit(self, request: Any, now_ms: int) -> int:
+        operation_id = self._next_operation_id
+        self._next_operation_id += 1
+        if len(self._queue) >= QUEUED_REQUESTS_MAX:
+            self._responses.append(
+                ControllerOutcome(operation_id, error=KafkaError("controller queue full", ErrorCode.REQUEST_TIMED_OUT))
+            )
+        else:
+            self._queue.append((operation_id, request))
+        return operation_id
+
+    def on_committed(self, index: int, entry: bytes) -> None:
+        """Replay one committed entry (every node, in log order, each exactly once)."""
+        assert index > self.last_applied_index, f"index={index} last_applied={self.last_applied_index}"
+        records = decode_entry(entry)
+        for record in records:
+            self.controller.replay(record)
+        self.last_applied_index = index
+        if self.on_records is not None:
+            self.on_records(index, records)
+        self._maybe_release()
+
+    # -- driving ----------------------------------------------------------------------------------------------
+    def step(self, now_ms: int) -> None:
+        self._collect_raft_completions()
+        status = self.raft.status()
+        if not status.is_leader:
+            self._ready_term = None
+            self._barrier_term = None
+            self._reject_queue(status.leader_id)
+            return
+        if self._in_flight is not None:
+            return
+        if self._ready_term != status.term:
+            if self._barrier_term != status.term:
+                self._propose(None, self._barrier_records(), None, now_ms)
+                self._barrier_term = status.term
+            return
+        if self._queue:
+            operation_id, request = self._queue.popleft()
+            try:
+                result = self.controller.handle(request, now_ms)
+            except KafkaError as error:
+                self._responses.append(ControllerOutcome(operation_id, error=error))
+                return
+            if result.records:
+                self._propose(operation_id, result.records, result.response, now_ms)
+            else:
+                self._responses.append(ControllerOutcome(operation_id, response=result.response))
+            return
+        if now_ms >= self._next_tick_ms:
+            self._next_tick_ms = now_ms + CONTROLLER_TICK_INTERVAL_MS
+            result = self.controller.tick(now_ms)
+            if result.records:
+                self._propose(None, result.records, None, now_ms)
+
+    def take_responses(self) -> list[ControllerOutcome]:
+        responses, self._responses = self._responses, []
+        return responses
+
+    @property
+    def is_ready_leader(self) -> bool:
+        status = self.raft.status()
+        return status.is_leader and self._ready_term == status.term
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _barrier_records(self) -> list[Any]:
+        return self._make_barrier() if self._make_barrier else []
+
+    def _propose(self, operation_id: int | None, records: list[Any], response: Any, now_ms: int) -> None:
+        ticket = self.raft.propose(encode_entry(records), now_ms + PROPOSAL_TIMEOUT_MS)
+        self._in_flight = _InFlight(operation_id, response, ticket)
+
+    def _collect_raft_completions(self) -> None:
+        for ticket, outcome in self.raft.take_completions():
+            in_flight = self._in_flight
+            if in_flight is None or in_flight.ticket != ticket:
+                continue  # a proposal from an earlier leadership, already answered
+            if isinstance(outcome, RaftError):
+                self._in_flight = None
+                if in_flight.operation_id is not None:
+                    self._responses.append(self._raft_error_outcome(in_flight.operation_id, outcome))
+                continue
+            in_flight.raft_index = outcome
+        self._maybe_release()
+
+    def _maybe_release(self) -> None:
+        in_flight = self._in_flight
+        if in_flight is None or in_flight.raft_index is None or self.last_applied_index < in_flight.raft_index:
+            return
+        self._in_flight = None
+        if in_flight.operation_id is None:
+            if self._barrier_term is not None and self._ready_term != self._barrier_term:
+                self._ready_term = self._barrier_term
+            return
+        self._responses.append(ControllerOutcome(in_flight.operation_id, response=in_flight.response))
+
+    def _reject_queue(self, leader_id: int | None) -> None:
+        if self._in_flight is not None and self._in_flight.operation_id is not None and self._in_flight.raft_index is None:
+            # Proposed as leader, leadership lost before the commit was confirmed: the outcome is unknown to us,
+            # so answer NOT_CONTROLLER; the caller retries and the controller's checks make a retry harmless.
+            self._responses.append(self._not_controller(self._in_flight.operation_id, leader_id))
+            self._in_flight = None
+        while self._queue:
+            operation_id, _ = self._queue.popleft()
+            self._responses.append(self._not_controller(operation_id, leader_id))
+
+    @staticmethod
+    def _not_controller(operation_id: int, leader_id: int | None) -> ControllerOutcome:
+        return ControllerOutcome(
+            operation_id,
+            error=KafkaError(f"not the controller; leader is {leader_id}", ErrorCode.NOT_CONTROLLER),
+            leader_hint=leader_id,
+        )
+
+    def _raft_error_outcome(self, operation_id: int, error: RaftError) -> ControllerOutcome:
+        if isinstance(error, NotLeaderError):
+            return self._not_controller(operation_id, error.leader_hint)
+        return ControllerOutcome(operation_id, error=KafkaError(str(error), ErrorCode.REQUEST_TIMED_OUT))

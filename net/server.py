@@ -1,0 +1,167 @@
+"""The trio TCP server for length-framed protocols (the Kafka listener).
+
+Theory of operation: one task per connection (inside the server's nursery, no detached tasks). A connection
+is a reader and a writer joined by a bounded FIFO of reply slots:
+- the reader splits the byte stream into frames (4-byte big-endian length + payload), refuses a frame larger
+  than `request_bytes_max` by closing the connection, and hands each frame to the dispatcher *synchronously*,
+  in arrival order. That order matters: the dispatcher appends produce requests to the log in that call, so
+  two pipelined produce requests reach a partition in the order the client sent them.
+- the dispatcher answers with bytes (an immediate reply), `NO_REPLY` (acks=0 produce), or a `PendingReply`
+  that completes later (acks=all produce, long-poll fetch, a request forwarded to the controller).
+- the writer sends replies strictly in request order, waiting on each slot in turn; Kafka clients match
+  replies by correlation id but expect them in order.
+At most `inflight_requests_max` replies may be outstanding per connection: when the FIFO is full the reader
+stops reading, which is TCP backpressure on that client alone. A connection idle for `idle_ms_max` is closed.
+Anything the dispatcher cannot parse raises `CloseConnection`: garbage bytes get a closed connection, never
+a crashed node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from net.logs import get_logger
+
+FRAME_LENGTH = struct.Struct(">i")
+RECEIVE_BYTES_MAX = 1024 * 1024
+
+
+class CloseConnection(Exception):
+    """Raised by a dispatcher to drop the connection (malformed or hostile input)."""
+
+
+class _NoReply:
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+NO_REPLY = _NoReply()
+
+
+class PendingReply:
+    """A reply that a later event completes (set exactly once)."""
+
+    __slots__ = ("_event", "_reply")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._reply: bytes | _NoReply | None = None
+
+    def set(self, reply: bytes | _NoReply) -> None:
+        assert self._reply is None, "a pending reply completes exactly once"
+        self._reply = reply
+        self._event.set()
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> bytes | _NoReply:
+        await self._event.wait()
+        assert self._reply is not None
+        return self._reply
+
+
+Reply = bytes | _NoReply | PendingReply
+
+
+class Dispatcher(Protocol):
+    def handle_frame(self, connection_id: int, frame: bytes) -> Reply:
+        """Handle one request frame (without its length prefix). Raises CloseConnection."""
+
+    def connection_closed(self, connection_id: int) -> None:
+        """Forget per-connection state (pending replies are abandoned)."""
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    request_bytes_max: int = 100 * 1024 * 1024
+    inflight_requests_max: int = 64
+    idle_ms_max: int = 600_000
+
+    def __post_init__(self) -> None:
+        assert self.request_bytes_max > 0 and self.inflight_requests_max > 0 and self.idle_ms_max > 0, self
+
+
+class FrameServer:
+    """Serves length-framed requests on host:port with `dispatcher`."""
+
+    def __init__(self, host: str, port: int, dispatcher: Dispatcher, limits: ServerLimits, name: str = "kafka"):
+        self.host = host
+        self.port = port
+        self.dispatcher = dispatcher
+        self.limits = limits
+        self.log = get_logger(listener=name)
+        self._connection_ids = itertools.count(1)
+        self.bound_port: int | None = None
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.bound_port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            task_status.started(self.bound_port)
+            await trio.serve_listeners(self._serve_connection, listeners, handler_nursery=nursery)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        connection_id = next(self._connection_ids)
+        send_slots, receive_slots = trio.open_memory_channel[Reply](self.limits.inflight_requests_max)
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_replies, stream, receive_slots, nursery.cancel_scope)
+                await self._read_requests(connection_id, stream, send_slots)
+                # The client closed its side: let the writer flush what is owed, then stop.
+                await send_slots.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, CloseConnection):
+            pass
+        except OSError as error:
+            self.log.info("connection_error", connection_id=connection_id, error=str(error))
+        finally:
+            self.dispatcher.connection_closed(connection_id)
+
+    async def _read_requests(self, connection_id: int, stream: trio.SocketStream, slots) -> None:
+        buffer = bytearray()
+        idle_seconds = self.limits.idle_ms_max / 1000
+        while True:
+            with trio.move_on_after(idle_seconds) as idle:
+                data = await stream.receive_some(RECEIVE_BYTES_MAX)
+            if idle.cancelled_caught:
+                self.log.info("connection_idle_closed", connection_id=connection_id)
+                raise CloseConnection("idle")
+            if not data:
+                return
+            buffer += data
+            position = 0
+            while len(buffer) - position >= 4:
+                (length,) = FRAME_LENGTH.unpack_from(buffer, position)
+                if length < 0 or length > self.limits.request_bytes_max:
+                    self.log.info("request_too_large", connection_id=connection_id, size=length)
+                    raise CloseConnection(f"frame length {length}")
+                if len(buffer) - position - 4 < length:
+                    break
+                frame = bytes(buffer[position + 4 : position + 4 + length])
+                position += 4 + length
+                reply = self.dispatcher.handle_frame(connection_id, frame)
+                await slots.send(reply)
+            del buffer[:position]
+
+    async def _write_replies(self, stream: trio.SocketStream, slots, cancel_scope: trio.CancelScope) -> None:
+        try:
+            async with slots:
+                async for reply in slots:
+                    if isinstance(reply, PendingReply):
+                        reply = await reply.wait()
+                    if reply is NO_REPLY:
+                        continue
+                    await stream.send_all(reply)
+        finally:
+            cancel_scope.cancel()
+
+
+def monotonic_ms() -> int:
+    return math.floor(trio.current_time() * 1000)
