@@ -1,0 +1,148 @@
+"""`LocalCluster`: real `flotilla node` processes on 127.0.0.1 with free ports, for tests and benchmarks.
+
+It writes a config file into a directory, starts one child process per node, and can SIGKILL, SIGTERM and
+restart any node. Nothing here is a stand-in: the children are the very `flotilla node` a user runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+NODE_START_SECONDS_MAX = 60
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    sockets = []
+    try:
+        for _ in range(count):
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            sockets.append(probe)
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+@dataclass
+class LocalCluster:
+    """A cluster of `nodes` broker+controller nodes under `directory`."""
+
+    directory: str
+    nodes: int = 3
+    topic_defaults: dict = field(default_factory=lambda: {"partitions": 3, "replication_factor": 3,
+                                                          "min_insync_replicas": 2})
+    broker: dict = field(default_factory=dict)
+    secret: str | None = None
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        ports = free_ports(2 * self.nodes)
+        self.kafka_ports = {node_id: ports[node_id - 1] for node_id in range(1, self.nodes + 1)}
+        self.controller_ports = {node_id: ports[self.nodes + node_id - 1] for node_id in range(1, self.nodes + 1)}
+        self.config_path = os.path.join(self.directory, "cluster.toml")
+        self.processes: dict[int, subprocess.Popen] = {}
+        self._write_config()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_ports.values())
+
+    def bootstrap_of(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.kafka_ports[node_id]}"
+
+    def _write_config(self) -> None:
+        lines = ['cluster_id = "test-cluster"']
+        if self.secret:
+            lines.append(f'secret = "{self.secret}"')
+        for node_id in self.kafka_ports:
+            lines += [
+                "[[nodes]]",
+                f"id = {node_id}",
+                'host = "127.0.0.1"',
+                f"kafka_port = {self.kafka_ports[node_id]}",
+                f"controller_port = {self.controller_ports[node_id]}",
+                'roles = ["broker", "controller"]',
+                f'data_dir = "node-{node_id}"',
+            ]
+        lines.append("[topic_defaults]")
+        lines += [f"{key} = {value}" for key, value in self.topic_defaults.items()]
+        if self.broker:
+            lines.append("[broker]")
+            lines += [f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
+                      for key, value in self.broker.items()]
+        with open(self.config_path, "w") as config_file:
+            config_file.write("\n".join(lines) + "\n")
+
+    def start(self, wait: bool = True) -> "LocalCluster":
+        for node_id in self.kafka_ports:
+            self.start_node(node_id, wait=False)
+        if wait:
+            for node_id in self.kafka_ports:
+                self.wait_listening(node_id)
+        return self
+
+    def start_node(self, node_id: int, wait: bool = True) -> None:
+        assert node_id not in self.processes or self.processes[node_id].poll() is not None, f"node {node_id} runs"
+        log_path = os.path.join(self.directory, f"node-{node_id}.log")
+        with open(log_path, "ab") as log_file:
+            self.processes[node_id] = subprocess.Popen(
+                [sys.executable, "-m", "net.cli", "node", "--config", self.config_path, "--id", str(node_id),
+                 "--log-level", self.log_level],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        if wait:
+            self.wait_listening(node_id)
+
+    def wait_listening(self, node_id: int, seconds_max: float = NODE_START_SECONDS_MAX) -> None:
+        deadline = time.monotonic() + seconds_max
+        while time.monotonic() < deadline:
+            process = self.processes[node_id]
+            if process.poll() is not None:
+                raise RuntimeError(f"node {node_id} exited with {process.returncode}; see {self.log_path(node_id)}")
+            try:
+                socket.create_connection(("127.0.0.1", self.kafka_ports[node_id]), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise TimeoutError(f"node {node_id} did not listen within {seconds_max} s; see {self.log_path(node_id)}")
+
+    def log_path(self, node_id: int) -> str:
+        return os.path.join(self.directory, f"node-{node_id}.log")
+
+    def kill(self, node_id: int, signum: int = signal.SIGKILL) -> None:
+        process = self.processes[node_id]
+        if process.poll() is None:
+            process.send_signal(signum)
+            process.wait(timeout=30)
+
+    def is_running(self, node_id: int) -> bool:
+        return node_id in self.processes and self.processes[node_id].poll() is None
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
