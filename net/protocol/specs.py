@@ -1,0 +1,784 @@
+"""The request and response schemas this codec implements, as Python data mirroring Kafka's JSON message specs.
+
+Source: Apache Kafka's clients/src/main/resources/common/message/<Name>Request.json / <Name>Response.json
+(field names, types, versions, nullableVersions, taggedVersions, tags and defaults copied as facts), trimmed
+to the versions in `valid` (the range this codec implements; see codec.SUPPORTED): fields that exist only
+outside that range are left out. Versions that Kafka 4.0 removed (CreateTopics 0-1, DeleteTopics 0,
+OffsetForLeaderEpoch 0-1, DescribeConfigs 0) were checked against the specs of Kafka 3.x, which still had them;
+the field annotations kept for them here are the 3.x ones (e.g. DescribeConfigsResponse IsDefault is v0 only).
+
+`flexible` is Kafka's flexibleVersions for the whole api, even where it starts above our highest version: it
+is what decides compact encodings and tagged fields for a version.
+
+Notation: field(KafkaName, type, versions, nullable=..., tagged=..., tag=..., default=..., fields=(...)).
+"""
+
+from __future__ import annotations
+
+from net.protocol.schema import field, request, response
+
+PRODUCE_REQUEST = request(
+    0, 'ProduceRequest', valid="3-8", flexible='9+', fields=(
+        field('TransactionalId', 'string', '3+', nullable='3+', default=None),
+        field('Acks', 'int16', '0+'),
+        field('TimeoutMs', 'int32', '0+'),
+        field('TopicData', '[]TopicProduceData', '0+', fields=(
+            field('Name', 'string', '0-12'),
+            field('PartitionData', '[]PartitionProduceData', '0+', fields=(
+                field('Index', 'int32', '0+'),
+                field('Records', 'records', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+PRODUCE_RESPONSE = response(
+    0, 'ProduceResponse', valid="3-8", flexible='9+', fields=(
+        field('Responses', '[]TopicProduceResponse', '0+', fields=(
+            field('Name', 'string', '0-12'),
+            field('PartitionResponses', '[]PartitionProduceResponse', '0+', fields=(
+                field('Index', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('BaseOffset', 'int64', '0+'),
+                field('LogAppendTimeMs', 'int64', '2+', default=-1),
+                field('LogStartOffset', 'int64', '5+', default=-1),
+                field('RecordErrors', '[]BatchIndexAndErrorMessage', '8+', fields=(
+                    field('BatchIndex', 'int32', '8+'),
+                    field('BatchIndexErrorMessage', 'string', '8+', nullable='8+', default=None),
+                )),
+                field('ErrorMessage', 'string', '8+', nullable='8+', default=None),
+            )),
+        )),
+        field('ThrottleTimeMs', 'int32', '1+', default=0),
+    ),
+)
+
+FETCH_REQUEST = request(
+    1, 'FetchRequest', valid="4-11", flexible='12+', fields=(
+        field('ReplicaId', 'int32', '0-14', default=-1),
+        field('MaxWaitMs', 'int32', '0+'),
+        field('MinBytes', 'int32', '0+'),
+        field('MaxBytes', 'int32', '3+', default=2147483647),
+        field('IsolationLevel', 'int8', '4+', default=0),
+        field('SessionId', 'int32', '7+', default=0),
+        field('SessionEpoch', 'int32', '7+', default=-1),
+        field('Topics', '[]FetchTopic', '0+', fields=(
+            field('Topic', 'string', '0-12'),
+            field('Partitions', '[]FetchPartition', '0+', fields=(
+                field('Partition', 'int32', '0+'),
+                field('CurrentLeaderEpoch', 'int32', '9+', default=-1),
+                field('FetchOffset', 'int64', '0+'),
+                field('LogStartOffset', 'int64', '5+', default=-1),
+                field('PartitionMaxBytes', 'int32', '0+'),
+            )),
+        )),
+        field('ForgottenTopicsData', '[]ForgottenTopic', '7+', fields=(
+            field('Topic', 'string', '7-12'),
+            field('Partitions', '[]int32', '7+'),
+        )),
+        field('RackId', 'string', '11+', default=''),
+    ),
+)
+
+FETCH_RESPONSE = response(
+    1, 'FetchResponse', valid="4-11", flexible='12+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('ErrorCode', 'int16', '7+'),
+        field('SessionId', 'int32', '7+', default=0),
+        field('Responses', '[]FetchableTopicResponse', '0+', fields=(
+            field('Topic', 'string', '0-12'),
+            field('Partitions', '[]PartitionData', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('HighWatermark', 'int64', '0+'),
+                field('LastStableOffset', 'int64', '4+', default=-1),
+                field('LogStartOffset', 'int64', '5+', default=-1),
+                field('AbortedTransactions', '[]AbortedTransaction', '4+', nullable='4+', fields=(
+                    field('ProducerId', 'int64', '4+'),
+                    field('FirstOffset', 'int64', '4+'),
+                )),
+                field('PreferredReadReplica', 'int32', '11+', default=-1),
+                field('Records', 'records', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+LIST_OFFSETS_REQUEST = request(
+    2, 'ListOffsetsRequest', valid="1-5", flexible='6+', fields=(
+        field('ReplicaId', 'int32', '0+'),
+        field('IsolationLevel', 'int8', '2+'),
+        field('Topics', '[]ListOffsetsTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]ListOffsetsPartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('CurrentLeaderEpoch', 'int32', '4+', default=-1),
+                field('Timestamp', 'int64', '0+'),
+            )),
+        )),
+    ),
+)
+
+LIST_OFFSETS_RESPONSE = response(
+    2, 'ListOffsetsResponse', valid="1-5", flexible='6+', fields=(
+        field('ThrottleTimeMs', 'int32', '2+'),
+        field('Topics', '[]ListOffsetsTopicResponse', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]ListOffsetsPartitionResponse', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('Timestamp', 'int64', '1+', default=-1),
+                field('Offset', 'int64', '1+', default=-1),
+                field('LeaderEpoch', 'int32', '4+', default=-1),
+            )),
+        )),
+    ),
+)
+
+METADATA_REQUEST = request(
+    3, 'MetadataRequest', valid="0-8", flexible='9+', fields=(
+        field('Topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
+            field('Name', 'string', '0+', nullable='10+'),
+        )),
+        field('AllowAutoTopicCreation', 'bool', '4+', default=True),
+        field('IncludeClusterAuthorizedOperations', 'bool', '8-10'),
+        field('IncludeTopicAuthorizedOperations', 'bool', '8+'),
+    ),
+)
+
+METADATA_RESPONSE = response(
+    3, 'MetadataResponse', valid="0-8", flexible='9+', fields=(
+        field('ThrottleTimeMs', 'int32', '3+'),
+        field('Brokers', '[]MetadataResponseBroker', '0+', fields=(
+            field('NodeId', 'int32', '0+'),
+            field('Host', 'string', '0+'),
+            field('Port', 'int32', '0+'),
+            field('Rack', 'string', '1+', nullable='1+', default=None),
+        )),
+        field('ClusterId', 'string', '2+', nullable='2+', default=None),
+        field('ControllerId', 'int32', '1+', default=-1),
+        field('Topics', '[]MetadataResponseTopic', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('Name', 'string', '0+', nullable='12+'),
+            field('IsInternal', 'bool', '1+', default=False),
+            field('Partitions', '[]MetadataResponsePartition', '0+', fields=(
+                field('ErrorCode', 'int16', '0+'),
+                field('PartitionIndex', 'int32', '0+'),
+                field('LeaderId', 'int32', '0+'),
+                field('LeaderEpoch', 'int32', '7+', default=-1),
+                field('ReplicaNodes', '[]int32', '0+'),
+                field('IsrNodes', '[]int32', '0+'),
+                field('OfflineReplicas', '[]int32', '5+'),
+            )),
+            field('TopicAuthorizedOperations', 'int32', '8+', default=-2147483648),
+        )),
+        field('ClusterAuthorizedOperations', 'int32', '8-10', default=-2147483648),
+    ),
+)
+
+OFFSET_COMMIT_REQUEST = request(
+    8, 'OffsetCommitRequest', valid="2-7", flexible='8+', fields=(
+        field('GroupId', 'string', '0+'),
+        field('GenerationIdOrMemberEpoch', 'int32', '1+', default=-1),
+        field('MemberId', 'string', '1+'),
+        field('GroupInstanceId', 'string', '7+', nullable='7+', default=None),
+        field('RetentionTimeMs', 'int64', '2-4', default=-1),
+        field('Topics', '[]OffsetCommitRequestTopic', '0+', fields=(
+            field('Name', 'string', '0-9'),
+            field('Partitions', '[]OffsetCommitRequestPartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('CommittedOffset', 'int64', '0+'),
+                field('CommittedLeaderEpoch', 'int32', '6+', default=-1),
+                field('CommittedMetadata', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+OFFSET_COMMIT_RESPONSE = response(
+    8, 'OffsetCommitResponse', valid="2-7", flexible='8+', fields=(
+        field('ThrottleTimeMs', 'int32', '3+'),
+        field('Topics', '[]OffsetCommitResponseTopic', '0+', fields=(
+            field('Name', 'string', '0-9'),
+            field('Partitions', '[]OffsetCommitResponsePartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+OFFSET_FETCH_REQUEST = request(
+    9, 'OffsetFetchRequest', valid="1-7", flexible='6+', fields=(
+        field('GroupId', 'string', '0-7'),
+        field('Topics', '[]OffsetFetchRequestTopic', '0-7', nullable='2-7', fields=(
+            field('Name', 'string', '0-7'),
+            field('PartitionIndexes', '[]int32', '0-7'),
+        )),
+        field('RequireStable', 'bool', '7+', default=False),
+    ),
+)
+
+OFFSET_FETCH_RESPONSE = response(
+    9, 'OffsetFetchResponse', valid="1-7", flexible='6+', fields=(
+        field('ThrottleTimeMs', 'int32', '3+'),
+        field('Topics', '[]OffsetFetchResponseTopic', '0-7', fields=(
+            field('Name', 'string', '0-7'),
+            field('Partitions', '[]OffsetFetchResponsePartition', '0-7', fields=(
+                field('PartitionIndex', 'int32', '0-7'),
+                field('CommittedOffset', 'int64', '0-7'),
+                field('CommittedLeaderEpoch', 'int32', '5-7', default=-1),
+                field('Metadata', 'string', '0-7', nullable='0-7'),
+                field('ErrorCode', 'int16', '0-7'),
+            )),
+        )),
+        field('ErrorCode', 'int16', '2-7', default=0),
+    ),
+)
+
+FIND_COORDINATOR_REQUEST = request(
+    10, 'FindCoordinatorRequest', valid="0-2", flexible='3+', fields=(
+        field('Key', 'string', '0-3'),
+        field('KeyType', 'int8', '1+', default=0),
+    ),
+)
+
+FIND_COORDINATOR_RESPONSE = response(
+    10, 'FindCoordinatorResponse', valid="0-2", flexible='3+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('ErrorCode', 'int16', '0-3'),
+        field('ErrorMessage', 'string', '1-3', nullable='1-3'),
+        field('NodeId', 'int32', '0-3'),
+        field('Host', 'string', '0-3'),
+        field('Port', 'int32', '0-3'),
+    ),
+)
+
+JOIN_GROUP_REQUEST = request(
+    11, 'JoinGroupRequest', valid="0-5", flexible='6+', fields=(
+        field('GroupId', 'string', '0+'),
+        field('SessionTimeoutMs', 'int32', '0+'),
+        field('RebalanceTimeoutMs', 'int32', '1+', default=-1),
+        field('MemberId', 'string', '0+'),
+        field('GroupInstanceId', 'string', '5+', nullable='5+', default=None),
+        field('ProtocolType', 'string', '0+'),
+        field('Protocols', '[]JoinGroupRequestProtocol', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Metadata', 'bytes', '0+'),
+        )),
+    ),
+)
+
+JOIN_GROUP_RESPONSE = response(
+    11, 'JoinGroupResponse', valid="0-5", flexible='6+', fields=(
+        field('ThrottleTimeMs', 'int32', '2+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('GenerationId', 'int32', '0+', default=-1),
+        field('ProtocolName', 'string', '0+', nullable='7+'),
+        field('Leader', 'string', '0+'),
+        field('MemberId', 'string', '0+'),
+        field('Members', '[]JoinGroupResponseMember', '0+', fields=(
+            field('MemberId', 'string', '0+'),
+            field('GroupInstanceId', 'string', '5+', nullable='5+', default=None),
+            field('Metadata', 'bytes', '0+'),
+        )),
+    ),
+)
+
+HEARTBEAT_REQUEST = request(
+    12, 'HeartbeatRequest', valid="0-3", flexible='4+', fields=(
+        field('GroupId', 'string', '0+'),
+        field('GenerationId', 'int32', '0+'),
+        field('MemberId', 'string', '0+'),
+        field('GroupInstanceId', 'string', '3+', nullable='3+', default=None),
+    ),
+)
+
+HEARTBEAT_RESPONSE = response(
+    12, 'HeartbeatResponse', valid="0-3", flexible='4+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('ErrorCode', 'int16', '0+'),
+    ),
+)
+
+LEAVE_GROUP_REQUEST = request(
+    13, 'LeaveGroupRequest', valid="0-3", flexible='4+', fields=(
+        field('GroupId', 'string', '0+'),
+        field('MemberId', 'string', '0-2'),
+        field('Members', '[]MemberIdentity', '3+', fields=(
+            field('MemberId', 'string', '3+'),
+            field('GroupInstanceId', 'string', '3+', nullable='3+', default=None),
+        )),
+    ),
+)
+
+LEAVE_GROUP_RESPONSE = response(
+    13, 'LeaveGroupResponse', valid="0-3", flexible='4+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('Members', '[]MemberResponse', '3+', fields=(
+            field('MemberId', 'string', '3+'),
+            field('GroupInstanceId', 'string', '3+', nullable='3+'),
+            field('ErrorCode', 'int16', '3+'),
+        )),
+    ),
+)
+
+SYNC_GROUP_REQUEST = request(
+    14, 'SyncGroupRequest', valid="0-3", flexible='4+', fields=(
+        field('GroupId', 'string', '0+'),
+        field('GenerationId', 'int32', '0+'),
+        field('MemberId', 'string', '0+'),
+        field('GroupInstanceId', 'string', '3+', nullable='3+', default=None),
+        field('Assignments', '[]SyncGroupRequestAssignment', '0+', fields=(
+            field('MemberId', 'string', '0+'),
+            field('Assignment', 'bytes', '0+'),
+        )),
+    ),
+)
+
+SYNC_GROUP_RESPONSE = response(
+    14, 'SyncGroupResponse', valid="0-3", flexible='4+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('Assignment', 'bytes', '0+'),
+    ),
+)
+
+DESCRIBE_GROUPS_REQUEST = request(
+    15, 'DescribeGroupsRequest', valid="0-4", flexible='5+', fields=(
+        field('Groups', '[]string', '0+'),
+        field('IncludeAuthorizedOperations', 'bool', '3+'),
+    ),
+)
+
+DESCRIBE_GROUPS_RESPONSE = response(
+    15, 'DescribeGroupsResponse', valid="0-4", flexible='5+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('Groups', '[]DescribedGroup', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('GroupId', 'string', '0+'),
+            field('GroupState', 'string', '0+'),
+            field('ProtocolType', 'string', '0+'),
+            field('ProtocolData', 'string', '0+'),
+            field('Members', '[]DescribedGroupMember', '0+', fields=(
+                field('MemberId', 'string', '0+'),
+                field('GroupInstanceId', 'string', '4+', nullable='4+', default=None),
+                field('ClientId', 'string', '0+'),
+                field('ClientHost', 'string', '0+'),
+                field('MemberMetadata', 'bytes', '0+'),
+                field('MemberAssignment', 'bytes', '0+'),
+            )),
+            field('AuthorizedOperations', 'int32', '3+', default=-2147483648),
+        )),
+    ),
+)
+
+LIST_GROUPS_REQUEST = request(
+    16, 'ListGroupsRequest', valid="0-2", flexible='3+', fields=(
+    ),
+)
+
+LIST_GROUPS_RESPONSE = response(
+    16, 'ListGroupsResponse', valid="0-2", flexible='3+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('Groups', '[]ListedGroup', '0+', fields=(
+            field('GroupId', 'string', '0+'),
+            field('ProtocolType', 'string', '0+'),
+        )),
+    ),
+)
+
+API_VERSIONS_REQUEST = request(
+    18, 'ApiVersionsRequest', valid="0-3", flexible='3+', fields=(
+        field('ClientSoftwareName', 'string', '3+'),
+        field('ClientSoftwareVersion', 'string', '3+'),
+    ),
+)
+
+API_VERSIONS_RESPONSE = response(
+    18, 'ApiVersionsResponse', valid="0-3", flexible='3+', fields=(
+        field('ErrorCode', 'int16', '0+'),
+        field('ApiKeys', '[]ApiVersion', '0+', fields=(
+            field('ApiKey', 'int16', '0+'),
+            field('MinVersion', 'int16', '0+'),
+            field('MaxVersion', 'int16', '0+'),
+        )),
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('SupportedFeatures', '[]SupportedFeatureKey', '3+', tagged='3+', tag=0, fields=(
+            field('Name', 'string', '3+'),
+            field('MinVersion', 'int16', '3+'),
+            field('MaxVersion', 'int16', '3+'),
+        )),
+        field('FinalizedFeaturesEpoch', 'int64', '3+', tagged='3+', tag=1, default=-1),
+        field('FinalizedFeatures', '[]FinalizedFeatureKey', '3+', tagged='3+', tag=2, fields=(
+            field('Name', 'string', '3+'),
+            field('MaxVersionLevel', 'int16', '3+'),
+            field('MinVersionLevel', 'int16', '3+'),
+        )),
+        field('ZkMigrationReady', 'bool', '3+', tagged='3+', tag=3, default=False),
+    ),
+)
+
+CREATE_TOPICS_REQUEST = request(
+    19, 'CreateTopicsRequest', valid="0-4", flexible='5+', fields=(
+        field('Topics', '[]CreatableTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('NumPartitions', 'int32', '0+'),
+            field('ReplicationFactor', 'int16', '0+'),
+            field('Assignments', '[]CreatableReplicaAssignment', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('BrokerIds', '[]int32', '0+'),
+            )),
+            field('Configs', '[]CreatableTopicConfig', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('Value', 'string', '0+', nullable='0+'),
+            )),
+        )),
+        field('timeoutMs', 'int32', '0+', default=60000),
+        field('validateOnly', 'bool', '1+', default=False),
+    ),
+)
+
+CREATE_TOPICS_RESPONSE = response(
+    19, 'CreateTopicsResponse', valid="0-4", flexible='5+', fields=(
+        field('ThrottleTimeMs', 'int32', '2+'),
+        field('Topics', '[]CreatableTopicResult', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '1+', nullable='0+'),
+        )),
+    ),
+)
+
+DELETE_TOPICS_REQUEST = request(
+    20, 'DeleteTopicsRequest', valid="0-3", flexible='4+', fields=(
+        field('TopicNames', '[]string', '0-5'),
+        field('TimeoutMs', 'int32', '0+'),
+    ),
+)
+
+DELETE_TOPICS_RESPONSE = response(
+    20, 'DeleteTopicsResponse', valid="0-3", flexible='4+', fields=(
+        field('ThrottleTimeMs', 'int32', '1+'),
+        field('Responses', '[]DeletableTopicResult', '0+', fields=(
+            field('Name', 'string', '0+', nullable='6+'),
+            field('ErrorCode', 'int16', '0+'),
+        )),
+    ),
+)
+
+DELETE_RECORDS_REQUEST = request(
+    21, 'DeleteRecordsRequest', valid="0-1", flexible='2+', fields=(
+        field('Topics', '[]DeleteRecordsTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]DeleteRecordsPartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('Offset', 'int64', '0+'),
+            )),
+        )),
+        field('TimeoutMs', 'int32', '0+'),
+    ),
+)
+
+DELETE_RECORDS_RESPONSE = response(
+    21, 'DeleteRecordsResponse', valid="0-1", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Topics', '[]DeleteRecordsTopicResult', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]DeleteRecordsPartitionResult', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('LowWatermark', 'int64', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+INIT_PRODUCER_ID_REQUEST = request(
+    22, 'InitProducerIdRequest', valid="0-1", flexible='2+', fields=(
+        field('TransactionalId', 'string', '0+', nullable='0+'),
+        field('TransactionTimeoutMs', 'int32', '0+'),
+    ),
+)
+
+INIT_PRODUCER_ID_RESPONSE = response(
+    22, 'InitProducerIdResponse', valid="0-1", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ProducerId', 'int64', '0+', default=-1),
+        field('ProducerEpoch', 'int16', '0+'),
+    ),
+)
+
+OFFSET_FOR_LEADER_EPOCH_REQUEST = request(
+    23, 'OffsetForLeaderEpochRequest', valid="0-3", flexible='4+', fields=(
+        field('ReplicaId', 'int32', '3+', default=-2),
+        field('Topics', '[]OffsetForLeaderTopic', '0+', fields=(
+            field('Topic', 'string', '0+'),
+            field('Partitions', '[]OffsetForLeaderPartition', '0+', fields=(
+                field('Partition', 'int32', '0+'),
+                field('CurrentLeaderEpoch', 'int32', '2+', default=-1),
+                field('LeaderEpoch', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+OFFSET_FOR_LEADER_EPOCH_RESPONSE = response(
+    23, 'OffsetForLeaderEpochResponse', valid="0-3", flexible='4+', fields=(
+        field('ThrottleTimeMs', 'int32', '2+'),
+        field('Topics', '[]OffsetForLeaderTopicResult', '0+', fields=(
+            field('Topic', 'string', '0+'),
+            field('Partitions', '[]EpochEndOffset', '0+', fields=(
+                field('ErrorCode', 'int16', '0+'),
+                field('Partition', 'int32', '0+'),
+                field('LeaderEpoch', 'int32', '1+', default=-1),
+                field('EndOffset', 'int64', '0+', default=-1),
+            )),
+        )),
+    ),
+)
+
+ADD_PARTITIONS_TO_TXN_REQUEST = request(
+    24, 'AddPartitionsToTxnRequest', valid="0-1", flexible='3+', fields=(
+        field('V3AndBelowTransactionalId', 'string', '0-3'),
+        field('V3AndBelowProducerId', 'int64', '0-3'),
+        field('V3AndBelowProducerEpoch', 'int16', '0-3'),
+        field('V3AndBelowTopics', '[]AddPartitionsToTxnTopic', '0-3', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]int32', '0+'),
+        )),
+    ),
+)
+
+ADD_PARTITIONS_TO_TXN_RESPONSE = response(
+    24, 'AddPartitionsToTxnResponse', valid="0-1", flexible='3+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ResultsByTopicV3AndBelow', '[]AddPartitionsToTxnTopicResult', '0-3', fields=(
+            field('Name', 'string', '0+'),
+            field('ResultsByPartition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('PartitionErrorCode', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+ADD_OFFSETS_TO_TXN_REQUEST = request(
+    25, 'AddOffsetsToTxnRequest', valid="0-1", flexible='3+', fields=(
+        field('TransactionalId', 'string', '0+'),
+        field('ProducerId', 'int64', '0+'),
+        field('ProducerEpoch', 'int16', '0+'),
+        field('GroupId', 'string', '0+'),
+    ),
+)
+
+ADD_OFFSETS_TO_TXN_RESPONSE = response(
+    25, 'AddOffsetsToTxnResponse', valid="0-1", flexible='3+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+    ),
+)
+
+END_TXN_REQUEST = request(
+    26, 'EndTxnRequest', valid="0-1", flexible='3+', fields=(
+        field('TransactionalId', 'string', '0+'),
+        field('ProducerId', 'int64', '0+'),
+        field('ProducerEpoch', 'int16', '0+'),
+        field('Committed', 'bool', '0+'),
+    ),
+)
+
+END_TXN_RESPONSE = response(
+    26, 'EndTxnResponse', valid="0-1", flexible='3+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+    ),
+)
+
+TXN_OFFSET_COMMIT_REQUEST = request(
+    28, 'TxnOffsetCommitRequest', valid="0-2", flexible='3+', fields=(
+        field('TransactionalId', 'string', '0+'),
+        field('GroupId', 'string', '0+'),
+        field('ProducerId', 'int64', '0+'),
+        field('ProducerEpoch', 'int16', '0+'),
+        field('Topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('CommittedOffset', 'int64', '0+'),
+                field('CommittedLeaderEpoch', 'int32', '2+', default=-1),
+                field('CommittedMetadata', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+TXN_OFFSET_COMMIT_RESPONSE = response(
+    28, 'TxnOffsetCommitResponse', valid="0-2", flexible='3+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]TxnOffsetCommitResponsePartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_CONFIGS_REQUEST = request(
+    32, 'DescribeConfigsRequest', valid="0-2", flexible='4+', fields=(
+        field('Resources', '[]DescribeConfigsResource', '0+', fields=(
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+            field('ConfigurationKeys', '[]string', '0+', nullable='0+'),
+        )),
+        field('IncludeSynonyms', 'bool', '1+', default=False),
+    ),
+)
+
+DESCRIBE_CONFIGS_RESPONSE = response(
+    32, 'DescribeConfigsResponse', valid="0-2", flexible='4+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Results', '[]DescribeConfigsResult', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+'),
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+            field('Configs', '[]DescribeConfigsResourceResult', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('Value', 'string', '0+', nullable='0+'),
+                field('ReadOnly', 'bool', '0+'),
+                field('ConfigSource', 'int8', '1+', default=-1),
+                field('IsDefault', 'bool', '0'),
+                field('IsSensitive', 'bool', '0+'),
+                field('Synonyms', '[]DescribeConfigsSynonym', '1+', fields=(
+                    field('Name', 'string', '1+'),
+                    field('Value', 'string', '1+', nullable='0+'),
+                    field('Source', 'int8', '1+'),
+                )),
+            )),
+        )),
+    ),
+)
+
+ALTER_CONFIGS_REQUEST = request(
+    33, 'AlterConfigsRequest', valid="0-1", flexible='2+', fields=(
+        field('Resources', '[]AlterConfigsResource', '0+', fields=(
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+            field('Configs', '[]AlterableConfig', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('Value', 'string', '0+', nullable='0+'),
+            )),
+        )),
+        field('ValidateOnly', 'bool', '0+'),
+    ),
+)
+
+ALTER_CONFIGS_RESPONSE = response(
+    33, 'AlterConfigsResponse', valid="0-1", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+'),
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+        )),
+    ),
+)
+
+CREATE_PARTITIONS_REQUEST = request(
+    37, 'CreatePartitionsRequest', valid="0-1", flexible='2+', fields=(
+        field('Topics', '[]CreatePartitionsTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Count', 'int32', '0+'),
+            field('Assignments', '[]CreatePartitionsAssignment', '0+', nullable='0+', fields=(
+                field('BrokerIds', '[]int32', '0+'),
+            )),
+        )),
+        field('TimeoutMs', 'int32', '0+'),
+        field('ValidateOnly', 'bool', '0+'),
+    ),
+)
+
+CREATE_PARTITIONS_RESPONSE = response(
+    37, 'CreatePartitionsResponse', valid="0-1", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Results', '[]CreatePartitionsTopicResult', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
+DELETE_GROUPS_REQUEST = request(
+    42, 'DeleteGroupsRequest', valid="0-1", flexible='2+', fields=(
+        field('GroupsNames', '[]string', '0+'),
+    ),
+)
+
+DELETE_GROUPS_RESPONSE = response(
+    42, 'DeleteGroupsResponse', valid="0-1", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Results', '[]DeletableGroupResult', '0+', fields=(
+            field('GroupId', 'string', '0+'),
+            field('ErrorCode', 'int16', '0+'),
+        )),
+    ),
+)
+
+INCREMENTAL_ALTER_CONFIGS_REQUEST = request(
+    44, 'IncrementalAlterConfigsRequest', valid="0-0", flexible='1+', fields=(
+        field('Resources', '[]AlterConfigsResource', '0+', fields=(
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+            field('Configs', '[]AlterableConfig', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('ConfigOperation', 'int8', '0+'),
+                field('Value', 'string', '0+', nullable='0+'),
+            )),
+        )),
+        field('ValidateOnly', 'bool', '0+'),
+    ),
+)
+
+INCREMENTAL_ALTER_CONFIGS_RESPONSE = response(
+    44, 'IncrementalAlterConfigsResponse', valid="0-0", flexible='1+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+'),
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_CLUSTER_REQUEST = request(
+    60, 'DescribeClusterRequest', valid="0-0", flexible='0+', fields=(
+        field('IncludeClusterAuthorizedOperations', 'bool', '0+'),
+    ),
+)
+
+DESCRIBE_CLUSTER_RESPONSE = response(
+    60, 'DescribeClusterResponse', valid="0-0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('ClusterId', 'string', '0+'),
+        field('ControllerId', 'int32', '0+', default=-1),
+        field('Brokers', '[]DescribeClusterBroker', '0+', fields=(
+            field('BrokerId', 'int32', '0+'),
+            field('Host', 'string', '0+'),
+            field('Port', 'int32', '0+'),
+            field('Rack', 'string', '0+', nullable='0+', default=None),
+        )),
+        field('ClusterAuthorizedOperations', 'int32', '0+', default=-2147483648),
+    ),
+)
+
