@@ -1,0 +1,211 @@
+"""CBOR codec for the metadata package's frozen dataclasses, by allow-list.
+
+Theory of operation: metadata records, controller requests and controller responses are small frozen
+dataclasses whose fields are primitives (int, bool, str, bytes, None), homogeneous tuples of those, or
+nested dataclasses. `encode` writes one CBOR map `{"type": name, "v": version, field: value, ...}`; a
+nested dataclass is a plain map of its fields (the outer annotation says what it is). `decode` looks the
+name up in an allow-list (never pickle), checks the version and every field against the dataclass's own
+annotations, and raises the caller's typed error for anything else: unknown type, unknown or missing
+field, wrong type, out-of-range integer, oversized string / bytes / tuple, or bytes that are not CBOR.
+
+Every top-level class carries a `version: int` field whose default is the newest version this code writes
+and reads; an older or equal version decodes, a newer one is refused (its fields are not known here).
+
+Limits are per value, so a hostile peer cannot make the decoder build an unbounded structure beyond what
+cbor2 itself reads from the (already size-bounded) input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import cbor2
+
+from partitions.errors import KafkaError
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+encoded_bytes_max = 16 * 1024 * 1024  # one record / request / response
+string_chars_max = 32 * 1024  # a host name, topic name or config value is far below this
+bytes_field_max = 1024  # ids (16-byte uuids) and incarnation ids
+tuple_items_max = 1_000_000  # replicas, topics in a request, records in a snapshot batch
+
+TYPE_KEY = "type"
+VERSION_KEY = "v"
+VERSION_FIELD = "version"
+
+
+class Codec:
+    """An allow-list of top-level dataclasses and the typed error raised on bad input."""
+
+    def __init__(self, classes: typing.Iterable[type], error: type[KafkaError]) -> None:
+        self._by_name: dict[str, type] = {}
+        for cls in classes:
+            assert dataclasses.is_dataclass(cls), f"{cls!r} is not a dataclass"
+            assert VERSION_FIELD in _field_names(cls), f"{cls.__name__} lacks a version field"
+            assert cls.__name__ not in self._by_name, f"duplicate type name {cls.__name__}"
+            self._by_name[cls.__name__] = cls
+        self._error = error
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._by_name)
+
+    def encode(self, value: Any) -> bytes:
+        """CBOR bytes for an allow-listed dataclass instance. Raises ValueError for any other object."""
+        cls = type(value)
+        if self._by_name.get(cls.__name__) is not cls:
+            raise ValueError(f"{cls.__name__} is not in the allow-list")
+        body: dict[str, Any] = {TYPE_KEY: cls.__name__, VERSION_KEY: value.version}
+        for field in dataclasses.fields(value):
+            if field.name != VERSION_FIELD:
+                body[field.name] = _to_plain(getattr(value, field.name))
+        data = cbor2.dumps(body)
+        assert len(data) <= encoded_bytes_max, f"encoded {cls.__name__} is {len(data)} bytes"
+        return data
+
+    def decode(self, data: bytes) -> Any:
+        """The dataclass instance encoded in `data`.
+
+        Raises the codec's error type (a KafkaError subclass) for anything that is not a valid encoding of an
+        allow-listed type at a supported version.
+        """
+        if len(data) > encoded_bytes_max:
+            raise self._error(f"encoded value is {len(data)} bytes, more than {encoded_bytes_max}")
+        try:
+            body = cbor2.loads(data)
+        except Exception as exc:  # cbor2 raises several types (CBORDecodeError, ValueError, ...)
+            raise self._error(f"not valid CBOR: {exc}") from None
+        if not isinstance(body, dict):
+            raise self._error(f"expected a CBOR map, got {type(body).__name__}")
+        name = body.pop(TYPE_KEY, None)
+        cls = self._by_name.get(name) if isinstance(name, str) else None
+        if cls is None:
+            raise self._error(f"unknown type {name!r}")
+        version = body.pop(VERSION_KEY, None)
+        version_max = _version_max(cls)
+        if type(version) is not int or not 0 <= version <= version_max:
+            raise self._error(f"{name}: unsupported version {version!r} (this code reads 0..{version_max})")
+        body[VERSION_FIELD] = version
+        return _build(cls, body, name, self._error)
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _version_max(cls: type) -> int:
+    for field in dataclasses.fields(cls):
+        if field.name == VERSION_FIELD:
+            return field.default
+    raise AssertionError(f"{cls.__name__} has no version field")
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+def _build(cls: type, body: Any, path: str, error: type[KafkaError]) -> Any:
+    if not isinstance(body, dict):
+        raise error(f"{path}: expected a map, got {type(body).__name__}")
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [key for key in body if key not in fields]
+    if unknown:
+        raise error(f"{path}: unknown field(s) {sorted(map(str, unknown))}")
+    kwargs = {}
+    for name, field in fields.items():
+        if name not in body:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise error(f"{path}: missing field {name!r}")
+            continue
+        kwargs[name] = _convert(body[name], hints[name], f"{path}.{name}", error)
+    return cls(**kwargs)
+
+
+def _convert(value: Any, annotation: Any, path: str, error: type[KafkaError]) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return _convert_union(value, typing.get_args(annotation), path, error)
+    if origin is tuple:
+        return _convert_tuple(value, typing.get_args(annotation), path, error)
+    if dataclasses.is_dataclass(annotation):
+        return _build(annotation, value, path, error)
+    if isinstance(annotation, type) and issubclass(annotation, enum.IntEnum):
+        converted = _convert(value, int, path, error)
+        try:
+            return annotation(converted)
+        except ValueError:
+            raise error(f"{path}: {converted} is not a {annotation.__name__}") from None
+    return _convert_primitive(value, annotation, path, error)
+
+
+def _convert_union(value: Any, arms: tuple, path: str, error: type[KafkaError]) -> Any:
+    if value is None:
+        if type(None) in arms:
+            return None
+        raise error(f"{path}: must not be null")
+    others = [arm for arm in arms if arm is not type(None)]
+    assert len(others) == 1, f"{path}: only `X | None` unions are supported, got {arms}"
+    return _convert(value, others[0], path, error)
+
+
+def _convert_tuple(value: Any, args: tuple, path: str, error: type[KafkaError]) -> tuple:
+    assert len(args) == 2 and args[1] is Ellipsis, f"{path}: only tuple[X, ...] is supported, got {args}"
+    if not isinstance(value, list):
+        raise error(f"{path}: expected an array, got {type(value).__name__}")
+    if len(value) > tuple_items_max:
+        raise error(f"{path}: {len(value)} items, more than {tuple_items_max}")
+    return tuple(_convert(item, args[0], f"{path}[{i}]", error) for i, item in enumerate(value))
+
+
+def _convert_primitive(value: Any, annotation: Any, path: str, error: type[KafkaError]) -> Any:
+    if annotation is bool:
+        if type(value) is not bool:
+            raise error(f"{path}: expected a bool, got {type(value).__name__}")
+        return value
+    if annotation is int:
+        if type(value) is not int:
+            raise error(f"{path}: expected an int, got {type(value).__name__}")
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise error(f"{path}: {value} does not fit in 64 bits")
+        return value
+    if annotation is str:
+        if type(value) is not str:
+            raise error(f"{path}: expected a string, got {type(value).__name__}")
+        if len(value) > string_chars_max:
+            raise error(f"{path}: string of {len(value)} chars, more than {string_chars_max}")
+        return value
+    if annotation is bytes:
+        if type(value) is not bytes:
+            raise error(f"{path}: expected bytes, got {type(value).__name__}")
+        if len(value) > bytes_field_max:
+            raise error(f"{path}: {len(value)} bytes, more than {bytes_field_max}")
+        return value
+    raise AssertionError(f"{path}: unsupported annotation {annotation!r}")
+
+
+def frozen_items(mapping: Mapping) -> tuple:
+    """A mapping's items as a tuple sorted by key (a canonical, hashable form)."""
+    return tuple(sorted(mapping.items()))

@@ -1,0 +1,199 @@
+"""Topic and broker config keys the controller accepts, and their validation (Kafka's LogConfig rules).
+
+Theory of operation: configs are stored as strings (as Kafka stores them), but only after the key is known
+and the value parses and lies in range. `validate_topic_config(name, value, replication_factor)` and
+`validate_broker_config(name, value)` raise InvalidConfigError whose message names the key; they never
+change anything. Types and bounds follow Kafka's `TopicConfig` / `LogConfig` ConfigDef (3.x): LONG and INT
+ranges, `atLeast`, `between`, `in`, booleans "true"/"false" in any case, comma-separated LIST values.
+
+Dynamic broker configs are the log defaults Kafka lets an operator change at runtime; a broker resource
+named "" holds the cluster-wide defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from partitions.errors import InvalidConfigError
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+config_value_chars_max = 4096
+
+CLEANUP_POLICIES = ("delete", "compact")
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigDef:
+    """One config key: how to parse it and what it may hold."""
+
+    parse: Callable[[str, str], object]  # (key, value) -> parsed value; raises InvalidConfigError
+    is_list: bool = False
+
+
+def _integer(low: int, high: int, kind: str) -> Callable[[str, str], object]:
+    def parse(key: str, value: str) -> int:
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: not a {kind}") from None
+        if not low <= number <= high:
+            raise InvalidConfigError(
+                f"Invalid value {number} for configuration {key}: value must be in [{low}, {high}]"
+            )
+        return number
+
+    return parse
+
+
+def long_at_least(low: int) -> Callable[[str, str], object]:
+    return _integer(low, INT64_MAX, "long")
+
+
+def int_at_least(low: int) -> Callable[[str, str], object]:
+    return _integer(low, INT32_MAX, "int")
+
+
+def _boolean(key: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: expected true or false")
+    return lowered == "true"
+
+
+def _ratio(key: str, value: str) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: not a double") from None
+    if not 0.0 <= number <= 1.0:
+        raise InvalidConfigError(f"Invalid value {number} for configuration {key}: value must be in [0, 1]")
+    return number
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], object]:
+    def parse(key: str, value: str) -> str:
+        if value.strip() not in choices:
+            raise InvalidConfigError(
+                f"Invalid value {value!r} for configuration {key}: must be one of {', '.join(choices)}"
+            )
+        return value.strip()
+
+    return parse
+
+
+def _list_of(choices: tuple[str, ...] | None) -> Callable[[str, str], object]:
+    def parse(key: str, value: str) -> tuple[str, ...]:
+        items = split_list(value)
+        if choices is not None:
+            if not items:
+                raise InvalidConfigError(f"Invalid value {value!r} for configuration {key}: must not be empty")
+            bad = [item for item in items if item not in choices]
+            if bad:
+                raise InvalidConfigError(
+                    f"Invalid value {value!r} for configuration {key}: {bad[0]!r} is not one of "
+                    f"{', '.join(choices)}"
+                )
+        return items
+
+    return parse
+
+
+def _any_string(key: str, value: str) -> str:
+    return value
+
+
+def split_list(value: str) -> tuple[str, ...]:
+    """Kafka's LIST parsing: comma-separated, trimmed, empty items dropped."""
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    "cleanup.policy": ConfigDef(_list_of(CLEANUP_POLICIES), is_list=True),
+    "compression.type": ConfigDef(_one_of(COMPRESSION_TYPES)),
+    "delete.retention.ms": ConfigDef(long_at_least(0)),
+    "file.delete.delay.ms": ConfigDef(long_at_least(0)),
+    "flush.messages": ConfigDef(long_at_least(1)),
+    "flush.ms": ConfigDef(long_at_least(0)),
+    "follower.replication.throttled.replicas": ConfigDef(_list_of(None), is_list=True),
+    "index.interval.bytes": ConfigDef(int_at_least(0)),
+    "leader.replication.throttled.replicas": ConfigDef(_list_of(None), is_list=True),
+    "max.compaction.lag.ms": ConfigDef(long_at_least(1)),
+    "max.message.bytes": ConfigDef(int_at_least(0)),
+    "message.downconversion.enable": ConfigDef(_boolean),
+    "message.format.version": ConfigDef(_any_string),
+    "message.timestamp.after.max.ms": ConfigDef(long_at_least(0)),
+    "message.timestamp.before.max.ms": ConfigDef(long_at_least(0)),
+    "message.timestamp.difference.max.ms": ConfigDef(long_at_least(0)),
+    "message.timestamp.type": ConfigDef(_one_of(TIMESTAMP_TYPES)),
+    "min.cleanable.dirty.ratio": ConfigDef(_ratio),
+    "min.compaction.lag.ms": ConfigDef(long_at_least(0)),
+    "min.insync.replicas": ConfigDef(int_at_least(1)),
+    "preallocate": ConfigDef(_boolean),
+    "retention.bytes": ConfigDef(long_at_least(INT64_MIN)),
+    "retention.ms": ConfigDef(long_at_least(-1)),
+    "segment.bytes": ConfigDef(int_at_least(14)),
+    "segment.index.bytes": ConfigDef(int_at_least(4)),
+    "segment.jitter.ms": ConfigDef(long_at_least(0)),
+    "segment.ms": ConfigDef(long_at_least(1)),
+    "unclean.leader.election.enable": ConfigDef(_boolean),
+}
+
+# Dynamic broker configs: the broker-level defaults of the topic configs above (Kafka's names).
+BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
+    "log.cleanup.policy": "cleanup.policy",
+    "compression.type": "compression.type",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "log.retention.bytes": "retention.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+def is_list_config(resource_is_topic: bool, name: str) -> bool:
+    """Whether APPEND / SUBTRACT apply to this key (Kafka: only LIST-typed keys)."""
+    if not resource_is_topic:
+        name = BROKER_TO_TOPIC_CONFIG.get(name, name)
+    definition = TOPIC_CONFIGS.get(name)
+    return definition is not None and definition.is_list
+
+
+def validate_topic_config(name: str, value: str, replication_factor: int | None = None) -> object:
+    """The parsed value of a topic config. Raises InvalidConfigError (the message names the key)."""
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise InvalidConfigError(f"Unknown topic config name: {name}")
+    _check_length(name, value)
+    parsed = definition.parse(name, value)
+    if name == "min.insync.replicas" and replication_factor is not None and parsed > replication_factor:
+        raise InvalidConfigError(
+            f"Invalid value {parsed} for configuration min.insync.replicas: must be at most the "
+            f"replication factor {replication_factor}"
+        )
+    return parsed
+
+
+def validate_broker_config(name: str, value: str) -> object:
+    """The parsed value of a dynamic broker config. Raises InvalidConfigError (the message names the key)."""
+    topic_name = BROKER_TO_TOPIC_CONFIG.get(name)
+    if topic_name is None:
+        raise InvalidConfigError(f"Unknown or read-only broker config name: {name}")
+    _check_length(name, value)
+    return TOPIC_CONFIGS[topic_name].parse(name, value)
+
+
+def _check_length(name: str, value: str) -> None:
+    if len(value) > config_value_chars_max:
+        raise InvalidConfigError(f"Invalid value for configuration {name}: longer than {config_value_chars_max}")

@@ -1,0 +1,207 @@
+"""Metadata records: the entries of the metadata log (KRaft's record types, Kafka's names).
+
+Theory of operation: the metadata log is the only source of truth for the cluster's metadata. The active
+controller turns requests into records; every node (controllers and brokers) replays the committed records
+in log order into a `MetadataDelta` and from it the next `MetadataImage`. A snapshot is an image written
+back as records of these same types (`image.image_to_records`).
+
+Each record is a small frozen dataclass with a `version` (the newest schema version this code knows is the
+default). On the wire and on disk it is a CBOR map `{"type": name, "v": version, ...fields}`
+(`encode_record`), decoded by an allow-list (`decode_record`), never by pickle. A record never carries
+derived state that replay can compute: a PartitionChangeRecord says what changed; the leader epoch and
+partition epoch bumps are replay's job, as in Kafka (`PartitionRegistration.merge`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from metadata.codec import Codec
+from partitions.errors import CorruptRecordError
+
+NO_LEADER = -1  # Kafka's LeaderConstants.NO_LEADER: the partition is offline
+UUID_BYTES = 16
+
+
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's ConfigResource.Type wire values (the ones the controller stores)."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+_record = dataclasses.dataclass(frozen=True, slots=True)
+
+
+def _version(default: int = 0):
+    return dataclasses.field(default=default, kw_only=True)
+
+
+@_record
+class RegisterBrokerRecord:
+    """A broker registered (or re-registered with a new incarnation). Written fenced, as in KRaft."""
+
+    broker_id: int
+    incarnation_id: bytes
+    broker_epoch: int
+    host: str
+    port: int
+    rack: str | None
+    roles: tuple[str, ...]
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    version: int = _version()
+
+
+@_record
+class BrokerRegistrationChangeRecord:
+    """Fence / unfence a broker, or mark it in controlled shutdown. None means "unchanged"."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+    version: int = _version()
+
+
+@_record
+class UnregisterBrokerRecord:
+    """A broker left the cluster; its registration is gone."""
+
+    broker_id: int
+    broker_epoch: int
+    version: int = _version()
+
+
+@_record
+class TopicRecord:
+    """A topic was created; its partitions follow as PartitionRecords."""
+
+    name: str
+    topic_id: bytes
+    version: int = _version()
+
+
+@_record
+class PartitionRecord:
+    """A partition's complete state (creation, and in snapshots)."""
+
+    topic_id: bytes
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    version: int = _version()
+
+
+@_record
+class PartitionChangeRecord:
+    """A change to a partition. None means "unchanged".
+
+    Replay rule (Kafka's): a record with a leader bumps the leader epoch; every record bumps the partition
+    epoch.
+    """
+
+    topic_id: bytes
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    version: int = _version()
+
+
+@_record
+class ConfigRecord:
+    """Set (value) or delete (value None) one config of a topic or broker ("" = cluster default)."""
+
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
+    version: int = _version()
+
+
+@_record
+class RemoveTopicRecord:
+    """A topic was deleted, with its partitions and configs."""
+
+    topic_id: bytes
+    version: int = _version()
+
+
+@_record
+class ProducerIdsRecord:
+    """A producer-id block was handed out; the next block starts at `next_producer_id`."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+    version: int = _version()
+
+
+@_record
+class FeatureLevelRecord:
+    """A cluster feature's finalized level (level 0 removes it)."""
+
+    name: str
+    level: int
+    version: int = _version()
+
+
+@_record
+class NoOpRecord:
+    """Written by a newly elected active controller; its commit proves the log before it is committed."""
+
+    version: int = _version()
+
+
+RECORD_TYPES: tuple[type, ...] = (
+    RegisterBrokerRecord,
+    BrokerRegistrationChangeRecord,
+    UnregisterBrokerRecord,
+    TopicRecord,
+    PartitionRecord,
+    PartitionChangeRecord,
+    ConfigRecord,
+    RemoveTopicRecord,
+    ProducerIdsRecord,
+    FeatureLevelRecord,
+    NoOpRecord,
+)
+
+MetadataRecord = (
+    RegisterBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | ConfigRecord
+    | RemoveTopicRecord
+    | ProducerIdsRecord
+    | FeatureLevelRecord
+    | NoOpRecord
+)
+
+_CODEC = Codec(RECORD_TYPES, CorruptRecordError)
+
+
+def encode_record(record: MetadataRecord) -> bytes:
+    """The record as CBOR bytes. Raises ValueError if `record` is not a metadata record type."""
+    return _CODEC.encode(record)
+
+
+def decode_record(data: bytes) -> MetadataRecord:
+    """The record encoded in `data`.
+
+    Raises CorruptRecordError for bytes that are not CBOR, an unknown record type, an unsupported version,
+    or a missing, unknown or mistyped field.
+    """
+    return _CODEC.decode(data)

@@ -1,0 +1,354 @@
+"""Controller requests and responses: what brokers and admin clients ask the quorum controller.
+
+Theory of operation: each request and response is a small frozen dataclass with a `version`, sent between
+nodes over the controller listener as CBOR (`encode_request` / `decode_request`, `encode_response` /
+`decode_response`), decoded by an allow-list that checks every field (never pickle). Error codes travel as
+Kafka's wire values (`partitions.errors.ErrorCode`). Requests name things as Kafka's RPCs do
+(BrokerRegistration, BrokerHeartbeat, CreateTopics, AlterPartition, AllocateProducerIds, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from metadata.codec import Codec
+from partitions.errors import ErrorCode, InvalidRequestError
+
+_message = dataclasses.dataclass(frozen=True, slots=True)
+_part = dataclasses.dataclass(frozen=True, slots=True)
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+
+
+def _version(default: int = 0):
+    return dataclasses.field(default=default, kw_only=True)
+
+
+class ElectionType(enum.IntEnum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+class AlterConfigOp(enum.IntEnum):
+    """IncrementalAlterConfigs operation codes (Kafka's AlterConfigOp.OpType)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+# ---- parts ---------------------------------------------------------------------------------------------
+
+
+@_part
+class ConfigEntry:
+    name: str
+    value: str | None
+
+
+@_part
+class ReplicaAssignment:
+    partition: int
+    broker_ids: tuple[int, ...]
+
+
+@_part
+class CreatableTopic:
+    name: str
+    num_partitions: int = -1  # -1: the controller's default
+    replication_factor: int = -1  # -1: the controller's default
+    assignments: tuple[ReplicaAssignment, ...] | None = None
+    configs: tuple[ConfigEntry, ...] = ()
+
+
+@_part
+class AlterableConfig:
+    name: str
+    value: str | None
+    op: int = AlterConfigOp.SET  # used by IncrementalAlterConfigs only
+
+
+@_part
+class ConfigResource:
+    resource_type: int  # ConfigResourceType
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@_part
+class TopicPartitions:
+    topic: str
+    partitions: tuple[int, ...]
+
+
+# ---- requests -------------------------------------------------------------------------------------------
+
+
+@_message
+class BrokerRegistrationRequest:
+    broker_id: int
+    incarnation_id: bytes
+    host: str
+    port: int
+    rack: str | None = None
+    roles: tuple[str, ...] = ("broker",)
+    version: int = _version()
+
+
+@_message
+class BrokerHeartbeatRequest:
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool = False
+    want_shutdown: bool = False
+    version: int = _version()
+
+
+@_message
+class UnregisterBrokerRequest:
+    broker_id: int
+    version: int = _version()
+
+
+@_message
+class CreateTopicsRequest:
+    topics: tuple[CreatableTopic, ...]
+    validate_only: bool = False
+    version: int = _version()
+
+
+@_message
+class DeleteTopicsRequest:
+    names: tuple[str, ...]
+    version: int = _version()
+
+
+@_message
+class CreatePartitionsRequest:
+    topic: str
+    new_total_count: int
+    assignments: tuple[ReplicaAssignment, ...] | None = None  # for the new partitions only
+    validate_only: bool = False
+    version: int = _version()
+
+
+@_message
+class AlterConfigsRequest:
+    """Replace the whole non-default config set of each resource (the legacy AlterConfigs)."""
+
+    resources: tuple[ConfigResource, ...]
+    validate_only: bool = False
+    version: int = _version()
+
+
+@_message
+class IncrementalAlterConfigsRequest:
+    resources: tuple[ConfigResource, ...]
+    validate_only: bool = False
+    version: int = _version()
+
+
+@_message
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    topic_id: bytes
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    version: int = _version()
+
+
+@_message
+class AllocateProducerIdsRequest:
+    broker_id: int
+    broker_epoch: int
+    version: int = _version()
+
+
+@_message
+class ElectLeadersRequest:
+    election_type: int = ElectionType.PREFERRED
+    partitions: tuple[TopicPartitions, ...] | None = None  # None: every partition
+    version: int = _version()
+
+
+# ---- responses ------------------------------------------------------------------------------------------
+
+
+@_message
+class BrokerRegistrationResponse:
+    error_code: int
+    message: str = ""
+    broker_epoch: int = -1
+    version: int = _version()
+
+
+@_message
+class BrokerHeartbeatResponse:
+    error_code: int
+    message: str = ""
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+    version: int = _version()
+
+
+@_message
+class UnregisterBrokerResponse:
+    error_code: int
+    message: str = ""
+    version: int = _version()
+
+
+@_part
+class CreatableTopicResult:
+    name: str
+    error_code: int
+    message: str = ""
+    topic_id: bytes = b""
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: tuple[ConfigEntry, ...] = ()
+
+
+@_message
+class CreateTopicsResponse:
+    topics: tuple[CreatableTopicResult, ...]
+    version: int = _version()
+
+
+@_part
+class DeletableTopicResult:
+    name: str
+    error_code: int
+    message: str = ""
+    topic_id: bytes = b""
+
+
+@_message
+class DeleteTopicsResponse:
+    topics: tuple[DeletableTopicResult, ...]
+    version: int = _version()
+
+
+@_message
+class CreatePartitionsResponse:
+    topic: str
+    error_code: int
+    message: str = ""
+    version: int = _version()
+
+
+@_part
+class ConfigResourceResult:
+    resource_type: int
+    resource_name: str
+    error_code: int
+    message: str = ""
+
+
+@_message
+class AlterConfigsResponse:
+    resources: tuple[ConfigResourceResult, ...]
+    version: int = _version()
+
+
+@_message
+class AlterPartitionResponse:
+    error_code: int
+    message: str = ""
+    topic_id: bytes = b""
+    partition: int = -1
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    version: int = _version()
+
+
+@_message
+class AllocateProducerIdsResponse:
+    error_code: int
+    message: str = ""
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+    version: int = _version()
+
+
+@_part
+class PartitionResult:
+    topic: str
+    partition: int
+    error_code: int
+    message: str = ""
+
+
+@_message
+class ElectLeadersResponse:
+    error_code: int
+    partitions: tuple[PartitionResult, ...] = ()
+    version: int = _version()
+
+
+REQUEST_TYPES: tuple[type, ...] = (
+    BrokerRegistrationRequest,
+    BrokerHeartbeatRequest,
+    UnregisterBrokerRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    CreatePartitionsRequest,
+    AlterConfigsRequest,
+    IncrementalAlterConfigsRequest,
+    AlterPartitionRequest,
+    AllocateProducerIdsRequest,
+    ElectLeadersRequest,
+)
+
+RESPONSE_TYPES: tuple[type, ...] = (
+    BrokerRegistrationResponse,
+    BrokerHeartbeatResponse,
+    UnregisterBrokerResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    CreatePartitionsResponse,
+    AlterConfigsResponse,
+    AlterPartitionResponse,
+    AllocateProducerIdsResponse,
+    ElectLeadersResponse,
+)
+
+_REQUESTS = Codec(REQUEST_TYPES, InvalidRequestError)
+_RESPONSES = Codec(RESPONSE_TYPES, InvalidRequestError)
+
+
+def encode_request(request: object) -> bytes:
+    """The request as CBOR bytes. Raises ValueError for an object that is not a controller request."""
+    return _REQUESTS.encode(request)
+
+
+def decode_request(data: bytes) -> object:
+    """The controller request in `data`. Raises InvalidRequestError for anything else."""
+    return _REQUESTS.decode(data)
+
+
+def encode_response(response: object) -> bytes:
+    """The response as CBOR bytes. Raises ValueError for an object that is not a controller response."""
+    return _RESPONSES.encode(response)
+
+
+def decode_response(data: bytes) -> object:
+    """The controller response in `data`. Raises InvalidRequestError for anything else."""
+    return _RESPONSES.decode(data)
+
+
+def error_name(code: int) -> str:
+    """The Kafka name of an error code (for messages and logs)."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"UNKNOWN_ERROR_{code}"
