@@ -334,7 +334,7 @@ def build_batch(
     if codec and entries:
         section = compress(codec, section)
     attributes = (
-        int(codec)
+        (int(codec) if entries else 0)  # an empty batch is written uncompressed, as Java's writeEmptyHeader does
         | (TIMESTAMP_TYPE_MASK if log_append_time else 0)
         | (TRANSACTIONAL_MASK if is_transactional else 0)
         | (CONTROL_MASK if is_control else 0)
