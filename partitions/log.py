@@ -1,0 +1,681 @@
+"""The partition log: Kafka's `UnifiedLog` (local part) over the Storage port.
+
+Theory of operation: a partition directory holds a sequence of segments (partitions/segment.py) with
+increasing base offsets; the last one is the active segment and the only one appended to. The log owns:
+- log_start_offset (first offset a consumer may read; advanced by retention and DeleteRecords, persisted in
+  `log-start-offset-checkpoint` when it is not a segment's base) and log_end_offset (next offset to assign);
+- the leader epoch cache (partitions/leader_epoch.py);
+- the flush policy (flush.messages / flush.ms; a segment is always fsynced when it is rolled);
+- retention, DeleteRecords, truncation, and compaction (partitions/cleaner.py) of closed segments.
+
+The hot path never decodes records: the leader checks each batch's header, size and CRC-32C, stamps the
+base offset and leader epoch (both outside the CRC) and appends the bytes in one write; a fetch returns
+(handle, position, size) slices of whole batches, read with one positional read per segment touched.
+
+Files and crash recovery (Kafka's rules):
+- `clean-shutdown` is written by `close()` after everything is fsynced and deleted on open. With it, segments
+  are loaded from their indexes (rebuilt if insane). Without it, the last segment is rescanned batch by batch
+  (CRC, offsets), a torn or corrupt tail is cut, and its indexes are rebuilt; older segments were fsynced
+  when they were rolled and are only sanity-checked (rebuilt when a check fails).
+- `*.cleaned` (an unfinished compaction), `*.deleted` (a segment whose deletion was pending) and `*.tmp`
+  files are deleted. A `*.log.swap` is a finished compaction whose swap was interrupted: the segments it
+  replaces are deleted and it is renamed into place (index `.swap` files are dropped and rebuilt).
+- The epoch cache is truncated to the recovered log end offset and from the log start offset.
+
+Invariants (asserted): log_start_offset <= log_end_offset; segment base offsets strictly increase; every
+segment's next offset <= the next segment's base offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from dataclasses import dataclass, field, replace
+
+from partitions.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    compute_crc,
+    parse_header,
+    set_log_append_time,
+    stamp_batch,
+)
+from partitions.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+    ErrorCode,
+)
+from partitions.leader_epoch import LeaderEpochCache
+from partitions.log_config import LogConfig
+from partitions.cleaner import CleanerStats, compact_log
+from partitions.records import decode_batch
+from partitions.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    SWAP_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    BatchPlacement,
+    LogSegment,
+    join,
+)
+from partitions.storage import FileHandle, Storage, StorageError, read_file, write_file_atomically
+
+CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
+LOG_START_OFFSET_FILE_NAME = "log-start-offset-checkpoint"
+TEMP_SUFFIX = ".tmp"
+COMPRESSION_CODEC_MAX = 4  # zstd; 5..7 are not Kafka codecs
+EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append whose first offset is below the log end offset (Kafka's
+    UnexpectedAppendOffsetException): the fetcher must truncate or refetch."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class AppendOrigin(enum.Enum):
+    """Who appends on the leader: clients may not write control batches; coordinators may."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append wrote (Kafka's LogAppendInfo)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    valid_bytes: int
+    batch_headers: tuple[BatchHeader, ...]  # as written: offsets and leader epoch stamped
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """`size` bytes of whole batches at `position` of an open segment file."""
+
+    handle: FileHandle
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        data = self.handle.read_at(self.position, self.size)
+        assert len(data) == self.size, f"short read {len(data)} of {self.size} at {self.position}"
+        return data
+
+
+@dataclass(slots=True)
+class FetchData:
+    """Whole batches for a fetch. The edge may os.sendfile each slice (handle.fileno() is not None) or use
+    `records`, which reads every slice once (one pread each) and caches the bytes. Read it before the log's
+    file.delete.delay.ms passes: deleted segments keep their handles open until then."""
+
+    fetch_offset: int
+    slices: tuple[FileSlice, ...]
+    _records: bytes | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return sum(piece.size for piece in self.slices)
+
+    @property
+    def records(self) -> bytes:
+        if self._records is None:
+            self._records = b"".join(piece.read() for piece in self.slices)
+        return self._records
+
+
+@dataclass(frozen=True, slots=True)
+class _Validated:
+    """One checked batch of an append: its position in the buffer and its header as received."""
+
+    position: int
+    header: BatchHeader
+
+
+class PartitionLog:
+    """One partition's segmented log in `directory` of `storage`. Not thread-safe: one owner."""
+
+    def __init__(self, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> None:
+        self.storage = storage
+        self.directory = directory
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self.log_start_offset = 0
+        self.epoch_cache = LeaderEpochCache(storage, directory)
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms
+        self.now_ms = now_ms
+        self.pending_deletions: list[tuple[int, LogSegment]] = []
+        self.cleaner_checkpoint = 0  # first offset not yet compacted (Kafka's cleaner-offset-checkpoint)
+        self.closed = False
+
+    # ---- opening and recovery
+
+    @classmethod
+    def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Load (and recover) the log in `directory`, creating it when empty. Raises StorageError."""
+        storage.makedirs(directory)
+        log = cls(storage, directory, config, now_ms)
+        names = storage.list(directory)
+        clean_shutdown = CLEAN_SHUTDOWN_FILE_NAME in names
+        swap_bases = log._remove_leftovers(names)
+        log._load_segments(clean_shutdown)
+        for base_offset in swap_bases:
+            log._complete_swap(base_offset)
+        checkpointed_start = log._read_log_start_offset()
+        if not log.segments:
+            log.segments.append(log._new_segment(checkpointed_start or 0, now_ms))
+        log.log_start_offset = max(checkpointed_start or 0, log.segments[0].base_offset)
+        if log.log_start_offset > log.log_end_offset:
+            log.truncate_fully_and_start_at(log.log_start_offset)
+        if clean_shutdown:
+            storage.delete(log._path(CLEAN_SHUTDOWN_FILE_NAME))
+            storage.fsync_dir(directory)
+        log.epoch_cache.truncate_from_end(log.log_end_offset)
+        log.epoch_cache.truncate_from_start(log.log_start_offset)
+        log._check_invariants()
+        return log
+
+    def _path(self, name: str) -> str:
+        return join(self.directory, name)
+
+    def _remove_leftovers(self, names: list[str]) -> list[int]:
+        """Delete temp/cleaned/deleted files and orphan indexes; return the base offsets of .log.swap files."""
+        swap_bases = []
+        log_bases = {name[: -len(LOG_SUFFIX)] for name in names if name.endswith(LOG_SUFFIX)}
+        for name in names:
+            if name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX, TEMP_SUFFIX)):
+                self.storage.delete(self._path(name))
+            elif name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                swap_bases.append(int(name.split(".")[0]))
+            elif name.endswith(SWAP_SUFFIX):
+                self.storage.delete(self._path(name))  # index swaps are rebuilt from the swapped log
+            elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)) and name.split(".")[0] not in log_bases:
+                self.storage.delete(self._path(name))
+        return sorted(swap_bases)
+
+    def _load_segments(self, clean_shutdown: bool) -> None:
+        bases = sorted(
+            int(name[: -len(LOG_SUFFIX)])
+            for name in self.storage.list(self.directory)
+            if name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit()
+        )
+        for slot, base_offset in enumerate(bases):
+            segment = self.segment_object(base_offset)
+            self.segments.append(segment)
+            is_last = slot == len(bases) - 1
+            if (is_last and not clean_shutdown) or segment.load_after_clean_shutdown() is not None:
+                result = segment.recover()
+                if result.truncated_bytes and not is_last:
+                    # Corruption inside an older segment: what follows it can no longer be contiguous.
+                    for later in bases[slot + 1 :]:
+                        self.segment_object(later).delete()
+                    break
+        for segment in self.segments:
+            if segment.first_batch_timestamp is not None and segment.first_batch_timestamp >= 0:
+                segment.created_ms = segment.first_batch_timestamp
+
+    def segment_object(self, base_offset: int, suffix: str = "") -> LogSegment:
+        return LogSegment(
+            self.storage,
+            self.directory,
+            base_offset,
+            self.config.segment_index_bytes,
+            self.config.index_interval_bytes,
+            self.now_ms,
+            suffix,
+        )
+
+    def _complete_swap(self, base_offset: int) -> None:
+        """Finish an interrupted compaction swap: the .swap replaces every segment in its offset range."""
+        swapped = self.segment_object(base_offset, SWAP_SUFFIX)
+        swapped.recover()
+        end_offset = max(swapped.next_offset, base_offset + 1)
+        for segment in [s for s in self.segments if base_offset <= s.base_offset < end_offset]:
+            self.segments.remove(segment)
+            segment.delete()
+        swapped.change_suffix("")
+        self.storage.fsync_dir(self.directory)
+        bisect.insort(self.segments, swapped, key=lambda s: s.base_offset)
+
+    def _read_log_start_offset(self) -> int | None:
+        path = self._path(LOG_START_OFFSET_FILE_NAME)
+        if not self.storage.exists(path):
+            return None
+        try:
+            lines = read_file(self.storage, path).decode("ascii").split()
+            assert lines[0] == "0" and lines[1] == "1", lines
+            return int(lines[2])
+        except (StorageError, UnicodeDecodeError, ValueError, IndexError, AssertionError):
+            return None  # unreadable: fall back to the first segment's base offset, as a fresh log would
+
+    def _write_log_start_offset(self) -> None:
+        data = f"0\n1\n{self.log_start_offset}\n".encode("ascii")
+        write_file_atomically(self.storage, self._path(LOG_START_OFFSET_FILE_NAME), data)
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        for file_suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            self.storage.delete(self._path(f"{base_offset:020d}{file_suffix}"))
+        segment = self.segment_object(base_offset)
+        segment.created_ms = now_ms
+        self.storage.fsync_dir(self.directory)
+        return segment
+
+    def _check_invariants(self) -> None:
+        assert self.segments, "a log always has an active segment"
+        assert self.log_start_offset <= self.log_end_offset, f"lso={self.log_start_offset} leo={self.log_end_offset}"
+        for earlier, later in zip(self.segments, self.segments[1:]):
+            assert earlier.base_offset < later.base_offset, f"{earlier} before {later}"
+            assert earlier.next_offset <= later.base_offset, f"{earlier} overlaps {later}"
+
+    # ---- state
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epoch_cache.latest_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    def _now(self, now_ms: int) -> None:
+        self.now_ms = max(self.now_ms, now_ms)
+
+    # ---- appends
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
+        """Validate, assign offsets, stamp `leader_epoch` and append one or more v2 batches as received.
+        A bytearray is stamped in place (no copy). Appends nothing when it raises CorruptRecordError,
+        InvalidRecordError, RecordTooLargeError, UnsupportedCompressionTypeError, InvalidTimestampError,
+        UnsupportedForMessageFormatError, or FencedLeaderEpochError (an epoch older than the latest)."""
+        self._now(now_ms)
+        latest = self.epoch_cache.latest_epoch
+        if latest is not None and leader_epoch < latest:
+            raise FencedLeaderEpochError(f"leader epoch {leader_epoch} is older than the log's {latest}")
+        checked = self._validate(records, leader=True, origin=origin, now_ms=now_ms)
+        if not checked:
+            return self._empty_append_info()
+        buffer = records if isinstance(records, bytearray) else bytearray(records)
+        log_append_time_ms = now_ms if self.config.log_append_time else -1
+        next_offset = self.log_end_offset
+        placements, headers = [], []
+        view = memoryview(buffer)
+        for item in checked:
+            batch = view[item.position : item.position + item.header.size]
+            stamp_batch(batch, next_offset, leader_epoch)
+            max_timestamp = item.header.max_timestamp
+            if log_append_time_ms >= 0:
+                set_log_append_time(batch, log_append_time_ms)
+                max_timestamp = log_append_time_ms
+            header = replace(item.header, base_offset=next_offset, partition_leader_epoch=leader_epoch)
+            headers.append(header)
+            placements.append(BatchPlacement(item.position, header.size, header.last_offset, max_timestamp))
+            next_offset = header.next_offset
+        view.release()
+        self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+        return self._append(buffer, placements, headers, log_append_time_ms, now_ms)
+
+    def append_as_follower(self, records: bytes | bytearray, now_ms: int) -> AppendInfo:
+        """Append batches fetched from the leader with their offsets and epochs as given. The first offset
+        must be >= log_end_offset (a gap is allowed: compacted leaders skip offsets). Raises
+        UnexpectedAppendOffsetError, CorruptRecordError, InvalidRecordError; appends nothing on error."""
+        self._now(now_ms)
+        checked = self._validate(records, leader=False, origin=AppendOrigin.CLIENT, now_ms=now_ms)
+        if not checked:
+            return self._empty_append_info()
+        first_offset = checked[0].header.base_offset
+        if first_offset < self.log_end_offset:
+            raise UnexpectedAppendOffsetError(
+                f"follower append starts at {first_offset}, below the log end offset {self.log_end_offset}"
+            )
+        for item in checked:
+            epoch = item.header.partition_leader_epoch
+            latest = self.epoch_cache.latest_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                self.epoch_cache.assign(epoch, item.header.base_offset)
+        headers = [item.header for item in checked]
+        placements = [BatchPlacement(i.position, i.header.size, i.header.last_offset, i.header.max_timestamp) for i in checked]
+        return self._append(records, placements, headers, -1, now_ms)
+
+    def _empty_append_info(self) -> AppendInfo:
+        leo = self.log_end_offset
+        return AppendInfo(leo, leo - 1, -1, -1, -1, self.log_start_offset, 0, 0, ())
+
+    def _validate(self, records: bytes | bytearray, leader: bool, origin: AppendOrigin, now_ms: int) -> list[_Validated]:
+        """Check every batch of `records` without decoding records; raise the first problem found."""
+        view = memoryview(records)
+        checked: list[_Validated] = []
+        position = 0
+        previous_next_offset = -1
+        while position < len(view):
+            if len(view) - position < HEADER_SIZE:
+                raise CorruptRecordError(f"{len(view) - position} trailing bytes are not a record batch")
+            header = parse_header(view, position)
+            if position + header.size > len(view):
+                raise CorruptRecordError(f"record batch of {header.size} bytes truncated at {len(view) - position}")
+            batch = view[position : position + header.size]
+            if leader:
+                self._check_leader_batch(header, origin, now_ms)
+            elif header.base_offset < previous_next_offset:
+                raise InvalidRecordError(f"batch base offset {header.base_offset} below {previous_next_offset}")
+            if compute_crc(batch) != header.crc:
+                raise CorruptRecordError(f"record batch CRC mismatch at position {position}")
+            if header.compression > COMPRESSION_CODEC_MAX:
+                raise UnsupportedCompressionTypeError(f"compression codec {header.compression}")
+            checked.append(_Validated(position, header))
+            previous_next_offset = header.next_offset
+            position += header.size
+        return checked
+
+    def _check_leader_batch(self, header: BatchHeader, origin: AppendOrigin, now_ms: int) -> None:
+        if header.size > self.config.max_message_bytes or header.size > self.config.segment_bytes:
+            raise RecordTooLargeError(
+                f"record batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+            )
+        if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"records_count={header.records_count} does not match last_offset_delta={header.last_offset_delta}"
+            )
+        if header.is_control and origin is AppendOrigin.CLIENT:
+            raise InvalidRecordError("clients may not write control batches")
+        if header.is_transactional and header.producer_id < 0:
+            raise InvalidRecordError("a transactional batch needs a producer id")
+        if not self.config.log_append_time:
+            # Header timestamps only (base = first record, max = largest): no per-record decoding here.
+            if now_ms - min(header.base_timestamp, header.max_timestamp) > self.config.message_timestamp_before_max_ms:
+                raise InvalidTimestampError(f"timestamp {header.base_timestamp} too far before {now_ms}")
+            if header.max_timestamp - now_ms > self.config.message_timestamp_after_max_ms:
+                raise InvalidTimestampError(f"timestamp {header.max_timestamp} too far after {now_ms}")
+
+    def _append(self, data, placements: list[BatchPlacement], headers: list[BatchHeader],
+                log_append_time_ms: int, now_ms: int) -> AppendInfo:
+        first_offset = headers[0].base_offset
+        last_offset = placements[-1].last_offset
+        reason = self.active_segment.should_roll(len(data), last_offset, self.config.segment_bytes,
+                                                 self.config.segment_ms, now_ms)
+        if reason is not None:
+            self.roll(now_ms, max(first_offset, self.log_end_offset))
+        self.active_segment.append(data, placements)
+        record_count = sum(header.last_offset_delta + 1 for header in headers)
+        self.unflushed_messages += record_count
+        if self.config.flush_messages is not None and self.unflushed_messages >= self.config.flush_messages:
+            self.flush(now_ms)
+        best = max(placements, key=lambda p: p.max_timestamp)
+        return AppendInfo(first_offset, last_offset, best.max_timestamp, best.last_offset, log_append_time_ms,
+                          self.log_start_offset, record_count, len(data), tuple(headers))
+
+    def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
+        """Seal (fsync) the active segment and start a new one at `base_offset` (default: log end offset)."""
+        base_offset = self.log_end_offset if base_offset is None else base_offset
+        assert base_offset >= self.log_end_offset, f"roll to {base_offset} below leo {self.log_end_offset}"
+        active = self.active_segment
+        if active.is_empty:
+            if active.base_offset == base_offset:
+                return active
+            self.segments.pop()
+            active.delete()
+        else:
+            active.seal()
+        self.segments.append(self._new_segment(base_offset, now_ms))
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms
+        return self.active_segment
+
+    # ---- flushing
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync the active segment (older ones were fsynced when rolled)."""
+        self.active_segment.fsync()
+        self.unflushed_messages = 0
+        self.last_flush_ms = self.now_ms if now_ms is None else now_ms
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush when flush.ms has passed with unflushed messages; run due file deletions. True if flushed."""
+        self._now(now_ms)
+        self.delete_due_files(now_ms)
+        due = self.config.flush_ms is not None and now_ms - self.last_flush_ms >= self.config.flush_ms
+        if due and self.unflushed_messages:
+            self.flush(now_ms)
+            return True
+        return False
+
+    # ---- reads
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True) -> FetchData:
+        """Whole batches from the one holding `offset`, at most `max_bytes` (but at least one batch when
+        `min_one_batch`), none holding an offset >= `max_offset` (e.g. the high watermark). Raises
+        OffsetOutOfRangeError for an offset outside [log_start_offset, log_end_offset]."""
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        assert max_bytes >= 0, f"max_bytes={max_bytes}"
+        slices: list[FileSlice] = []
+        fetch_offset, remaining = offset, max_bytes
+        slot = max(0, bisect.bisect_right(self.segments, offset, key=lambda s: s.base_offset) - 1)
+        for segment in self.segments[slot:]:
+            found = segment.translate_offset(offset)
+            if found is None:
+                continue
+            position, header = found
+            if max_offset is not None and header.last_offset >= max_offset:
+                break
+            limit = segment.size
+            if max_offset is not None and max_offset < segment.next_offset:
+                limit = segment.translate_offset(max_offset, position)[0]
+            end = segment.batch_boundary_at_or_before(min(limit, position + remaining), position)
+            if end == position and min_one_batch and not slices:
+                end = position + header.size
+            if end > position:
+                slices.append(FileSlice(segment.log, position, end - position))
+                remaining -= min(remaining, end - position)
+            if end < segment.size or remaining == 0:
+                break
+            offset = segment.next_offset
+        return FetchData(fetch_offset, tuple(slices))
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp_ms` (ListOffsets), or None.
+        Special values: -2 earliest, -1 latest (timestamp -1), -3 the record with the largest timestamp."""
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, -1
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        if timestamp_ms == MAX_TIMESTAMP:
+            best = max(self.segments, key=lambda s: s.max_timestamp)
+            return (best.offset_of_max_timestamp, best.max_timestamp) if best.max_timestamp >= 0 else None
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            found = segment.find_batch_by_timestamp(timestamp_ms, self.log_start_offset)
+            if found is not None:
+                return self._record_at_or_after_timestamp(segment, *found, timestamp_ms)
+        return None
+
+    def _record_at_or_after_timestamp(self, segment: LogSegment, position: int, header: BatchHeader,
+                                      timestamp_ms: int) -> tuple[int, int]:
+        """Refine to the record: decoding is fine here (ListOffsets is not the hot path)."""
+        if header.is_log_append_time:
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        for record in decode_batch(segment.read_batch(position, header)).records:
+            if record.offset >= self.log_start_offset and record.timestamp >= timestamp_ms:
+                return record.offset, record.timestamp
+        return max(header.base_offset, self.log_start_offset), header.max_timestamp
+
+    # ---- leader epochs
+
+    def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset` (a new leader does this with its log end offset)."""
+        self.epoch_cache.assign(epoch, start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, its end offset) for OffsetsForLeaderEpoch (KIP-101); (-1, -1) if unknown."""
+        return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # ---- truncation
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every offset >= `offset` (the whole batch holding it, as Kafka does); truncates segments,
+        indexes and the epoch cache. A no-op at or past the log end offset."""
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+            self.segments.pop().delete()
+        self.active_segment.truncate_to(offset)
+        self.active_segment.created_ms = self.now_ms
+        self.storage.fsync_dir(self.directory)
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self.cleaner_checkpoint = min(self.cleaner_checkpoint, self.log_end_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.log_end_offset
+            self._write_log_start_offset()
+        self.unflushed_messages = 0
+        self._check_invariants()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at `offset` (a follower far behind a leader's log start)."""
+        assert offset >= 0, f"offset={offset}"
+        for segment in self.segments:
+            segment.delete()
+        self.segments = [self._new_segment(offset, self.now_ms)]
+        self.log_start_offset = offset
+        self._write_log_start_offset()
+        self.epoch_cache.clear()
+        self.cleaner_checkpoint = offset
+        self.unflushed_messages = 0
+        self._check_invariants()
+
+    # ---- deletion: DeleteRecords and retention
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance log_start_offset to `offset` (the caller enforces <= high watermark) and
+        delete whole segments below it. Returns the new log_start_offset (the response's low watermark).
+        Raises OffsetOutOfRangeError past the log end offset."""
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(f"delete before {offset} past the log end offset {self.log_end_offset}")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._write_log_start_offset()
+            self.epoch_cache.truncate_from_start(offset)
+            self._delete_prefix(lambda segment, following: following.base_offset <= self.log_start_offset)
+        return self.log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete closed segments past retention.ms (their largest timestamp) or beyond retention.bytes,
+        oldest first and never the active one, when cleanup.policy has "delete". Returns segments deleted."""
+        self._now(now_ms)
+        deleted = 0
+        if self.config.delete and self.config.retention_ms >= 0:
+            deadline_ms = now_ms - self.config.retention_ms
+            deleted += self._delete_prefix(lambda segment, following: segment.max_timestamp < deadline_ms)
+        if self.config.delete and self.config.retention_bytes >= 0:
+            excess = [self.size_bytes - self.config.retention_bytes]
+
+            def over_size(segment: LogSegment, following: LogSegment) -> bool:
+                if excess[0] - segment.size < 0:
+                    return False
+                excess[0] -= segment.size
+                return True
+
+            deleted += self._delete_prefix(over_size)
+        deleted += self._delete_prefix(lambda segment, following: following.base_offset <= self.log_start_offset)
+        self.delete_due_files(now_ms)
+        return deleted
+
+    def _delete_prefix(self, deletable) -> int:
+        """Delete segments from the oldest while `deletable(segment, following)`; never the active one."""
+        count = 0
+        while len(self.segments) > 1 and deletable(self.segments[0], self.segments[1]):
+            self.retire_segment(self.segments.pop(0))
+            count += 1
+        if count:
+            self.storage.fsync_dir(self.directory)
+            if self.segments[0].base_offset > self.log_start_offset:
+                self.log_start_offset = self.segments[0].base_offset
+                self._write_log_start_offset()
+                self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self.cleaner_checkpoint = max(self.cleaner_checkpoint, self.log_start_offset)
+            self._check_invariants()
+        return count
+
+    def retire_segment(self, segment: LogSegment) -> None:
+        """Rename a segment that left the log to .deleted; its files go after file.delete.delay.ms."""
+        segment.change_suffix(DELETED_SUFFIX)
+        self.pending_deletions.append((self.now_ms + self.config.file_delete_delay_ms, segment))
+
+    def delete_due_files(self, now_ms: int) -> int:
+        """Delete the files of segments whose file.delete.delay.ms has passed. Returns how many."""
+        due = [entry for entry in self.pending_deletions if entry[0] <= now_ms]
+        self.pending_deletions = [entry for entry in self.pending_deletions if entry[0] > now_ms]
+        for _, segment in due:
+            segment.delete()
+        return len(due)
+
+    # ---- compaction
+
+    def compact(self, now_ms: int, first_uncleanable_offset: int | None = None, force: bool = False) -> CleanerStats:
+        """Compact closed segments below `first_uncleanable_offset` (the caller passes the last stable offset
+        or high watermark) when cleanup.policy has "compact" and the dirty ratio reaches
+        min.cleanable.dirty.ratio (or `force`); see partitions/cleaner.py. Returns CleanerStats."""
+        self._now(now_ms)
+        stats = compact_log(self, now_ms, first_uncleanable_offset, force)
+        self.delete_due_files(now_ms)
+        return stats
+
+    # ---- closing
+
+    def close(self) -> None:
+        """fsync everything, write the clean-shutdown marker, release every handle. Idempotent."""
+        if self.closed:
+            return
+        self.active_segment.fsync()
+        for _, segment in self.pending_deletions:
+            segment.delete()
+        self.pending_deletions = []
+        for segment in self.segments:
+            segment.close()
+        write_file_atomically(self.storage, self._path(CLEAN_SHUTDOWN_FILE_NAME), b"")
+        self.closed = True
+
+    def delete_directory(self) -> None:
+        """Remove the partition entirely (topic deletion or reassignment away)."""
+        for _, segment in self.pending_deletions:
+            segment.close()
+        for segment in self.segments:
+            segment.close()
+        self.storage.delete_tree(self.directory)
+        self.closed = True
