@@ -455,8 +455,9 @@ class PartitionLog:
     # ---- flushing
 
     def flush(self, now_ms: int | None = None) -> None:
-        """fsync the active segment (older ones were fsynced when rolled)."""
-        self.active_segment.fsync()
+        """fsync the active segment's .log (older segments were fsynced when rolled; the active segment's
+        indexes are rebuilt by recovery after a crash, so they need no fsync here)."""
+        self.active_segment.log.fsync()
         self.unflushed_messages = 0
         self.last_flush_ms = self.now_ms if now_ms is None else now_ms
 
