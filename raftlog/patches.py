@@ -1,0 +1,399 @@
+"""Explicit, asserted patches that make pysyncobj 0.3.17 safe and deterministic.
+
+Theory of operation: pysyncobj keeps its clock, randomness, journal, snapshot serializer, poller and
+pickle as *module globals* of `pysyncobj.syncobj` (and friends). This module replaces each of them, once,
+at import, by a router that forwards to the driver that is *currently* calling into SyncObj (see
+`driving`). Several drivers can therefore live in one process (the simulator), each with its own virtual
+clock, seeded RNG and Storage; a call into SyncObj outside `driving` fails loudly instead of reading wall
+time.
+
+The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md) are textual edits of the exact
+pysyncobj source, recompiled inside a `class SyncObj` wrapper so name mangling still applies. Before any
+edit the source of every function we depend on is compared to a SHA-256 recorded here, and the module
+refuses to load on any other pysyncobj version: a silent upstream change can never leave a fix half
+applied. Each fix can be switched off per driver (`RaftDriver(bug_switches=...)`) so the simulator and the
+tests can show the bug it prevents; production code never switches one off.
+
+A  follower commits an unverified log on snapshot messages: the commit index only advances up to the
+   last index this very message verified (prevLogIdx consistency check passed, or a snapshot completed).
+B  nextIndex livelock: the leader keeps the *lowest* nextIndex a NACK asked for (min clamp), and a
+   follower answers a term conflict with the first index of the conflicting term (one round per term).
+D  dump/journal restart race: a journal that still holds the dumped entries is compacted to the dump
+   point (the interrupted compaction is finished) instead of being cleared.
+E  journal without a dump file never applies after restart: the snapshot is always persisted next to
+   the journal, and the driver refuses a compacted journal without a snapshot (see driver.py).
+C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import io
+import pickle as _stdlib_pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
+
+import pysyncobj.version
+
+PYSYNCOBJ_VERSION_REQUIRED = "0.3.17"
+
+
+class UnsupportedPysyncobjVersionError(RuntimeError):
+    """The installed pysyncobj is not the exact version these patches were written and proven against."""
+
+
+def check_version(found: str) -> None:
+    """Raises UnsupportedPysyncobjVersionError unless `found` is the one supported pysyncobj version."""
+    if found != PYSYNCOBJ_VERSION_REQUIRED:
+        raise UnsupportedPysyncobjVersionError(
+            f"raftlog requires pysyncobj=={PYSYNCOBJ_VERSION_REQUIRED} exactly (its fixes are source patches), "
+            f"found pysyncobj {found}"
+        )
+
+
+check_version(pysyncobj.version.VERSION)
+
+import pysyncobj.dns_resolver  # noqa: E402  (only after the version check)
+import pysyncobj.serializer  # noqa: E402
+import pysyncobj.syncobj as _syncobj  # noqa: E402
+import pysyncobj.tcp_connection  # noqa: E402
+import pysyncobj.transport  # noqa: E402
+from pysyncobj.node import Node  # noqa: E402
+
+# SHA-256 of inspect.getsource() of every SyncObj function whose exact behaviour the adapter relies on.
+EXPECTED_SOURCE_SHA256: dict[str, str] = {
+    "_SyncObj__onMessageReceived": "ddfe34b6c02821795146dc533fb7c0fcf6574a082a68a227b4c885c9e14be206",
+    "_SyncObj__loadDumpFile": "ec66e83905de703bcead2735be875e71870a6bbe271c854867611e555a90bbba",
+    "_SyncObj__applyLogEntries": "073db677773b5a2dddf17cc51f84ac8803ed456da0f0011e15240d6bd1600684",
+    "_SyncObj__getEntries": "e29c4b33293b21018d1124c7e5835748c4c8092f7ce4af9e86f24633ccec7e0e",
+    "_onTick": "cc9eb08232d005ba4e21a33ec453e5d02fe3537dadebda8571406c57f65a3c37",
+    "_SyncObj__tryLogCompaction": "c2f8a0ec14cc7312e3ff41a16cde9be71ff0f908bd66aec9e2673d97a775be2c",
+    "_SyncObj__sendAppendEntries": "9cb9073128c392fa9e5efc4691420ba435bfafb4c74e83a34f931fa16aa760c6",
+    "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
+}
+
+_ORIGINAL_SOURCE: dict[str, str] = {}
+
+
+def source_sha256(function: Callable[..., Any]) -> str:
+    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+
+
+def verify_sources() -> None:
+    """Raises UnsupportedPysyncobjVersionError when a patched or relied-on function differs from 0.3.17's."""
+    for name, expected in EXPECTED_SOURCE_SHA256.items():
+        found = source_sha256(getattr(_syncobj.SyncObj, name))
+        if found != expected:
+            raise UnsupportedPysyncobjVersionError(f"pysyncobj SyncObj.{name} source changed: sha256 {found}")
+
+
+verify_sources()
+for _name in EXPECTED_SOURCE_SHA256:
+    _ORIGINAL_SOURCE[_name] = inspect.getsource(getattr(_syncobj.SyncObj, _name))
+
+# ---------------------------------------------------------------------------------------------------------
+# The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
+
+BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E"})
+
+
+@dataclass(frozen=True)
+class _Edit:
+    function: str
+    old: str
+    new: str
+
+
+_EDITS: dict[str, tuple[_Edit, ...]] = {
+    "A": (
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "            # Regular append entries\n            if 'prevLogIdx' in message:\n",
+            "            verifiedIdx = None  # fix A: the last index this message proved to match the leader\n"
+            "            # Regular append entries\n            if 'prevLogIdx' in message:\n",
+        ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                self.__sendNextNodeIdx(node, nextNodeIdx=nextNodeIdx, success=True)\n",
+            "                verifiedIdx = nextNodeIdx - 1\n"
+            "                self.__sendNextNodeIdx(node, nextNodeIdx=nextNodeIdx, success=True)\n",
+        ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                    self.__loadDumpFile(clearJournal=True)\n",
+            "                    self.__loadDumpFile(clearJournal=True)\n"
+            "                    verifiedIdx = self.__getCurrentLogIndex()\n",
+        ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "            if leaderCommitIndex > self.__raftCommitIndex:\n"
+            "                self.__raftCommitIndex = min(leaderCommitIndex, self.__getCurrentLogIndex())\n",
+            "            if verifiedIdx is not None and leaderCommitIndex > self.__raftCommitIndex:\n"
+            "                self.__raftCommitIndex = max(self.__raftCommitIndex, min(leaderCommitIndex, verifiedIdx))\n",
+        ),
+    ),
+    "B": (
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                if prevEntries[0][2] != prevLogTerm:\n"
+            "                    self.__sendNextNodeIdx(node, nextNodeIdx = prevLogIdx, success = False, reset=True)\n",
+            "                if prevEntries[0][2] != prevLogTerm:\n"
+            "                    # fix B: skip back over the whole conflicting term, never below our commit index\n"
+            "                    conflictTerm = prevEntries[0][2]\n"
+            "                    conflictIdx = prevLogIdx\n"
+            "                    lowestIdx = max(self.__raftLog[0][1] + 1, self.__raftCommitIndex + 1)\n"
+            "                    while conflictIdx > lowestIdx and self.__getEntries(conflictIdx - 1, 1)[0][2] == conflictTerm:\n"
+            "                        conflictIdx -= 1\n"
+            "                    self.__sendNextNodeIdx(node, nextNodeIdx = conflictIdx, success = False, reset=True)\n",
+        ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                if reset:\n                    self.__raftNextIndex[node] = nextNodeIdx\n",
+            "                if reset:\n"
+            "                    # fix B: pipelined NACKs arrive in a burst; keep the lowest index asked for\n"
+            "                    self.__raftNextIndex[node] = min(nextNodeIdx, self.__raftNextIndex.get(node, nextNodeIdx))\n",
+        ),
+    ),
+    "D": (
+        _Edit(
+            "_SyncObj__loadDumpFile",
+            "            if clearJournal or \\\n",
+            "            dumpedEntries = self.__getEntries(data[2][1], 2)\n"
+            "            if not clearJournal and len(dumpedEntries) == 2 and \\\n"
+            "                    tuple(dumpedEntries[0]) == tuple(data[2]) and tuple(dumpedEntries[1]) == tuple(data[1]):\n"
+            "                # fix D: the journal still holds the dumped entries: finish the interrupted compaction\n"
+            "                self.__deleteEntriesTo(data[2][1])\n"
+            "            elif clearJournal or \\\n",
+        ),
+    ),
+    # E is not a source edit: it is the choice of a persisted snapshot (see driver.py); recorded here so
+    # that every fix is switched through the same `bug_switches` and documented in one place.
+    "E": (),
+}
+
+
+def _apply_edits(function_name: str, bugs_live: frozenset[str]) -> str:
+    source = _ORIGINAL_SOURCE[function_name]
+    for bug in sorted(BUG_NAMES - bugs_live):
+        for edit in _EDITS[bug]:
+            if edit.function != function_name:
+                continue
+            count = source.count(edit.old)
+            assert count == 1, f"fix {bug}: expected snippet found {count} times in {function_name}"
+            source = source.replace(edit.old, edit.new)
+    return source
+
+
+_VARIANTS: dict[tuple[str, frozenset[str]], Callable[..., Any]] = {}
+
+
+def variant(function_name: str, bugs_live: frozenset[str]) -> Callable[..., Any]:
+    """SyncObj.<function_name> with every fix applied except those of `bugs_live` (compiled once)."""
+    relevant = frozenset(b for b in bugs_live if any(e.function == function_name for e in _EDITS[b]))
+    key = (function_name, relevant)
+    if key not in _VARIANTS:
+        body = _apply_edits(function_name, relevant)
+        wrapper = "class SyncObj(object):\n" + body  # keeps `self.__x` mangled to `_SyncObj__x`
+        namespace: dict[str, Any] = {}
+        exec(compile(wrapper, f"<pysyncobj patched {function_name}>", "exec"), _syncobj.__dict__, namespace)
+        _VARIANTS[key] = namespace["SyncObj"].__dict__[function_name]
+    return _VARIANTS[key]
+
+
+def _install_dispatcher(function_name: str) -> None:
+    def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return variant(function_name, current().bugs_live)(self, *args, **kwargs)
+
+    dispatch.__name__ = function_name
+    setattr(_syncobj.SyncObj, function_name, dispatch)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Routing of process-wide globals to the driver that is currently calling into SyncObj.
+
+
+class DriverContext(Protocol):
+    """What a driver exposes to the routed globals while it is `driving`."""
+
+    bugs_live: frozenset[str]
+
+    def now_seconds(self) -> float: ...
+
+    def random(self) -> float: ...
+
+    def snapshot_exists(self, path: str) -> bool: ...
+
+    def make_journal(self) -> Any: ...
+
+    def make_serializer(self) -> Any: ...
+
+
+_CONTEXT_STACK: list[DriverContext] = []
+
+
+def current() -> DriverContext:
+    assert _CONTEXT_STACK, "pysyncobj was entered outside RaftDriver (no virtual clock, RNG or storage bound)"
+    return _CONTEXT_STACK[-1]
+
+
+@contextlib.contextmanager
+def driving(context: DriverContext) -> Iterator[None]:
+    """Bind pysyncobj's clock, RNG, journal, serializer and fixes to `context` for the enclosed calls."""
+    _CONTEXT_STACK.append(context)
+    try:
+        yield
+    finally:
+        popped = _CONTEXT_STACK.pop()
+        assert popped is context, "driver contexts must nest"
+
+
+def _virtual_monotonic() -> float:
+    return current().now_seconds()
+
+
+class _RandomRouter:
+    """Stands in for the `random` module inside pysyncobj: only `random()` is used (election timeouts)."""
+
+    def random(self) -> float:
+        return current().random()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"pysyncobj asked for random.{name}, which the adapter does not route")
+
+
+class _TimeRouter:
+    """Stands in for `time` in pysyncobj.syncobj: a tick must never sleep."""
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError(f"pysyncobj tried to sleep {seconds} s inside a tick")
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"pysyncobj asked for time.{name}, which the adapter does not route")
+
+
+class _PathRouter:
+    def isfile(self, path: str) -> bool:
+        return current().snapshot_exists(path)
+
+
+class _OsRouter:
+    """Stands in for `os` in pysyncobj.syncobj: its only use is `os.path.isfile(fullDumpFile)`."""
+
+    path = _PathRouter()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"pysyncobj asked for os.{name}, which the adapter does not route")
+
+
+class _NullPoller:
+    """No sockets: inbound traffic is handed to the driver by its caller, so a poll never waits."""
+
+    def subscribe(self, descr: Any, callback: Any, eventMask: int) -> None:  # noqa: N803
+        raise AssertionError("the adapter's transport has no file descriptors to poll")
+
+    def unsubscribe(self, descr: Any) -> None:
+        pass
+
+    def poll(self, timeout: float) -> None:
+        assert timeout == 0, f"a tick must not block, poll timeout={timeout}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stable node identity and the allow-list unpickler.
+
+
+class RaftNode(Node):
+    """A quorum member identified by its integer node id: hash, equality and order depend on the id only,
+    never on PYTHONHASHSEED (ints hash to themselves)."""
+
+    def __init__(self, id: int) -> None:  # noqa: A002  (pysyncobj's name)
+        assert isinstance(id, int) and not isinstance(id, bool), f"node id must be an int, got {id!r}"
+        super().__init__(id)
+
+    def __hash__(self) -> int:
+        return hash(int(self.id))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Node) and self.id == other.id
+
+    def __lt__(self, other: RaftNode) -> bool:
+        return self.id < other.id
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (RaftNode, (self.id,))
+
+
+_ALLOWED_CLASSES: frozenset[tuple[str, str]] = frozenset({(__name__, "RaftNode")})
+
+
+class _AllowListUnpickler(_stdlib_pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED_CLASSES:
+            raise _stdlib_pickle.UnpicklingError(f"class {module}.{name} is not on the raftlog allow-list")
+        return super().find_class(module, name)
+
+
+class AllowListPickle:
+    """Replaces `pysyncobj.pickle` inside pysyncobj: what it still pickles (command tuples of ints and
+    bytes, chunked log entries, membership changes naming a RaftNode) loads through an allow-list; any
+    other class in a log entry or a peer's message is refused instead of executed."""
+
+    @staticmethod
+    def to_bytes(data: bytes | str) -> bytes:
+        return data if isinstance(data, bytes) else data.encode("utf-8")
+
+    @staticmethod
+    def dumps(obj: Any, protocol: int | None = None) -> bytes:
+        return _stdlib_pickle.dumps(obj, protocol=5)
+
+    @staticmethod
+    def dump(obj: Any, file: Any, protocol: int | None = None) -> None:
+        file.write(AllowListPickle.dumps(obj))
+
+    @staticmethod
+    def loads(data: bytes | str) -> Any:
+        return _AllowListUnpickler(io.BytesIO(AllowListPickle.to_bytes(data))).load()
+
+    @staticmethod
+    def load(file: Any) -> Any:
+        return _AllowListUnpickler(file).load()
+
+
+def _route_journal(journalFile: Any = None) -> Any:  # noqa: N803
+    return current().make_journal()
+
+
+def _route_serializer(*args: Any, **kwargs: Any) -> Any:
+    return current().make_serializer()
+
+
+def _route_poller(pollerType: str) -> _NullPoller:  # noqa: N803
+    return _NullPoller()
+
+
+def _install() -> None:
+    for module in (_syncobj, pysyncobj.transport, pysyncobj.tcp_connection, pysyncobj.dns_resolver):
+        assert hasattr(module, "monotonicTime"), f"{module.__name__} has no monotonicTime to route"
+        module.monotonicTime = _virtual_monotonic
+    for module in (_syncobj, pysyncobj.transport, pysyncobj.dns_resolver):
+        module.random = _RandomRouter()
+    _syncobj.time = _TimeRouter()
+    _syncobj.os = _OsRouter()
+    _syncobj.pickle = AllowListPickle
+    pysyncobj.serializer.pickle = AllowListPickle
+    _syncobj.createJournal = _route_journal
+    _syncobj.Serializer = _route_serializer
+    _syncobj.createPoller = _route_poller
+    _syncobj.PIPE_NOTIFIER_ENABLED = False  # no os.pipe: appends are batched per tick by the driver
+    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile"):
+        _install_dispatcher(function_name)
+        variant(function_name, frozenset())  # compile the all-fixes variant now: a bad edit fails at import
+        variant(function_name, BUG_NAMES)
+
+
+_install()
