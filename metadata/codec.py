@@ -21,7 +21,6 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Mapping
 from typing import Any
 
 import cbor2
@@ -204,8 +203,3 @@ def _convert_primitive(value: Any, annotation: Any, path: str, error: type[Kafka
             raise error(f"{path}: {len(value)} bytes, more than {bytes_field_max}")
         return value
     raise AssertionError(f"{path}: unsupported annotation {annotation!r}")
-
-
-def frozen_items(mapping: Mapping) -> tuple:
-    """A mapping's items as a tuple sorted by key (a canonical, hashable form)."""
-    return tuple(sorted(mapping.items()))

@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from metadata.codec import Codec
+import cbor2
+
+from metadata.codec import Codec, encoded_bytes_max
 from partitions.errors import CorruptRecordError
 
 NO_LEADER = -1  # Kafka's LeaderConstants.NO_LEADER: the partition is offline
@@ -191,6 +193,7 @@ MetadataRecord = (
 )
 
 _CODEC = Codec(RECORD_TYPES, CorruptRecordError)
+records_per_batch_max = 1_000_000
 
 
 def encode_record(record: MetadataRecord) -> bytes:
@@ -205,3 +208,31 @@ def decode_record(data: bytes) -> MetadataRecord:
     or a missing, unknown or mistyped field.
     """
     return _CODEC.decode(data)
+
+
+def encode_record_batch(records: list[MetadataRecord]) -> bytes:
+    """The records of one controller result as one Raft entry: a CBOR array of encoded records.
+
+    Committing a result as one entry makes it atomic (a topic never commits without its partitions).
+    Raises ValueError for a non-record.
+    """
+    assert len(records) <= records_per_batch_max, f"{len(records)} records in one batch"
+    return cbor2.dumps([encode_record(record) for record in records])
+
+
+def decode_record_batch(data: bytes) -> list[MetadataRecord]:
+    """The records of one Raft entry written by `encode_record_batch`.
+
+    Raises CorruptRecordError for anything else (see `decode_record`).
+    """
+    if len(data) > encoded_bytes_max:
+        raise CorruptRecordError(f"record batch is {len(data)} bytes, more than {encoded_bytes_max}")
+    try:
+        items = cbor2.loads(data)
+    except Exception as exc:  # cbor2 raises several types
+        raise CorruptRecordError(f"record batch is not valid CBOR: {exc}") from None
+    if not isinstance(items, list) or len(items) > records_per_batch_max:
+        raise CorruptRecordError(f"record batch is not an array of at most {records_per_batch_max} records")
+    if not all(type(item) is bytes for item in items):
+        raise CorruptRecordError("record batch items must be byte strings")
+    return [decode_record(item) for item in items]
