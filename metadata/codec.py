@@ -90,6 +90,8 @@ class Codec:
         version_max = _version_max(cls)
         if type(version) is not int or not 0 <= version <= version_max:
             raise self._error(f"{name}: unsupported version {version!r} (this code reads 0..{version_max})")
+        if VERSION_FIELD in body:
+            raise self._error(f"{name}: unknown field {VERSION_FIELD!r} (the version travels as {VERSION_KEY!r})")
         body[VERSION_FIELD] = version
         return _build(cls, body, name, self._error)
 
