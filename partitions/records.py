@@ -255,7 +255,7 @@ def _encode_records(entries, base_timestamp: int) -> bytes:
     out: list[bytes] = []
     for delta, timestamp, key, value, headers, attributes in entries:
         timestamp_delta = timestamp - base_timestamp
-        if not -limit <= timestamp_delta < limit:
+        if not INT64_MIN <= timestamp_delta <= INT64_MAX:
             timestamp_delta = _wrap_int64(timestamp_delta)
         parts = [
             attribute_bytes[attributes & 0xFF],
@@ -465,11 +465,14 @@ assert len(Record.__slots__) == len(_RECORD_FAST_INIT) - 1, Record.__slots__
 
 def _decode_records(buffer: bytes, header: BatchHeader) -> list[Record]:
     """Every record of the (decompressed) records section `buffer`. Raises CorruptRecordError or
-    InvalidRecordError; IndexError means a truncated section (the caller wraps it)."""
+    InvalidRecordError; IndexError means a truncated section (the caller wraps it).
+
+    Longer than house style likes on purpose: the one- and two-byte varint cases are inline for each field
+    (a function call per varint would double the cost of a small record)."""
     read_varint, decode_headers = _read_varint, _decode_headers
     new, set_offset, set_timestamp, set_key, set_value, set_headers, set_attributes = _RECORD_FAST_INIT
     end = len(buffer)
-    base_offset, base_timestamp = header.base_offset, header.base_timestamp
+    base_offset, base_timestamp, last_offset_delta = header.base_offset, header.base_timestamp, header.last_offset_delta
     append_time = header.max_timestamp if header.is_log_append_time else None
     records: list[Record] = []
     append = records.append
@@ -496,18 +499,25 @@ def _decode_records(buffer: bytes, header: BatchHeader) -> list[Record]:
         if byte < 0x80:
             timestamp_delta = (byte >> 1) ^ -(byte & 1)
             position += 1
+        elif buffer[position + 1] < 0x80:
+            zigzag = (byte & 0x7F) | (buffer[position + 1] << 7)
+            timestamp_delta = (zigzag >> 1) ^ -(zigzag & 1)
+            position += 2
         else:
             timestamp_delta, position = read_varint(buffer, position, VARLONG_BYTES_MAX)
         byte = buffer[position]
         if byte < 0x80:
             offset_delta = (byte >> 1) ^ -(byte & 1)
             position += 1
+        elif buffer[position + 1] < 0x80:
+            zigzag = (byte & 0x7F) | (buffer[position + 1] << 7)
+            offset_delta = (zigzag >> 1) ^ -(zigzag & 1)
+            position += 2
         else:
             offset_delta, position = read_varint(buffer, position, VARINT_BYTES_MAX)
-        if not previous_delta < offset_delta <= header.last_offset_delta:
+        if not previous_delta < offset_delta <= last_offset_delta:
             raise InvalidRecordError(
-                f"record offset delta {offset_delta} after {previous_delta}, last_offset_delta "
-                f"{header.last_offset_delta}"
+                f"record offset delta {offset_delta} after {previous_delta}, last_offset_delta {last_offset_delta}"
             )
         previous_delta = offset_delta
         byte = buffer[position]
