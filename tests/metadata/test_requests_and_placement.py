@@ -51,7 +51,7 @@ MESSAGES = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(MESSAGES)
 def test_controller_requests_round_trip(request):
     assert q.decode_request(q.encode_request(request)) == request
