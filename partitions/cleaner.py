@@ -54,6 +54,7 @@ class CleanerStats:
     batches_copied: int = 0
     batches_rewritten: int = 0
     batches_dropped: int = 0
+    earliest_delete_horizon_ms: int | None = None  # of the tombstones kept; a pass is due then
 
 
 def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: bool) -> CleanerStats:
@@ -65,12 +66,14 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
         return stats
     cleanable = _cleanable_segments(log, now_ms, first_uncleanable_offset)
     first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
-    if not cleanable or first_dirty >= cleanable[-1].next_offset:
+    horizon = log.earliest_delete_horizon_ms
+    horizon_due = horizon is not None and horizon <= now_ms  # KIP-534: expired tombstones make a pass due
+    if not cleanable or (first_dirty >= cleanable[-1].next_offset and not horizon_due):
         stats.skipped_reason = "nothing dirty to clean"
         return stats
     dirty_bytes = sum(segment.size for segment in cleanable if segment.next_offset > first_dirty)
     total_bytes = sum(segment.size for segment in cleanable)
-    if not force and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
+    if not (force or horizon_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
         stats.skipped_reason = f"dirty ratio {dirty_bytes / max(total_bytes, 1):.2f} below min.cleanable.dirty.ratio"
         return stats
     offset_map, cleanable = _build_offset_map(cleanable, first_dirty)
@@ -78,7 +81,8 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
     stats.end_offset = cleanable[-1].next_offset
     for group in _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max):
         _clean_group(log, group, offset_map, now_ms, stats)
-    log.cleaner_checkpoint = stats.end_offset
+    log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
+    log.earliest_delete_horizon_ms = stats.earliest_delete_horizon_ms
     return stats
 
 
@@ -183,15 +187,13 @@ def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, in
     needs_horizon = has_tombstones and not header.has_delete_horizon
     if len(retained) == len(records) and not needs_horizon:
         stats.batches_copied += 1
+        _delete_horizon_ms(header, has_tombstones, now_ms, delete_retention_ms, stats)
         return data
     if not retained and header.producer_id == NO_PRODUCER_ID:
         stats.batches_dropped += 1
         return None
     stats.batches_rewritten += 1
-    if has_tombstones:
-        horizon_ms = header.base_timestamp if header.has_delete_horizon else now_ms + delete_retention_ms
-    else:
-        horizon_ms = None
+    horizon_ms = _delete_horizon_ms(header, has_tombstones, now_ms, delete_retention_ms, stats)
     return build_batch(
         retained,
         base_offset=header.base_offset,
@@ -204,6 +206,17 @@ def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, in
         delete_horizon_ms=horizon_ms,
         last_offset_delta=header.last_offset_delta,
     )
+
+
+def _delete_horizon_ms(header: BatchHeader, has_tombstones: bool, now_ms: int, delete_retention_ms: int,
+                      stats: CleanerStats) -> int | None:
+    """The horizon to write for a batch that keeps tombstones (its own, or now + delete.retention.ms)."""
+    if not has_tombstones:
+        return None
+    horizon_ms = header.base_timestamp if header.has_delete_horizon else now_ms + delete_retention_ms
+    if stats.earliest_delete_horizon_ms is None or horizon_ms < stats.earliest_delete_horizon_ms:
+        stats.earliest_delete_horizon_ms = horizon_ms
+    return horizon_ms
 
 
 def _swap(log, group: list[LogSegment], cleaned: LogSegment) -> None:

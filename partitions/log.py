@@ -164,6 +164,7 @@ class PartitionLog:
         self.now_ms = now_ms
         self.pending_deletions: list[tuple[int, LogSegment]] = []
         self.cleaner_checkpoint = 0  # first offset not yet compacted (Kafka's cleaner-offset-checkpoint)
+        self.earliest_delete_horizon_ms: int | None = None  # when kept tombstones may go (KIP-534)
         self.closed = False
 
     # ---- opening and recovery
