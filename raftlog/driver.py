@@ -92,6 +92,14 @@ class _Core(SyncObj):
         return self._flotilla_driver._on_apply(data)
 
 
+def _first_ms_after(seconds: float) -> int:
+    """The smallest integer millisecond whose pysyncobj clock value (ms / 1000) is strictly after `seconds`."""
+    ms = math.floor(seconds * 1000)
+    while ms / 1000.0 <= seconds:
+        ms += 1
+    return ms
+
+
 def _fail_reason_error(reason: int, leader_hint: int | None) -> RaftError:
     if reason == FAIL_REASON.DISCARDED:
         return ProposalDiscardedError("entry overwritten by a newer leader")
@@ -125,6 +133,7 @@ class RaftDriver:
         self._snapshot_fn = snapshot_fn
         self._restore_fn = restore_fn
         self._now_ms = clock_ms()
+        self._last_tick_ms = self._now_ms - 1
         self._closed = False
         self._outbox: list[tuple[int, bytes]] = []
         self._staged_messages: list[tuple[int, bytes]] = []
@@ -288,6 +297,7 @@ class RaftDriver:
         """Run timers (elections, heartbeats, compaction) at `now_ms`. Never blocks.
         Raises StorageError when the journal cannot be written (the node must stop)."""
         self._step(now_ms, None)
+        self._last_tick_ms = max(self._last_tick_ms, now_ms)
 
     def receive(self, from_id: int, message: bytes) -> None:
         """Handle one frame from peer `from_id`. A malformed frame is counted and dropped."""
@@ -389,20 +399,22 @@ class RaftDriver:
         return int(self._journal[-1][1])
 
     def next_deadline_ms(self) -> int:
-        """The virtual time at which `tick` must run next (now when work is pending)."""
+        """The virtual time at which `tick` must run next: never earlier than 1 ms after the last tick, so
+        an event loop always advances."""
         core = self._core
+        soonest_ms = self._last_tick_ms + 1
         if self._closed:
-            return self._now_ms + self.config.heartbeat_interval_ms
+            return max(soonest_ms, self._now_ms + self.config.heartbeat_interval_ms)
         if core.raftCommitIndex > core.raftLastApplied or self._snapshots._state != 0:
-            return self._now_ms
+            return max(soonest_ms, self._now_ms)
+        deadline = self._now_ms + self.config.heartbeat_interval_ms  # compaction and fallback timers
         if core._isLeader():
-            timer_s = core._SyncObj__newAppendEntriesTime
-        else:
-            timer_s = core._SyncObj__raftElectionDeadline
-        deadline = min(math.floor(timer_s * 1000) + 1, self._now_ms + self.config.heartbeat_interval_ms)
+            deadline = min(deadline, _first_ms_after(core._SyncObj__newAppendEntriesTime))
+        elif self._transport.connected_ids or not self.peer_ids:  # pysyncobj only elects when connected
+            deadline = min(deadline, _first_ms_after(core._SyncObj__raftElectionDeadline))
         if self._deadlines:
             deadline = min(deadline, self._deadlines[0][0])
-        return max(deadline, self._now_ms)
+        return max(deadline, soonest_ms)
 
     def status(self) -> RaftStatus:
         core = self._core

@@ -150,6 +150,16 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
         ),
         _Edit(
             "_SyncObj__onMessageReceived",
+            "                if len(prevEntries) > 1:\n                    # rollback cluster changes\n",
+            "                # fix B: entries we already hold with the same index and term are no conflict. A resend\n"
+            "                # from a lowered nextIndex must not truncate (and forget acknowledged) matching entries.\n"
+            "                while newEntries and len(prevEntries) > 1 and \\\n"
+            "                        (prevEntries[1][1], prevEntries[1][2]) == (newEntries[0][1], newEntries[0][2]):\n"
+            "                    prevEntries, newEntries, prevLogIdx = prevEntries[1:], newEntries[1:], prevLogIdx + 1\n"
+            "                if len(prevEntries) > 1 and newEntries:\n                    # rollback cluster changes\n",
+        ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
             "                if reset:\n                    self.__raftNextIndex[node] = nextNodeIdx\n",
             "                if reset:\n"
             "                    # fix B: pipelined NACKs arrive in a burst; keep the lowest index asked for\n"
