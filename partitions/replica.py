@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
 from partitions.batch import iter_batches
+from partitions.leader_epoch import LeaderEpochCache
 from partitions.errors import (
     ErrorCode,
     FencedLeaderEpochError,
@@ -95,6 +96,7 @@ class PartitionLogPort(Protocol):
     log_start_offset: int
     log_end_offset: int
     latest_epoch: int | None
+    epoch_cache: LeaderEpochCache
 
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> Any: ...
     def append_as_follower(self, records: bytes, now_ms: int) -> Any: ...
@@ -767,6 +769,10 @@ class Partition:
             self.log.truncate_fully_and_start_at(offset)
         elif offset < self.log.log_end_offset:
             self.log.truncate_to(offset)
+        # As Kafka's UnifiedLog.truncateTo, cut the epoch cache at the LEO even when no record goes: an epoch
+        # this broker started as leader without appending anything would otherwise stay our latest epoch,
+        # and every fetch would be answered with the same diverging epoch forever.
+        self.log.epoch_cache.truncate_from_end(self.log.log_end_offset)
         self._high_watermark = self._clamp_to_log(min(self._high_watermark, self.log.log_end_offset))
         self._check_invariants()
         return offset

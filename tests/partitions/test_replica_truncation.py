@@ -197,3 +197,20 @@ def test_kip101_scenario_2_with_truncation_to_own_high_watermark_diverges():
     cluster = run_kip101_scenario_2(bug=True)
     assert cluster.log_values(2) == [(0, b"m1"), (1, b"m3")]
     assert cluster.log_values(1) == [(0, b"m1"), (1, b"m2")], "offset 1 differs between the replicas"
+
+
+def test_follower_drops_an_empty_epoch_it_started_as_leader():
+    # Broker 3 was elected (epoch 1) and deposed before appending anything: its epoch cache says epoch 1
+    # starts at 0. Following broker 2 (epoch 2), it must drop that entry, or it would report epoch 1 as
+    # its last fetched epoch and be told "diverging" forever (Kafka truncates the cache at the LEO).
+    cluster = Cluster(min_insync_replicas=2)
+    cluster.elect(1, now_ms=0)
+    cluster[1].append_records(batch(b"v1"), -1, now_ms=1)
+    cluster.fetch(2, now_ms=2)
+    cluster.elect(3, isr=(2, 3), now_ms=3)
+    cluster.elect(2, isr=(2,), now_ms=4)
+    assert cluster[3].follower_fetch_request(now_ms=5).last_fetched_epoch == 1
+    for now_ms in range(5, 10):
+        cluster.fetch(1, now_ms=now_ms)
+        cluster.fetch(3, now_ms=now_ms)
+    assert cluster.log_values(1) == cluster.log_values(2) == cluster.log_values(3) == [(0, b"v1")]
