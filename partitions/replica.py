@@ -105,6 +105,7 @@ class PartitionLogPort(Protocol):
     def truncate_fully_and_start_at(self, offset: int) -> None: ...
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
     def assign_epoch_start(self, epoch: int, start_offset: int) -> None: ...
+    def delete_records_before(self, offset: int) -> int: ...
 
 
 class IsolationLevel(enum.IntEnum):
@@ -718,8 +719,8 @@ class Partition:
         diverging_epoch: EpochEndOffset | tuple[int, int] | None, now_ms: int, *, fetch_offset: int | None = None,
     ) -> FollowerFetchOutcome:
         """Apply the leader's fetch response. With a diverging epoch (KIP-320) truncate by the KIP-279 rule
-        (see `follower_truncate_with_epoch_end_offset`) and append nothing; otherwise append the records and
-        set the high watermark to min(leader_hw, LEO). When `fetch_offset` (the offset the request was sent
+        (see `follower_truncate_with_epoch_end_offset`) and append nothing; otherwise append the records,
+        set the high watermark to min(leader_hw, LEO) and advance the log start offset to the leader's. When `fetch_offset` (the offset the request was sent
         for) is given and no longer our LEO, the response is stale and ignored.
         Raises what the log raises for records that do not continue it (CorruptRecordError ...)."""
         assert not self.is_leader, f"broker {self.local_broker_id} leads {self.topic}-{self.partition}"
@@ -731,6 +732,10 @@ class Partition:
         if records:
             self.log.append_as_follower(records, now_ms)
         self._high_watermark = self._clamp_to_log(min(leader_hw, self.log.log_end_offset))
+        # Follow the leader's retention and DeleteRecords (Kafka's LeaderOffsetIncremented); the leader's log
+        # start never passes its HW, and we only move ours within what we hold below our own HW.
+        if self.log.log_start_offset < leader_log_start_offset <= self._high_watermark:
+            self.log.delete_records_before(leader_log_start_offset)
         self._check_invariants()
         return FollowerFetchOutcome(None, self.log.log_end_offset, self._high_watermark)
 

@@ -383,3 +383,18 @@ def test_planted_bug_hw_from_leader_leo_exposes_unreplicated_records():
     assert leader.high_watermark == 1
     assert values_of(leader.read_for_consumer(0, 1 << 20).records) == [b"unreplicated"]
     assert cluster[2].log_end_offset == 0 and cluster[3].log_end_offset == 0
+
+
+def test_follower_log_start_follows_the_leader_delete_records():
+    cluster = started_cluster()
+    for value in (b"a", b"b", b"c"):
+        cluster[1].append_records(batch(value), 1, now_ms=1)
+    for follower in (2, 3):
+        cluster.fetch(follower, now_ms=2)
+        cluster.fetch(follower, now_ms=3)
+    assert cluster[1].high_watermark == 3
+    cluster[1].log.delete_records_before(2)  # DeleteRecords on the leader (the node checks offset <= HW)
+    result = cluster.fetch(2, now_ms=4)
+    assert result.log_start_offset == 2
+    assert cluster[2].log_start_offset == 2 and cluster[3].log_start_offset == 0
+    assert offsets_and_values(cluster[2].log.read(2, 1 << 20).records) == [(2, b"c")]
