@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 import cbor2
 
-from metadata.records import decode_record, encode_record
+from metadata.image import Provenance
+from metadata.records import NoOpRecord, decode_record_batch, encode_record_batch
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import NotLeaderError, RaftError, RaftLog
 
@@ -36,20 +37,21 @@ CONTROLLER_TICK_INTERVAL_MS = 250
 QUEUED_REQUESTS_MAX = 10_000
 
 
-def encode_entry(records: list[Any]) -> bytes:
-    """One Raft entry: a versioned CBOR array of encoded metadata records."""
-    return cbor2.dumps([ENTRY_VERSION, [encode_record(record) for record in records]])
+def encode_entry(term: int, records: list[Any]) -> bytes:
+    """One Raft entry: [version, the proposer's term, the records as one metadata record batch]. The term
+    travels in the entry so every node replays the records at the same provenance (index, term)."""
+    return cbor2.dumps([ENTRY_VERSION, term, encode_record_batch(records)])
 
 
-def decode_entry(entry: bytes) -> list[Any]:
-    """The records of one Raft entry. Raises KafkaError(CORRUPT_MESSAGE) for anything else."""
+def decode_entry(entry: bytes) -> tuple[int, list[Any]]:
+    """(term, records) of one Raft entry. Raises KafkaError(CORRUPT_MESSAGE) for anything else."""
     try:
-        version, encoded_records = cbor2.loads(entry)
+        version, term, batch = cbor2.loads(entry)
     except Exception as error:  # cbor2 raises several unrelated types on garbage
         raise KafkaError(f"undecodable metadata entry: {error}", ErrorCode.CORRUPT_MESSAGE) from None
-    if version != ENTRY_VERSION or not isinstance(encoded_records, list):
+    if version != ENTRY_VERSION or not isinstance(term, int) or not isinstance(batch, bytes):
         raise KafkaError(f"metadata entry version {version!r} unsupported", ErrorCode.CORRUPT_MESSAGE)
-    return [decode_record(encoded) for encoded in encoded_records]
+    return term, decode_record_batch(batch)
 
 
 @dataclass
@@ -77,13 +79,12 @@ class ControllerCore:
         self,
         controller: Any,
         raft: RaftLog,
-        on_records: Callable[[int, list[Any]], None] | None = None,
-        make_barrier: Callable[[], list[Any]] | None = None,
+        on_records: Callable[[Provenance, list[Any]], None] | None = None,
     ) -> None:
         self.controller = controller
         self.raft = raft
         self.on_records = on_records
-        self._make_barrier = make_barrier
+        self._now_ms = 0
         self._queue: collections.deque[tuple[int, Any]] = collections.deque()
         self._next_operation_id = 1
         self._in_flight: _InFlight | None = None
@@ -108,16 +109,22 @@ class ControllerCore:
     def on_committed(self, index: int, entry: bytes) -> None:
         """Replay one committed entry (every node, in log order, each exactly once)."""
         assert index > self.last_applied_index, f"index={index} last_applied={self.last_applied_index}"
-        records = decode_entry(entry)
-        for record in records:
-            self.controller.replay(record)
+        term, records = decode_entry(entry)
+        provenance = Provenance(raft_index=index, raft_term=term)
+        self.controller.replay_batch(records, provenance)
         self.last_applied_index = index
         if self.on_records is not None:
-            self.on_records(index, records)
+            self.on_records(provenance, records)
+        self._maybe_release()
+
+    def on_snapshot_restored(self, index: int) -> None:
+        """The state machine was replaced by a snapshot up to `index` (the node loaded it)."""
+        self.last_applied_index = index
         self._maybe_release()
 
     # -- driving ----------------------------------------------------------------------------------------------
     def step(self, now_ms: int) -> None:
+        self._now_ms = now_ms
         self._collect_raft_completions()
         status = self.raft.status()
         if not status.is_leader:
@@ -129,8 +136,8 @@ class ControllerCore:
             return
         if self._ready_term != status.term:
             if self._barrier_term != status.term:
-                self._propose(None, self._barrier_records(), None, now_ms)
                 self._barrier_term = status.term
+                self._propose(None, [NoOpRecord()], None, now_ms)
             return
         if self._queue:
             operation_id, request = self._queue.popleft()
@@ -160,11 +167,9 @@ class ControllerCore:
         return status.is_leader and self._ready_term == status.term
 
     # -- internals --------------------------------------------------------------------------------------------
-    def _barrier_records(self) -> list[Any]:
-        return self._make_barrier() if self._make_barrier else []
-
     def _propose(self, operation_id: int | None, records: list[Any], response: Any, now_ms: int) -> None:
-        ticket = self.raft.propose(encode_entry(records), now_ms + PROPOSAL_TIMEOUT_MS)
+        term = self._barrier_term if self._barrier_term is not None else self.raft.status().term
+        ticket = self.raft.propose(encode_entry(term, records), now_ms + PROPOSAL_TIMEOUT_MS)
         self._in_flight = _InFlight(operation_id, response, ticket)
 
     def _collect_raft_completions(self) -> None:
@@ -188,6 +193,7 @@ class ControllerCore:
         if in_flight.operation_id is None:
             if self._barrier_term is not None and self._ready_term != self._barrier_term:
                 self._ready_term = self._barrier_term
+                self.controller.become_active(self._now_ms)
             return
         self._responses.append(ControllerOutcome(in_flight.operation_id, response=in_flight.response))
 

@@ -1,0 +1,573 @@
+"""The broker's state machine for partitions, replication and metadata (sans-IO: the node or the simulator
+drives it).
+
+Theory of operation: `BrokerCore` owns the partitions this broker hosts (a `partitions.replica.Partition`
+over a `partitions.log.PartitionLog` each) and reacts to three kinds of input, each with `now_ms`:
+- committed metadata, as image deltas (`apply_metadata`): it opens, leads, follows and deletes partition
+  replicas exactly as the delta says (Kafka's `ReplicaManager.applyDelta`), and applies topic configs;
+- the replica fetcher's traffic: `next_replica_request(leader_id)` builds the OffsetsForLeaderEpoch (on a new
+  leader epoch, KIP-101) or Fetch request a follower sends to a leader, and `on_replica_response` applies the
+  answer (truncation, append, high watermark);
+- time (`tick`): ISR shrink decisions, flush policy, retention and compaction, the high-watermark checkpoint,
+  broker heartbeats to the controller.
+It never sends anything itself: controller requests (registration, heartbeats, AlterPartition, forwarded
+CreateTopics) wait in `take_controller_requests()`, and their answers come back through
+`on_controller_response`. The Kafka API handlers (net/kafka_apis.py) call into it for produce and fetch.
+
+Durability: a partition's log flushes as its topic's flush.messages / flush.ms say; the high watermarks are
+checkpointed to `replication-offset-checkpoint` every `HW_CHECKPOINT_INTERVAL_MS` and on close, and a restart
+clamps the checkpoint into the recovered log (Kafka's behaviour).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from metadata.image import LocalPartition, MetadataDelta, MetadataImage
+from metadata.records import ConfigResourceType
+from metadata.requests import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from net.protocol import messages
+from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode, KafkaError
+from partitions.log import PartitionLog
+from partitions.log_config import LogConfig
+from partitions.replica import EpochEndOffset, Partition
+from partitions.storage import Storage, read_file, write_file_atomically
+
+LOGS_DIRECTORY = "logs"
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
+HW_CHECKPOINT_INTERVAL_MS = 5_000
+ISR_CHECK_INTERVAL_MS = 1_000
+RETENTION_CHECK_INTERVAL_MS = 30_000
+REPLICA_FETCH_MAX_WAIT_MS = 500
+REPLICA_FETCH_MIN_BYTES = 1
+REPLICA_FETCH_RESPONSE_BYTES_MAX = 10 * 1024 * 1024
+REPLICA_FETCH_PARTITION_BYTES_MAX = 1024 * 1024
+REPLICA_FETCH_BACKOFF_MS = 200
+CONTROLLED_SHUTDOWN_MS_MAX = 15_000
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class HostedPartition:
+    """A replica this broker hosts: the replica state machine plus what the fetcher needs."""
+
+    topic_id: bytes
+    replica: Partition
+    log: PartitionLog
+    log_config: LogConfig
+    # Follower side: the leader epoch still needs its end offset checked (KIP-101) before fetching.
+    needs_epoch_check: bool = False
+    fetch_backoff_until_ms: int = 0
+
+
+@dataclass
+class ControllerCall:
+    """A request for the active controller, and what to do with its answer."""
+
+    call_id: int
+    request: Any
+    on_response: Callable[[Any, int], None]  # (response or KafkaError, now_ms)
+
+
+@dataclass
+class ReplicaRequest:
+    """A request the fetcher sends to a leader, with what it was built from."""
+
+    leader_id: int
+    api_key: int
+    api_version: int
+    request: Any
+    fetch_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class BrokerCore:
+    """Partitions, replication and the broker's side of the metadata protocol. See the module docstring."""
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        roles: tuple[str, ...],
+        storage: Storage,
+        *,
+        incarnation_id: bytes,
+        default_min_insync_replicas: int = 1,
+        replica_lag_time_max_ms: int = 30_000,
+        heartbeat_interval_ms: int = 2_000,
+        log_flush_messages: int | None = None,
+        log_flush_ms: int | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.roles = roles
+        self.storage = storage
+        self.incarnation_id = incarnation_id
+        self.default_min_insync_replicas = default_min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.base_log_config = LogConfig(flush_messages=log_flush_messages, flush_ms=log_flush_ms)
+        self.image = MetadataImage()
+        self.partitions: dict[TopicPartition, HostedPartition] = {}
+        self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
+        self.broker_epoch: int | None = None
+        self.is_fenced = True
+        self.metadata_offset = 0
+        self.shutdown_requested_ms: int | None = None
+        self.shutdown_granted = False
+        self._controller_calls: list[ControllerCall] = []
+        self._call_ids = itertools.count(1)
+        self._registration_in_flight = False
+        self._heartbeat_in_flight = False
+        self._next_heartbeat_ms = 0
+        self._next_isr_check_ms = 0
+        self._next_hw_checkpoint_ms = 0
+        self._next_retention_ms = 0
+        self._hw_checkpoint = self._read_hw_checkpoint()
+        self.storage.makedirs(LOGS_DIRECTORY)
+        # Test-only planted bugs for the simulator's checkers (see partitions/replica.py); never configured.
+        self.bug_hw_from_leader_leo = False
+        self.bug_truncate_to_own_hw = False
+
+    # ------------------------------------------------------------------ metadata
+
+    def apply_metadata(self, delta: MetadataDelta, image: MetadataImage, now_ms: int) -> None:
+        """React to a committed metadata delta (Kafka's ReplicaManager.applyDelta)."""
+        self.image = image
+        self.metadata_offset = image.provenance.raft_index
+        changes = delta.local_changes(self.node_id)
+        for local in changes.deleted:
+            self._remove_partition(local.topic_name, local.partition)
+        for local in changes.leaders:
+            hosted = self._ensure_partition(local, now_ms)
+            if hosted is not None:
+                hosted.replica.become_leader(local.leader_epoch, local.partition_epoch, local.replicas, local.isr, now_ms)
+                hosted.needs_epoch_check = False
+                self.dirty_partitions.add((local.topic_name, local.partition))
+        for local in changes.followers:
+            hosted = self._ensure_partition(local, now_ms)
+            if hosted is not None and hosted.replica.become_follower(
+                local.leader, local.leader_epoch, local.partition_epoch, local.replicas, local.isr
+            ):
+                hosted.needs_epoch_check = True
+                hosted.fetch_backoff_until_ms = 0
+        self._apply_topic_configs(now_ms)
+        self._apply_ineligible_replicas(now_ms)
+
+    def _ensure_partition(self, local: LocalPartition, now_ms: int) -> HostedPartition | None:
+        key = (local.topic_name, local.partition)
+        hosted = self.partitions.get(key)
+        if hosted is not None and hosted.topic_id == local.topic_id:
+            return hosted
+        if hosted is not None:  # same name, new topic: the old replica is gone
+            self._remove_partition(*key)
+        directory = partition_directory(*key)
+        self._discard_if_other_topic(directory, local.topic_id)
+        log_config = self._log_config(local.topic_name)
+        log = PartitionLog.open(self.storage, directory, log_config, now_ms)
+        write_file_atomically(self.storage, f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode())
+        replica = Partition(
+            local.topic_name,
+            local.partition,
+            self.node_id,
+            log,
+            min_insync_replicas=self._min_insync_replicas(local.topic_name),
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+        )
+        replica.bug_hw_from_leader_leo = self.bug_hw_from_leader_leo
+        replica.bug_truncate_to_own_hw = self.bug_truncate_to_own_hw
+        checkpointed = self._hw_checkpoint.get(key)
+        if checkpointed is not None:
+            replica.set_high_watermark_on_restart(checkpointed)
+        hosted = HostedPartition(local.topic_id, replica, log, log_config)
+        self.partitions[key] = hosted
+        return hosted
+
+    def _discard_if_other_topic(self, directory: str, topic_id: bytes) -> None:
+        path = f"{directory}/{PARTITION_METADATA_FILE}"
+        if not self.storage.exists(path):
+            return
+        if read_file(self.storage, path).strip() != topic_id.hex().encode():
+            self.storage.delete_tree(directory)
+
+    def _remove_partition(self, topic: str, partition: int) -> None:
+        hosted = self.partitions.pop((topic, partition), None)
+        if hosted is not None:
+            hosted.replica.become_follower(None, hosted.replica.leader_epoch + 1, hosted.replica.partition_epoch,
+                                           hosted.replica.replicas, hosted.replica.isr)
+            hosted.log.close()
+        self._hw_checkpoint.pop((topic, partition), None)
+        self.storage.delete_tree(partition_directory(topic, partition))
+
+    def _topic_configs(self, topic: str) -> dict[str, str]:
+        return dict(self.image.configs.get(ConfigResourceType.TOPIC, topic))
+
+    def _log_config(self, topic: str) -> LogConfig:
+        try:
+            return LogConfig.from_topic_configs(self._topic_configs(topic), self.base_log_config)
+        except KafkaError:
+            return self.base_log_config  # the controller validated them; a newer key we cannot read yet
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        value = self._topic_configs(topic).get("min.insync.replicas")
+        return int(value) if value is not None else self.default_min_insync_replicas
+
+    def _apply_topic_configs(self, now_ms: int) -> None:
+        for (topic, _), hosted in self.partitions.items():
+            log_config = self._log_config(topic)
+            if log_config != hosted.log_config:
+                hosted.log_config = log_config
+                hosted.log.config = log_config
+            min_isr = self._min_insync_replicas(topic)
+            if min_isr != hosted.replica.min_insync_replicas:
+                hosted.replica.set_min_insync_replicas(min_isr, now_ms)
+
+    def _apply_ineligible_replicas(self, now_ms: int) -> None:
+        brokers = self.image.cluster.brokers
+        ineligible = frozenset(
+            broker_id for broker_id, registration in brokers.items()
+            if registration.fenced or registration.in_controlled_shutdown
+        )
+        for hosted in self.partitions.values():
+            if hosted.replica.is_leader and hosted.replica.ineligible_replicas != ineligible:
+                hosted.replica.set_ineligible_replicas(ineligible, now_ms)
+
+    # ------------------------------------------------------------------ lookups for the API handlers
+
+    def hosted(self, topic: str, partition: int) -> HostedPartition | None:
+        return self.partitions.get((topic, partition))
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        topic_image = self.image.topics.by_name.get(topic)
+        if topic_image is None or partition not in topic_image.partitions:
+            return -1
+        return topic_image.partitions[partition].leader
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now_ms: int) -> None:
+        """Periodic work. Cheap when nothing is due."""
+        self._maybe_register_or_heartbeat(now_ms)
+        if now_ms >= self._next_isr_check_ms:
+            self._next_isr_check_ms = now_ms + ISR_CHECK_INTERVAL_MS
+            for hosted in self.partitions.values():
+                proposal = hosted.replica.maybe_shrink_isr(now_ms)
+                if proposal is not None:
+                    self._send_alter_partition(hosted, proposal)
+        for hosted in self.partitions.values():
+            hosted.log.maybe_flush(now_ms)
+        if now_ms >= self._next_hw_checkpoint_ms:
+            self._next_hw_checkpoint_ms = now_ms + HW_CHECKPOINT_INTERVAL_MS
+            self.checkpoint_high_watermarks()
+        if now_ms >= self._next_retention_ms:
+            self._next_retention_ms = now_ms + RETENTION_CHECK_INTERVAL_MS
+            self._run_log_cleanup(now_ms)
+
+    def _run_log_cleanup(self, now_ms: int) -> None:
+        # Every replica applies retention on its own, as Kafka's LogManager does.
+        for key, hosted in self.partitions.items():
+            if hosted.log_config.delete:
+                hosted.log.apply_retention(now_ms)
+            if hosted.log_config.compact:
+                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.high_watermark)
+            self.dirty_partitions.add(key)
+
+    def close(self) -> None:
+        self.checkpoint_high_watermarks()
+        for hosted in self.partitions.values():
+            hosted.log.flush()
+            hosted.log.close()
+        self.partitions.clear()
+
+    # ------------------------------------------------------------------ high-watermark checkpoint
+
+    def _read_hw_checkpoint(self) -> dict[TopicPartition, int]:
+        """Kafka's text layout: version line, count line, then "topic partition offset" lines."""
+        if not self.storage.exists(HW_CHECKPOINT_FILE):
+            return {}
+        lines = read_file(self.storage, HW_CHECKPOINT_FILE).decode(errors="replace").splitlines()
+        result = {}
+        for line in lines[2:]:
+            parts = line.rsplit(" ", 2)
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
+                result[(parts[0], int(parts[1]))] = int(parts[2])
+        return result
+
+    def checkpoint_high_watermarks(self) -> None:
+        entries = {key: hosted.replica.high_watermark for key, hosted in self.partitions.items()}
+        if entries == self._hw_checkpoint:
+            return
+        lines = ["0", str(len(entries))] + [f"{topic} {partition} {hw}" for (topic, partition), hw in sorted(entries.items())]
+        write_file_atomically(self.storage, HW_CHECKPOINT_FILE, ("\n".join(lines) + "\n").encode())
+        self._hw_checkpoint = entries
+
+    # ------------------------------------------------------------------ ISR changes through the controller
+
+    def after_follower_fetch(self, hosted: HostedPartition, isr_proposal: tuple[int, ...] | None) -> None:
+        if isr_proposal is not None:
+            self._send_alter_partition(hosted, isr_proposal)
+
+    def _send_alter_partition(self, hosted: HostedPartition, proposed_isr: tuple[int, ...]) -> None:
+        pending = hosted.replica.pending_isr_change
+        if self.broker_epoch is None or pending is None:
+            return
+        request = AlterPartitionRequest(
+            broker_id=self.node_id,
+            broker_epoch=self.broker_epoch,
+            topic_id=hosted.topic_id,
+            partition=hosted.replica.partition,
+            leader_epoch=pending.leader_epoch,
+            partition_epoch=pending.partition_epoch,
+            new_isr=tuple(proposed_isr),
+        )
+
+        def on_response(response: Any, now_ms: int) -> None:
+            current = self.partitions.get((hosted.replica.topic, hosted.replica.partition))
+            if current is not hosted:
+                return
+            if isinstance(response, AlterPartitionResponse) and response.error_code == ErrorCode.NONE:
+                hosted.replica.apply_isr_change(response.isr, response.partition_epoch, now_ms,
+                                                leader_epoch=response.leader_epoch)
+                self.dirty_partitions.add((hosted.replica.topic, hosted.replica.partition))
+                return
+            code = response.code if isinstance(response, KafkaError) else ErrorCode(response.error_code)
+            if hosted.replica.alter_partition_failed(code) and hosted.replica.pending_isr_change is not None:
+                self._send_alter_partition(hosted, hosted.replica.pending_isr_change.proposed_isr)
+
+        self.call_controller(request, on_response)
+
+    # ------------------------------------------------------------------ controller calls
+
+    def call_controller(self, request: Any, on_response: Callable[[Any, int], None]) -> None:
+        self._controller_calls.append(ControllerCall(next(self._call_ids), request, on_response))
+
+    def take_controller_requests(self) -> list[ControllerCall]:
+        calls, self._controller_calls = self._controller_calls, []
+        return calls
+
+    def _maybe_register_or_heartbeat(self, now_ms: int) -> None:
+        if self.broker_epoch is None:
+            if not self._registration_in_flight and now_ms >= self._next_heartbeat_ms:
+                self._registration_in_flight = True
+                self.call_controller(
+                    BrokerRegistrationRequest(
+                        broker_id=self.node_id, incarnation_id=self.incarnation_id, host=self.host, port=self.port,
+                        roles=tuple(self.roles),
+                    ),
+                    self._on_registration,
+                )
+            return
+        if self._heartbeat_in_flight or now_ms < self._next_heartbeat_ms:
+            return
+        self._heartbeat_in_flight = True
+        self.call_controller(
+            BrokerHeartbeatRequest(
+                broker_id=self.node_id,
+                broker_epoch=self.broker_epoch,
+                current_metadata_offset=self.metadata_offset,
+                want_fence=False,
+                want_shutdown=self.shutdown_requested_ms is not None,
+            ),
+            self._on_heartbeat,
+        )
+
+    def _on_registration(self, response: Any, now_ms: int) -> None:
+        self._registration_in_flight = False
+        if isinstance(response, BrokerRegistrationResponse) and response.error_code == ErrorCode.NONE:
+            self.broker_epoch = response.broker_epoch
+            self._next_heartbeat_ms = now_ms
+        else:
+            self._next_heartbeat_ms = now_ms + REPLICA_FETCH_BACKOFF_MS * 5
+
+    def _on_heartbeat(self, response: Any, now_ms: int) -> None:
+        self._heartbeat_in_flight = False
+        interval = self.heartbeat_interval_ms
+        if self.shutdown_requested_ms is not None or self.is_fenced:
+            interval = min(interval, 250)  # converge quickly while starting up or shutting down
+        self._next_heartbeat_ms = now_ms + interval
+        if not isinstance(response, BrokerHeartbeatResponse):
+            return
+        if response.error_code == ErrorCode.STALE_BROKER_EPOCH or response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
+            self.broker_epoch = None  # register again (e.g. after being unregistered)
+            self._next_heartbeat_ms = now_ms
+            return
+        if response.error_code != ErrorCode.NONE:
+            return
+        self.is_fenced = response.is_fenced
+        if response.should_shut_down:
+            self.shutdown_granted = True
+
+    def request_controlled_shutdown(self, now_ms: int) -> None:
+        """Ask the controller to move leadership away; `shutdown_granted` turns True when it has."""
+        if self.shutdown_requested_ms is None:
+            self.shutdown_requested_ms = now_ms
+            self._next_heartbeat_ms = now_ms
+
+    def controlled_shutdown_done(self, now_ms: int) -> bool:
+        assert self.shutdown_requested_ms is not None, "no controlled shutdown was requested"
+        return (
+            self.shutdown_granted
+            or self.broker_epoch is None
+            or now_ms - self.shutdown_requested_ms >= CONTROLLED_SHUTDOWN_MS_MAX
+        )
+
+    def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int) -> None:
+        call.on_response(response, now_ms)
+
+    # ------------------------------------------------------------------ replica fetcher (follower side)
+
+    def replica_leaders(self) -> set[int]:
+        """Brokers this broker currently fetches from."""
+        return {
+            hosted.replica.leader
+            for hosted in self.partitions.values()
+            if not hosted.replica.is_leader and hosted.replica.leader >= 0
+        }
+
+    def next_replica_request(self, leader_id: int, now_ms: int) -> ReplicaRequest | None:
+        """The next request to `leader_id`: OffsetsForLeaderEpoch for partitions whose leader epoch is new,
+        otherwise one Fetch for every partition it leads for us. None when there is nothing to ask."""
+        followed = [
+            (key, hosted) for key, hosted in sorted(self.partitions.items())
+            if hosted.replica.leader == leader_id and not hosted.replica.is_leader
+            and hosted.fetch_backoff_until_ms <= now_ms
+        ]
+        if not followed:
+            return None
+        checks = [(key, hosted) for key, hosted in followed if hosted.needs_epoch_check]
+        if checks:
+            return self._epoch_check_request(leader_id, checks, now_ms)
+        return self._fetch_request(leader_id, followed, now_ms)
+
+    def _epoch_check_request(self, leader_id: int, checks, now_ms: int) -> ReplicaRequest:
+        request_class = messages.OffsetForLeaderEpochRequest
+        topics: dict[str, list] = {}
+        for (topic, partition), hosted in checks:
+            fetch_state = hosted.replica.follower_fetch_request(now_ms)
+            topics.setdefault(topic, []).append(
+                request_class.OffsetForLeaderPartition(
+                    partition=partition,
+                    current_leader_epoch=hosted.replica.leader_epoch,
+                    leader_epoch=fetch_state.last_fetched_epoch,
+                )
+            )
+        request = request_class(
+            replica_id=self.node_id,
+            topics=[request_class.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in topics.items()],
+        )
+        return ReplicaRequest(leader_id, ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, request)
+
+    def _fetch_request(self, leader_id: int, followed, now_ms: int) -> ReplicaRequest:
+        request_class = messages.FetchRequest
+        topics: dict[str, list] = {}
+        offsets = {}
+        for (topic, partition), hosted in followed:
+            fetch_state = hosted.replica.follower_fetch_request(now_ms)
+            offsets[(topic, partition)] = fetch_state.fetch_offset
+            topics.setdefault(topic, []).append(
+                request_class.FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=fetch_state.current_leader_epoch,
+                    fetch_offset=fetch_state.fetch_offset,
+                    log_start_offset=hosted.log.log_start_offset,
+                    partition_max_bytes=REPLICA_FETCH_PARTITION_BYTES_MAX,
+                )
+            )
+        request = request_class(
+            replica_id=self.node_id,
+            max_wait_ms=REPLICA_FETCH_MAX_WAIT_MS,
+            min_bytes=REPLICA_FETCH_MIN_BYTES,
+            max_bytes=REPLICA_FETCH_RESPONSE_BYTES_MAX,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[request_class.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        return ReplicaRequest(leader_id, ApiKey.FETCH, 11, request, offsets)
+
+    def on_replica_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
+        """Apply a leader's answer; `response` is None when the request failed (connection lost)."""
+        if response is None:
+            for hosted in self._followed_by(sent.leader_id):
+                hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
+            return
+        if sent.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            self._apply_epoch_answers(sent.leader_id, response, now_ms)
+        else:
+            self._apply_fetch_response(sent, response, now_ms)
+
+    def _followed_by(self, leader_id: int) -> list[HostedPartition]:
+        return [h for h in self.partitions.values() if h.replica.leader == leader_id and not h.replica.is_leader]
+
+    def _follower(self, leader_id: int, topic: str, partition: int) -> HostedPartition | None:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is None or hosted.replica.is_leader or hosted.replica.leader != leader_id:
+            return None  # the metadata moved on while the request was out
+        return hosted
+
+    def _apply_epoch_answers(self, leader_id: int, response: Any, now_ms: int) -> None:
+        for topic_result in response.topics:
+            for result in topic_result.partitions:
+                hosted = self._follower(leader_id, topic_result.topic, result.partition)
+                if hosted is None or not hosted.needs_epoch_check:
+                    continue
+                if result.error_code != ErrorCode.NONE:
+                    hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
+                    continue
+                complete = hosted.replica.follower_truncate_with_epoch_end_offset(
+                    EpochEndOffset(result.leader_epoch, result.end_offset)
+                )
+                hosted.needs_epoch_check = not complete
+                self.dirty_partitions.add((topic_result.topic, result.partition))
+
+    def _apply_fetch_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
+        if response.error_code != ErrorCode.NONE:
+            for hosted in self._followed_by(sent.leader_id):
+                hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
+            return
+        for topic_response in response.responses:
+            for data in topic_response.partitions:
+                key = (topic_response.topic, data.partition_index)
+                hosted = self._follower(sent.leader_id, *key)
+                if hosted is None:
+                    continue
+                self._apply_fetched_partition(hosted, key, data, sent.fetch_offsets.get(key), now_ms)
+
+    def _apply_fetched_partition(self, hosted: HostedPartition, key: TopicPartition, data: Any,
+                                 fetch_offset: int | None, now_ms: int) -> None:
+        replica = hosted.replica
+        if data.error_code == ErrorCode.NONE:
+            try:
+                replica.follower_handle_fetch_response(
+                    bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, now_ms,
+                    fetch_offset=fetch_offset,
+                )
+            except KafkaError:
+                # Records that do not continue our log: re-validate our end against the leader's epochs.
+                hosted.needs_epoch_check = True
+            self.dirty_partitions.add(key)
+            return
+        if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            replica.follower_handle_offset_out_of_range(data.log_start_offset, data.high_watermark)
+            hosted.needs_epoch_check = True
+        hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
+
+
+def partition_directory(topic: str, partition: int) -> str:
+    return f"{LOGS_DIRECTORY}/{topic}-{partition}"
+
