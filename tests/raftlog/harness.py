@@ -18,6 +18,7 @@ import cbor2
 from partitions.storage import MemoryStorage, Storage
 from raftlog.driver import RaftDriver
 from raftlog.port import RaftConfig, RaftError
+from tests.raftlog.storages import SimulatedCrash
 
 FAST_CONFIG = RaftConfig(
     election_timeout_min_ms=300,
@@ -76,6 +77,9 @@ class Cluster:
         self.streams: dict[tuple[int, int], deque[tuple[int, bytes]]] = {}
         self.trace: list[tuple] = []
         self.acked: dict[bytes, int] = {}  # data -> raft index, for proposals that completed successfully
+        # When set, every release of a message or completion asserts the storage has nothing un-fsynced.
+        self.check_durable_on_release = False
+        self.durability_checks = 0
         for i in ids:
             self.start(i)
 
@@ -90,13 +94,23 @@ class Cluster:
             if (src, dst) in self.streams:
                 del self.streams[(src, dst)]
                 if self.members[src].driver is not None:
-                    self.members[src].driver.disconnected(dst)
-                    self._collect(src)
+                    self._call(src, lambda d: d.disconnected(dst))
         if self._up(a, b):
             for src, dst in ((a, b), (b, a)):
                 self.streams[(src, dst)] = deque()
-                self.members[src].driver.connected(dst)
-                self._collect(src)
+            for src, dst in ((a, b), (b, a)):
+                if (src, dst) in self.streams and self.members[src].driver is not None:
+                    self._call(src, lambda d: d.connected(dst))
+
+    def _call(self, i: int, action: Callable[[RaftDriver], object]) -> object:
+        """Run one driver step; a SimulatedCrash from its storage crashes the node."""
+        try:
+            result = action(self.members[i].driver)
+        except SimulatedCrash:
+            self.crash(i)
+            return None
+        self._collect(i)
+        return result
 
     def start(self, i: int) -> None:
         member = self.members[i]
@@ -142,6 +156,12 @@ class Cluster:
         member = self.members[i]
         driver = member.driver
         assert driver is not None
+        if self.check_durable_on_release:
+            outbox, completions = driver._outbox, driver._completions
+            if outbox or completions:
+                unsynced = member.storage.unsynced()
+                assert not unsynced, f"node {i} released {len(outbox)} messages with un-fsynced {unsynced}"
+                self.durability_checks += 1
         for peer, payload in driver.take_outbox():
             stream = self.streams.get((i, peer))
             if stream is None:
@@ -165,9 +185,9 @@ class Cluster:
     def propose(self, i: int, data: bytes, timeout_ms: int = 5000) -> int:
         member = self.members[i]
         assert member.driver is not None
-        ticket = member.driver.propose(data, self.now_ms + timeout_ms)
+        ticket = member.driver._next_ticket
         member.proposals[ticket] = data
-        self._collect(i)
+        assert self._call(i, lambda d: d.propose(data, self.now_ms + timeout_ms)) == ticket
         return ticket
 
     def _next_event_ms(self) -> int:
@@ -181,13 +201,11 @@ class Cluster:
             while stream and stream[0][0] <= self.now_ms and (src, dst) in self.streams:
                 _, payload = stream.popleft()
                 self.trace.append((self.now_ms, "deliver", src, dst, hashlib.sha256(payload).hexdigest()[:12]))
-                self.members[dst].driver.receive(src, payload)
-                self._collect(dst)
+                self._call(dst, lambda d: d.receive(src, payload))
         for i in self.ids:
             driver = self.members[i].driver
             if driver is not None and driver.next_deadline_ms() <= self.now_ms:
-                driver.tick(self.now_ms)
-                self._collect(i)
+                self._call(i, lambda d: d.tick(self.now_ms))
 
     def run_for(self, duration_ms: int) -> None:
         end = self.now_ms + duration_ms
