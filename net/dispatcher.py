@@ -1,0 +1,75 @@
+"""The Kafka listener's dispatcher: frames in, encoded responses out (the glue between `net.server` and
+`net.kafka_apis`).
+
+Decoding failures close the connection (garbage bytes, truncated or hostile frames); an ApiVersions request
+of a version we do not implement gets KIP-511's v0 answer with our version list; any other API or version we
+do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
+node completes after each event.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from net.kafka_apis import SUPPORTED_APIS, Deferred, KafkaApis
+from net.logs import get_logger
+from net.protocol.codec import (
+    ApiKey,
+    RequestHeader,
+    UnsupportedRequestVersionError,
+    decode_request,
+    encode_api_versions_fallback,
+    encode_response,
+)
+from net.server import NO_REPLY, CloseConnection, PendingReply
+from partitions.errors import KafkaError
+
+
+class KafkaDispatcher:
+    """Implements `net.server.Dispatcher` over a `KafkaApis`."""
+
+    def __init__(self, apis: KafkaApis, now_ms: Callable[[], int], after_event: Callable[[], None]) -> None:
+        self.apis = apis
+        self.now_ms = now_ms
+        self.after_event = after_event
+        self.log = get_logger(component="kafka-dispatcher")
+        self._pending: dict[int, tuple[PendingReply, RequestHeader, int]] = {}
+
+    def handle_frame(self, connection_id: int, frame: bytes) -> Any:
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedRequestVersionError as error:
+            return self._unsupported(error.header)
+        except KafkaError as error:
+            self.log.info("malformed_request", connection_id=connection_id, error=error.message)
+            raise CloseConnection(error.message) from None
+        if not KafkaApis.is_supported(header.api_key, header.api_version):
+            return self._unsupported(header)
+        result = self.apis.handle(header, request, self.now_ms())
+        if isinstance(result, Deferred):
+            pending = PendingReply()
+            self._pending[result.request_id] = (pending, header, connection_id)
+            self.after_event()
+            return pending
+        self.after_event()
+        if result is None:
+            return NO_REPLY
+        return encode_response(header, result)
+
+    def _unsupported(self, header: RequestHeader) -> bytes:
+        if header.api_key == ApiKey.API_VERSIONS:
+            return encode_api_versions_fallback(header, SUPPORTED_APIS)
+        raise CloseConnection(f"unsupported api_key={header.api_key} api_version={header.api_version}")
+
+    def complete(self, completed: list[tuple[int, RequestHeader, Any]]) -> None:
+        """Send the responses of deferred requests (from `KafkaApis.poll`)."""
+        for request_id, header, response in completed:
+            entry = self._pending.pop(request_id, None)
+            if entry is not None and not entry[0].done:
+                entry[0].set(encode_response(header, response))
+
+    def connection_closed(self, connection_id: int) -> None:
+        # Deferred requests of a closed connection still complete in the core (the produce is appended
+        # either way); their replies are simply dropped when they arrive.
+        for request_id in [r for r, (_, _, c) in self._pending.items() if c == connection_id]:
+            del self._pending[request_id]

@@ -1,0 +1,199 @@
+"""The broker core and the Kafka API handlers, sans-IO: a real QuorumController decides, its records are
+replayed into each broker as metadata deltas, and requests/responses are the codec's message objects.
+No sockets: followers' fetches are delivered by direct calls, as the simulator does."""
+
+import random
+
+import pytest
+
+from metadata.controller import ControllerConfig, QuorumController
+from metadata.image import MetadataDelta, MetadataImage, Provenance
+from metadata.requests import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+)
+from net.broker import BrokerCore
+from net.kafka_apis import Deferred, KafkaApis
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
+from partitions.errors import ErrorCode
+from partitions.records import build_batch, decode_batches
+from partitions.storage import MemoryStorage
+
+
+class Cluster:
+    """Brokers 1..n over MemoryStorage, a controller, and a metadata log replayed into every broker."""
+
+    def __init__(self, broker_count=3, min_isr=2):
+        self.now_ms = 1_000
+        self.controller = QuorumController(ControllerConfig(default_replication_factor=broker_count), random.Random(7))
+        self.raft_index = 0
+        self.brokers = {}
+        self.apis = {}
+        self.images = {}
+        self.completed = {}  # broker id -> deferred responses answered so far
+        for broker_id in range(1, broker_count + 1):
+            broker = BrokerCore(broker_id, "127.0.0.1", 9000 + broker_id, ("broker",), MemoryStorage(),
+                                incarnation_id=bytes([broker_id]) * 16, default_min_insync_replicas=min_isr)
+            self.brokers[broker_id] = broker
+            self.apis[broker_id] = KafkaApis(broker, "test", lambda: 1)
+            self.images[broker_id] = MetadataImage()
+        self.controller.become_active(self.now_ms)
+        for broker_id, broker in self.brokers.items():
+            epoch = self.commit(BrokerRegistrationRequest(broker_id=broker_id, incarnation_id=broker.incarnation_id,
+                                                          host="127.0.0.1", port=broker.port)).broker_epoch
+            broker.broker_epoch = epoch
+        for broker_id, broker in self.brokers.items():
+            self.commit(BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=broker.broker_epoch,
+                                               current_metadata_offset=self.raft_index))
+
+    def commit(self, request):
+        """handle -> commit (one entry) -> replay on the controller and on every broker."""
+        result = self.controller.handle(request, self.now_ms)
+        if result.records:
+            self.raft_index += 1
+            provenance = Provenance(self.raft_index, 1)
+            self.controller.replay_batch(result.records, provenance)
+            for broker_id, broker in self.brokers.items():
+                delta = MetadataDelta(self.images[broker_id])
+                for record in result.records:
+                    delta.replay(record, provenance)
+                self.images[broker_id] = delta.apply()
+                broker.apply_metadata(delta, self.images[broker_id], self.now_ms)
+        return result.response
+
+    def deliver_controller_calls(self):
+        for broker in self.brokers.values():
+            for call in broker.take_controller_requests():
+                call.on_response(self.commit(call.request), self.now_ms)
+
+    def replicate(self, rounds=3):
+        """Followers fetch from leaders by direct calls into the leaders' Kafka API handlers."""
+        for _ in range(rounds):
+            for broker in self.brokers.values():
+                for leader_id in sorted(broker.replica_leaders()):
+                    sent = broker.next_replica_request(leader_id, self.now_ms)
+                    if sent is None:
+                        continue
+                    if sent.api_key == ApiKey.FETCH:
+                        sent.request.max_wait_ms = 0  # no long poll: this pump delivers synchronously
+                    response = self.call(leader_id, sent.api_key, sent.api_version, sent.request)
+                    assert not isinstance(response, Deferred)
+                    broker.on_replica_response(sent, response, self.now_ms)
+            self.deliver_controller_calls()
+            for broker_id, apis in self.apis.items():
+                self.completed.setdefault(broker_id, []).extend(apis.poll(self.now_ms))
+
+    def call(self, broker_id, api_key, api_version, request):
+        """Through the real codec both ways, as on the wire."""
+        header = RequestHeader(api_key, api_version, 1, "test")
+        decoded_header, decoded = decode_request(encode_request(header, request)[4:])
+        result = self.apis[broker_id].handle(decoded_header, decoded, self.now_ms)
+        if result is None or isinstance(result, Deferred):
+            return result
+        return decode_response(api_key, api_version, encode_response(decoded_header, result)[4:])[1]
+
+
+def produce_request(topic, partition, values, acks=-1):
+    request_class = messages.ProduceRequest
+    batch = build_batch([(None, value) for value in values], base_timestamp=1_700_000_000_000)
+    return request_class(
+        transactional_id=None, acks=acks, timeout_ms=5_000,
+        topic_data=[request_class.TopicProduceData(name=topic, partition_data=[
+            request_class.PartitionProduceData(index=partition, records=batch)])],
+    )
+
+
+def fetch_request(topic, partition, offset, max_wait_ms=0, min_bytes=1):
+    request_class = messages.FetchRequest
+    return request_class(
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0,
+        topics=[request_class.FetchTopic(topic=topic, partitions=[request_class.FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])],
+    )
+
+
+@pytest.fixture
+def cluster():
+    cluster = Cluster()
+    response = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=3, replication_factor=3),)))
+    assert response.topics[0].error_code == ErrorCode.NONE
+    return cluster
+
+
+def leader_of(cluster, partition):
+    return cluster.images[1].topics.by_name["t"].partitions[partition].leader
+
+
+def test_metadata_lists_brokers_topics_leaders_and_isr(cluster):
+    response = cluster.call(1, ApiKey.METADATA, 8, messages.MetadataRequest(topics=None))
+    assert sorted(b.node_id for b in response.brokers) == [1, 2, 3]
+    (topic,) = response.topics
+    assert topic.name == "t" and topic.error_code == ErrorCode.NONE
+    assert sorted(p.partition_index for p in topic.partitions) == [0, 1, 2]
+    assert sorted(p.leader_id for p in topic.partitions) == [1, 2, 3]  # leaders spread
+    for partition in topic.partitions:
+        assert sorted(partition.isr_nodes) == [1, 2, 3] and partition.offline_replicas == []
+
+
+def test_acks_all_produce_completes_only_after_followers_replicate(cluster):
+    leader = leader_of(cluster, 0)
+    result = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a", b"b", b"c"]))
+    assert isinstance(result, Deferred)
+    assert cluster.apis[leader].poll(cluster.now_ms) == []  # nobody has fetched yet
+    cluster.replicate()
+    followers = [b for b in (1, 2, 3) if b != leader]
+    for follower in followers:
+        assert cluster.brokers[follower].hosted("t", 0).log.log_end_offset == 3
+    assert cluster.brokers[leader].hosted("t", 0).replica.high_watermark == 3
+    fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0))
+    records = list(decode_batches(bytes(fetched.responses[0].partitions[0].records)))
+    assert [r.value for batch in records for r in batch.records] == [b"a", b"b", b"c"]
+
+
+def test_produce_to_a_follower_answers_not_leader(cluster):
+    follower = next(b for b in (1, 2, 3) if b != leader_of(cluster, 1))
+    response = cluster.call(follower, ApiKey.PRODUCE, 7, produce_request("t", 1, [b"x"], acks=1))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    unknown = cluster.call(follower, ApiKey.PRODUCE, 7, produce_request("nope", 0, [b"x"], acks=1))
+    assert unknown.responses[0].partition_responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_consumers_never_read_above_the_high_watermark(cluster):
+    leader = leader_of(cluster, 2)
+    response = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 2, [b"v1"], acks=1))
+    assert response.responses[0].partition_responses[0].base_offset == 0
+    fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 2, 0))
+    data = fetched.responses[0].partitions[0]
+    assert data.high_watermark == 0 and not data.records  # appended on the leader only
+    cluster.replicate()
+    fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 2, 0))
+    assert fetched.responses[0].partitions[0].high_watermark == 1 and fetched.responses[0].partitions[0].records
+
+
+def test_long_poll_fetch_completes_when_data_arrives(cluster):
+    leader = leader_of(cluster, 0)
+    pending = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, max_wait_ms=5_000))
+    assert isinstance(pending, Deferred)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"late"], acks=1))
+    cluster.replicate()
+    completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
+    records = completed[pending.request_id].responses[0].partitions[0].records
+    assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"late"]
+
+
+def test_not_enough_replicas_when_isr_below_min_insync(cluster):
+    leader = leader_of(cluster, 0)
+    hosted = cluster.brokers[leader].hosted("t", 0)
+    others = [b for b in (1, 2, 3) if b != leader]
+    # Two followers fall behind for longer than replica.lag.time.max.ms: the leader shrinks the ISR.
+    cluster.now_ms += 31_000
+    cluster.brokers[leader].tick(cluster.now_ms)
+    cluster.deliver_controller_calls()
+    assert hosted.replica.isr == (leader,), hosted.replica.isr
+    response = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"x"]))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert hosted.log.log_end_offset == 0  # refused before the append
+    assert others  # the followers are still replicas
