@@ -171,7 +171,12 @@ class RaftShell:
     def __init__(self, driver: RaftDriver, node_id: int, listen_host: str, listen_port: int,
                  peers: dict[int, tuple[str, int]], cluster_id: str, secret: bytes | None,
                  rpc_handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
-                 on_committed: Callable[[int, bytes], None] | None = None) -> None:
+                 on_committed: Callable[[int, bytes], None] | None = None,
+                 on_step: Callable[[], None] | None = None) -> None:
+        """`on_step`, when given, makes the caller the owner of the driver's completions and committed
+        entries: after every driver step the shell only ships the outbox and then calls `on_step()`, which
+        must drain `take_completions`/`take_committed` itself (the node's ControllerCore does). `propose`
+        and `committed_feed` are then unavailable."""
         assert driver.node_id == node_id, f"driver is node {driver.node_id}, shell is node {node_id}"
         assert sorted(peers) == driver.peer_ids, f"peers {sorted(peers)} != driver peers {driver.peer_ids}"
         assert len(cluster_id.encode()) <= cluster_id_bytes_max, f"cluster_id longer than {cluster_id_bytes_max}"
@@ -184,6 +189,7 @@ class RaftShell:
         self.secret = secret
         self.rpc_handler = rpc_handler
         self._on_committed = on_committed
+        self._on_step = on_step
         self._frame_bytes_max = driver.config.message_bytes_max
         self._committed_send, self._committed_receive = trio.open_memory_channel[tuple[int, bytes]](
             committed_feed_entries_max)
@@ -229,6 +235,7 @@ class RaftShell:
     async def propose(self, data: bytes, timeout_ms: int) -> int:
         """Commit `data`; returns its raft index. Raises NotLeaderError(leader_hint), ProposalTimeoutError,
         ProposalDiscardedError, ProposalQueueFullError or ProposalTooLargeError."""
+        assert self._on_step is None, "the on_step owner proposes through the driver"
         ticket = self.driver.propose(data, monotonic_ms() + timeout_ms)
         self._waiters[ticket] = event = trio.Event()
         self._pump()
@@ -247,6 +254,10 @@ class RaftShell:
         return self.driver.status()
 
     # -- driver plumbing -------------------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Run a driver step now (after the owner proposed through the driver)."""
+        self._wakeup.set()
+
     def _wake(self) -> None:
         self._wakeup.set()
 
@@ -258,6 +269,9 @@ class RaftShell:
                 self._peer_queues[peer_id][0].send_nowait(payload)
             except trio.WouldBlock:
                 self._overflowed.add(peer_id)  # the sender resets this stream: like a full TCP buffer
+        if self._on_step is not None:
+            self._on_step()
+            return
         for ticket, outcome in self.driver.take_completions():
             self._outcomes[ticket] = outcome
             event = self._waiters.pop(ticket, None)
