@@ -246,7 +246,9 @@ def decode_response(
 ) -> tuple[int, Message]:
     """Decode a response frame (after the length prefix) to the request (api_key, api_version) we sent.
 
-    Returns (correlation_id, response). Raises UnsupportedVersionError for versions we do not implement and
+    Returns (correlation_id, response). An ApiVersions response carrying UNSUPPORTED_VERSION is decoded as v0,
+    whatever version we asked for, because that is how brokers send it (KIP-511); the client then retries
+    with a version from its api_keys. Raises UnsupportedVersionError for versions we do not implement and
     ProtocolDecodeError for malformed bytes (and trailing bytes when `strict`).
     """
     if not is_supported(api_key, api_version):
@@ -256,9 +258,19 @@ def decode_response(
     if response_header_version(api_key, api_version) == 1:
         reader.tagged_fields()
     response_class = messages.RESPONSES[api_key]
+    if api_key == ApiKey.API_VERSIONS and _peek_error_code(reader) == ErrorCode.UNSUPPORTED_VERSION:
+        api_version = 0  # KIP-511: a broker refusing our ApiVersions version answers in v0
     response = compiled_codec(response_class, api_version).decode(reader)
     _check_trailing(reader, strict, response_class, api_version)
     return correlation_id, response
+
+
+def _peek_error_code(reader: Reader) -> int:
+    """The int16 at the cursor, without moving it (ApiVersionsResponse starts with its error code)."""
+    position = reader.pos
+    error_code = reader.int16()
+    reader.pos = position
+    return error_code
 
 
 def api_versions_response(
