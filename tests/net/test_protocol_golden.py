@@ -1,0 +1,176 @@
+"""Golden bytes computed by hand from the protocol guide: ApiVersions v0-3 and the header rules around them."""
+
+from __future__ import annotations
+
+import pytest
+
+from net.protocol import codec, messages
+from net.protocol.codec import RequestHeader, UnsupportedRequestVersionError
+from partitions.errors import ErrorCode, UnsupportedVersionError
+
+ApiVersionsRequest = messages.ApiVersionsRequest
+ApiVersionsResponse = messages.ApiVersionsResponse
+
+# Request header v1: api_key 18, version, correlation_id 1, client_id "c" (int16 length 1, then 0x63).
+REQUEST_V0_TO_V2 = {
+    version: bytes.fromhex("0000000b" "0012" f"000{version}" "00000001" "0001" "63") for version in (0, 1, 2)
+}
+# Header v2 = v1 + empty tag section (client_id stays a non-compact string); body: compact strings "py", "1",
+# empty tag section.
+REQUEST_V3 = bytes.fromhex("00000012" "0012" "0003" "00000001" "0001" "63" "00" "03" "7079" "02" "31" "00")
+
+API_KEYS = [(0, 3, 8), (18, 0, 3)]
+API_KEYS_INT32_ARRAY = "00000002" "0000" "0003" "0008" "0012" "0000" "0003"
+RESPONSE_V0 = bytes.fromhex("00000016" "00000001" "0000" + API_KEYS_INT32_ARRAY)
+RESPONSE_V1_V2 = bytes.fromhex("0000001a" "00000001" "0000" + API_KEYS_INT32_ARRAY + "00000000")
+# v3: response header v0 (no tag section, KIP-511), compact array (count + 1), a tag section per entry, the
+# throttle time, then the body's tag section.
+RESPONSE_V3 = bytes.fromhex(
+    "0000001a" "00000001" "0000" "03" "0000" "0003" "0008" "00" "0012" "0000" "0003" "00" "00000000" "00"
+)
+
+
+def _response(**extra) -> messages.ApiVersionsResponse:
+    api_keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in API_KEYS]
+    return ApiVersionsResponse(error_code=0, api_keys=api_keys, **extra)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_api_versions_request_v0_to_v2_golden_bytes(version):
+    header = RequestHeader(18, version, 1, "c")
+    assert codec.encode_request(header, ApiVersionsRequest()) == REQUEST_V0_TO_V2[version]
+    assert codec.decode_request(REQUEST_V0_TO_V2[version][4:], strict=True) == (header, ApiVersionsRequest())
+
+
+def test_api_versions_request_v3_golden_bytes_with_flexible_header_v2():
+    header = RequestHeader(18, 3, 1, "c")
+    request = ApiVersionsRequest(client_software_name="py", client_software_version="1")
+    assert codec.encode_request(header, request) == REQUEST_V3
+    assert codec.decode_request(REQUEST_V3[4:], strict=True) == (header, request)
+
+
+def test_api_versions_response_v0_golden_bytes():
+    header = RequestHeader(18, 0, 1, "c")
+    assert codec.encode_response(header, _response()) == RESPONSE_V0
+    assert codec.decode_response(18, 0, RESPONSE_V0[4:], strict=True) == (1, _response())
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_api_versions_response_v1_v2_golden_bytes(version):
+    header = RequestHeader(18, version, 1, "c")
+    assert codec.encode_response(header, _response()) == RESPONSE_V1_V2
+    assert codec.decode_response(18, version, RESPONSE_V1_V2[4:], strict=True) == (1, _response())
+
+
+def test_api_versions_response_v3_keeps_response_header_v0():
+    header = RequestHeader(18, 3, 1, "c")
+    assert codec.encode_response(header, _response()) == RESPONSE_V3
+    assert codec.decode_response(18, 3, RESPONSE_V3[4:], strict=True) == (1, _response())
+    assert codec.response_header_version(18, 3) == 0
+
+
+def test_api_versions_response_v3_writes_non_default_tagged_fields_in_tag_order():
+    # FinalizedFeaturesEpoch is tag 1 (int64): count 1, tag 1, size 8, value.
+    frame = codec.encode_response(RequestHeader(18, 3, 1, "c"), _response(finalized_features_epoch=5))
+    assert frame[-11:] == bytes.fromhex("01" "01" "08" "0000000000000005")
+    assert frame[:4] == (0x1A - 1 + 11).to_bytes(4, "big")  # the empty section (1 byte) became 11 bytes
+    assert codec.decode_response(18, 3, frame[4:], strict=True)[1].finalized_features_epoch == 5
+
+
+def test_unknown_tagged_fields_are_skipped_on_decode():
+    # The body tag section of RESPONSE_V3 replaced by: tag 7 (unknown, 3 bytes) then tag 1 (known).
+    body_tags = bytes.fromhex("02" "07" "03" "aabbcc" "01" "08" "0000000000000009")
+    frame = RESPONSE_V3[4:-1] + body_tags
+    _, response = codec.decode_response(18, 3, frame, strict=True)
+    assert response.finalized_features_epoch == 9
+    assert response.api_keys == _response().api_keys
+
+
+def test_flexible_responses_other_than_api_versions_use_response_header_v1():
+    # DescribeCluster v0 is flexible: correlation_id then an empty tag section before the body.
+    frame = codec.encode_response(RequestHeader(60, 0, 7, "c"), messages.DescribeClusterResponse())
+    assert frame[4:9] == bytes.fromhex("00000007" "00")
+    assert codec.response_header_version(60, 0) == 1
+    assert codec.response_header_version(3, 8) == 0
+
+
+def test_api_versions_request_of_an_unsupported_version_carries_its_header():
+    # kafka-python 3.0 opens with ApiVersions v4 (flexible, with a body we do not parse).
+    frame = bytes.fromhex("0012" "0004" "0000002a" "0002" "6b70" "00" "03" "6b70" "02" "33" "00")
+    with pytest.raises(UnsupportedRequestVersionError) as raised:
+        codec.decode_request(frame)
+    assert isinstance(raised.value, UnsupportedVersionError)
+    assert raised.value.code == ErrorCode.UNSUPPORTED_VERSION
+    assert raised.value.header == RequestHeader(18, 4, 42, "kp")
+
+
+def test_api_versions_fallback_answers_v0_with_error_35_and_our_key_list():
+    # KIP-511: the broker answers in v0 whatever version was asked, so the client can read it.
+    fallback = codec.encode_api_versions_fallback(RequestHeader(18, 4, 42, "kp"), {0: (3, 8), 18: (0, 3)})
+    assert fallback == bytes.fromhex("00000016" "0000002a" "0023" + API_KEYS_INT32_ARRAY)
+    # A client that asked v3 decodes that v0 answer thanks to the error-code peek.
+    correlation_id, response = codec.decode_response(18, 3, fallback[4:], strict=True)
+    assert correlation_id == 42 and response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == API_KEYS
+
+
+def test_unknown_api_key_raises_unsupported_version_with_the_header():
+    frame = bytes.fromhex("0063" "0000" "00000005" "ffff")
+    with pytest.raises(UnsupportedRequestVersionError) as raised:
+        codec.decode_request(frame)
+    assert raised.value.header == RequestHeader(99, 0, 5, None)
+
+
+@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 9), (1, 12), (3, 9)])
+def test_versions_outside_supported_are_refused_both_ways(api_key, version):
+    request_class = messages.REQUESTS[api_key]
+    frame = codec.encode_request(RequestHeader(api_key, 3 if api_key == 0 else 4, 1, "c"), request_class())[4:]
+    frame = frame[:2] + version.to_bytes(2, "big") + frame[4:]
+    with pytest.raises(UnsupportedRequestVersionError):
+        codec.decode_request(frame)
+    with pytest.raises(UnsupportedVersionError):
+        codec.encode_request(RequestHeader(api_key, version, 1, "c"), request_class())
+    with pytest.raises(UnsupportedVersionError):
+        codec.decode_response(api_key, version, b"\x00\x00\x00\x01")
+
+
+def test_trailing_bytes_are_ignored_unless_strict():
+    frame = REQUEST_V0_TO_V2[0][4:] + b"\x00\x01"
+    assert codec.decode_request(frame)[1] == ApiVersionsRequest()
+    with pytest.raises(codec.ProtocolDecodeError):
+        codec.decode_request(frame, strict=True)
+
+
+def test_encode_refuses_a_message_of_another_api():
+    with pytest.raises(codec.ProtocolEncodeError):
+        codec.encode_response(RequestHeader(18, 0, 1, "c"), messages.MetadataResponse())
+    with pytest.raises(codec.ProtocolEncodeError):
+        codec.encode_request(RequestHeader(18, 0, 1, "c"), ApiVersionsResponse())
+
+
+def test_encode_refuses_values_the_version_cannot_carry():
+    with pytest.raises(codec.ProtocolEncodeError):  # int16 overflow
+        codec.encode_response(RequestHeader(18, 0, 1, "c"), ApiVersionsResponse(error_code=1 << 15))
+    with pytest.raises(codec.ProtocolEncodeError):  # null in a non-nullable string
+        codec.encode_request(RequestHeader(3, 0, 1, "c"), messages.MetadataRequest(
+            topics=[messages.MetadataRequest.MetadataRequestTopic(name=None)]))
+    with pytest.raises(codec.ProtocolEncodeError):  # null topics array is only allowed from Metadata v1
+        codec.encode_request(RequestHeader(3, 0, 1, "c"), messages.MetadataRequest(topics=None))
+    assert codec.encode_request(RequestHeader(3, 1, 1, "c"), messages.MetadataRequest(topics=None))
+
+
+def test_frame_reader_splits_a_stream_into_frames():
+    reader = codec.FrameReader()
+    stream = REQUEST_V0_TO_V2[0] + REQUEST_V3
+    for index in range(len(stream)):  # one byte at a time
+        reader.receive_data(stream[index : index + 1])
+    assert reader.next_frame() == REQUEST_V0_TO_V2[0][4:]
+    assert reader.next_frame() == REQUEST_V3[4:]
+    assert reader.next_frame() is None and reader.buffered_bytes == 0
+
+
+@pytest.mark.parametrize("prefix", ["ffffffff", "80000000", "00000401"])
+def test_frame_reader_refuses_negative_or_oversized_lengths_before_buffering(prefix):
+    reader = codec.FrameReader(frame_bytes_max=1024)
+    with pytest.raises(codec.ProtocolDecodeError):
+        reader.receive_data(bytes.fromhex(prefix))
