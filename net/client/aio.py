@@ -131,10 +131,14 @@ class KafkaClient:
         self._nursery = await self._nursery_manager.__aenter__()
         return self
 
-    async def __aexit__(self, *exc_info) -> bool | None:
+    async def __aexit__(self, *exc_info) -> bool:
         await self.aclose()
-        manager, self._nursery_manager = self._nursery_manager, None
-        return await manager.__aexit__(*exc_info)
+        self._nursery.cancel_scope.cancel()
+        manager, self._nursery_manager, self._nursery = self._nursery_manager, None, None
+        # The body's exception is not handed to the nursery, so callers see it as itself, not wrapped in an
+        # exception group; the nursery only holds reader tasks, which end quietly once cancelled.
+        await manager.__aexit__(None, None, None)
+        return False
 
     async def aclose(self) -> None:
         """Close every connection (their reader tasks end); waiting callers get NetworkError."""
