@@ -85,6 +85,7 @@ class ControllerCore:
         self.raft = raft
         self.on_records = on_records
         self._now_ms = 0
+        self._proposals = 0
         self._queue: collections.deque[tuple[int, Any]] = collections.deque()
         self._next_operation_id = 1
         self._in_flight: _InFlight | None = None
@@ -123,8 +124,14 @@ class ControllerCore:
         self._maybe_release()
 
     # -- driving ----------------------------------------------------------------------------------------------
-    def step(self, now_ms: int) -> None:
+    def step(self, now_ms: int) -> bool:
+        """Advance; returns True when it proposed an entry (the Raft driver then has messages to send)."""
         self._now_ms = now_ms
+        proposals = self._proposals
+        self._step(now_ms)
+        return self._proposals != proposals
+
+    def _step(self, now_ms: int) -> None:
         self._collect_raft_completions()
         status = self.raft.status()
         if not status.is_leader:
@@ -170,6 +177,7 @@ class ControllerCore:
     def _propose(self, operation_id: int | None, records: list[Any], response: Any, now_ms: int) -> None:
         term = self._barrier_term if self._barrier_term is not None else self.raft.status().term
         ticket = self.raft.propose(encode_entry(term, records), now_ms + PROPOSAL_TIMEOUT_MS)
+        self._proposals += 1
         self._in_flight = _InFlight(operation_id, response, ticket)
 
     def _collect_raft_completions(self) -> None:

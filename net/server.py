@@ -117,10 +117,10 @@ class FrameServer:
                 await self._read_requests(connection_id, stream, send_slots)
                 # The client closed its side: let the writer flush what is owed, then stop.
                 await send_slots.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, CloseConnection):
-            pass
-        except OSError as error:
-            self.log.info("connection_error", connection_id=connection_id, error=str(error))
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, CloseConnection):
+            pass  # the peer went away, or sent what gets a closed connection
+        except* OSError as group:
+            self.log.info("connection_error", connection_id=connection_id, error=str(group.exceptions[0]))
         finally:
             self.dispatcher.connection_closed(connection_id)
 

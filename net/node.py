@@ -1,0 +1,431 @@
+"""One Flotilla node: the trio runtime around the sans-IO cores.
+
+Theory of operation (etcd-raft's "ready" loop, in trio): every piece of state lives in sans-IO objects
+(`RaftDriver`, `ControllerCore` + `QuorumController`, `BrokerCore` + `KafkaApis`); this module only moves
+bytes and time between them and the sockets:
+- the Raft shell ticks the driver and carries its messages over the controller port; after each Raft step
+  the node replays committed metadata entries (controller state, then the broker's image delta);
+- the Kafka listener feeds request frames to the dispatcher;
+- a replica fetcher task per leader broker sends the requests `BrokerCore.next_replica_request` builds;
+- controller calls (registration, heartbeats, AlterPartition, forwarded CreateTopics) go to the local
+  `ControllerCore` when this node is the active controller, else over the controller port as an RPC;
+- `_process()` runs after every event and every `TICK_INTERVAL_MS`: it lets the cores advance and delivers
+  what they produced (deferred Kafka responses, controller answers).
+Everything runs in one trio thread, so the cores are never entered concurrently.
+
+Shutdown (SIGTERM / SIGINT / cancel): a broker first asks the controller to move its leaderships away
+(controlled shutdown, bounded), then the node checkpoints high watermarks, flushes logs and closes the journal.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from typing import Any
+
+import cbor2
+import trio
+
+from metadata.controller import ControllerConfig, QuorumController
+from metadata.image import MetadataDelta, MetadataImage, Provenance, records_to_image
+from metadata.records import decode_record, encode_record
+from metadata.requests import (
+    decode_request as decode_controller_request,
+    decode_response as decode_controller_response,
+    encode_request as encode_controller_request,
+    encode_response as encode_controller_response,
+)
+from net.broker import BrokerCore, ControllerCall
+from net.config import ClusterConfig, NodeConfig
+from net.controller_core import ControllerCore, ControllerOutcome
+from net.dispatcher import KafkaDispatcher
+from net.filestorage import FileStorage
+from net.kafka_apis import KafkaApis
+from net.logs import get_logger
+from net.protocol.codec import FrameReader, RequestHeader, decode_response, encode_request
+from net.server import FrameServer, ServerLimits
+from partitions.errors import ErrorCode, KafkaError
+from raftlog.driver import RaftDriver
+from raftlog.port import RaftConfig, RaftError
+from raftlog.shell import RaftShell, call_rpc, monotonic_ms
+
+TICK_INTERVAL_MS = 20
+CONTROLLER_CALL_TIMEOUT_MS = 10_000
+CONTROLLER_RETRY_BACKOFF_MS = 100
+REPLICA_REQUEST_TIMEOUT_MS = 10_000
+METADATA_DIRECTORY = "metadata"
+RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
+SNAPSHOT_VERSION = 1
+RPC_KIND_CONTROLLER = "controller"
+RPC_KIND_QUORUM_STATUS = "quorum_status"
+RPC_KIND_METADATA = "metadata"
+
+
+class Node:
+    """The runtime of one node of `config` (see the module docstring)."""
+
+    def __init__(self, config: ClusterConfig, node_id: int) -> None:
+        self.config = config
+        self.node_config: NodeConfig = config.node(node_id)
+        self.node_id = node_id
+        self.log = get_logger(node_id=node_id)
+        self.storage = FileStorage(self.node_config.data_dir)
+        self.rng = random.Random(int.from_bytes(os.urandom(8), "big"))
+        self.controller_ids = [n.id for n in config.controllers]
+        self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
+        self._stopping = False
+        self._nursery: trio.Nursery | None = None
+        self._fetchers: dict[int, trio.CancelScope] = {}
+        self.kafka_port: int | None = None
+        self.raft_shell: RaftShell | None = None
+        self._build_cores()
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_cores(self) -> None:
+        defaults = self.config.topic_defaults
+        settings = self.config.broker
+        self.controller = QuorumController(
+            ControllerConfig(
+                broker_session_timeout_ms=settings.broker_session_timeout_ms,
+                default_num_partitions=defaults.partitions,
+                default_replication_factor=defaults.replication_factor,
+            ),
+            self.rng,
+        )
+        self.metadata_image = MetadataImage()
+        self.broker: BrokerCore | None = None
+        self.apis: KafkaApis | None = None
+        self.dispatcher: KafkaDispatcher | None = None
+        if self.node_config.is_broker:
+            self.broker = BrokerCore(
+                self.node_id,
+                self.node_config.host,
+                self.node_config.kafka_port,
+                self.node_config.roles,
+                self.storage,
+                incarnation_id=os.urandom(16),
+                default_min_insync_replicas=defaults.min_insync_replicas,
+                replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+                heartbeat_interval_ms=settings.broker_heartbeat_interval_ms,
+                log_flush_messages=settings.log_flush_messages,
+                log_flush_ms=settings.log_flush_ms,
+            )
+            self.apis = KafkaApis(
+                self.broker, self.config.cluster_id, self._controller_id_for_clients,
+                auto_create_topics_enable=settings.auto_create_topics_enable,
+            )
+            self.dispatcher = KafkaDispatcher(self.apis, monotonic_ms, self._process)
+        peers = [node_id for node_id in self.controller_ids if node_id != self.node_id]
+        self.raft = RaftDriver(
+            self.node_id, peers, self.storage, METADATA_DIRECTORY, monotonic_ms, self.rng,
+            self._snapshot, self._restore, RaftConfig(),
+        )
+        self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
+
+    # ------------------------------------------------------------------ metadata publishing
+
+    def _publish(self, provenance: Provenance, records: list[Any]) -> None:
+        """Committed metadata records, in order: the broker's image advances by one delta."""
+        delta = MetadataDelta(self.metadata_image)
+        for record in records:
+            delta.replay(record, provenance)
+        self.metadata_image = delta.apply()
+        if self.broker is not None:
+            self.broker.apply_metadata(delta, self.metadata_image, monotonic_ms())
+
+    def _snapshot(self) -> bytes:
+        self._drain_committed()  # the snapshot must include every entry pysyncobj counts as applied
+        image = self.controller.image()
+        records = [encode_record(record) for record in self.controller.snapshot()]
+        return cbor2.dumps([SNAPSHOT_VERSION, image.provenance.raft_index, image.provenance.raft_term, records])
+
+    def _restore(self, blob: bytes) -> None:
+        version, raft_index, raft_term, encoded = cbor2.loads(blob)
+        assert version == SNAPSHOT_VERSION, f"snapshot version {version}"
+        records = [decode_record(item) for item in encoded]
+        provenance = Provenance(raft_index=raft_index, raft_term=raft_term)
+        self.controller.load_snapshot(records, provenance)
+        delta = MetadataDelta(MetadataImage())
+        for record in records:
+            delta.replay(record, provenance)
+        image = delta.apply()
+        self.metadata_image = image
+        if self.broker is not None:
+            now_ms = monotonic_ms()
+            for topic, partition in list(self.broker.partitions):
+                if topic not in image.topics.by_name or partition not in image.topics.by_name[topic].partitions:
+                    self.broker._remove_partition(topic, partition)
+            self.broker.apply_metadata(delta, image, now_ms)
+        self.controller_core.on_snapshot_restored(raft_index)
+
+    def _drain_committed(self) -> None:
+        for index, entry in self.raft.take_committed():
+            if index <= self.controller_core.last_applied_index:
+                continue  # covered by a snapshot restored meanwhile
+            self.controller_core.on_committed(index, entry)
+
+    # ------------------------------------------------------------------ the event step
+
+    def _process(self) -> None:
+        """Let every core advance and deliver what it produced. Runs after each event and on the ticker."""
+        now_ms = monotonic_ms()
+        self._drain_committed()
+        proposed = self.controller_core.step(now_ms)
+        self._drain_committed()
+        for outcome in self.controller_core.take_responses():
+            waiter = self._operation_waiters.pop(outcome.operation_id, None)
+            if waiter is not None:
+                waiter.send_nowait(outcome)
+        if self.broker is not None:
+            self.broker.tick(now_ms)
+            self.dispatcher.complete(self.apis.poll(now_ms))
+            for call in self.broker.take_controller_requests():
+                self._nursery.start_soon(self._run_controller_call, call)
+            self._sync_fetchers()
+        if proposed and self.raft_shell is not None:
+            self.raft_shell.wake()  # ship the new entry now, not at the next heartbeat
+
+    def _controller_id_for_clients(self) -> int:
+        leader_id = self.raft.status().leader_id
+        return -1 if leader_id is None else leader_id
+
+    # ------------------------------------------------------------------ controller calls
+
+    async def submit_to_controller(self, request: Any, timeout_ms: int) -> Any:
+        """Run a controller request on the active controller (here or remote). Returns its response;
+        raises KafkaError (NOT_CONTROLLER after retries, REQUEST_TIMED_OUT)."""
+        deadline = trio.current_time() + timeout_ms / 1000
+        last_error: KafkaError = KafkaError("no active controller", ErrorCode.NOT_CONTROLLER)
+        while trio.current_time() < deadline:
+            leader_id = self.raft.status().leader_id
+            try:
+                with trio.fail_after(max(0.05, deadline - trio.current_time())):
+                    if leader_id == self.node_id:
+                        return await self._submit_locally(request)
+                    if leader_id is not None:
+                        return await self._submit_remotely(leader_id, request)
+            except KafkaError as error:
+                # Connection problems (RaftError), leader changes and timeouts are retried until the deadline.
+                if not isinstance(error, RaftError) and error.code not in RETRIABLE_CONTROLLER_ERRORS:
+                    raise
+                last_error = error
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as error:
+                last_error = KafkaError(f"controller unreachable: {error}", ErrorCode.REQUEST_TIMED_OUT)
+            await trio.sleep(CONTROLLER_RETRY_BACKOFF_MS / 1000)
+        raise last_error
+
+    async def _submit_locally(self, request: Any) -> Any:
+        send, receive = trio.open_memory_channel[ControllerOutcome](1)
+        operation_id = self.controller_core.submit(request, monotonic_ms())
+        self._operation_waiters[operation_id] = send
+        self._process()
+        outcome = await receive.receive()
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.response
+
+    async def _submit_remotely(self, leader_id: int, request: Any) -> Any:
+        leader = self.config.node(leader_id)
+        answer = await call_rpc(
+            leader.host, leader.controller_port, self.config.cluster_id, self.config.secret,
+            {"kind": RPC_KIND_CONTROLLER, "request": encode_controller_request(request)},
+            CONTROLLER_CALL_TIMEOUT_MS, node_id=self.node_id,
+        )
+        if "error" in answer:
+            raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
+        return decode_controller_response(answer["response"])
+
+    async def _run_controller_call(self, call: ControllerCall) -> None:
+        try:
+            response: Any = await self.submit_to_controller(call.request, CONTROLLER_CALL_TIMEOUT_MS)
+        except KafkaError as error:
+            response = error
+        if self.broker is not None:
+            self.broker.on_controller_response(call, response, monotonic_ms())
+        self._process()
+
+    async def handle_rpc(self, request: dict) -> dict:
+        """Requests arriving on the controller port from other nodes and from the CLI."""
+        kind = request.get("kind")
+        if kind == RPC_KIND_CONTROLLER:
+            try:
+                controller_request = decode_controller_request(request["request"])
+                if self.raft.status().leader_id != self.node_id:
+                    leader = self.raft.status().leader_id
+                    return {"error": int(ErrorCode.NOT_CONTROLLER), "message": "not the controller", "leader": leader}
+                response = await self._submit_locally(controller_request)
+            except KafkaError as error:
+                return {"error": int(error.code), "message": error.message}
+            return {"response": encode_controller_response(response)}
+        if kind == RPC_KIND_QUORUM_STATUS:
+            return {"status": quorum_status_dict(self.raft.status(), self.controller_ids, monotonic_ms())}
+        if kind == RPC_KIND_METADATA:
+            return {"records": [encode_record(r) for r in self.controller.snapshot()],
+                    "raft_index": self.controller.image().provenance.raft_index}
+        return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"unknown rpc kind {kind!r}"}
+
+    # ------------------------------------------------------------------ replica fetchers
+
+    def _sync_fetchers(self) -> None:
+        wanted = self.broker.replica_leaders()
+        for leader_id in list(self._fetchers):
+            if leader_id not in wanted:
+                self._fetchers.pop(leader_id).cancel()
+        for leader_id in wanted - set(self._fetchers):
+            scope = trio.CancelScope()
+            self._fetchers[leader_id] = scope
+            self._nursery.start_soon(self._run_fetcher, leader_id, scope)
+
+    async def _run_fetcher(self, leader_id: int, scope: trio.CancelScope) -> None:
+        with scope:
+            while True:
+                connection = None
+                try:
+                    leader = self.config.node(leader_id)
+                    connection = await KafkaConnection.open(leader.host, leader.kafka_port, f"replica-{self.node_id}")
+                    await self._fetch_loop(leader_id, connection)
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, KafkaError) as error:
+                    self.log.debug("replica_fetcher_error", leader_id=leader_id, error=str(error))
+                finally:
+                    if connection is not None:
+                        await connection.aclose()
+                await trio.sleep(0.2)
+
+    async def _fetch_loop(self, leader_id: int, connection: "KafkaConnection") -> None:
+        while True:
+            sent = self.broker.next_replica_request(leader_id, monotonic_ms())
+            if sent is None:
+                await trio.sleep(0.05)
+                continue
+            try:
+                with trio.fail_after(REPLICA_REQUEST_TIMEOUT_MS / 1000):
+                    response = await connection.request(sent.api_key, sent.api_version, sent.request)
+            except BaseException:
+                self.broker.on_replica_response(sent, None, monotonic_ms())
+                raise
+            self.broker.on_replica_response(sent, response, monotonic_ms())
+            self._process()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            peers = {n.id: (n.host, n.controller_port) for n in self.config.controllers if n.id != self.node_id}
+            self.raft_shell = RaftShell(
+                self.raft, self.node_id, self.node_config.host, self.node_config.controller_port, peers,
+                self.config.cluster_id, self.config.secret, rpc_handler=self.handle_rpc, on_step=self._process,
+            )
+            await nursery.start(self.raft_shell.run)
+            if self.broker is not None:
+                limits = ServerLimits(
+                    request_bytes_max=self.config.broker.request_bytes_max,
+                    inflight_requests_max=self.config.broker.inflight_requests_max,
+                    idle_ms_max=self.config.broker.connections_idle_ms_max,
+                )
+                server = FrameServer(self.node_config.host, self.node_config.kafka_port, self.dispatcher, limits)
+                self.kafka_port = await nursery.start(server.run)
+            nursery.start_soon(self._ticker)
+            self.log.info("node_started", kafka_port=self.kafka_port, controller_port=self.node_config.controller_port,
+                          roles=list(self.node_config.roles))
+            task_status.started(self)
+            await self._wait_for_stop_signal()
+            await self._controlled_shutdown()
+            nursery.cancel_scope.cancel()
+        self.close()
+
+    async def _ticker(self) -> None:
+        while True:
+            self._process()
+            await trio.sleep(TICK_INTERVAL_MS / 1000)
+
+    async def _wait_for_stop_signal(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                self.log.info("node_stopping")
+                return
+
+    async def _controlled_shutdown(self) -> None:
+        if self.broker is None or self.broker.broker_epoch is None:
+            return
+        self.broker.request_controlled_shutdown(monotonic_ms())
+        with trio.move_on_after(20):
+            while not self.broker.controlled_shutdown_done(monotonic_ms()):
+                self._process()
+                await trio.sleep(0.05)
+        self.log.info("controlled_shutdown_done", granted=self.broker.shutdown_granted)
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+        self.raft.close()
+
+
+class KafkaConnection:
+    """A minimal trio Kafka client connection for broker-to-broker requests (replica fetching)."""
+
+    def __init__(self, stream: trio.SocketStream, client_id: str) -> None:
+        self.stream = stream
+        self.client_id = client_id
+        self.reader = FrameReader()
+        self.correlation_id = 0
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str) -> "KafkaConnection":
+        stream = await trio.open_tcp_stream(host, port)
+        return cls(stream, client_id)
+
+    async def request(self, api_key: int, api_version: int, request: Any) -> Any:
+        self.correlation_id += 1
+        header = RequestHeader(api_key, api_version, self.correlation_id, self.client_id)
+        await self.stream.send_all(encode_request(header, request))
+        while True:
+            frame = self.reader.next_frame()
+            if frame is not None:
+                correlation_id, response = decode_response(api_key, api_version, frame)
+                if correlation_id != self.correlation_id:
+                    raise KafkaError(f"correlation id {correlation_id} != {self.correlation_id}", ErrorCode.NETWORK_EXCEPTION)
+                return response
+            data = await self.stream.receive_some(1 << 20)
+            if not data:
+                raise trio.BrokenResourceError("connection closed by the leader")
+            self.reader.receive_data(data)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int) -> dict:
+    """The `flotilla quorum status --json` layout. Progress of the other voters is known on the leader only
+    (None elsewhere)."""
+    members = {member.id: member for member in status.members}
+    voters = []
+    for voter_id in sorted(controller_ids):
+        member = members.get(voter_id)
+        match_index = status.log_end_index if voter_id == status.node_id else (member.match_index if member else None)
+        last_index = match_index if match_index is not None else -1
+        voters.append({
+            "id": voter_id,
+            "last_index": last_index,
+            "lag": max(0, status.raft_commit_index - last_index) if last_index >= 0 else None,
+            "last_contact_ms": 0 if voter_id == status.node_id else (
+                max(0, now_ms - member.last_contact_ms) if member and member.last_contact_ms is not None else None),
+        })
+    return {
+        "leader_id": status.leader_id,
+        "epoch": status.term,
+        "commit_index": status.raft_commit_index,
+        "voters": voters,
+        "observers": [],
+    }
+
+
+def run_node_forever(config: ClusterConfig, node_id: int) -> int:
+    node = Node(config, node_id)
+    try:
+        trio.run(node.run)
+    except KeyboardInterrupt:
+        pass
+    return 0
