@@ -15,6 +15,7 @@ import sys
 _SUBCOMMAND_MODULES = (
     "net.cli_node",
     "net.cli_metadata",
+    "net.cli_quorum",
     "net.cli_data",
     "net.cli_dump_log",
     "net.cli_simulate",

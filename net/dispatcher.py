@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from net.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
 from net.kafka_apis import SUPPORTED_APIS, Deferred, KafkaApis
 from net.logs import get_logger
 from net.protocol.codec import (
@@ -28,14 +29,18 @@ from partitions.errors import KafkaError
 class KafkaDispatcher:
     """Implements `net.server.Dispatcher` over a `KafkaApis`."""
 
-    def __init__(self, apis: KafkaApis, now_ms: Callable[[], int], after_event: Callable[[], None]) -> None:
+    def __init__(self, apis: KafkaApis, now_ms: Callable[[], int], after_event: Callable[[], None],
+                 admin_handler: Callable[[dict], dict] | None = None) -> None:
         self.apis = apis
+        self.admin_handler = admin_handler
         self.now_ms = now_ms
         self.after_event = after_event
         self.log = get_logger(component="kafka-dispatcher")
         self._pending: dict[int, tuple[PendingReply, RequestHeader, int]] = {}
 
     def handle_frame(self, connection_id: int, frame: bytes) -> Any:
+        if self.admin_handler is not None and peek_api_key(frame) == ADMIN_API_KEY:
+            return self._admin(connection_id, frame)
         try:
             header, request = decode_request(frame)
         except UnsupportedRequestVersionError as error:
@@ -55,6 +60,14 @@ class KafkaDispatcher:
         if result is None:
             return NO_REPLY
         return encode_response(header, result)
+
+    def _admin(self, connection_id: int, frame: bytes) -> bytes:
+        try:
+            header, request = decode_admin_request(frame)
+        except KafkaError as error:
+            self.log.info("malformed_admin_request", connection_id=connection_id, error=error.message)
+            raise CloseConnection(error.message) from None
+        return encode_admin_response(header, self.admin_handler(request))
 
     def _unsupported(self, header: RequestHeader) -> bytes:
         if header.api_key == ApiKey.API_VERSIONS:

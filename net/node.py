@@ -60,6 +60,7 @@ SNAPSHOT_VERSION = 1
 RPC_KIND_CONTROLLER = "controller"
 RPC_KIND_QUORUM_STATUS = "quorum_status"
 RPC_KIND_METADATA = "metadata"
+METADATA_LOG_ENTRIES_MAX = 10_000
 
 
 class Node:
@@ -95,6 +96,7 @@ class Node:
             self.rng,
         )
         self.metadata_image = MetadataImage()
+        self.metadata_log: list[tuple[int, list[Any]]] = []  # recent committed entries, for `metadata dump --log`
         self.broker: BrokerCore | None = None
         self.apis: KafkaApis | None = None
         self.dispatcher: KafkaDispatcher | None = None
@@ -116,7 +118,7 @@ class Node:
                 self.broker, self.config.cluster_id, self._controller_id_for_clients,
                 auto_create_topics_enable=settings.auto_create_topics_enable,
             )
-            self.dispatcher = KafkaDispatcher(self.apis, monotonic_ms, self._process)
+            self.dispatcher = KafkaDispatcher(self.apis, monotonic_ms, self._process, self.handle_admin)
         peers = [node_id for node_id in self.controller_ids if node_id != self.node_id]
         self.raft = RaftDriver(
             self.node_id, peers, self.storage, METADATA_DIRECTORY, monotonic_ms, self.rng,
@@ -128,6 +130,8 @@ class Node:
 
     def _publish(self, provenance: Provenance, records: list[Any]) -> None:
         """Committed metadata records, in order: the broker's image advances by one delta."""
+        self.metadata_log.append((provenance.raft_index, records))
+        del self.metadata_log[:-METADATA_LOG_ENTRIES_MAX]
         delta = MetadataDelta(self.metadata_image)
         for record in records:
             delta.replay(record, provenance)
@@ -259,12 +263,34 @@ class Node:
             except KafkaError as error:
                 return {"error": int(error.code), "message": error.message}
             return {"response": encode_controller_response(response)}
+        return self.handle_admin(request)
+
+    def handle_admin(self, request: dict) -> dict:
+        """The CLI's questions, on the controller port (RPC) and on the Kafka port (private admin API)."""
+        kind = request.get("kind")
         if kind == RPC_KIND_QUORUM_STATUS:
-            return {"status": quorum_status_dict(self.raft.status(), self.controller_ids, monotonic_ms())}
+            status = self.raft.status()
+            leader = self.config.node(status.leader_id) if status.leader_id in self.controller_ids else None
+            return {
+                "status": quorum_status_dict(status, self.controller_ids, monotonic_ms()),
+                "node_id": self.node_id,
+                "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
+                "leader_controller": [leader.host, leader.controller_port] if leader is not None else None,
+            }
         if kind == RPC_KIND_METADATA:
-            return {"records": [encode_record(r) for r in self.controller.snapshot()],
-                    "raft_index": self.controller.image().provenance.raft_index}
-        return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"unknown rpc kind {kind!r}"}
+            image = self.controller.image()
+            return {
+                "node_id": self.node_id,
+                "raft_index": image.provenance.raft_index,
+                "raft_term": image.provenance.raft_term,
+                "records": [encode_record(r) for r in self.controller.snapshot()],
+                "log": self._metadata_log() if request.get("log") else None,
+            }
+        return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"unknown request kind {kind!r}"}
+
+    def _metadata_log(self) -> list[list]:
+        """Committed metadata entries still in the Raft journal: [raft index, [encoded records]] each."""
+        return [[index, [encode_record(r) for r in records]] for index, records in self.metadata_log]
 
     # ------------------------------------------------------------------ replica fetchers
 

@@ -1,0 +1,199 @@
+"""`flotilla quorum status` and `flotilla metadata dump [--log]`: the Raft quorum and the metadata image.
+
+Both take `--config FILE` (any node of the file) or `-b HOST:PORT[,HOST:PORT]` (Kafka ports), also after the
+subcommand, and print a table, or JSON with `--json`. They ask over the private admin API on the Kafka port
+(net/admin_api.py); the voters' progress is known by the Raft leader only, so `quorum status` asks whichever
+node answers first, then the leader it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+from typing import Any
+
+from metadata.image import Provenance, records_to_image
+from metadata.records import decode_record
+from net.admin_api import decode_admin_response, encode_admin_request
+from net.config import ConfigError, load_config
+
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+ADMIN_TIMEOUT_SECONDS = 5.0
+RESPONSE_BYTES_MAX = 256 * 1024 * 1024
+
+
+class Unreachable(Exception):
+    pass
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="cluster config file (TOML)")
+    parser.add_argument("-b", "--bootstrap-server", dest="bootstrap", help="HOST:PORT[,HOST:PORT] of Kafka listeners")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_parser(subparsers) -> None:
+    quorum = subparsers.add_parser("quorum", help="the metadata quorum")
+    quorum_commands = quorum.add_subparsers(dest="quorum_command", metavar="COMMAND", required=True)
+    status = quorum_commands.add_parser("status", help="leader, epoch, commit index and each voter's lag")
+    add_target_arguments(status)
+    status.set_defaults(run=run_quorum_status)
+
+    metadata = subparsers.add_parser("metadata", help="the committed metadata")
+    metadata_commands = metadata.add_subparsers(dest="metadata_command", metavar="COMMAND", required=True)
+    dump = metadata_commands.add_parser("dump", help="the current metadata image (--log: the committed records)")
+    add_target_arguments(dump)
+    dump.add_argument("--log", action="store_true", help="print the committed metadata records in order")
+    dump.set_defaults(run=run_metadata_dump)
+
+
+def resolve_bootstrap(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(host, Kafka port) pairs from --config or -b. Raises ConfigError with a clear message."""
+    if args.config:
+        config = load_config(args.config)
+        return [(node.host, node.kafka_port) for node in config.brokers]
+    if args.bootstrap:
+        servers = []
+        for item in args.bootstrap.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"-b: {item!r} is not HOST:PORT")
+            servers.append((host, int(port)))
+        return servers
+    raise ConfigError("give --config FILE or -b HOST:PORT")
+
+
+def admin_call(host: str, port: int, request: dict[str, Any]) -> dict[str, Any]:
+    """One request over the private admin API. Raises Unreachable."""
+    try:
+        with socket.create_connection((host, port), timeout=ADMIN_TIMEOUT_SECONDS) as connection:
+            connection.sendall(encode_admin_request(1, "flotilla-cli", request))
+            (size,) = struct.unpack(">i", _receive_exactly(connection, 4))
+            if not 0 <= size <= RESPONSE_BYTES_MAX:
+                raise Unreachable(f"{host}:{port} answered a frame of {size} bytes")
+            _, response = decode_admin_response(_receive_exactly(connection, size))
+            return response
+    except (OSError, ValueError) as error:
+        raise Unreachable(f"{host}:{port}: {error}") from None
+
+
+def _receive_exactly(connection: socket.socket, size: int) -> bytes:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = connection.recv(min(remaining, 1 << 20))
+        if not chunk:
+            raise Unreachable("connection closed")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def ask_any(servers: list[tuple[str, int]], request: dict[str, Any]) -> dict[str, Any]:
+    errors = []
+    for host, port in servers:
+        try:
+            return admin_call(host, port, request)
+        except Unreachable as error:
+            errors.append(str(error))
+    raise Unreachable("no node reachable (" + "; ".join(errors) + ")")
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"flotilla: {message}", file=sys.stderr)
+    return code
+
+
+def run_quorum_status(args: argparse.Namespace) -> int:
+    try:
+        servers = resolve_bootstrap(args)
+        answer = ask_any(servers, {"kind": "quorum_status"})
+        leader = answer.get("leader_kafka")
+        if leader and answer["status"]["leader_id"] != answer.get("node_id"):
+            try:
+                answer = admin_call(leader[0], leader[1], {"kind": "quorum_status"})
+            except Unreachable:
+                pass  # keep the follower's view: leader and commit index, no per-voter progress
+    except ConfigError as error:
+        return _fail(str(error), EXIT_CONFIG)
+    except Unreachable as error:
+        return _fail(str(error), EXIT_UNREACHABLE)
+    status = answer["status"]
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    print(f"leader {status['leader_id']}  epoch {status['epoch']}  commit index {status['commit_index']}")
+    print(f"{'voter':>6} {'last index':>11} {'lag':>6} {'last contact ms':>16}")
+    for voter in status["voters"]:
+        print(f"{voter['id']:>6} {_text(voter['last_index']):>11} {_text(voter['lag']):>6} "
+              f"{_text(voter['last_contact_ms']):>16}")
+    return 0
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None or value == -1 else str(value)
+
+
+def run_metadata_dump(args: argparse.Namespace) -> int:
+    try:
+        answer = ask_any(resolve_bootstrap(args), {"kind": "metadata", "log": bool(args.log)})
+    except ConfigError as error:
+        return _fail(str(error), EXIT_CONFIG)
+    except Unreachable as error:
+        return _fail(str(error), EXIT_UNREACHABLE)
+    if args.log:
+        entries = [
+            {"raft_index": index, "records": [record_to_json(decode_record(r)) for r in records]}
+            for index, records in answer["log"] or []
+        ]
+        print(json.dumps(entries) if args.json else "\n".join(json.dumps(e) for e in entries))
+        return 0
+    records = [decode_record(encoded) for encoded in answer["records"]]
+    image = records_to_image(records, Provenance(answer["raft_index"], answer["raft_term"]))
+    document = image_to_json(image)
+    print(json.dumps(document, indent=None if args.json else 2))
+    return 0
+
+
+def record_to_json(record: Any) -> dict[str, Any]:
+    fields = {name: _jsonable(getattr(record, name)) for name in record.__dataclass_fields__}
+    return {"type": type(record).__name__, **fields}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def image_to_json(image: Any) -> dict[str, Any]:
+    brokers = [
+        {"id": b.broker_id, "host": b.host, "port": b.port, "roles": list(b.roles), "epoch": b.broker_epoch,
+         "status": "fenced" if b.fenced else "active", "in_controlled_shutdown": b.in_controlled_shutdown}
+        for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id)
+    ]
+    topics = []
+    for name in sorted(image.topics.by_name):
+        topic = image.topics.by_name[name]
+        topics.append({
+            "name": name,
+            "topic_id": topic.topic_id.hex(),
+            "partitions": [
+                {"partition": index, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                 "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr)}
+                for index, p in sorted(topic.partitions.items())
+            ],
+            "configs": dict(image.configs.topic(name)),
+        })
+    return {
+        "raft_index": image.provenance.raft_index,
+        "raft_term": image.provenance.raft_term,
+        "brokers": brokers,
+        "topics": topics,
+        "next_producer_id": image.producer_ids.next_producer_id,
+    }
