@@ -162,7 +162,7 @@ def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now
 
 def _append_batch(segment: LogSegment, batch: bytes) -> None:
     header = parse_header(batch)
-    segment.append(batch, [BatchPlacement(0, header.size, header.last_offset, header.max_timestamp)])
+    segment.append([batch], [BatchPlacement(0, header.size, header.last_offset, header.max_timestamp)])
 
 
 def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, int], now_ms: int,

@@ -33,6 +33,10 @@ TIME_ENTRY = struct.Struct(
     "I"  # relative_offset
 )
 RELATIVE_OFFSET_MAX = (1 << 31) - 1  # Kafka keeps relative offsets in an int
+# New entries are buffered and written in blocks of this size (Kafka writes its indexes through mmap): an
+# index is flushed to its file on fsync, close, rename and truncation, and the active segment's indexes
+# are rebuilt from the log after a crash anyway.
+INDEX_WRITE_BUFFER_BYTES = 4096
 
 
 class _SparseIndex:
@@ -49,6 +53,7 @@ class _SparseIndex:
         self.keys: list[int] = []
         self.values: list[int] = []
         self.torn = False
+        self._pending = bytearray()
         self._load()
 
     def _load(self) -> None:
@@ -83,8 +88,16 @@ class _SparseIndex:
     def append(self, key: int, value: int) -> None:
         assert not self.is_full, f"index {self.path} full at {len(self.keys)} entries"
         assert not self.keys or key > self.keys[-1], f"index {self.path} key {key} after {self.keys[-1]}"
-        self._handle.append(self._to_entry(key, value))
+        self._pending += self._to_entry(key, value)
         self._add(key, value)
+        if len(self._pending) >= INDEX_WRITE_BUFFER_BYTES:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        """Write buffered entries to the file (not fsynced)."""
+        if self._pending:
+            self._handle.append(self._pending)
+            self._pending = bytearray()
 
     def floor(self, key: int) -> int | None:
         """Position in the entry lists of the greatest key <= `key`, or None."""
@@ -92,6 +105,7 @@ class _SparseIndex:
         return slot if slot >= 0 else None
 
     def _truncate_entries(self, count: int) -> None:
+        self.write_pending()
         del self.keys[count:]
         del self.values[count:]
         self._handle.truncate(count * self.entry.size)
@@ -102,19 +116,23 @@ class _SparseIndex:
         self.torn = False
 
     def fsync(self) -> None:
+        self.write_pending()
         self._handle.fsync()
 
     def close(self) -> None:
+        self.write_pending()
         self._handle.close()
 
     def rename(self, path: str) -> None:
         """Rename the file and keep using it (the storage's rename keeps the bytes)."""
+        self.write_pending()
         self._handle.close()
         self._storage.rename(self.path, path)
         self.path = path
         self._handle = self._storage.open(path)
 
     def delete(self) -> None:
+        self._pending = bytearray()
         self._handle.close()
         self._storage.delete(self.path)
 

@@ -30,10 +30,16 @@ from __future__ import annotations
 
 import bisect
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from partitions.batch import (
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    HEADER,
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     compute_crc,
     parse_header,
@@ -74,6 +80,13 @@ TEMP_SUFFIX = ".tmp"
 COMPRESSION_CODEC_MAX = 4  # zstd; 5..7 are not Kafka codecs
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
 LATEST_TIMESTAMP = -1
+# Immutable appends whose batches average at least this size are written as (stamped header copy, body view)
+# pairs instead of being copied whole: a copy costs more than a second write from here up.
+SPLIT_WRITE_BATCH_BYTES_MIN = 64 * 1024
+# Positions in the tuple of HEADER.unpack_from (partitions/batch.py's wire layout).
+(F_BASE_OFFSET, F_BATCH_LENGTH, F_PARTITION_LEADER_EPOCH, F_MAGIC, F_CRC, F_ATTRIBUTES, F_LAST_OFFSET_DELTA,
+ F_BASE_TIMESTAMP, F_MAX_TIMESTAMP, F_PRODUCER_ID, F_PRODUCER_EPOCH, F_BASE_SEQUENCE, F_RECORDS_COUNT) = range(13)
+assert HEADER.size == HEADER_SIZE, HEADER.size
 MAX_TIMESTAMP = -3
 
 
@@ -91,19 +104,36 @@ class AppendOrigin(enum.Enum):
     COORDINATOR = "coordinator"
 
 
-@dataclass(frozen=True, slots=True)
 class AppendInfo:
-    """What an append wrote (Kafka's LogAppendInfo)."""
+    """What an append wrote (Kafka's LogAppendInfo). `batch_headers` are the headers as written (offsets
+    and leader epoch stamped), built on first access. A plain slotted class: one is made per append."""
 
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
-    log_start_offset: int
-    record_count: int
-    valid_bytes: int
-    batch_headers: tuple[BatchHeader, ...]  # as written: offsets and leader epoch stamped
+    __slots__ = ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp", "log_append_time_ms",
+                 "log_start_offset", "record_count", "valid_bytes", "_header_fields", "_headers")
+
+    def __init__(self, first_offset: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
+                 log_append_time_ms: int, log_start_offset: int, record_count: int, valid_bytes: int,
+                 header_fields) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.log_append_time_ms = log_append_time_ms  # -1 unless the topic uses LogAppendTime
+        self.log_start_offset = log_start_offset
+        self.record_count = record_count
+        self.valid_bytes = valid_bytes
+        self._header_fields = header_fields
+        self._headers: tuple[BatchHeader, ...] | None = None
+
+    @property
+    def batch_headers(self) -> tuple[BatchHeader, ...]:
+        if self._headers is None:
+            self._headers = tuple(BatchHeader(*fields) for fields in self._header_fields)
+        return self._headers
+
+    def __repr__(self) -> str:
+        return (f"AppendInfo(first_offset={self.first_offset}, last_offset={self.last_offset}, "
+                f"record_count={self.record_count}, valid_bytes={self.valid_bytes})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +171,40 @@ class FetchData:
         return self._records
 
 
-@dataclass(frozen=True, slots=True)
-class _Validated:
-    """One checked batch of an append: its position in the buffer and its header as received."""
+def _stamp_in_place(records: bytes | bytearray, checked: list[tuple[int, tuple]], first_offset: int,
+                    leader_epoch: int, log_append_time_ms: int) -> tuple[list[bytearray], list[tuple]]:
+    """Stamp a bytearray (the caller's, or one copy of `records`) in place: one piece to write, and the
+    header fields as written."""
+    buffer = records if isinstance(records, bytearray) else bytearray(records)
+    next_offset, written = first_offset, []
+    with memoryview(buffer) as view:
+        for position, fields in checked:
+            batch = view[position : position + fields[F_BATCH_LENGTH] + LOG_OVERHEAD]
+            stamp_batch(batch, next_offset, leader_epoch)
+            if log_append_time_ms >= 0:
+                set_log_append_time(batch, log_append_time_ms)
+                fields = HEADER.unpack_from(batch)
+            else:
+                fields = (next_offset, fields[F_BATCH_LENGTH], leader_epoch) + fields[F_MAGIC:]
+            batch.release()
+            written.append(fields)
+            next_offset += fields[F_LAST_OFFSET_DELTA] + 1
+    return [buffer], written
 
-    position: int
-    header: BatchHeader
+
+def _stamp_headers_only(records: bytes, checked: list[tuple[int, tuple]], first_offset: int,
+                        leader_epoch: int) -> tuple[list, list[tuple]]:
+    """Large immutable batches: copy and stamp only each 61-byte header; the bodies are written from the
+    caller's buffer (saves a copy of every byte, at one more write per batch)."""
+    view = memoryview(records)
+    next_offset, pieces, written = first_offset, [], []
+    for position, fields in checked:
+        head = bytearray(view[position : position + HEADER_SIZE])
+        stamp_batch(head, next_offset, leader_epoch)
+        pieces += [head, view[position + HEADER_SIZE : position + fields[F_BATCH_LENGTH] + LOG_OVERHEAD]]
+        written.append((next_offset, fields[F_BATCH_LENGTH], leader_epoch) + fields[F_MAGIC:])
+        next_offset += fields[F_LAST_OFFSET_DELTA] + 1
+    return pieces, written
 
 
 class PartitionLog:
@@ -308,6 +366,9 @@ class PartitionLog:
         self.now_ms = max(self.now_ms, now_ms)
 
     # ---- appends
+    #
+    # The hot path keeps each header as the tuple HEADER.unpack_from returns (fields in wire order, see
+    # partitions/batch.py): building frozen dataclasses per batch would cost more than the write itself.
 
     def append_as_leader(
         self,
@@ -327,25 +388,15 @@ class PartitionLog:
         checked = self._validate(records, leader=True, origin=origin, now_ms=now_ms)
         if not checked:
             return self._empty_append_info()
-        buffer = records if isinstance(records, bytearray) else bytearray(records)
         log_append_time_ms = now_ms if self.config.log_append_time else -1
-        next_offset = self.log_end_offset
-        placements, headers = [], []
-        view = memoryview(buffer)
-        for item in checked:
-            batch = view[item.position : item.position + item.header.size]
-            stamp_batch(batch, next_offset, leader_epoch)
-            max_timestamp = item.header.max_timestamp
-            if log_append_time_ms >= 0:
-                set_log_append_time(batch, log_append_time_ms)
-                max_timestamp = log_append_time_ms
-            header = replace(item.header, base_offset=next_offset, partition_leader_epoch=leader_epoch)
-            headers.append(header)
-            placements.append(BatchPlacement(item.position, header.size, header.last_offset, max_timestamp))
-            next_offset = header.next_offset
-        view.release()
-        self.epoch_cache.assign(leader_epoch, self.log_end_offset)
-        return self._append(buffer, placements, headers, log_append_time_ms, now_ms)
+        first_offset = self.log_end_offset
+        large = len(records) >= SPLIT_WRITE_BATCH_BYTES_MIN * len(checked)
+        if isinstance(records, bytes) and log_append_time_ms < 0 and large:
+            pieces, written = _stamp_headers_only(records, checked, first_offset, leader_epoch)
+        else:
+            pieces, written = _stamp_in_place(records, checked, first_offset, leader_epoch, log_append_time_ms)
+        self.epoch_cache.assign(leader_epoch, first_offset)
+        return self._append(pieces, [position for position, _ in checked], written, log_append_time_ms, now_ms)
 
     def append_as_follower(self, records: bytes | bytearray, now_ms: int) -> AppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as given. The first offset
@@ -355,86 +406,94 @@ class PartitionLog:
         checked = self._validate(records, leader=False, origin=AppendOrigin.CLIENT, now_ms=now_ms)
         if not checked:
             return self._empty_append_info()
-        first_offset = checked[0].header.base_offset
+        first_offset = checked[0][1][0]
         if first_offset < self.log_end_offset:
             raise UnexpectedAppendOffsetError(
                 f"follower append starts at {first_offset}, below the log end offset {self.log_end_offset}"
             )
-        for item in checked:
-            epoch = item.header.partition_leader_epoch
-            latest = self.epoch_cache.latest_epoch
+        for _, fields in checked:
+            epoch, latest = fields[2], self.epoch_cache.latest_epoch
             if epoch >= 0 and (latest is None or epoch > latest):
-                self.epoch_cache.assign(epoch, item.header.base_offset)
-        headers = [item.header for item in checked]
-        placements = [BatchPlacement(i.position, i.header.size, i.header.last_offset, i.header.max_timestamp) for i in checked]
-        return self._append(records, placements, headers, -1, now_ms)
+                self.epoch_cache.assign(epoch, fields[0])
+        written = [fields for _, fields in checked]
+        return self._append([records], [position for position, _ in checked], written, -1, now_ms)
 
     def _empty_append_info(self) -> AppendInfo:
         leo = self.log_end_offset
         return AppendInfo(leo, leo - 1, -1, -1, -1, self.log_start_offset, 0, 0, ())
 
-    def _validate(self, records: bytes | bytearray, leader: bool, origin: AppendOrigin, now_ms: int) -> list[_Validated]:
-        """Check every batch of `records` without decoding records; raise the first problem found."""
+    def _validate(self, records: bytes | bytearray, leader: bool, origin: AppendOrigin,
+                  now_ms: int) -> list[tuple[int, tuple]]:
+        """[(position, header fields)] of every batch of `records`, checked without decoding records;
+        raises the first problem found."""
         view = memoryview(records)
-        checked: list[_Validated] = []
+        end = len(view)
+        checked: list[tuple[int, tuple]] = []
         position = 0
         previous_next_offset = -1
-        while position < len(view):
-            if len(view) - position < HEADER_SIZE:
-                raise CorruptRecordError(f"{len(view) - position} trailing bytes are not a record batch")
-            header = parse_header(view, position)
-            if position + header.size > len(view):
-                raise CorruptRecordError(f"record batch of {header.size} bytes truncated at {len(view) - position}")
-            batch = view[position : position + header.size]
+        while position < end:
+            if end - position < HEADER_SIZE:
+                raise CorruptRecordError(f"{end - position} trailing bytes are not a record batch")
+            fields = HEADER.unpack_from(view, position)
+            size = fields[F_BATCH_LENGTH] + LOG_OVERHEAD
+            if fields[F_MAGIC] != MAGIC_V2 or size < HEADER_SIZE or fields[F_LAST_OFFSET_DELTA] < 0 or fields[F_RECORDS_COUNT] < 0:
+                parse_header(view, position)  # raises the precise typed error
+            if position + size > end:
+                raise CorruptRecordError(f"record batch of {size} bytes truncated at {end - position}")
             if leader:
-                self._check_leader_batch(header, origin, now_ms)
-            elif header.base_offset < previous_next_offset:
-                raise InvalidRecordError(f"batch base offset {header.base_offset} below {previous_next_offset}")
-            if compute_crc(batch) != header.crc:
+                self._check_leader_batch(fields, size, origin, now_ms)
+            elif fields[F_BASE_OFFSET] < previous_next_offset:
+                raise InvalidRecordError(f"batch base offset {fields[F_BASE_OFFSET]} below {previous_next_offset}")
+            if compute_crc(view[position : position + size]) != fields[F_CRC]:
                 raise CorruptRecordError(f"record batch CRC mismatch at position {position}")
-            if header.compression > COMPRESSION_CODEC_MAX:
-                raise UnsupportedCompressionTypeError(f"compression codec {header.compression}")
-            checked.append(_Validated(position, header))
-            previous_next_offset = header.next_offset
-            position += header.size
+            if fields[F_ATTRIBUTES] & COMPRESSION_MASK > COMPRESSION_CODEC_MAX:
+                raise UnsupportedCompressionTypeError(f"compression codec {fields[F_ATTRIBUTES] & COMPRESSION_MASK}")
+            checked.append((position, fields))
+            previous_next_offset = fields[F_BASE_OFFSET] + fields[F_LAST_OFFSET_DELTA] + 1
+            position += size
         return checked
 
-    def _check_leader_batch(self, header: BatchHeader, origin: AppendOrigin, now_ms: int) -> None:
-        if header.size > self.config.max_message_bytes or header.size > self.config.segment_bytes:
-            raise RecordTooLargeError(
-                f"record batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
-            )
-        if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
-            raise InvalidRecordError(
-                f"records_count={header.records_count} does not match last_offset_delta={header.last_offset_delta}"
-            )
-        if header.is_control and origin is AppendOrigin.CLIENT:
+    def _check_leader_batch(self, fields: tuple, size: int, origin: AppendOrigin, now_ms: int) -> None:
+        config = self.config
+        if size > config.max_message_bytes or size > config.segment_bytes:
+            raise RecordTooLargeError(f"record batch of {size} bytes exceeds max.message.bytes={config.max_message_bytes}")
+        count, last_offset_delta, attributes = fields[F_RECORDS_COUNT], fields[F_LAST_OFFSET_DELTA], fields[F_ATTRIBUTES]
+        if count <= 0 or count != last_offset_delta + 1:
+            raise InvalidRecordError(f"records_count={count} does not match last_offset_delta={last_offset_delta}")
+        if attributes & CONTROL_MASK and origin is AppendOrigin.CLIENT:
             raise InvalidRecordError("clients may not write control batches")
-        if header.is_transactional and header.producer_id < 0:
+        if attributes & TRANSACTIONAL_MASK and fields[F_PRODUCER_ID] < 0:
             raise InvalidRecordError("a transactional batch needs a producer id")
-        if not self.config.log_append_time:
+        if not config.log_append_time:
             # Header timestamps only (base = first record, max = largest): no per-record decoding here.
-            if now_ms - min(header.base_timestamp, header.max_timestamp) > self.config.message_timestamp_before_max_ms:
-                raise InvalidTimestampError(f"timestamp {header.base_timestamp} too far before {now_ms}")
-            if header.max_timestamp - now_ms > self.config.message_timestamp_after_max_ms:
-                raise InvalidTimestampError(f"timestamp {header.max_timestamp} too far after {now_ms}")
+            base_timestamp, max_timestamp = fields[F_BASE_TIMESTAMP], fields[F_MAX_TIMESTAMP]
+            if now_ms - min(base_timestamp, max_timestamp) > config.message_timestamp_before_max_ms:
+                raise InvalidTimestampError(f"timestamp {base_timestamp} too far before {now_ms}")
+            if max_timestamp - now_ms > config.message_timestamp_after_max_ms:
+                raise InvalidTimestampError(f"timestamp {max_timestamp} too far after {now_ms}")
 
-    def _append(self, data, placements: list[BatchPlacement], headers: list[BatchHeader],
-                log_append_time_ms: int, now_ms: int) -> AppendInfo:
-        first_offset = headers[0].base_offset
-        last_offset = placements[-1].last_offset
-        reason = self.active_segment.should_roll(len(data), last_offset, self.config.segment_bytes,
-                                                 self.config.segment_ms, now_ms)
-        if reason is not None:
+    def _append(self, pieces: list, positions: list[int], written: list[tuple], log_append_time_ms: int,
+                now_ms: int) -> AppendInfo:
+        """Write `pieces` (the stamped batches whose header fields are `written`, at `positions` of the
+        concatenated pieces) to the active segment, rolling first when needed."""
+        placements = [
+            BatchPlacement(position, fields[F_BATCH_LENGTH] + LOG_OVERHEAD,
+                           fields[F_BASE_OFFSET] + fields[F_LAST_OFFSET_DELTA], fields[F_MAX_TIMESTAMP])
+            for position, fields in zip(positions, written)
+        ]
+        first_offset, last_offset = written[0][F_BASE_OFFSET], placements[-1].last_offset
+        size = len(pieces[0]) if len(pieces) == 1 else sum(len(piece) for piece in pieces)
+        config = self.config
+        if self.active_segment.should_roll(size, last_offset, config.segment_bytes, config.segment_ms, now_ms):
             self.roll(now_ms, max(first_offset, self.log_end_offset))
-        self.active_segment.append(data, placements)
-        record_count = sum(header.last_offset_delta + 1 for header in headers)
+        self.active_segment.append(pieces, placements)
+        record_count = last_offset - first_offset + 1 if len(written) == 1 else sum(f[F_LAST_OFFSET_DELTA] + 1 for f in written)
         self.unflushed_messages += record_count
-        if self.config.flush_messages is not None and self.unflushed_messages >= self.config.flush_messages:
+        if config.flush_messages is not None and self.unflushed_messages >= config.flush_messages:
             self.flush(now_ms)
-        best = max(placements, key=lambda p: p.max_timestamp)
+        best = placements[0] if len(placements) == 1 else max(placements, key=lambda p: p.max_timestamp)
         return AppendInfo(first_offset, last_offset, best.max_timestamp, best.last_offset, log_append_time_ms,
-                          self.log_start_offset, record_count, len(data), tuple(headers))
+                          self.log_start_offset, record_count, size, written)
 
     def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
         """Seal (fsync) the active segment and start a new one at `base_offset` (default: log end offset)."""

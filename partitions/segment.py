@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from partitions.batch import HEADER_SIZE, BatchHeader, parse_header, peek_offset_and_length, validate_batch
 from partitions.errors import KafkaError
@@ -48,8 +49,7 @@ def join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
 
 
-@dataclass(frozen=True, slots=True)
-class BatchPlacement:
+class BatchPlacement(NamedTuple):
     """Where one batch of an append lands: its place in the appended buffer and its key numbers."""
 
     buffer_position: int
@@ -117,11 +117,14 @@ class LogSegment:
 
     # ---- appending
 
-    def append(self, data: bytes | bytearray | memoryview, placements: list[BatchPlacement]) -> None:
-        """Write already-stamped batches (one write) and index them. The caller checked should_roll."""
+    def append(self, pieces: list[bytes | bytearray | memoryview], placements: list[BatchPlacement]) -> None:
+        """Write already-stamped batches (the concatenation of `pieces`, one write each) and index them.
+        The caller checked should_roll."""
         assert placements, "append of nothing"
         assert placements[0].last_offset >= self.next_offset, f"{placements[0]} behind {self}"
-        position = self.log.append(data)
+        position = self.log.append(pieces[0])
+        for piece in pieces[1:]:
+            self.log.append(piece)
         for placement in placements:
             self._account_batch(position + placement.buffer_position, placement)
 

@@ -16,6 +16,8 @@ def test_offset_index_file_layout_is_kafkas():
     index = OffsetIndex(storage, "p/00000000000000000100.index", 100, 1024)
     index.append(104, 0)
     index.append(110, 4_200)
+    assert storage.files["p/00000000000000000100.index"] == b""  # buffered until flushed
+    index.fsync()
     assert bytes(storage.files["p/00000000000000000100.index"]) == struct.pack(">IIII", 4, 0, 10, 4_200)
 
 
@@ -47,6 +49,7 @@ def test_torn_or_insane_offset_index_is_detected():
     index = OffsetIndex(storage, "i.index", 0, 1024)
     index.append(5, 100)
     index.append(9, 200)
+    index.close()
     storage.files["i.index"] += b"\x00\x00\x00"
     assert "multiple" in OffsetIndex(storage, "i.index", 0, 1024).sanity_error(1_000)
     del storage.files["i.index"][-3:]
@@ -70,6 +73,7 @@ def test_time_index_grows_only_with_the_timestamp():
     index.maybe_append(1_000, 57)  # same timestamp: ignored
     index.maybe_append(2_000, 60)
     assert index.keys == [1_000, 2_000] and index.values == [52, 60]
+    index.write_pending()
     assert bytes(storage.files["t.timeindex"]) == struct.pack(">qIqI", 1_000, 2, 2_000, 10)
     assert index.lookup(999) is None and index.lookup(1_500) == (1_000, 52)
     index.truncate_to(55)

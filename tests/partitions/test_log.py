@@ -392,3 +392,14 @@ def test_config_from_topic_configs_drives_the_log():
     fill(log, 2)
     assert len(log.segments) == 2
     assert log.unflushed_messages == 0
+
+
+def test_large_immutable_batches_are_written_without_a_whole_copy_and_read_back_identically():
+    log = open_log()
+    big = [batch(bytes([i]) * 70_000, bytes([i + 1]) * 10) for i in range(3)]
+    info = log.append_as_leader(b"".join(big), 6, 1_000)
+    assert (info.first_offset, info.last_offset) == (0, 5)
+    decoded = list(decode_batches(read_all(log)))  # CRCs still valid: only base offset and epoch changed
+    assert [(d.header.base_offset, d.header.partition_leader_epoch) for d in decoded] == [(0, 6), (2, 6), (4, 6)]
+    assert [d.records[1].value for d in decoded] == [b"\x01" * 10, b"\x02" * 10, b"\x03" * 10]
+    assert info.batch_headers == tuple(d.header for d in decoded)
