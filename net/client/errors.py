@@ -38,21 +38,23 @@ def _classes_by_code() -> dict[ErrorCode, type[KafkaError]]:
 _CLASSES_BY_CODE = _classes_by_code()
 
 
-def error_from_code(code: int, message: str | None = None) -> KafkaError:
-    """The typed exception for wire error `code` (not raised; the caller raises or returns it)."""
+def error_from_code(code: int, context: str = "", detail: str | None = None) -> KafkaError:
+    """The typed exception for wire error `code` (not raised; the caller raises or returns it). Its message
+    reads "context: CODE_NAME: detail" (parts left out when empty)."""
     try:
         error_code = ErrorCode(code)
+        name = error_code.name
     except ValueError:
-        detail = f": {message}" if message else ""
-        return KafkaError(f"unknown error code {code}{detail}", ErrorCode.UNKNOWN_SERVER_ERROR)
-    text = message or error_code.name
-    error_class = _CLASSES_BY_CODE.get(error_code)
+        error_code, name = ErrorCode.UNKNOWN_SERVER_ERROR, f"unknown error code {code}"
+    text = ": ".join(part for part in (context, name, detail) if part)
+    error_class = _CLASSES_BY_CODE.get(error_code) if name == error_code.name else None
     if error_class is None:
         return KafkaError(text, error_code)
     return error_class(text)
 
 
-def raise_for_code(code: int, message: str | None = None, context: str = "") -> None:
-    """Raise the typed exception for `code` unless it is NONE; `context` names the resource."""
+def raise_for_code(code: int, detail: str | None = None, context: str = "") -> None:
+    """Raise the typed exception for `code` unless it is NONE; `context` names the operation and resource,
+    `detail` is the broker's error message."""
     if code != ErrorCode.NONE:
-        raise error_from_code(code, f"{context}: {message}" if context and message else (message or context))
+        raise error_from_code(code, context, detail)

@@ -76,23 +76,24 @@ class PeerBroker:
         return f"127.0.0.1:{self.port}"
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        try:
+            await self._serve_connection(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away; a real broker shrugs too
+        finally:
+            await stream.aclose()
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
         reader = FrameReader()
-        async with stream:
-            while True:
-                try:
-                    data = await stream.receive_some(1 << 20)
-                except trio.BrokenResourceError:
+        while data := await stream.receive_some(1 << 20):
+            reader.receive_data(data)
+            while (frame := reader.next_frame()) is not None:
+                reply = await self._handle_frame(frame)
+                if self.drop_next_connection_after_request:
+                    self.drop_next_connection_after_request = False
                     return
-                if not data:
-                    return
-                reader.receive_data(data)
-                while (frame := reader.next_frame()) is not None:
-                    reply = await self._handle_frame(frame)
-                    if self.drop_next_connection_after_request:
-                        self.drop_next_connection_after_request = False
-                        return
-                    if reply:
-                        await stream.send_all(reply)
+                if reply:
+                    await stream.send_all(reply)
 
     async def _handle_frame(self, frame: bytes) -> bytes | None:
         try:
