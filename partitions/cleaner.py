@@ -82,6 +82,7 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
     for group in _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max):
         _clean_group(log, group, offset_map, now_ms, stats)
     log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
+    log.save_cleaner_checkpoint()
     log.earliest_delete_horizon_ms = stats.earliest_delete_horizon_ms
     return stats
 

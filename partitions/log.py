@@ -76,6 +76,7 @@ from partitions.storage import FileHandle, Storage, StorageError, read_file, wri
 
 CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
 LOG_START_OFFSET_FILE_NAME = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT_FILE_NAME = "cleaner-offset-checkpoint"
 TEMP_SUFFIX = ".tmp"
 COMPRESSION_CODEC_MAX = 4  # zstd; 5..7 are not Kafka codecs
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
@@ -249,6 +250,8 @@ class PartitionLog:
             storage.fsync_dir(directory)
         log.epoch_cache.truncate_from_end(log.log_end_offset)
         log.epoch_cache.truncate_from_start(log.log_start_offset)
+        cleaner_checkpoint = log._read_offset_checkpoint(CLEANER_CHECKPOINT_FILE_NAME) or 0
+        log.cleaner_checkpoint = min(max(cleaner_checkpoint, log.log_start_offset), log.log_end_offset)
         log._check_invariants()
         return log
 
@@ -314,20 +317,31 @@ class PartitionLog:
         self.storage.fsync_dir(self.directory)
         bisect.insort(self.segments, swapped, key=lambda s: s.base_offset)
 
-    def _read_log_start_offset(self) -> int | None:
-        path = self._path(LOG_START_OFFSET_FILE_NAME)
+    def _read_offset_checkpoint(self, name: str) -> int | None:
+        """The offset in checkpoint file `name` ("0", "1", offset lines), or None when missing or unreadable."""
+        path = self._path(name)
         if not self.storage.exists(path):
             return None
         try:
             lines = read_file(self.storage, path).decode("ascii").split()
-            assert lines[0] == "0" and lines[1] == "1", lines
+            if lines[:2] != ["0", "1"] or len(lines) != 3:
+                return None
             return int(lines[2])
-        except (StorageError, UnicodeDecodeError, ValueError, IndexError, AssertionError):
-            return None  # unreadable: fall back to the first segment's base offset, as a fresh log would
+        except (StorageError, UnicodeDecodeError, ValueError):
+            return None  # unreadable: fall back as a fresh log would
+
+    def _write_offset_checkpoint(self, name: str, offset: int) -> None:
+        write_file_atomically(self.storage, self._path(name), f"0\n1\n{offset}\n".encode("ascii"))
+
+    def _read_log_start_offset(self) -> int | None:
+        return self._read_offset_checkpoint(LOG_START_OFFSET_FILE_NAME)
 
     def _write_log_start_offset(self) -> None:
-        data = f"0\n1\n{self.log_start_offset}\n".encode("ascii")
-        write_file_atomically(self.storage, self._path(LOG_START_OFFSET_FILE_NAME), data)
+        self._write_offset_checkpoint(LOG_START_OFFSET_FILE_NAME, self.log_start_offset)
+
+    def save_cleaner_checkpoint(self) -> None:
+        """Persist the first dirty offset (Kafka's cleaner-offset-checkpoint) after a compaction pass."""
+        self._write_offset_checkpoint(CLEANER_CHECKPOINT_FILE_NAME, self.cleaner_checkpoint)
 
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         for file_suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):

@@ -179,3 +179,16 @@ def test_compaction_preserves_compression_and_producer_fields():
     assert (header.compression, header.producer_id, header.producer_epoch, header.base_sequence) == (4, 42, 3, 0)
     assert (header.partition_leader_epoch, header.last_offset_delta) == (7, 1)
     assert [(r.offset, r.value) for r in decoded.records] == [(1, b"2")]
+
+
+def test_cleaner_checkpoint_survives_reopen_so_a_clean_log_is_not_recleaned():
+    storage = MemoryStorage()
+    log = compacted_log(storage, min_cleanable_dirty_ratio=0.5, segment_bytes=10**6)
+    append_pairs(log, [(bytes([i]), b"v") for i in range(10)])
+    log.roll(1_000)
+    assert log.compact(now_ms=2_000).end_offset == 10
+    log.close()
+    assert bytes(storage.files[f"{DIRECTORY}/cleaner-offset-checkpoint"]) == b"0\n1\n10\n"
+    reopened = compacted_log(storage, min_cleanable_dirty_ratio=0.5, segment_bytes=10**6)
+    assert reopened.cleaner_checkpoint == 10
+    assert reopened.compact(now_ms=3_000).skipped_reason == "nothing dirty to clean"
