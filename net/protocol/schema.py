@@ -314,6 +314,10 @@ class StructCodec:
     tagged: list[tuple[int, str, Encoder, Decoder, Callable[[], Any]]]
     absent: list[tuple[str, Callable[[], Any]]]
     bytes_min: int
+    tagged_by_tag: dict[int, tuple[str, Decoder]] = dataclass_field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tagged_by_tag = {tag: (name, decode) for tag, name, _, decode, _ in self.tagged}
 
     def encode(self, value: Any, out: list) -> None:
         for name, encode, _ in self.plain:
@@ -342,9 +346,8 @@ class StructCodec:
         return value
 
     def _decode_tagged(self, value: Any, reader: Reader) -> None:
-        by_tag = {tag: (name, decode) for tag, name, _, decode, _ in self.tagged}
         for tag, payload in reader.tagged_fields():
-            known = by_tag.get(tag)
+            known = self.tagged_by_tag.get(tag)
             if known is None:
                 continue  # an unknown tagged field: skipped, as KIP-482 requires
             name, decode = known

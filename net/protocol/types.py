@@ -60,6 +60,20 @@ FLOAT64 = struct.Struct(">d")
 NULL_UUID = uuid.UUID(int=0)
 
 
+def _fixed_width_reader(fmt: struct.Struct):
+    """A Reader method for one fixed-width type, with the bounds check inlined (the decode hot path)."""
+    unpack_from, size = fmt.unpack_from, fmt.size
+
+    def read(self: "Reader") -> int | float:
+        start = self.pos
+        if self.end - start < size:
+            raise ProtocolDecodeError(f"need {size} bytes at position {start}, {self.end - start} remain")
+        self.pos = start + size
+        return unpack_from(self.buf, start)[0]
+
+    return read
+
+
 class Reader:
     """A bounded cursor over one buffer. All reads raise ProtocolDecodeError on short or absurd input."""
 
@@ -85,32 +99,16 @@ class Reader:
         self.pos = start + size
         return start
 
-    def _unpack(self, fmt: struct.Struct):
-        return fmt.unpack_from(self.buf, self._take(fmt.size))[0]
-
-    def int8(self) -> int:
-        return self._unpack(INT8)
-
-    def int16(self) -> int:
-        return self._unpack(INT16)
-
-    def int32(self) -> int:
-        return self._unpack(INT32)
-
-    def int64(self) -> int:
-        return self._unpack(INT64)
-
-    def uint16(self) -> int:
-        return self._unpack(UINT16)
-
-    def uint32(self) -> int:
-        return self._unpack(UINT32)
-
-    def float64(self) -> float:
-        return self._unpack(FLOAT64)
+    int8 = _fixed_width_reader(INT8)
+    int16 = _fixed_width_reader(INT16)
+    int32 = _fixed_width_reader(INT32)
+    int64 = _fixed_width_reader(INT64)
+    uint16 = _fixed_width_reader(UINT16)
+    uint32 = _fixed_width_reader(UINT32)
+    float64 = _fixed_width_reader(FLOAT64)
 
     def boolean(self) -> bool:
-        return self._unpack(INT8) != 0
+        return self.int8() != 0
 
     def uuid(self) -> uuid.UUID:
         start = self._take(16)
