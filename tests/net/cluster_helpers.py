@@ -1,0 +1,79 @@
+"""Helpers for tests that run real `flotilla node` processes (net.local_cluster.LocalCluster)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+FAST_BROKER_SETTINGS = {"broker_session_timeout_ms": 3000, "broker_heartbeat_interval_ms": 500}
+
+
+def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "net.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def cli_json(*args: str) -> Any:
+    result = cli(*args, "--json")
+    assert result.returncode == 0, f"flotilla {' '.join(args)}: rc={result.returncode} {result.stderr}"
+    return json.loads(result.stdout)
+
+
+def eventually(check: Callable[[], Any], seconds: float = 30, interval: float = 0.2, what: str = "") -> Any:
+    """Call `check` until it returns a truthy value (returned) or raises no AssertionError; fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except (AssertionError, KeyError, IndexError, ValueError, subprocess.TimeoutExpired) as error:
+            last_error = error
+        time.sleep(interval)
+    raise AssertionError(f"not true within {seconds} s: {what or check}; last error: {last_error!r}")
+
+
+def quorum_status(cluster, *targets: int) -> dict:
+    if targets:
+        bootstrap = ",".join(cluster.bootstrap_of(node_id) for node_id in targets)
+        return cli_json("quorum", "status", "-b", bootstrap)
+    return cli_json("quorum", "status", "--config", cluster.config_path)
+
+
+def metadata(cluster, *targets: int) -> dict:
+    bootstrap = ",".join(cluster.bootstrap_of(node_id) for node_id in (targets or cluster.kafka_ports))
+    return cli_json("metadata", "dump", "-b", bootstrap)
+
+
+def topic_of(document: dict, name: str) -> dict | None:
+    return next((t for t in document["topics"] if t["name"] == name), None)
+
+
+def create_topic(cluster, name: str, partitions: int, replication_factor: int, **configs: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                  config={k.replace("_", "."): v for k, v in configs.items()})],
+        operation_timeout=20,
+    )
+    futures[name].result(timeout=30)
+
+
+def wait_for_quorum(cluster, nodes: tuple[int, ...] | None = None, seconds: float = 40) -> dict:
+    nodes = nodes or tuple(cluster.kafka_ports)
+
+    def ready():
+        status = quorum_status(cluster, *nodes)
+        voters = {v["id"]: v for v in status["voters"]}
+        assert status["leader_id"] is not None
+        assert all(voters[n]["lag"] == 0 for n in nodes), status
+        active = {b["id"] for b in metadata(cluster, *nodes)["brokers"] if b["status"] == "active"}
+        assert set(nodes) <= active, active
+        return status
+
+    return eventually(ready, seconds, what="quorum and brokers ready")

@@ -1,0 +1,132 @@
+"""The metadata quorum with real `flotilla node` processes on 127.0.0.1 (issue: metadata quorum).
+
+Each test starts three nodes from a generated config file, talks to them through the CLI and real clients,
+and kills processes with SIGKILL."""
+
+import collections
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from net.local_cluster import LocalCluster
+from tests.net.cluster_helpers import (
+    FAST_BROKER_SETTINGS,
+    cli,
+    create_topic,
+    eventually,
+    metadata,
+    quorum_status,
+    topic_of,
+    wait_for_quorum,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    cluster = LocalCluster(str(tmp_path / "cluster"), nodes=3, broker=FAST_BROKER_SETTINGS)
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def test_three_nodes_elect_a_leader_and_every_voter_is_at_lag_zero(cluster):
+    status = wait_for_quorum(cluster)
+    assert status["leader_id"] in (1, 2, 3)
+    assert status["epoch"] >= 1 and status["commit_index"] > 0
+    assert sorted(v["id"] for v in status["voters"]) == [1, 2, 3]
+    assert all(v["lag"] == 0 for v in status["voters"])
+    # Every node agrees on the leader.
+    for node_id in (1, 2, 3):
+        assert cli("quorum", "status", "-b", cluster.bootstrap_of(node_id)).returncode == 0
+
+
+def test_a_topic_of_six_partitions_spreads_leaders_and_replicas(cluster):
+    wait_for_quorum(cluster)
+    create_topic(cluster, "spread", 6, 3)
+    topic = eventually(lambda: topic_of(metadata(cluster), "spread"), what="topic visible")
+    partitions = topic["partitions"]
+    assert len(partitions) == 6
+    assert collections.Counter(p["leader"] for p in partitions) == {1: 2, 2: 2, 3: 2}
+    for partition in partitions:
+        assert sorted(partition["replicas"]) == [1, 2, 3]
+        assert sorted(partition["isr"]) == sorted(partition["replicas"])
+        assert partition["leader"] == partition["replicas"][0]
+
+
+def test_killing_the_quorum_leader_elects_another_and_the_node_catches_up_on_restart(cluster):
+    status = wait_for_quorum(cluster)
+    create_topic(cluster, "survives", 3, 3)
+    old_leader = status["leader_id"]
+    cluster.kill(old_leader, signal.SIGKILL)
+    survivors = tuple(n for n in (1, 2, 3) if n != old_leader)
+
+    def new_leader():
+        current = quorum_status(cluster, *survivors)
+        return current if current["leader_id"] in survivors else None
+
+    current = eventually(new_leader, 30, what="a new quorum leader")
+    assert current["epoch"] > status["epoch"]
+    assert topic_of(metadata(cluster, *survivors), "survives") is not None
+    create_topic(cluster, "after-failover", 1, 2)  # the CLI and the controller keep working
+    cluster.start_node(old_leader)
+    wait_for_quorum(cluster)
+    restarted_view = metadata(cluster, old_leader)
+    assert topic_of(restarted_view, "survives") is not None
+    assert topic_of(restarted_view, "after-failover") is not None
+
+
+def test_killing_a_partition_leader_fences_it_and_elects_new_leaders_from_the_isr(cluster):
+    wait_for_quorum(cluster)
+    create_topic(cluster, "failover", 3, 3)
+    before = eventually(lambda: topic_of(metadata(cluster), "failover"), what="topic visible")
+    victim = before["partitions"][0]["leader"]
+    cluster.kill(victim, signal.SIGKILL)
+    survivors = tuple(n for n in (1, 2, 3) if n != victim)
+
+    def moved():
+        document = metadata(cluster, *survivors)
+        broker = next(b for b in document["brokers"] if b["id"] == victim)
+        assert broker["status"] == "fenced"
+        topic = topic_of(document, "failover")
+        for old, new in zip(before["partitions"], topic["partitions"]):
+            assert new["leader"] != victim and new["leader"] in old["isr"], (old, new)
+            if old["leader"] == victim:
+                assert new["leader_epoch"] > old["leader_epoch"]
+        return topic
+
+    eventually(moved, 40, what="victim fenced and partitions moved")
+    cluster.start_node(victim)
+    wait_for_quorum(cluster)
+
+    def back_in_isr():
+        topic = topic_of(metadata(cluster), "failover")
+        return all(victim in p["isr"] for p in topic["partitions"])
+
+    eventually(back_in_isr, 60, what="the restarted broker back in every ISR")
+
+
+def test_a_topic_acknowledged_before_all_nodes_are_killed_survives_the_restart(cluster):
+    wait_for_quorum(cluster)
+    create_topic(cluster, "durable", 2, 3)
+    for node_id in (1, 2, 3):
+        cluster.kill(node_id, signal.SIGKILL)
+    cluster.start()
+    wait_for_quorum(cluster)
+    topic = topic_of(metadata(cluster), "durable")
+    assert topic is not None and len(topic["partitions"]) == 2
+
+
+def test_a_bad_config_file_exits_2_naming_the_key_and_starts_nothing(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('cluster_id = "x"\n[[nodes]]\nid = 1\nkafka_port = 1\ncontroller_port = 2\n')
+    result = subprocess.run([sys.executable, "-m", "net.cli", "node", "--config", str(config), "--id", "1"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert str(config) in result.stderr and "nodes[0].roles" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "net.cli", "up", "--config", str(tmp_path / "missing.toml")],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "not found" in result.stderr
