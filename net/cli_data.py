@@ -129,23 +129,27 @@ async def _send_batches(client: KafkaClient, args: argparse.Namespace,
     pending: list[tuple[bytes | None, bytes]] = []
     pending_bytes, deadline, end_of_input = 0, float("inf"), False
     while not end_of_input:
+        lines: list[bytes] = []
         with trio.move_on_at(deadline):
             try:
                 lines = await receive_lines.receive()
             except trio.EndOfChannel:
                 end_of_input = True
-                lines = []
-            if not pending and lines:
+        ready = []
+        for line in lines:
+            if not pending:
                 deadline = trio.current_time() + args.linger_ms / 1000
-            for line in lines:
-                pending.append(split_key(line, separator))
-                pending_bytes += len(line)
-            if pending_bytes < args.batch_bytes and not end_of_input:
-                continue
-        if pending:
-            await client.produce_records(args.topic, pending, **options)
-            produced += len(pending)
-        pending, pending_bytes, deadline = [], 0, float("inf")
+            pending.append(split_key(line, separator))
+            pending_bytes += len(line) + 1
+            if pending_bytes >= args.batch_bytes:
+                ready.append(pending)
+                pending, pending_bytes, deadline = [], 0, float("inf")
+        if pending and (end_of_input or trio.current_time() >= deadline):
+            ready.append(pending)
+            pending, pending_bytes, deadline = [], 0, float("inf")
+        for batch in ready:  # outside the linger scope: a send is never cut short by the linger deadline
+            await client.produce_records(args.topic, batch, **options)
+            produced += len(batch)
     return produced
 
 

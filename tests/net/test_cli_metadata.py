@@ -1,0 +1,117 @@
+"""`flotilla brokers` and `flotilla topics ...` against the test peer: tables, JSON and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from net import cli
+from net.local_cluster import free_ports
+from tests.net.test_client_peer import peer_in_thread
+
+
+@pytest.fixture
+def peer():
+    with peer_in_thread() as running:
+        yield running
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    exit_code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_code, out, err
+
+
+def test_topic_lifecycle_with_json(peer, capsys):
+    b = peer.bootstrap
+    code, out, err = run_cli(capsys, "topics", "create", "orders", "--partitions", "3", "--replication-factor", "1",
+                             "--set", "retention.ms=1000", "-b", b)
+    assert code == 0 and "Created topic orders" in out, err
+    code, out, _ = run_cli(capsys, "topics", "describe", "orders", "-b", b, "--json")
+    document = json.loads(out)
+    assert code == 0 and document == {
+        "name": "orders",
+        "partitions": [{"partition": p, "leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]}
+                       for p in range(3)],
+        "configs": {"retention.ms": "1000"},
+    }
+    code, out, _ = run_cli(capsys, "topics", "alter-config", "orders", "--set", "cleanup.policy=compact",
+                           "--delete", "retention.ms", "-b", b)
+    assert code == 0
+    code, out, _ = run_cli(capsys, "topics", "describe", "orders", "--json", "-b", b)
+    assert json.loads(out)["configs"] == {"cleanup.policy": "compact"}
+    code, out, _ = run_cli(capsys, "topics", "list", "--json", "-b", b)
+    assert json.loads(out) == [{"name": "orders", "partitions": 3, "replication_factor": 1, "internal": False}]
+    code, out, _ = run_cli(capsys, "topics", "delete", "orders", "-b", b)
+    assert code == 0 and "orders" not in peer.topics
+
+
+def test_tables_by_default(peer, capsys):
+    peer.create_topic("a", 2, {"retention.ms": "5"})
+    code, out, _ = run_cli(capsys, "topics", "list", "-b", peer.bootstrap)
+    assert code == 0 and out.splitlines() == ["NAME  PARTITIONS  REPLICATION", "a     2           1"]
+    code, out, _ = run_cli(capsys, "topics", "describe", "a", "-b", peer.bootstrap)
+    assert out.splitlines()[0] == "Topic: a  Partitions: 2  ReplicationFactor: 1  Configs: retention.ms=5"
+    assert out.splitlines()[1].split() == ["PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR"]
+    assert out.splitlines()[3].split() == ["1", "1", "0", "1", "1"]
+
+
+def test_errors_are_one_line_and_non_zero(peer, capsys):
+    peer.create_topic("a", 1)
+    cases = [
+        (("topics", "describe", "nope"), 1, "flotilla: topic 'nope' does not exist\n"),
+        (("topics", "delete", "nope"), 1, "flotilla: topic 'nope' does not exist\n"),
+        (("topics", "alter-config", "nope", "--set", "retention.ms=1"), 1, "flotilla: topic 'nope' does not exist\n"),
+        (("topics", "create", "a"), 1, None),
+        (("topics", "alter-config", "a", "--set", "retention.ms=soon"), 1, None),
+        (("topics", "create", "b", "--set", "retention.ms"), 2, "flotilla: --set 'retention.ms': expected KEY=VALUE\n"),
+        (("topics", "alter-config", "a"), 2, "flotilla: alter-config needs --set KEY=VALUE or --delete KEY\n"),
+    ]
+    for argv, expected_code, expected_err in cases:
+        code, _, err = run_cli(capsys, *argv, "-b", peer.bootstrap)
+        assert code == expected_code, (argv, err)
+        assert err.count("\n") == 1 and err.startswith("flotilla: "), (argv, err)
+        if expected_err is not None:
+            assert err == expected_err, argv
+    _, _, err = run_cli(capsys, "topics", "alter-config", "a", "--set", "retention.ms=soon", "-b", peer.bootstrap)
+    assert "INVALID_CONFIG" in err and "retention.ms" in err
+    _, _, err = run_cli(capsys, "topics", "create", "a", "-b", peer.bootstrap)
+    assert "TOPIC_ALREADY_EXISTS" in err
+
+
+def test_brokers_from_metadata_and_config(peer, capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "brokers", "--json", "-b", peer.bootstrap)
+    assert json.loads(out) == [{"id": 1, "host": "127.0.0.1", "port": peer.port, "roles": ["broker"],
+                                "status": "active"}]
+    controller_ports = free_ports(3)
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        'cluster_id = "c"\n'
+        f'[[nodes]]\nid = 1\nhost = "127.0.0.1"\nkafka_port = {peer.port}\ncontroller_port = {controller_ports[0]}\n'
+        'roles = ["broker", "controller"]\ndata_dir = "n1"\n'
+        f'[[nodes]]\nid = 2\nhost = "127.0.0.1"\nkafka_port = {controller_ports[1]}\n'
+        f'controller_port = {controller_ports[2]}\nroles = ["broker"]\ndata_dir = "n2"\n')
+    code, out, err = run_cli(capsys, "brokers", "--config", str(config), "--json")
+    assert code == 0, err
+    assert [(b["id"], b["roles"], b["status"]) for b in json.loads(out)] == [
+        (1, ["broker", "controller"], "active"), (2, ["broker"], "fenced")]
+    code, out, _ = run_cli(capsys, "brokers", "--config", str(config))
+    assert out.splitlines()[0].split() == ["ID", "HOST", "PORT", "ROLES", "STATUS"]
+
+
+def test_unreachable_cluster_exit_code_3_as_a_process():
+    port = free_ports(1)[0]
+    result = subprocess.run([sys.executable, "-m", "net.cli", "topics", "list", "-b", f"127.0.0.1:{port}"],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.decode() == f"flotilla: cannot reach the cluster at 127.0.0.1:{port} (is it running?)\n"
+
+
+def test_bad_bootstrap_and_both_cluster_options_are_usage_errors(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "brokers", "-b", "localhost")
+    assert code == 2 and "HOST:PORT" in err
+    code, _, err = run_cli(capsys, "brokers", "-b", "127.0.0.1:1", "--config", str(tmp_path / "c.toml"))
+    assert code == 2 and "not both" in err
