@@ -54,7 +54,8 @@ def add_parser(subparsers) -> None:
     produce.add_argument("--partition", type=int, help="produce every line to this partition")
     produce.add_argument("--compression", choices=[c.name.lower() for c in CompressionType], default="none")
     produce.add_argument("--linger-ms", type=int, default=PRODUCE_LINGER_MS_DEFAULT,
-                         help=f"wait this long for more lines before sending a batch (default {PRODUCE_LINGER_MS_DEFAULT})")
+                         help="wait this long for more lines before sending a batch "
+                              f"(default {PRODUCE_LINGER_MS_DEFAULT})")
     produce.add_argument("--batch-bytes", type=int, default=PRODUCE_BATCH_BYTES_DEFAULT,
                          help="send a batch once it holds this many bytes of lines")
     produce.set_defaults(run=run_produce)
@@ -211,7 +212,8 @@ class Consumer:
     async def _start_offsets(self, partitions: list[int]) -> dict[int, int]:
         topic, offset = self.args.topic, self.args.offset
         if self.args.from_beginning:
-            return {p: o.offset for p, o in (await self.client.list_offsets(topic, partitions, EARLIEST_TIMESTAMP)).items()}
+            earliest = await self.client.list_offsets(topic, partitions, EARLIEST_TIMESTAMP)
+            return {p: o.offset for p, o in earliest.items()}
         latest = await self.client.list_offsets(topic, partitions, LATEST_TIMESTAMP, self.isolation_level)
         if offset is None:
             return {p: o.offset for p, o in latest.items()}

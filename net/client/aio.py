@@ -10,9 +10,12 @@ Metadata names (any broker forwards in KRaft); `send()` reaches any broker for a
 Retries: a call that fails with NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
 FENCED/UNKNOWN_LEADER_EPOCH, NOT_CONTROLLER or a connection error marks the metadata stale and is tried again
 after an exponential backoff (`retry_backoff_ms` doubling to `retry_backoff_max_ms`, with jitter), at most
-`retries_max` times; then the typed error is raised. Produce is not idempotent here, so it is retried only
-when the broker certainly did not append (the error codes above, NOT_ENOUGH_REPLICAS, or a connect that
-failed before sending); a connection lost after sending raises NetworkError and the caller decides.
+`retries_max` times; then the typed error is raised. The default budget (about 18 s of backoff) outlasts a
+leader failover after the broker session timeout (9 s). Until the client has reached the cluster once, a
+cluster that accepts no connection is given only `first_contact_retries_max` retries, so a wrong address or a
+stopped cluster is reported quickly. Produce also retries NOT_ENOUGH_REPLICAS and lost connections: without
+idempotence (no producer id yet) that is Kafka's at-least-once producer, so a batch whose acknowledgement
+was lost may be appended twice.
 
 Errors are `partitions.errors` KafkaError subclasses, made from wire codes in `net.client.errors`;
 `NoBrokersAvailableError` means no broker (known or bootstrap) accepted a connection.
@@ -49,7 +52,13 @@ from net.protocol import messages
 from net.protocol.codec import ApiKey
 from net.protocol.schema import Message
 from partitions.compression import codec_from_id
-from partitions.errors import ErrorCode, KafkaError, LeaderNotAvailableError, UnknownTopicOrPartitionError
+from partitions.errors import (
+    BrokerNotAvailableError,
+    ErrorCode,
+    KafkaError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+)
 from partitions.murmur2 import default_partition
 from partitions.records import Record, build_batch, decode_batches, parse_control_record
 
@@ -58,7 +67,7 @@ T = TypeVar("T")
 REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 CONNECT_TIMEOUT_MS_DEFAULT = 10_000
 METADATA_MAX_AGE_MS_DEFAULT = 300_000
-RETRIES_MAX_DEFAULT = 5
+RETRIES_MAX_DEFAULT = 20
 RETRY_BACKOFF_MS_DEFAULT = 100
 RETRY_BACKOFF_MS_MAX_DEFAULT = 1_000
 INFLIGHT_REQUESTS_MAX_DEFAULT = 32
@@ -83,7 +92,7 @@ METADATA_REFRESH_CODES = frozenset({
 })
 # Produce: codes with which the broker certainly did not append the batch.
 PRODUCE_RETRY_CODES = METADATA_REFRESH_CODES | {ErrorCode.NOT_ENOUGH_REPLICAS}
-ADMIN_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER})
+ADMIN_RETRY_CODES = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.BROKER_NOT_AVAILABLE})
 
 
 class KafkaClient:
@@ -98,6 +107,7 @@ class KafkaClient:
         connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
         metadata_max_age_ms: int = METADATA_MAX_AGE_MS_DEFAULT,
         retries_max: int = RETRIES_MAX_DEFAULT,
+        first_contact_retries_max: int | None = None,
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         retry_backoff_ms_max: int = RETRY_BACKOFF_MS_MAX_DEFAULT,
         inflight_requests_max: int = INFLIGHT_REQUESTS_MAX_DEFAULT,
@@ -111,6 +121,7 @@ class KafkaClient:
         self.connect_timeout_ms = connect_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self.retries_max = retries_max
+        self.first_contact_retries_max = retries_max if first_contact_retries_max is None else first_contact_retries_max
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_ms_max = retry_backoff_ms_max
         self.inflight_requests_max = inflight_requests_max
@@ -212,27 +223,24 @@ class KafkaClient:
 
     # Retries.
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[T]], retry_codes: frozenset,
-                        retry_network: bool = True) -> T:
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]], retry_codes: frozenset) -> T:
         backoff_ms = self.retry_backoff_ms
         for attempt_number in range(self.retries_max + 1):
             try:
                 return await attempt()
             except KafkaError as error:
-                if attempt_number == self.retries_max or not self._retriable(error, retry_codes, retry_network):
+                if attempt_number == self.retries_max or not self._retriable(error, retry_codes, attempt_number):
                     raise
                 self._metadata_stale = True
                 await trio.sleep(backoff_ms * (0.8 + 0.4 * self._rng.random()) / 1000)
                 backoff_ms = min(2 * backoff_ms, self.retry_backoff_ms_max)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    @staticmethod
-    def _retriable(error: KafkaError, retry_codes: frozenset, retry_network: bool) -> bool:
-        if isinstance(error, ConnectError):
-            return True
-        if isinstance(error, NetworkError):
-            return retry_network
-        return error.code in retry_codes
+    def _retriable(self, error: KafkaError, retry_codes: frozenset, attempt_number: int) -> bool:
+        never_reached = self._metadata_at == -float("inf")
+        if isinstance(error, NoBrokersAvailableError) and never_reached:
+            return attempt_number < self.first_contact_retries_max
+        return isinstance(error, NetworkError) or error.code in retry_codes
 
     # Metadata.
 
@@ -306,7 +314,7 @@ class KafkaClient:
         if self._cluster.controller_id in self._cluster.brokers:
             return self._cluster.controller_id
         if not self._cluster.brokers:
-            raise LeaderNotAvailableError("the cluster metadata lists no brokers")
+            raise BrokerNotAvailableError("the cluster metadata lists no brokers (none registered yet?)")
         return min(self._cluster.brokers)
 
     # Produce.
@@ -330,7 +338,7 @@ class KafkaClient:
             raise_for_code(answer.error_code, answer.error_message, f"produce to {topic}-{partition}")
             return answer.base_offset
 
-        return await self._retrying(attempt, PRODUCE_RETRY_CODES, retry_network=False)
+        return await self._retrying(attempt, PRODUCE_RETRY_CODES)
 
     async def produce_records(
         self,

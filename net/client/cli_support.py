@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 BOOTSTRAP_DEFAULT = "127.0.0.1:9092"
 CLI_CONNECT_TIMEOUT_MS = 5_000
-CLI_RETRIES_MAX = 3  # a stopped cluster is reported within about a second
+CLI_FIRST_CONTACT_RETRIES_MAX = 3  # a stopped cluster is reported within about a second
 
 
 class UsageError(Exception):
@@ -85,7 +85,8 @@ def run_with_client(args: argparse.Namespace,
 
     async def main() -> int:
         client = KafkaClient(servers, "flotilla-cli", args.request_timeout_ms,
-                             connect_timeout_ms=CLI_CONNECT_TIMEOUT_MS, retries_max=CLI_RETRIES_MAX)
+                             connect_timeout_ms=CLI_CONNECT_TIMEOUT_MS,
+                             first_contact_retries_max=CLI_FIRST_CONTACT_RETRIES_MAX)
         async with client:
             return await body(client, config)
 

@@ -220,21 +220,31 @@ async def test_api_versions_fallback_against_an_older_peer(nursery):  # KIP-511
 
 async def test_unreachable_cluster_raises_no_brokers_available():
     port = free_ports(1)[0]
-    async with fast_client(f"127.0.0.1:{port}", retries_max=1) as client:
-        with pytest.raises(NoBrokersAvailableError, match=str(port)):
-            await client.metadata()
+    async with fast_client(f"127.0.0.1:{port}", first_contact_retries_max=1) as client:
+        with trio.fail_after(2):  # not the full budget of retries_max
+            with pytest.raises(NoBrokersAvailableError, match=str(port)):
+                await client.metadata()
 
 
-async def test_connection_dropped_mid_request_is_a_network_error_for_produce(nursery):
+async def test_produce_retries_a_lost_acknowledgement_at_least_once(nursery):
     peer = await started_peer(nursery)
     peer.create_topic("t", 1)
     async with fast_client(peer.bootstrap) as client:
         await client.fetch("t", 0, 0)  # connected to the leader, versions negotiated
         peer.drop_next_connection_after_request = True
+        assert await client.produce("t", 0, build_batch([(None, b"v")])) == 1
+        # the first append happened and only its answer was lost: Kafka's non-idempotent producer duplicates
+        assert [r.value for r in (await client.fetch("t", 0, 0)).records] == [b"v", b"v"]
+
+
+async def test_connection_lost_past_retries_max_raises_network_error(nursery):
+    peer = await started_peer(nursery)
+    peer.create_topic("t", 1)
+    async with fast_client(peer.bootstrap, retries_max=0) as client:
+        await client.fetch("t", 0, 0)
+        peer.drop_next_connection_after_request = True
         with pytest.raises(NetworkError):
             await client.produce("t", 0, build_batch([(None, b"v")]))
-        # a new connection serves the next call; the appended batch is there (the reply was lost, not the write)
-        assert [r.value for r in (await client.fetch("t", 0, 0)).records] == [b"v"]
 
 
 async def test_errors_leave_the_client_block_unwrapped(nursery):
