@@ -150,7 +150,7 @@ class BrokerCore:
         self.metadata_offset = image.provenance.raft_index
         changes = delta.local_changes(self.node_id)
         for local in changes.deleted:
-            self._remove_partition(local.topic_name, local.partition)
+            self.remove_partition(local.topic_name, local.partition)
         for local in changes.leaders:
             hosted = self._ensure_partition(local, now_ms)
             if hosted is not None:
@@ -173,7 +173,7 @@ class BrokerCore:
         if hosted is not None and hosted.topic_id == local.topic_id:
             return hosted
         if hosted is not None:  # same name, new topic: the old replica is gone
-            self._remove_partition(*key)
+            self.remove_partition(*key)
         directory = partition_directory(*key)
         self._discard_if_other_topic(directory, local.topic_id)
         log_config = self._log_config(local.topic_name)
@@ -203,7 +203,7 @@ class BrokerCore:
         if read_file(self.storage, path).strip() != topic_id.hex().encode():
             self.storage.delete_tree(directory)
 
-    def _remove_partition(self, topic: str, partition: int) -> None:
+    def remove_partition(self, topic: str, partition: int) -> None:
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is not None:
             hosted.replica.become_follower(None, hosted.replica.leader_epoch + 1, hosted.replica.partition_epoch,

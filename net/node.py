@@ -1,8 +1,8 @@
 """One Flotilla node: the trio runtime around the sans-IO cores.
 
 Theory of operation (etcd-raft's "ready" loop, in trio): every piece of state lives in sans-IO objects
-(`RaftDriver`, `ControllerCore` + `QuorumController`, `BrokerCore` + `KafkaApis`); this module only moves
-bytes and time between them and the sockets:
+(`NodeState`: `RaftDriver`, `ControllerCore` + `QuorumController`, `BrokerCore` + `KafkaApis`); this module
+only moves bytes and time between them and the sockets:
 - the Raft shell ticks the driver and carries its messages over the controller port; after each Raft step
   the node replays committed metadata entries (controller state, then the broker's image delta);
 - the Kafka listener feeds request frames to the dispatcher;
@@ -24,43 +24,32 @@ import random
 import signal
 from typing import Any
 
-import cbor2
 import trio
 
-from metadata.controller import ControllerConfig, QuorumController
-from metadata.image import MetadataDelta, MetadataImage, Provenance, records_to_image
-from metadata.records import decode_record, encode_record
 from metadata.requests import (
     decode_request as decode_controller_request,
     decode_response as decode_controller_response,
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from net.broker import BrokerCore, ControllerCall
+from net.broker import ControllerCall
 from net.config import ClusterConfig, NodeConfig
-from net.controller_core import ControllerCore, ControllerOutcome
+from net.controller_core import ControllerOutcome
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
-from net.kafka_apis import KafkaApis
 from net.logs import get_logger
+from net.node_state import RPC_KIND_CONTROLLER, NodeState
 from net.protocol.codec import FrameReader, RequestHeader, decode_response, encode_request
 from net.server import FrameServer, ServerLimits
 from partitions.errors import ErrorCode, KafkaError
-from raftlog.driver import RaftDriver
-from raftlog.port import RaftConfig, RaftError
+from raftlog.port import RaftError
 from raftlog.shell import RaftShell, call_rpc, monotonic_ms
 
 TICK_INTERVAL_MS = 20
 CONTROLLER_CALL_TIMEOUT_MS = 10_000
 CONTROLLER_RETRY_BACKOFF_MS = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
-METADATA_DIRECTORY = "metadata"
 RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
-SNAPSHOT_VERSION = 1
-RPC_KIND_CONTROLLER = "controller"
-RPC_KIND_QUORUM_STATUS = "quorum_status"
-RPC_KIND_METADATA = "metadata"
-METADATA_LOG_ENTRIES_MAX = 10_000
 
 
 class Node:
@@ -71,129 +60,40 @@ class Node:
         self.node_config: NodeConfig = config.node(node_id)
         self.node_id = node_id
         self.log = get_logger(node_id=node_id)
-        self.storage = FileStorage(self.node_config.data_dir)
-        self.rng = random.Random(int.from_bytes(os.urandom(8), "big"))
-        self.controller_ids = [n.id for n in config.controllers]
+        rng = random.Random(int.from_bytes(os.urandom(8), "big"))
+        self.state = NodeState(config, node_id, FileStorage(self.node_config.data_dir), rng, monotonic_ms,
+                               incarnation_id=os.urandom(16))
+        self.raft = self.state.raft
+        self.broker = self.state.broker
+        self.controller_ids = self.state.controller_ids
+        self.dispatcher: KafkaDispatcher | None = None
+        if self.broker is not None:
+            self.dispatcher = KafkaDispatcher(self.state.apis, monotonic_ms, self._process, self.handle_admin)
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
-        self._stopping = False
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
         self.kafka_port: int | None = None
         self.raft_shell: RaftShell | None = None
-        self._build_cores()
-
-    # ------------------------------------------------------------------ construction
-
-    def _build_cores(self) -> None:
-        defaults = self.config.topic_defaults
-        settings = self.config.broker
-        self.controller = QuorumController(
-            ControllerConfig(
-                broker_session_timeout_ms=settings.broker_session_timeout_ms,
-                default_num_partitions=defaults.partitions,
-                default_replication_factor=defaults.replication_factor,
-            ),
-            self.rng,
-        )
-        self.metadata_image = MetadataImage()
-        self.metadata_log: list[tuple[int, list[Any]]] = []  # recent committed entries, for `metadata dump --log`
-        self.broker: BrokerCore | None = None
-        self.apis: KafkaApis | None = None
-        self.dispatcher: KafkaDispatcher | None = None
-        if self.node_config.is_broker:
-            self.broker = BrokerCore(
-                self.node_id,
-                self.node_config.host,
-                self.node_config.kafka_port,
-                self.node_config.roles,
-                self.storage,
-                incarnation_id=os.urandom(16),
-                default_min_insync_replicas=defaults.min_insync_replicas,
-                replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
-                heartbeat_interval_ms=settings.broker_heartbeat_interval_ms,
-                log_flush_messages=settings.log_flush_messages,
-                log_flush_ms=settings.log_flush_ms,
-            )
-            self.apis = KafkaApis(
-                self.broker, self.config.cluster_id, self._controller_id_for_clients,
-                auto_create_topics_enable=settings.auto_create_topics_enable,
-            )
-            self.dispatcher = KafkaDispatcher(self.apis, monotonic_ms, self._process, self.handle_admin)
-        peers = [node_id for node_id in self.controller_ids if node_id != self.node_id]
-        self.raft = RaftDriver(
-            self.node_id, peers, self.storage, METADATA_DIRECTORY, monotonic_ms, self.rng,
-            self._snapshot, self._restore, RaftConfig(),
-        )
-        self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
-
-    # ------------------------------------------------------------------ metadata publishing
-
-    def _publish(self, provenance: Provenance, records: list[Any]) -> None:
-        """Committed metadata records, in order: the broker's image advances by one delta."""
-        self.metadata_log.append((provenance.raft_index, records))
-        del self.metadata_log[:-METADATA_LOG_ENTRIES_MAX]
-        delta = MetadataDelta(self.metadata_image)
-        for record in records:
-            delta.replay(record, provenance)
-        self.metadata_image = delta.apply()
-        if self.broker is not None:
-            self.broker.apply_metadata(delta, self.metadata_image, monotonic_ms())
-
-    def _snapshot(self) -> bytes:
-        self._drain_committed()  # the snapshot must include every entry pysyncobj counts as applied
-        image = self.controller.image()
-        records = [encode_record(record) for record in self.controller.snapshot()]
-        return cbor2.dumps([SNAPSHOT_VERSION, image.provenance.raft_index, image.provenance.raft_term, records])
-
-    def _restore(self, blob: bytes) -> None:
-        version, raft_index, raft_term, encoded = cbor2.loads(blob)
-        assert version == SNAPSHOT_VERSION, f"snapshot version {version}"
-        records = [decode_record(item) for item in encoded]
-        provenance = Provenance(raft_index=raft_index, raft_term=raft_term)
-        self.controller.load_snapshot(records, provenance)
-        delta = MetadataDelta(MetadataImage())
-        for record in records:
-            delta.replay(record, provenance)
-        image = delta.apply()
-        self.metadata_image = image
-        if self.broker is not None:
-            now_ms = monotonic_ms()
-            for topic, partition in list(self.broker.partitions):
-                if topic not in image.topics.by_name or partition not in image.topics.by_name[topic].partitions:
-                    self.broker._remove_partition(topic, partition)
-            self.broker.apply_metadata(delta, image, now_ms)
-        self.controller_core.on_snapshot_restored(raft_index)
-
-    def _drain_committed(self) -> None:
-        for index, entry in self.raft.take_committed():
-            if index <= self.controller_core.last_applied_index:
-                continue  # covered by a snapshot restored meanwhile
-            self.controller_core.on_committed(index, entry)
 
     # ------------------------------------------------------------------ the event step
 
     def _process(self) -> None:
         """Let every core advance and deliver what it produced. Runs after each event and on the ticker."""
-        now_ms = monotonic_ms()
-        self._drain_committed()
-        proposed = self.controller_core.step(now_ms)
-        self._drain_committed()
-        for outcome in self.controller_core.take_responses():
+        output = self.state.step(monotonic_ms())
+        for outcome in output.controller_outcomes:
             waiter = self._operation_waiters.pop(outcome.operation_id, None)
             if waiter is not None:
                 waiter.send_nowait(outcome)
         if self.broker is not None:
-            self.broker.tick(now_ms)
-            self.dispatcher.complete(self.apis.poll(now_ms))
-            for call in self.broker.take_controller_requests():
+            self.dispatcher.complete(output.kafka_completions)
+            for call in output.controller_calls:
                 self._nursery.start_soon(self._run_controller_call, call)
             self._sync_fetchers()
-        if proposed and self.raft_shell is not None:
+        if output.proposed and self.raft_shell is not None:
             self.raft_shell.wake()  # ship the new entry now, not at the next heartbeat
 
-    def _controller_id_for_clients(self) -> int:
-        leader_id = self.raft.status().leader_id
-        return -1 if leader_id is None else leader_id
+    def handle_admin(self, request: dict) -> dict:
+        return self.state.handle_admin(request, monotonic_ms())
 
     # ------------------------------------------------------------------ controller calls
 
@@ -222,7 +122,7 @@ class Node:
 
     async def _submit_locally(self, request: Any) -> Any:
         send, receive = trio.open_memory_channel[ControllerOutcome](1)
-        operation_id = self.controller_core.submit(request, monotonic_ms())
+        operation_id = self.state.submit_controller_request(request, monotonic_ms())
         self._operation_waiters[operation_id] = send
         self._process()
         outcome = await receive.receive()
@@ -264,33 +164,6 @@ class Node:
                 return {"error": int(error.code), "message": error.message}
             return {"response": encode_controller_response(response)}
         return self.handle_admin(request)
-
-    def handle_admin(self, request: dict) -> dict:
-        """The CLI's questions, on the controller port (RPC) and on the Kafka port (private admin API)."""
-        kind = request.get("kind")
-        if kind == RPC_KIND_QUORUM_STATUS:
-            status = self.raft.status()
-            leader = self.config.node(status.leader_id) if status.leader_id in self.controller_ids else None
-            return {
-                "status": quorum_status_dict(status, self.controller_ids, monotonic_ms()),
-                "node_id": self.node_id,
-                "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
-                "leader_controller": [leader.host, leader.controller_port] if leader is not None else None,
-            }
-        if kind == RPC_KIND_METADATA:
-            image = self.controller.image()
-            return {
-                "node_id": self.node_id,
-                "raft_index": image.provenance.raft_index,
-                "raft_term": image.provenance.raft_term,
-                "records": [encode_record(r) for r in self.controller.snapshot()],
-                "log": self._metadata_log() if request.get("log") else None,
-            }
-        return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"unknown request kind {kind!r}"}
-
-    def _metadata_log(self) -> list[list]:
-        """Committed metadata entries still in the Raft journal: [raft index, [encoded records]] each."""
-        return [[index, [encode_record(r) for r in records]] for index, records in self.metadata_log]
 
     # ------------------------------------------------------------------ replica fetchers
 
@@ -384,9 +257,7 @@ class Node:
         self.log.info("controlled_shutdown_done", granted=self.broker.shutdown_granted)
 
     def close(self) -> None:
-        if self.broker is not None:
-            self.broker.close()
-        self.raft.close()
+        self.state.close()
 
 
 class KafkaConnection:
@@ -421,31 +292,6 @@ class KafkaConnection:
 
     async def aclose(self) -> None:
         await self.stream.aclose()
-
-
-def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int) -> dict:
-    """The `flotilla quorum status --json` layout. Progress of the other voters is known on the leader only
-    (None elsewhere)."""
-    members = {member.id: member for member in status.members}
-    voters = []
-    for voter_id in sorted(controller_ids):
-        member = members.get(voter_id)
-        match_index = status.log_end_index if voter_id == status.node_id else (member.match_index if member else None)
-        last_index = match_index if match_index is not None else -1
-        voters.append({
-            "id": voter_id,
-            "last_index": last_index,
-            "lag": max(0, status.raft_commit_index - last_index) if last_index >= 0 else None,
-            "last_contact_ms": 0 if voter_id == status.node_id else (
-                max(0, now_ms - member.last_contact_ms) if member and member.last_contact_ms is not None else None),
-        })
-    return {
-        "leader_id": status.leader_id,
-        "epoch": status.term,
-        "commit_index": status.raft_commit_index,
-        "voters": voters,
-        "observers": [],
-    }
 
 
 def run_node_forever(config: ClusterConfig, node_id: int) -> int:

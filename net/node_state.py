@@ -1,0 +1,235 @@
+"""The sans-IO state of one node: Raft driver, controller pipeline, metadata publishing, broker core and
+Kafka API handlers, wired together but with no sockets, no trio and no wall clock.
+
+Theory of operation: `NodeState` is what both runtimes drive. The trio node (net/node.py) feeds it real
+sockets and the wall clock; the simulator (simulations/) feeds it a simulated network, disk and clock. It
+owns the one rule that ties the cores together: committed metadata entries are replayed, in Raft order,
+first into the controller state machine and then, as an image delta, into the broker (`_publish`); a Raft
+snapshot is the controller's image written as records, and restoring one replaces both.
+
+`step(now_ms)` lets every core advance and returns what the runtime must deliver: whether new Raft entries
+were proposed (the runtime should tick the driver soon so they ship), controller outcomes for requests that
+`submit_controller_request` queued, Kafka responses that completed, and controller calls the broker wants
+made (registration, heartbeats, AlterPartition, forwarded admin requests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import cbor2
+
+from metadata.controller import ControllerConfig, QuorumController
+from metadata.image import MetadataDelta, MetadataImage, Provenance
+from metadata.records import decode_record, encode_record
+from net.broker import BrokerCore, ControllerCall
+from net.config import ClusterConfig, NodeConfig
+from net.controller_core import ControllerCore, ControllerOutcome
+from net.kafka_apis import KafkaApis
+from partitions.errors import ErrorCode
+from partitions.storage import Storage
+from raftlog.driver import RaftDriver
+from raftlog.port import RaftConfig
+
+METADATA_DIRECTORY = "metadata"
+SNAPSHOT_VERSION = 1
+METADATA_LOG_ENTRIES_MAX = 10_000
+RPC_KIND_CONTROLLER = "controller"
+RPC_KIND_QUORUM_STATUS = "quorum_status"
+RPC_KIND_METADATA = "metadata"
+
+
+@dataclass
+class StepOutput:
+    proposed: bool = False
+    controller_outcomes: list[ControllerOutcome] = field(default_factory=list)
+    kafka_completions: list[tuple[int, Any, Any]] = field(default_factory=list)
+    controller_calls: list[ControllerCall] = field(default_factory=list)
+
+
+class NodeState:
+    """One node's cores, sans-IO (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        node_id: int,
+        storage: Storage,
+        rng: Any,
+        clock_ms: Callable[[], int],
+        incarnation_id: bytes,
+        raft_config: RaftConfig | None = None,
+        raft_bug_switches: frozenset[str] = frozenset(),
+    ) -> None:
+        self.config = config
+        self.node_config: NodeConfig = config.node(node_id)
+        self.node_id = node_id
+        self.storage = storage
+        self.rng = rng
+        self.clock_ms = clock_ms
+        self.controller_ids = [n.id for n in config.controllers]
+        defaults = config.topic_defaults
+        settings = config.broker
+        self.controller = QuorumController(
+            ControllerConfig(
+                broker_session_timeout_ms=settings.broker_session_timeout_ms,
+                default_num_partitions=defaults.partitions,
+                default_replication_factor=defaults.replication_factor,
+            ),
+            rng,
+        )
+        self.metadata_image = MetadataImage()
+        self.metadata_log: list[tuple[int, list[Any]]] = []  # recent committed entries, for `metadata dump --log`
+        self.broker: BrokerCore | None = None
+        self.apis: KafkaApis | None = None
+        if self.node_config.is_broker:
+            self.broker = BrokerCore(
+                node_id,
+                self.node_config.host,
+                self.node_config.kafka_port,
+                self.node_config.roles,
+                storage,
+                incarnation_id=incarnation_id,
+                default_min_insync_replicas=defaults.min_insync_replicas,
+                replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+                heartbeat_interval_ms=settings.broker_heartbeat_interval_ms,
+                log_flush_messages=settings.log_flush_messages,
+                log_flush_ms=settings.log_flush_ms,
+            )
+            self.apis = KafkaApis(
+                self.broker, config.cluster_id, self.controller_id_for_clients,
+                auto_create_topics_enable=settings.auto_create_topics_enable,
+            )
+        peers = [other for other in self.controller_ids if other != node_id]
+        self.raft = RaftDriver(
+            node_id, peers, storage, METADATA_DIRECTORY, clock_ms, rng, self._snapshot, self._restore,
+            raft_config or RaftConfig(), bug_switches=raft_bug_switches,
+        )
+        self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
+
+    # ------------------------------------------------------------------ metadata publishing
+
+    def _publish(self, provenance: Provenance, records: list[Any]) -> None:
+        """Committed metadata records, in order: the broker's image advances by one delta."""
+        self.metadata_log.append((provenance.raft_index, records))
+        del self.metadata_log[:-METADATA_LOG_ENTRIES_MAX]
+        delta = MetadataDelta(self.metadata_image)
+        for record in records:
+            delta.replay(record, provenance)
+        self.metadata_image = delta.apply()
+        if self.broker is not None:
+            self.broker.apply_metadata(delta, self.metadata_image, self.clock_ms())
+
+    def _snapshot(self) -> bytes:
+        self._drain_committed()  # the snapshot must include every entry pysyncobj counts as applied
+        image = self.controller.image()
+        records = [encode_record(record) for record in self.controller.snapshot()]
+        return cbor2.dumps([SNAPSHOT_VERSION, image.provenance.raft_index, image.provenance.raft_term, records])
+
+    def _restore(self, blob: bytes) -> None:
+        version, raft_index, raft_term, encoded = cbor2.loads(blob)
+        assert version == SNAPSHOT_VERSION, f"snapshot version {version}"
+        records = [decode_record(item) for item in encoded]
+        provenance = Provenance(raft_index=raft_index, raft_term=raft_term)
+        self.controller.load_snapshot(records, provenance)
+        delta = MetadataDelta(MetadataImage())
+        for record in records:
+            delta.replay(record, provenance)
+        image = delta.apply()
+        self.metadata_image = image
+        if self.broker is not None:
+            for topic, partition in list(self.broker.partitions):
+                if topic not in image.topics.by_name or partition not in image.topics.by_name[topic].partitions:
+                    self.broker.remove_partition(topic, partition)
+            self.broker.apply_metadata(delta, image, self.clock_ms())
+        self.controller_core.on_snapshot_restored(raft_index)
+
+    def _drain_committed(self) -> None:
+        for index, entry in self.raft.take_committed():
+            if index <= self.controller_core.last_applied_index:
+                continue  # covered by a snapshot restored meanwhile
+            self.controller_core.on_committed(index, entry)
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self, now_ms: int) -> StepOutput:
+        """Let every core advance; returns what the runtime must deliver (see the module docstring)."""
+        output = StepOutput()
+        self._drain_committed()
+        output.proposed = self.controller_core.step(now_ms)
+        self._drain_committed()
+        output.controller_outcomes = self.controller_core.take_responses()
+        if self.broker is not None:
+            self.broker.tick(now_ms)
+            output.kafka_completions = self.apis.poll(now_ms)
+            output.controller_calls = self.broker.take_controller_requests()
+        return output
+
+    def submit_controller_request(self, request: Any, now_ms: int) -> int:
+        """Queue a request for the local controller; its outcome comes out of `step`. Only meaningful on
+        the Raft leader (elsewhere it is answered NOT_CONTROLLER)."""
+        return self.controller_core.submit(request, now_ms)
+
+    def controller_id_for_clients(self) -> int:
+        leader_id = self.raft.status().leader_id
+        return -1 if leader_id is None else leader_id
+
+    # ------------------------------------------------------------------ the CLI's questions
+
+    def handle_admin(self, request: dict, now_ms: int) -> dict:
+        """Quorum status and metadata, asked on the controller port (RPC) or the Kafka port (admin API)."""
+        kind = request.get("kind")
+        if kind == RPC_KIND_QUORUM_STATUS:
+            status = self.raft.status()
+            leader = self.config.node(status.leader_id) if status.leader_id in self.controller_ids else None
+            return {
+                "status": quorum_status_dict(status, self.controller_ids, now_ms),
+                "node_id": self.node_id,
+                "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
+                "leader_controller": [leader.host, leader.controller_port] if leader is not None else None,
+            }
+        if kind == RPC_KIND_METADATA:
+            image = self.controller.image()
+            return {
+                "node_id": self.node_id,
+                "raft_index": image.provenance.raft_index,
+                "raft_term": image.provenance.raft_term,
+                "records": [encode_record(r) for r in self.controller.snapshot()],
+                "log": self._metadata_log() if request.get("log") else None,
+            }
+        return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"unknown request kind {kind!r}"}
+
+    def _metadata_log(self) -> list[list]:
+        """Committed metadata entries since this process started or loaded its last snapshot."""
+        return [[index, [encode_record(r) for r in records]] for index, records in self.metadata_log]
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+        self.raft.close()
+
+
+def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int) -> dict:
+    """The `flotilla quorum status --json` layout. Progress of the other voters is known on the leader only
+    (None elsewhere)."""
+    members = {member.id: member for member in status.members}
+    voters = []
+    for voter_id in sorted(controller_ids):
+        member = members.get(voter_id)
+        match_index = status.log_end_index if voter_id == status.node_id else (member.match_index if member else None)
+        last_index = match_index if match_index is not None else -1
+        voters.append({
+            "id": voter_id,
+            "last_index": last_index,
+            "lag": max(0, status.raft_commit_index - last_index) if last_index >= 0 else None,
+            "last_contact_ms": 0 if voter_id == status.node_id else (
+                max(0, now_ms - member.last_contact_ms) if member and member.last_contact_ms is not None else None),
+        })
+    return {
+        "leader_id": status.leader_id,
+        "epoch": status.term,
+        "commit_index": status.raft_commit_index,
+        "voters": voters,
+        "observers": [],
+    }
