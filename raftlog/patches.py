@@ -178,6 +178,17 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "            elif clearJournal or \\\n",
         ),
     ),
+    # Not a bug fix but a requirement of driving pysyncobj with a virtual clock: the snapshot loop of
+    # __sendAppendEntries only ends on wall time when no chunk is available; the virtual clock does not
+    # move inside a tick, so stop sending to that node until the next tick instead. Always applied.
+    "adapter": (
+        _Edit(
+            "_SyncObj__sendAppendEntries",
+            "                    else:\n                        sendingSerialized = False\n",
+            "                    else:\n                        sendingSerialized = False\n"
+            "                        break  # adapter: no snapshot chunk available in this tick\n",
+        ),
+    ),
     # E is not a source edit: it is the choice of a persisted snapshot (see driver.py); recorded here so
     # that every fix is switched through the same `bug_switches` and documented in one place.
     "E": (),
@@ -186,7 +197,7 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
 
 def _apply_edits(function_name: str, bugs_live: frozenset[str]) -> str:
     source = _ORIGINAL_SOURCE[function_name]
-    for bug in sorted(BUG_NAMES - bugs_live):
+    for bug in ["adapter"] + sorted(BUG_NAMES - bugs_live):
         for edit in _EDITS[bug]:
             if edit.function != function_name:
                 continue
@@ -400,7 +411,7 @@ def _install() -> None:
     _syncobj.Serializer = _route_serializer
     _syncobj.createPoller = _route_poller
     _syncobj.PIPE_NOTIFIER_ENABLED = False  # no os.pipe: appends are batched per tick by the driver
-    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile"):
+    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries"):
         _install_dispatcher(function_name)
         variant(function_name, frozenset())  # compile the all-fixes variant now: a bad edit fails at import
         variant(function_name, BUG_NAMES)
