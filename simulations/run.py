@@ -1,0 +1,217 @@
+"""Running simulations: one seed, or a sweep of seeds, with a verdict per checker and a replay command.
+
+Theory of operation. A workload is a module registered in `WORKLOADS` by name; it exposes
+`run(config: RunConfig) -> RunResult`, building its own simulated system from `config.seed` (a fresh
+EventLoop, network, disks and nodes) so that one seed is one run. Checkers are the workload's: each yields a
+`CheckerVerdict`, and a run is ok when every checker passed. New workloads (the Kafka cluster: producers
+with acks, consumers; checkers such as no-acked-write-lost, replica logs identical up to HW, HW monotonic)
+plug in by adding a module name here; the CLI, the sweep, the JSON output and the replay command stay.
+
+This module is the simulator's edge: it reads the wall clock (to report wall seconds, never to decide
+anything) and writes trace files. Nothing measured here feeds back into a run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shlex
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, TextIO
+
+from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
+
+# name -> module exposing run(RunConfig) -> RunResult and, optionally, DESCRIPTION.
+WORKLOADS: dict[str, str] = {
+    "raft": "simulations.raft_sim",
+}
+NODES_MIN = 1
+NODES_MAX = 9
+DURATION_S_MAX = 3_600
+WALL_SECONDS_MAX_DEFAULT = 600  # a safety net against a core that never returns from one step
+
+
+class WallTimeExceeded(BaseException):  # not an Exception: the node wrapper must not catch it
+    """A run took longer than its wall-clock budget (a step that never ends, e.g. an unbounded loop)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run. Two equal configs give two identical traces."""
+
+    seed: int
+    nodes: int = 3
+    duration_s: float = 60.0  # simulated seconds of the fault phase (liveness checking follows)
+    faults: str = DEFAULT_FAULTS
+    workload: str = "raft"
+    bugs_live: frozenset[str] = frozenset()  # fixes switched off (workload-specific names, e.g. "A")
+    trace_path: str | None = None
+
+    def fault_rates(self) -> dict[str, float]:
+        return parse_faults(self.faults)
+
+    def validate(self) -> None:
+        """Raises ValueError naming the bad setting."""
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload {self.workload!r}: expected one of {', '.join(sorted(WORKLOADS))}")
+        if not NODES_MIN <= self.nodes <= NODES_MAX:
+            raise ValueError(f"nodes={self.nodes}: expected {NODES_MIN}..{NODES_MAX}")
+        if not 0 < self.duration_s <= DURATION_S_MAX:
+            raise ValueError(f"duration={self.duration_s}: expected (0, {DURATION_S_MAX}] simulated seconds")
+        parse_faults(self.faults)
+
+
+@dataclass(frozen=True)
+class CheckerVerdict:
+    name: str
+    ok: bool
+    detail: str = ""  # for a failure: the first violation, with the values that show it
+
+
+@dataclass
+class RunResult:
+    seed: int
+    trace_sha256: str
+    checkers: list[CheckerVerdict]
+    simulated_seconds: float
+    wall_seconds: float = 0.0
+    stats: dict[str, int | float | str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(verdict.ok for verdict in self.checkers)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "seed": self.seed,
+            "trace_sha256": self.trace_sha256,
+            "ok": self.ok,
+            "checkers": {verdict.name: "pass" if verdict.ok else "fail" for verdict in self.checkers},
+            "simulated_seconds": round(self.simulated_seconds, 3),
+            "wall_seconds": round(self.wall_seconds, 3),
+        }
+
+
+def replay_command(config: RunConfig) -> str:
+    """The exact command line that replays `config` (without trace output)."""
+    arguments = [
+        "flotilla", "simulate", "--seed", str(config.seed), "--nodes", str(config.nodes),
+        "--duration", f"{config.duration_s:g}", "--faults", format_faults(config.fault_rates()),
+        "--workload", config.workload,
+    ]
+    if config.bugs_live:
+        arguments += ["--bugs", ",".join(sorted(config.bugs_live))]
+    return shlex.join(arguments)
+
+
+def run_one(config: RunConfig, wall_seconds_max: float = WALL_SECONDS_MAX_DEFAULT) -> RunResult:
+    """Run `config` once; raises ValueError for a bad config.
+
+    A run that exceeds `wall_seconds_max` of real time is stopped and reported as failed by the
+    `wall_time_bound` checker. That verdict depends on the machine (the only one that does): it exists
+    because a core stuck in one step would otherwise hang a sweep and eat memory without bound."""
+    config.validate()
+    module = importlib.import_module(WORKLOADS[config.workload])
+    started = time.perf_counter()
+    try:
+        with _wall_clock_limit(wall_seconds_max):
+            result: RunResult = module.run(config)
+    except WallTimeExceeded:
+        result = RunResult(
+            seed=config.seed, trace_sha256="-",
+            checkers=[CheckerVerdict("wall_time_bound", False, f"run exceeded {wall_seconds_max:g} s of wall time")],
+            simulated_seconds=0.0,
+        )
+    result.wall_seconds = time.perf_counter() - started
+    return result
+
+
+class _wall_clock_limit:
+    """SIGALRM-based deadline for the main thread (a no-op elsewhere or when `seconds` <= 0)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.armed = False
+
+    def __enter__(self) -> None:
+        if self.seconds > 0 and threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
+            self.previous = signal.signal(signal.SIGALRM, self._expired)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self.armed = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    @staticmethod
+    def _expired(signum: int, frame: object) -> None:
+        raise WallTimeExceeded()
+
+
+def format_result(result: RunResult, config: RunConfig) -> str:
+    """The human-readable report of one run; a failure ends with the replay command."""
+    lines = [
+        f"seed {result.seed}: {'ok' if result.ok else 'FAILED'}  trace {result.trace_sha256}",
+        f"  simulated {result.simulated_seconds:.1f} s in {result.wall_seconds:.2f} s wall"
+        f" ({result.simulated_seconds / max(result.wall_seconds, 1e-9):.0f}x)",
+    ]
+    for verdict in result.checkers:
+        lines.append(f"  {verdict.name}: {'pass' if verdict.ok else 'FAIL'}" + (f"  {verdict.detail}" if verdict.detail else ""))
+    if result.stats:
+        lines.append("  stats: " + " ".join(f"{key}={value}" for key, value in sorted(result.stats.items())))
+    if not result.ok:
+        lines.append(f"  replay: {replay_command(config)}")
+    return "\n".join(lines)
+
+
+@dataclass
+class SweepSummary:
+    runs: int = 0
+    failed_seeds: list[int] = field(default_factory=list)
+    simulated_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+    def format(self) -> str:
+        seeds_per_minute = 60.0 * self.runs / max(self.wall_seconds, 1e-9)
+        speed = self.simulated_seconds / max(self.wall_seconds, 1e-9)
+        failed = ", ".join(str(seed) for seed in self.failed_seeds) or "none"
+        return (
+            f"{self.runs} runs, {len(self.failed_seeds)} failed (seeds: {failed}); "
+            f"{seeds_per_minute:.1f} seeds/min, {speed:.0f} simulated s per wall s"
+        )
+
+
+def sweep(
+    base: RunConfig,
+    seeds: list[int],
+    on_result: Callable[[RunResult, RunConfig], None] | None = None,
+    stop_at_first_failure: bool = False,
+    wall_seconds_max: float = WALL_SECONDS_MAX_DEFAULT,
+) -> SweepSummary:
+    """Run `base` once per seed, calling `on_result` after each run."""
+    summary = SweepSummary()
+    for seed in seeds:
+        config = RunConfig(
+            seed=seed, nodes=base.nodes, duration_s=base.duration_s, faults=base.faults,
+            workload=base.workload, bugs_live=base.bugs_live, trace_path=None,
+        )
+        result = run_one(config, wall_seconds_max)
+        summary.runs += 1
+        summary.simulated_seconds += result.simulated_seconds
+        summary.wall_seconds += result.wall_seconds
+        if not result.ok:
+            summary.failed_seeds.append(seed)
+        if on_result is not None:
+            on_result(result, config)
+        if stop_at_first_failure and not result.ok:
+            break
+    return summary
+
+
+def print_json(result: RunResult, out: TextIO) -> None:
+    out.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+    out.flush()
