@@ -1,0 +1,133 @@
+"""What the data source asks the cluster: topic discovery, offset bounds, raw fetches, produce.
+
+Theory of operation: every call goes through `net.client.sync.SyncKafkaClient`. `client_for(servers)` keeps
+one client per bootstrap string per process, opened lazily on first use, so a Spark Python worker that runs
+many tasks reuses its connections, and nothing unpicklable ever sits in a reader, a writer or a partition.
+`fetch_raw` sends a Fetch request itself (through the client's `send()` to the partition leader) because the
+source wants the records field as bytes, to decode it straight into Arrow columns (spark/columns.py), not
+as one Record object per record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from net.client.errors import error_from_code
+from net.client.results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from net.client.sync import SyncKafkaClient
+from net.protocol import messages
+from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
+
+FETCH_MAX_WAIT_MS = 100
+FETCH_ATTEMPTS_MAX = 8
+RETRY_BACKOFF_SECONDS = 0.2
+LEADER_CHANGE_CODES = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
+
+_clients: dict[tuple[str, int], SyncKafkaClient] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(bootstrap_servers: str, request_timeout_ms: int = 30_000) -> SyncKafkaClient:
+    """This process's client for `bootstrap_servers` (made on first use, kept for the process's life)."""
+    key = (bootstrap_servers, request_timeout_ms)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = SyncKafkaClient(bootstrap_servers, client_id="flotilla-spark",
+                                     request_timeout_ms=request_timeout_ms)
+            _clients[key] = client
+        return client
+
+
+def close_clients() -> None:
+    """Close every cached client of this process (tests, and the driver when a query stops)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+
+
+def topic_partitions(client: SyncKafkaClient, topics: list[str] | None) -> dict[str, list[int]]:
+    """topic -> sorted partition ids, for `topics` (None: every non-internal topic). Topics the cluster does
+    not know are left out. Raises NetworkError, NoBrokersAvailableError."""
+    cluster = client.metadata(topics)
+    found = {}
+    for name, topic in cluster.topics.items():
+        if topic.error_code == ErrorCode.NONE and not topic.is_internal and topic.partitions:
+            found[name] = sorted(topic.partitions)
+    return found
+
+
+def list_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]], timestamp: int) -> dict[str, dict[int, int]]:
+    """topic -> partition -> offset for `timestamp` (EARLIEST_TIMESTAMP: log start offset, LATEST_TIMESTAMP:
+    high watermark, else the first offset with a timestamp >= it, -1 when none). Raises the partitions' typed
+    errors, NetworkError."""
+    offsets: dict[str, dict[int, int]] = {}
+    for topic, ids in sorted(partitions.items()):
+        if ids:
+            answers = client.list_offsets(topic, ids, timestamp)
+            offsets[topic] = {partition: answer.offset for partition, answer in answers.items()}
+    return offsets
+
+
+def earliest_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]]) -> dict[str, dict[int, int]]:
+    return list_offsets(client, partitions, EARLIEST_TIMESTAMP)
+
+
+def latest_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]]) -> dict[str, dict[int, int]]:
+    return list_offsets(client, partitions, LATEST_TIMESTAMP)
+
+
+@dataclass(frozen=True, slots=True)
+class RawFetch:
+    """One partition's Fetch answer with its records field left as bytes."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    error: KafkaError | None  # OFFSET_OUT_OF_RANGE and other errors new metadata cannot fix
+
+
+def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, bytes_max: int) -> RawFetch:
+    """Fetch `topic`-`partition` from `offset` (read_uncommitted), routed to the leader, retried over leader
+    changes. Raises NetworkError, the partition's error once FETCH_ATTEMPTS_MAX attempts fail."""
+    request_class = messages.FetchRequest
+    for attempt in range(FETCH_ATTEMPTS_MAX):
+        leader = client.leader_for(topic, partition)
+        fetch_partition = request_class.FetchPartition(
+            partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=offset,
+            log_start_offset=-1, partition_max_bytes=bytes_max)
+        request = request_class(
+            replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=bytes_max, isolation_level=0,
+            session_id=0, session_epoch=-1, topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])])
+        response = client.send(leader.leader, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
+        code = response.error_code
+        data = response.responses[0].partitions[0] if code == ErrorCode.NONE else None
+        if data is not None:
+            code = data.error_code
+        if code == ErrorCode.NONE:
+            return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None)
+        context = f"fetch {topic}-{partition} at offset {offset}"
+        if code not in LEADER_CHANGE_CODES:
+            return RawFetch(b"", -1, -1, error_from_code(code, context))
+        if attempt == FETCH_ATTEMPTS_MAX - 1:
+            raise error_from_code(code, context)
+        client.metadata([topic])  # refresh the leader before the next attempt
+        time.sleep(RETRY_BACKOFF_SECONDS * (attempt + 1))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def require_topics(client: SyncKafkaClient, topics: list[str], option: str) -> dict[str, list[int]]:
+    """The partitions of `topics`; raises UnknownTopicOrPartitionError naming `option` when one is missing."""
+    found = topic_partitions(client, topics)
+    missing = sorted(set(topics) - set(found))
+    if missing:
+        raise UnknownTopicOrPartitionError(f"option '{option}': unknown topic(s) {missing} on the cluster")
+    return found
