@@ -298,10 +298,11 @@ class KafkaClient:
         """The partition ids of `topic`, sorted. Raises UnknownTopicOrPartitionError."""
         return sorted((await self.topic_metadata(topic)).partitions)
 
-    async def leader_for(self, topic: str, partition: int) -> PartitionMetadata:
-        """The partition's metadata, with a live leader. Raises UnknownTopicOrPartitionError,
-        LeaderNotAvailableError (both retriable)."""
-        partition_metadata = (await self.topic_metadata(topic)).partitions.get(partition)
+    async def leader_for(self, topic: str, partition: int, auto_create: bool = False) -> PartitionMetadata:
+        """The partition's metadata, with a live leader (`auto_create`: let the broker create the topic, as a
+        producer's metadata request does). Raises UnknownTopicOrPartitionError, LeaderNotAvailableError (both
+        retriable)."""
+        partition_metadata = (await self.topic_metadata(topic, auto_create)).partitions.get(partition)
         if partition_metadata is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
         if partition_metadata.leader < 0 or partition_metadata.leader not in self._cluster.brokers:
@@ -330,7 +331,7 @@ class KafkaClient:
             messages.ProduceRequest.TopicProduceData(name=topic, partition_data=[produce_data])])
 
         async def attempt() -> int:
-            leader = (await self.leader_for(topic, partition)).leader
+            leader = (await self.leader_for(topic, partition, auto_create=True)).leader
             response = await self._request(leader, ApiKey.PRODUCE, request, timeout_ms)
             if response is None:
                 return -1

@@ -277,3 +277,10 @@ def test_read_committed_decoding_drops_aborted_transactions_and_control_batches(
     assert [r.value for r in records] == [b"c1", b"p", b"late"] and next_offset == 7
     records, _ = decode_fetched(buffer, 0)
     assert [r.value for r in records] == [b"c1", b"a1", b"a2", b"p", b"late"]
+
+
+async def test_produce_to_a_named_partition_auto_creates_the_topic(nursery):
+    peer = await started_peer(nursery, auto_create_partitions=2)
+    async with fast_client(peer.bootstrap) as client:
+        assert await client.produce("new", 1, build_batch([(None, b"v")])) == 0
+    assert len(peer.topics["new"].partitions) == 2
