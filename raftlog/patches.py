@@ -74,24 +74,24 @@ EXPECTED_SOURCE_SHA256: dict[str, str] = {
     "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
 }
 
-_ORIGINAL_SOURCE: dict[str, str] = {}
-
-
 def source_sha256(function: Callable[..., Any]) -> str:
     return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
 
 
-def verify_sources() -> None:
+def verify_sources(functions: dict[str, Callable[..., Any]]) -> None:
     """Raises UnsupportedPysyncobjVersionError when a patched or relied-on function differs from 0.3.17's."""
     for name, expected in EXPECTED_SOURCE_SHA256.items():
-        found = source_sha256(getattr(_syncobj.SyncObj, name))
+        found = source_sha256(functions[name])
         if found != expected:
             raise UnsupportedPysyncobjVersionError(f"pysyncobj SyncObj.{name} source changed: sha256 {found}")
 
 
-verify_sources()
-for _name in EXPECTED_SOURCE_SHA256:
-    _ORIGINAL_SOURCE[_name] = inspect.getsource(getattr(_syncobj.SyncObj, _name))
+# Captured before any routing is installed: the stock functions and their source text.
+_ORIGINAL_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    name: getattr(_syncobj.SyncObj, name) for name in EXPECTED_SOURCE_SHA256
+}
+verify_sources(_ORIGINAL_FUNCTIONS)
+_ORIGINAL_SOURCE: dict[str, str] = {name: inspect.getsource(f) for name, f in _ORIGINAL_FUNCTIONS.items()}
 
 # ---------------------------------------------------------------------------------------------------------
 # The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
