@@ -21,6 +21,7 @@ earliest offset with a warning on stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -99,11 +100,24 @@ def run_produce(args: argparse.Namespace) -> int:
 
 
 async def produce_lines(client: KafkaClient, args: argparse.Namespace, stdin) -> int:
-    """Produce every line of `stdin` (a binary file with read1); the number of records produced."""
+    """Produce every line of `stdin` (a binary file with read1); the number of records produced. Raises
+    what KafkaClient.produce_records raises, as itself (not in an exception group)."""
     send_lines, receive_lines = trio.open_memory_channel(LINE_QUEUE_CHUNKS_MAX)
+    outcome: dict = {}
+
+    async def send_all_batches(cancel_scope: trio.CancelScope) -> None:
+        try:
+            outcome["produced"] = await _send_batches(client, args, receive_lines)
+        except Exception as error:  # re-raised below, outside the nursery
+            outcome["error"] = error
+            cancel_scope.cancel()  # stop reading stdin
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_read_lines, stdin, send_lines)
-        return await _send_batches(client, args, receive_lines)
+        nursery.start_soon(send_all_batches, nursery.cancel_scope)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["produced"]
 
 
 async def _read_lines(stdin, send_lines: trio.MemorySendChannel) -> None:
@@ -177,10 +191,24 @@ def run_consume(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
 
     async def body(client: KafkaClient, config) -> int:
-        await Consumer(client, args, formatter, out).run()
+        try:
+            await Consumer(client, args, formatter, out).run()
+        except OutputClosed:
+            _silence_stdout()
         return EXIT_OK
 
     return run_with_client(args, body)
+
+
+def _silence_stdout() -> None:
+    # The reader is gone: point stdout at /dev/null so the interpreter's final flush does not complain.
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return  # not a real file (captured output in tests): nothing will be flushed to a closed pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
 
 
 class Consumer:
@@ -195,6 +223,7 @@ class Consumer:
         self.at_end: dict[int, bool] = {}
         self.last_record_at = time.monotonic()
         self.isolation_level = 1 if args.isolation_level == "read_committed" else 0
+        self.failure: Exception | None = None
 
     async def run(self) -> None:
         topic = self.args.topic
@@ -207,7 +236,17 @@ class Consumer:
         self.at_end = {partition: False for partition in partitions}
         async with trio.open_nursery() as nursery:
             for partition in partitions:
-                nursery.start_soon(self._consume_partition, nursery.cancel_scope, partition, offsets[partition])
+                nursery.start_soon(self._guarded, nursery.cancel_scope, partition, offsets[partition])
+        if self.failure is not None:
+            raise self.failure  # as itself, so the CLI can print it in one line
+
+    async def _guarded(self, scope: trio.CancelScope, partition: int, offset: int) -> None:
+        try:
+            await self._consume_partition(scope, partition, offset)
+        except Exception as error:  # the first failure stops every partition
+            if self.failure is None:
+                self.failure = error
+            scope.cancel()
 
     async def _start_offsets(self, partitions: list[int]) -> dict[int, int]:
         topic, offset = self.args.topic, self.args.offset
@@ -254,8 +293,11 @@ class Consumer:
         if self.remaining is not None:
             records = records[: self.remaining]
             self.remaining -= len(records)
-        self.out.write(b"".join(self.formatter(self.args.topic, partition, record) for record in records))
-        self.out.flush()
+        try:
+            self.out.write(b"".join(self.formatter(self.args.topic, partition, record) for record in records))
+            self.out.flush()
+        except BrokenPipeError:
+            raise OutputClosed() from None
         self.last_record_at = time.monotonic()
 
     def _finished(self) -> bool:
@@ -267,6 +309,10 @@ class Consumer:
             return True
         idle_ms = (time.monotonic() - self.last_record_at) * 1000
         return self.args.timeout_ms is not None and idle_ms >= self.args.timeout_ms
+
+
+class OutputClosed(Exception):
+    """stdout was closed by the reader (e.g. `| head`): consuming stops quietly."""
 
 
 def compile_format(fmt: str):

@@ -163,3 +163,29 @@ def test_key_separator_splits_at_the_first_occurrence_only():
     assert split_key(b"abc", b":") == (None, b"abc")
     assert split_key(b"a:b", None) == (None, b"a:b")
     assert split_key(b":v", b":") == (b"", b"v")
+
+
+def test_broker_errors_are_one_line_exit_1(peer, monkeypatch, capsysbinary):
+    from partitions.errors import ErrorCode
+
+    peer.create_topic("t", 1)
+    peer.produce_error_code = ErrorCode.INVALID_RECORD
+    code, _, err = run_in_process(monkeypatch, capsysbinary, ["produce", "t", "-b", peer.bootstrap], stdin=b"a\n")
+    assert code == 1 and err.startswith(b"flotilla: produce to t-0: INVALID_RECORD") and err.count(b"\n") == 1
+    peer.produce_error_code = ErrorCode.NONE
+    assert run_in_process(monkeypatch, capsysbinary, ["produce", "t", "-b", peer.bootstrap], stdin=b"a\n")[0] == 0
+    peer.corrupt_fetched_batches = True
+    code, out, err = run_in_process(monkeypatch, capsysbinary, ["consume", "t", "-b", peer.bootstrap,
+                                                                "--from-beginning", "--exit"])
+    assert code == 1 and out == b"" and err.count(b"\n") == 1 and b"CRC" in err.upper(), err
+
+
+def test_consume_into_a_closed_pipe_exits_quietly(peer):
+    peer.create_topic("t", 1)
+    produced = flotilla("produce", "t", "-b", peer.bootstrap, stdin=b"".join(b"%d\n" % i for i in range(20_000)))  # more than a pipe buffer
+    assert produced.returncode == 0, produced.stderr
+    pipeline = subprocess.run(
+        f"{sys.executable} -m net.cli consume t -b {peer.bootstrap} --from-beginning --exit | head -n 2",
+        shell=True, capture_output=True, timeout=60)
+    assert pipeline.stdout == b"0\n1\n"
+    assert pipeline.stderr == b""

@@ -62,6 +62,8 @@ class PeerBroker:
         self.port = 0
         self.not_leader_answers = 0  # answer this many produce/fetch requests with NOT_LEADER_OR_FOLLOWER
         self.drop_next_connection_after_request = False
+        self.produce_error_code = ErrorCode.NONE  # answer every produce with this code when set
+        self.corrupt_fetched_batches = False  # flip a byte inside every batch served
         self.requests_seen: list[tuple[int, int]] = []  # (api_key, api_version)
         self._appended: trio.Event | None = None  # made in serve(), inside the peer's trio loop
 
@@ -164,6 +166,8 @@ class PeerBroker:
             name=topic_data.name, partition_responses=[answer])])
 
     def _append(self, topic: str, partition: int, batch: bytes) -> tuple[int, int]:
+        if self.produce_error_code != ErrorCode.NONE:
+            return self.produce_error_code, -1
         if self._take_not_leader():
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
         peer_partition = self._partition(topic, partition)
@@ -207,6 +211,10 @@ class PeerBroker:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             else:
                 data.records = self._read(peer_partition, offset, fetch_partition.partition_max_bytes)
+                if self.corrupt_fetched_batches and data.records:
+                    corrupted = bytearray(data.records)
+                    corrupted[-1] ^= 0xFF  # inside the CRC-covered part of the last batch
+                    data.records = bytes(corrupted)
         return response_class(throttle_time_ms=0, error_code=0, responses=[
             response_class.FetchableTopicResponse(topic=topic, partitions=[data])])
 
