@@ -43,12 +43,11 @@ class Partition:
         self.state.update(info.batch_headers)
         return info.first_offset, info.last_offset
 
-    def write_marker(self, producer_id: int, producer_epoch: int, now_ms: int = NOW_MS) -> int:
-        """A commit marker written by the transaction coordinator; returns its offset."""
+    def write_marker(self, producer_id: int, producer_epoch: int, now_ms: int = NOW_MS):
+        """A commit marker written by the transaction coordinator: (its offset, what update returned)."""
         marker = build_control_batch(COMMIT, producer_id, producer_epoch, coordinator_epoch=0, timestamp=now_ms)
         info = self.log.append_as_leader(marker, LEADER_EPOCH, now_ms, origin=AppendOrigin.COORDINATOR)
-        self.state.update(info.batch_headers)
-        return info.first_offset
+        return info.first_offset, self.state.update(info.batch_headers)
 
     def reopened_state(self, now_ms: int = NOW_MS, use_snapshot: bool = True) -> ProducerStateManager:
         """The state a restarted broker rebuilds from this partition's files."""
