@@ -116,6 +116,7 @@ class KafkaApis:
         self.auto_create_topics_enable = auto_create_topics_enable
         self._request_ids = itertools.count(1)
         self._produces: dict[int, _DelayedProduce] = {}
+        self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
         self._controller_replies: dict[int, _DelayedControllerReply] = {}
         self._completed: list[tuple[int, RequestHeader, Any]] = []
@@ -286,6 +287,8 @@ class KafkaApis:
             return None
         if waiting:
             self._produces[request_id] = _DelayedProduce(header, responses, waiting)
+            for key in waiting:
+                self._waiting_partitions[key] = self._waiting_partitions.get(key, 0) + 1
             return Deferred(request_id)
         return self._produce_response(responses)
 
@@ -327,10 +330,7 @@ class KafkaApis:
         )
 
     def _complete_produces(self, now_ms: int) -> None:
-        if not self._produces:
-            return
-        keys = {key for delayed in self._produces.values() for key in delayed.waiting}
-        for key in keys:
+        for key in list(self._waiting_partitions):
             hosted = self.broker.hosted(*key)
             if hosted is None:
                 self._fail_waiting(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -338,19 +338,26 @@ class KafkaApis:
             for completion in hosted.replica.take_completed(now_ms):
                 request_id, completed_key = completion.request_id
                 delayed = self._produces.get(request_id)
-                if delayed is None:
-                    continue
-                delayed.responses[completed_key].error_code = completion.error
-                delayed.waiting.discard(completed_key)
-        for request_id in [r for r, d in self._produces.items() if not d.waiting]:
-            delayed = self._produces.pop(request_id)
+                if delayed is not None:
+                    delayed.responses[completed_key].error_code = completion.error
+                    self._partition_answered(request_id, delayed, completed_key)
+
+    def _partition_answered(self, request_id: int, delayed: _DelayedProduce, key: tuple[str, int]) -> None:
+        delayed.waiting.discard(key)
+        remaining = self._waiting_partitions[key] - 1
+        if remaining:
+            self._waiting_partitions[key] = remaining
+        else:
+            del self._waiting_partitions[key]
+        if not delayed.waiting:
+            del self._produces[request_id]
             self._completed.append((request_id, delayed.header, self._produce_response(delayed.responses)))
 
     def _fail_waiting(self, key: tuple[str, int], error: ErrorCode) -> None:
-        for delayed in self._produces.values():
+        for request_id, delayed in list(self._produces.items()):
             if key in delayed.waiting:
                 delayed.responses[key].error_code = error
-                delayed.waiting.discard(key)
+                self._partition_answered(request_id, delayed, key)
 
     # ------------------------------------------------------------------ Fetch
 

@@ -48,6 +48,8 @@ configuration; both default to False.
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
@@ -259,7 +261,9 @@ class Partition:
         self._high_watermark = log.log_start_offset
         self._leader_hw_floor = self._high_watermark
         self._last_stable_offset_hook: Callable[[int], int] | None = None
-        self._purgatory: dict[Any, _WaitingProduce] = {}
+        self._purgatory: dict[Any, _WaitingProduce] = {}  # in registration (= offset) order
+        self._purgatory_deadlines: list[tuple[int, int, Any]] = []  # heap of (deadline_ms, sequence, request_id)
+        self._purgatory_sequence = itertools.count()
         self._completed: list[ProduceCompletion] = []
         self._check_invariants()
 
@@ -451,19 +455,33 @@ class Partition:
             return
         if len(self._purgatory) >= PRODUCE_PURGATORY_SIZE_MAX:
             raise RequestTimedOutError(f"produce purgatory full ({PRODUCE_PURGATORY_SIZE_MAX} requests)")
+        if self._purgatory:
+            newest = next(reversed(self._purgatory.values()))
+            assert required_offset >= newest.required_offset, (
+                f"produce waiters registered out of offset order: {required_offset} after {newest.required_offset}")
         self._purgatory[request_id] = _WaitingProduce(request_id, required_offset, deadline_ms)
+        heapq.heappush(self._purgatory_deadlines, (deadline_ms, next(self._purgatory_sequence), request_id))
 
     def take_completed(self, now_ms: int) -> list[ProduceCompletion]:
         """Every parked request that is now answered (Kafka's DelayedProduce.tryComplete and expiry), in
         registration order. The node calls it after each event that may move the high watermark or the ISR
         and on its timer."""
-        for request_id, waiting in list(self._purgatory.items()):
+        # Waiters are registered in offset order (asserted in pending_produce), so the ones the high watermark
+        # has passed are a prefix: O(completed) per call, not O(waiting), however long the queue.
+        while self._purgatory:
+            request_id, waiting = next(iter(self._purgatory.items()))
             done, error = self._check_enough_replicas_reach_offset(waiting.required_offset)
-            if not done and waiting.deadline_ms <= now_ms:
-                done, error = True, ErrorCode.REQUEST_TIMED_OUT
-            if done:
-                del self._purgatory[request_id]
-                self._completed.append(ProduceCompletion(request_id, waiting.required_offset, error))
+            if not done:
+                break
+            del self._purgatory[request_id]
+            self._completed.append(ProduceCompletion(request_id, waiting.required_offset, error))
+        while self._purgatory_deadlines and self._purgatory_deadlines[0][0] <= now_ms:
+            _, _, request_id = heapq.heappop(self._purgatory_deadlines)
+            waiting = self._purgatory.pop(request_id, None)
+            if waiting is not None:
+                self._completed.append(ProduceCompletion(request_id, waiting.required_offset, ErrorCode.REQUEST_TIMED_OUT))
+        if not self._purgatory:
+            self._purgatory_deadlines.clear()
         completed, self._completed = self._completed, []
         return completed
 
@@ -482,6 +500,7 @@ class Partition:
         for waiting in self._purgatory.values():
             self._completed.append(ProduceCompletion(waiting.request_id, waiting.required_offset, error))
         self._purgatory.clear()
+        self._purgatory_deadlines.clear()
 
     # ------------------------------------------------------------------ fetch on the leader
 

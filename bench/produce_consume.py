@@ -1,0 +1,206 @@
+"""Produce and consume throughput and produce latency of real Flotilla nodes, driven by librdkafka
+(confluent-kafka) so that the broker, not the client, is what is measured.
+
+Scenarios (each on a fresh LocalCluster on 127.0.0.1):
+  1 node,  RF=1, acks=1   : 100-byte and 1 KiB records, produce records/s and MB/s, consume records/s
+  3 nodes, RF=3, acks=all : 100-byte records, produce records/s, consume records/s
+  3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
+Baseline, same run: a raw loopback socket-to-file copy (one Python process receives on a TCP socket and
+writes to a file in the same directory as the nodes' data), MB/s. Every figure is printed with its ratio to
+the baseline. Loads are bounded by record count and by --max-seconds per phase.
+
+    python bench/produce_consume.py [--records 1000000] [--max-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from net.local_cluster import LocalCluster  # noqa: E402
+from tests.net.cluster_helpers import create_topic, eventually, metadata, topic_of, wait_for_quorum  # noqa: E402
+
+MB = 1_000_000
+
+
+def baseline_socket_to_file(directory: str, total_bytes: int, chunk_bytes: int = 1 << 20) -> float:
+    """MB/s of a raw loopback TCP stream written to a file by the receiver."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    received = []
+
+    def receive():
+        connection, _ = server.accept()
+        with connection, open(os.path.join(directory, "baseline.bin"), "wb") as sink:
+            count = 0
+            while True:
+                data = connection.recv(chunk_bytes)
+                if not data:
+                    break
+                sink.write(data)
+                count += len(data)
+            received.append(count)
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    payload = os.urandom(chunk_bytes)
+    started = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        sent = 0
+        while sent < total_bytes:
+            client.sendall(payload)
+            sent += len(payload)
+    receiver.join()
+    elapsed = time.perf_counter() - started
+    server.close()
+    os.unlink(os.path.join(directory, "baseline.bin"))
+    return received[0] / elapsed / MB
+
+
+def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int, acks: str, max_seconds: float) -> dict:
+    from confluent_kafka import Producer
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+        "enable.idempotence": False, "message.timeout.ms": int(max_seconds * 1000) + 30_000,
+    })
+    value = os.urandom(size)
+    delivered = [0]
+    errors = []
+
+    def on_delivery(error, message):
+        if error is None:
+            delivered[0] += 1
+        else:
+            errors.append(error)
+
+    started = time.perf_counter()
+    deadline = started + max_seconds
+    sent = 0
+    while sent < records and time.perf_counter() < deadline:
+        try:
+            producer.produce(topic, value=value, partition=sent % partitions, on_delivery=on_delivery)
+            sent += 1
+        except BufferError:
+            producer.poll(0.001)
+        if sent % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(max_seconds + 30)
+    elapsed = time.perf_counter() - started
+    return {"records": delivered[0], "seconds": elapsed, "errors": len(errors),
+            "rec_per_s": delivered[0] / elapsed, "mb_per_s": delivered[0] * size / elapsed / MB}
+
+
+def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: int, max_seconds: float) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+                         "queued.max.messages.kbytes": 1_048_576})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    count = 0
+    started = time.perf_counter()
+    deadline = started + max_seconds
+    while count < expected and time.perf_counter() < deadline:
+        for message in consumer.consume(10_000, 0.5):
+            if message.error() is None:
+                count += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return {"records": count, "seconds": elapsed, "rec_per_s": count / elapsed, "mb_per_s": count * size / elapsed / MB}
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "enable.idempotence": False})
+    latencies_ms = []
+    value = os.urandom(100)
+    total = int(rate * seconds)
+    started = time.perf_counter()
+    for index in range(total):
+        scheduled = started + index / rate
+        while time.perf_counter() < scheduled:
+            producer.poll(0)
+        producer.produce(topic, value=value, partition=0,
+                         on_delivery=lambda error, message, s=scheduled: latencies_ms.append((time.perf_counter() - s) * 1000)
+                         if error is None else None)
+        producer.poll(0)
+    producer.flush(30)
+    latencies_ms.sort()
+    return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
+            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1]}
+
+
+def start_cluster(directory: str, nodes: int) -> LocalCluster:
+    replication = 1 if nodes == 1 else 3
+    cluster = LocalCluster(directory, nodes=nodes, log_level="warning",
+                           topic_defaults={"partitions": 1, "replication_factor": replication,
+                                           "min_insync_replicas": 1 if nodes == 1 else 2})
+    cluster.start()
+    wait_for_quorum(cluster)
+    return cluster
+
+
+def report(name: str, value: float, unit: str, baseline_mb_per_s: float, mb_per_s: float | None = None, extra=""):
+    ratio = f" ratio_to_baseline={mb_per_s / baseline_mb_per_s:.3f}" if mb_per_s is not None else ""
+    print(f"RESULT {name} {value:,.1f} {unit}{ratio} {extra}".rstrip(), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000, help="100-byte records per produce phase")
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="bound per phase")
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="flotilla-bench-", dir=os.environ.get("BENCH_DIR"))
+    baseline = baseline_socket_to_file(root, 1 << 30)
+    print(f"RESULT baseline.loopback_socket_to_file {baseline:,.1f} MB/s", flush=True)
+
+    cluster = start_cluster(os.path.join(root, "one"), 1)
+    try:
+        for size, count, name in ((100, args.records, "t100"), (1024, args.records // 4, "t1024")):
+            create_topic(cluster, name, 1, 1)
+            eventually(lambda: topic_of(metadata(cluster), name))
+            produced = produce(cluster.bootstrap_servers, name, 1, count, size, "1", args.max_seconds)
+            report(f"1node.acks1.produce.{size}B.rec_per_s", produced["rec_per_s"], "rec/s", baseline,
+                   produced["mb_per_s"], f"mb_per_s={produced['mb_per_s']:.1f} records={produced['records']}")
+            consumed = consume(cluster.bootstrap_servers, name, 1, produced["records"], size, args.max_seconds)
+            report(f"1node.consume.{size}B.rec_per_s", consumed["rec_per_s"], "rec/s", baseline,
+                   consumed["mb_per_s"], f"mb_per_s={consumed['mb_per_s']:.1f} records={consumed['records']}")
+    finally:
+        cluster.stop()
+
+    cluster = start_cluster(os.path.join(root, "three"), 3)
+    try:
+        create_topic(cluster, "r3", 3, 3, min_insync_replicas="2")
+        eventually(lambda: topic_of(metadata(cluster), "r3"))
+        produced = produce(cluster.bootstrap_servers, "r3", 3, args.records, 100, "all", args.max_seconds)
+        report("3node.rf3.acksall.produce.100B.rec_per_s", produced["rec_per_s"], "rec/s", baseline,
+               produced["mb_per_s"], f"mb_per_s={produced['mb_per_s']:.1f} records={produced['records']}")
+        consumed = consume(cluster.bootstrap_servers, "r3", 3, produced["records"], 100, args.max_seconds)
+        report("3node.rf3.consume.100B.rec_per_s", consumed["rec_per_s"], "rec/s", baseline, consumed["mb_per_s"])
+        create_topic(cluster, "lat", 1, 3, min_insync_replicas="2")
+        eventually(lambda: topic_of(metadata(cluster), "lat"))
+        measured = latency(cluster.bootstrap_servers, "lat", 10_000, args.latency_seconds)
+        print(f"RESULT 3node.rf3.acksall.latency_at_10k_per_s p50={measured['p50_ms']:.2f} ms "
+              f"p99={measured['p99_ms']:.2f} ms max={measured['max_ms']:.2f} ms records={measured['records']}",
+              flush=True)
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
