@@ -271,7 +271,7 @@ def _split_ranges(ranges: list[tuple], min_partitions: int | None) -> list[tuple
         for index in range(parts):
             piece_begin = begin + size * index // parts
             piece_stop = begin + size * (index + 1) // parts
-            pieces.append((topic, partition, piece_begin, piece_stop, is_new and index == 0))
+            pieces.append((topic, partition, piece_begin, piece_stop, is_new))
     return pieces
 
 
@@ -429,7 +429,7 @@ def _skip_lost(client, split: FlotillaInputPartition, offset: int) -> int:
     if log_start <= offset:
         raise FlotillaDataLossError(f"{split.topic}-{split.partition}: offset {offset} out of range but the log "
                                     f"starts at {log_start} (was the topic recreated?)")
-    if split.fail_on_data_loss and not (split.start_is_earliest and offset == split.start_offset):
+    if split.fail_on_data_loss and not split.start_is_earliest:
         lost_end = min(log_start, split.end_offset)
         raise FlotillaDataLossError(
             f"{split.topic}-{split.partition}: offsets [{offset}, {lost_end}) were deleted before they were read "

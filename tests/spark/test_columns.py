@@ -1,0 +1,101 @@
+"""The Arrow column decoder against the record codec: every field of every record, any offset window."""
+
+from __future__ import annotations
+
+import datetime
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from partitions.compression import GZIP, NONE, ZSTD
+from partitions.errors import CorruptRecordError
+from partitions.records import build_batch, build_control_batch, decode_batches
+from spark.columns import ColumnBuilder
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+payloads = st.one_of(st.none(), st.binary(max_size=300))
+headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
+records = st.tuples(payloads, payloads, headers, st.integers(min_value=0, max_value=2**41))
+batches = st.lists(st.tuples(st.lists(records, min_size=1, max_size=20), st.sampled_from([NONE, GZIP, ZSTD]),
+                             st.booleans()), min_size=1, max_size=5)
+
+
+def _fetched(spec) -> bytes:
+    parts, base = [], 0
+    for items, compression, log_append_time in spec:
+        parts.append(build_batch([(k, v, tuple(h), t) for k, v, h, t in items], base_offset=base,
+                                 compression=compression, log_append_time=log_append_time))
+        base += len(items)
+    return b"".join(parts)
+
+
+def _expected_rows(buffer: bytes, start: int, end: int) -> list[dict]:
+    rows = []
+    for decoded in decode_batches(buffer):
+        for record in decoded.records:
+            if start <= record.offset < end:
+                rows.append({"key": record.key, "value": record.value, "offset": record.offset,
+                             "timestamp_ms": record.timestamp, "timestampType": int(decoded.header.is_log_append_time),
+                             "headers": [{"key": k, "value": v} for k, v in record.headers]})
+    return rows
+
+
+def _rows(batch: pa.RecordBatch) -> list[dict]:
+    rows = []
+    for row in batch.to_pylist():
+        assert row["topic"] == "events" and row["partition"] == 7, row
+        row["timestamp_ms"] = (row.pop("timestamp") - EPOCH) // datetime.timedelta(milliseconds=1)
+        del row["topic"], row["partition"]
+        rows.append(row)
+    return rows
+
+
+@settings(max_examples=40, deadline=None)
+@given(spec=batches, window=st.tuples(st.integers(0, 100), st.integers(0, 100)))
+def test_columns_match_the_record_codec_for_any_offset_window(spec, window):
+    buffer = _fetched(spec)
+    start, end = min(window), max(window)
+    builder = ColumnBuilder(start, end, include_headers=True)
+    builder.add_fetched(buffer)
+    batch = builder.to_arrow("events", 7, ARROW_SCHEMA)
+    assert batch.schema == ARROW_SCHEMA
+    rows = _rows(batch)
+    assert rows == _expected_rows(buffer, start, end)
+
+
+def test_columns_leave_headers_out_unless_asked():
+    buffer = build_batch([(b"k", b"v", (("h", b"x"),), 5)])
+    builder = ColumnBuilder(0, 10, include_headers=False)
+    assert builder.add_fetched(buffer) == 1
+    batch = builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7))
+    assert batch.column("value").to_pylist() == [b"v"] and batch.num_columns == 7
+
+
+def test_control_batches_are_skipped_but_advance_the_next_offset():
+    buffer = build_batch([(b"a", b"1")], base_offset=0) + build_control_batch(1, 9, 0, 0, 5, base_offset=1) + \
+        build_batch([(b"b", b"2")], base_offset=2)
+    builder = ColumnBuilder(0, 3, include_headers=False)
+    assert builder.add_fetched(buffer) == 3
+    assert builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7)).column("offset").to_pylist() == [0, 2]
+
+
+def test_a_partial_batch_at_the_end_of_a_fetch_is_left_for_the_next_fetch():
+    buffer = build_batch([(b"a", b"1")] * 3, base_offset=0) + build_batch([(b"b", b"2")] * 3, base_offset=3)
+    builder = ColumnBuilder(0, 6, include_headers=False)
+    assert builder.add_fetched(buffer[:-5]) == 3
+    assert builder.rows == 3
+
+
+def test_a_batch_with_a_bad_crc_is_refused():
+    buffer = bytearray(build_batch([(b"a", b"value")]))
+    buffer[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        ColumnBuilder(0, 1, include_headers=False).add_fetched(bytes(buffer))
