@@ -1,0 +1,80 @@
+"""One seed is one run: same trace hash in fresh processes under any PYTHONHASHSEED; the CLI's contract."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from net.cli import main
+from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
+from simulations.run import RunConfig, replay_command
+
+FAULTS = "crash=0.02,power_loss=0.01,partition=0.02,isolate_leader=0.02,drop=0.01,pause=0.01,reset=0.02"
+
+
+def _simulate_in_fresh_process(seed, hash_seed):
+    environment = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
+    completed = subprocess.run(
+        [sys.executable, "-m", "net.cli", "simulate", "--seed", str(seed), "--duration", "6",
+         "--faults", FAULTS, "--json"],
+        capture_output=True, text=True, env=environment, timeout=300,
+    )
+    assert completed.returncode in (0, 1), completed.stderr[-2000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_same_seed_gives_the_same_trace_hash_in_fresh_processes_with_different_hash_seeds():
+    first = _simulate_in_fresh_process(11, 0)
+    second = _simulate_in_fresh_process(11, 987654)
+    other_seed = _simulate_in_fresh_process(12, 0)
+    assert first["trace_sha256"] == second["trace_sha256"]
+    assert first["checkers"] == second["checkers"]
+    assert other_seed["trace_sha256"] != first["trace_sha256"]
+
+
+def test_json_output_has_the_documented_fields(capsys):
+    assert main(["simulate", "--seed", "3", "--duration", "2", "--faults", "none", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    assert set(record) == {"seed", "trace_sha256", "ok", "checkers", "simulated_seconds", "wall_seconds"}
+    assert record["seed"] == 3 and record["ok"] is True and len(record["trace_sha256"]) == 64
+    assert set(record["checkers"].values()) == {"pass"}
+    assert "acked_not_lost" in record["checkers"] and "liveness" in record["checkers"]
+
+
+def test_trace_file_holds_the_lines_whose_hash_is_reported(tmp_path, capsys):
+    import hashlib
+
+    trace_path = tmp_path / "trace.txt"
+    assert main(["simulate", "--seed", "4", "--duration", "2", "--faults", "none", "--json",
+                 "--trace", str(trace_path)]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    content = trace_path.read_bytes()
+    assert hashlib.sha256(content).hexdigest() == record["trace_sha256"]
+    assert b" client.ack " in content and b" net.deliver " in content
+
+
+def test_sweep_prints_progress_and_a_summary(capsys):
+    assert main(["simulate", "--seeds", "2", "--start-seed", "5", "--duration", "2", "--faults", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "[1/2] seed 5 ok" in out and "[2/2] seed 6 ok" in out
+    assert "2 runs, 0 failed" in out and "seeds/min" in out
+
+
+@pytest.mark.parametrize("arguments", [
+    ["--faults", "crash=2"], ["--faults", "meteor=0.1"], ["--nodes", "0"], ["--workload", "nope"],
+    ["--duration", "-1"],
+])
+def test_bad_arguments_exit_2_with_a_message(arguments, capsys):
+    assert main(["simulate", "--seed", "1", *arguments]) == 2
+    assert "flotilla simulate:" in capsys.readouterr().err
+
+
+def test_fault_text_round_trips_and_the_replay_command_parses_back():
+    rates = parse_faults(DEFAULT_FAULTS)
+    assert parse_faults(format_faults(rates)) == rates
+    config = RunConfig(seed=9, nodes=5, duration_s=12.5, faults=FAULTS, bugs_live=frozenset({"B", "A"}))
+    command = replay_command(config)
+    assert command.startswith("flotilla simulate --seed 9 --nodes 5 --duration 12.5 --faults ")
+    assert command.endswith("--workload raft --bugs A,B")
