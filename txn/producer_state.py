@@ -44,6 +44,7 @@ import crc32c
 
 from partitions.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, iter_batches
 from partitions.errors import InvalidRecordError
+from partitions.log import PartitionLog
 from partitions.storage import Storage, StorageError, read_file, write_file_atomically
 from txn.errors import (
     CorruptProducerSnapshotError,
@@ -313,8 +314,8 @@ class ProducerStateManager:
 
     # ---- recovery, truncation and log start
 
-    def rebuild(self, log, now_ms: int, use_snapshot: bool = True) -> None:
-        """Rebuild from the log (a partitions.log.PartitionLog): the newest usable snapshot (unless
+    def rebuild(self, log: PartitionLog, now_ms: int, use_snapshot: bool = True) -> None:
+        """Rebuild from `log`: the newest usable snapshot (unless
         `use_snapshot` is False), then a scan of the batch headers from its offset (or log_start_offset) to
         the log end offset; then expired producers are dropped. Out-of-range or corrupt snapshots are
         deleted. Raises StorageError, CorruptRecordError (a log the log itself would not have accepted)."""
@@ -327,7 +328,7 @@ class ProducerStateManager:
         self._scan(log)
         self.remove_expired(now_ms)
 
-    def _scan(self, log) -> None:
+    def _scan(self, log: PartitionLog) -> None:
         """update() with every batch header from map_end_offset to the log end (no record decoding)."""
         offset, end_offset = max(self.map_end_offset, log.log_start_offset), log.log_end_offset
         while offset < end_offset:
@@ -339,7 +340,7 @@ class ProducerStateManager:
             offset = headers[-1].next_offset
         self.map_end_offset = max(self.map_end_offset, end_offset)
 
-    def truncate_to(self, log, offset: int, now_ms: int) -> None:
+    def truncate_to(self, log: PartitionLog, offset: int, now_ms: int) -> None:
         """After `log.truncate_to(offset)`: drop snapshots past the new log end and, when the state covered
         truncated batches, rebuild it (Kafka's truncateAndReload). Raises StorageError."""
         end_offset = log.log_end_offset
