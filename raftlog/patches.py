@@ -124,7 +124,7 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "_SyncObj__onMessageReceived",
             "                    self.__loadDumpFile(clearJournal=True)\n",
             "                    self.__loadDumpFile(clearJournal=True)\n"
-            "                    verifiedIdx = self.__getCurrentLogIndex()\n",
+            "                    verifiedIdx = self.__raftLastApplied  # the snapshot point, not a kept tail\n",
         ),
         _Edit(
             "_SyncObj__onMessageReceived",
@@ -171,9 +171,10 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "_SyncObj__loadDumpFile",
             "            if clearJournal or \\\n",
             "            dumpedEntries = self.__getEntries(data[2][1], 2)\n"
-            "            if not clearJournal and len(dumpedEntries) == 2 and \\\n"
+            "            if len(dumpedEntries) == 2 and \\\n"
             "                    tuple(dumpedEntries[0]) == tuple(data[2]) and tuple(dumpedEntries[1]) == tuple(data[1]):\n"
             "                # fix D: the journal still holds the dumped entries: finish the interrupted compaction\n"
+            "                # (restart), or keep the entries that follow the snapshot (install, Raft section 7)\n"
             "                self.__deleteEntriesTo(data[2][1])\n"
             "            elif clearJournal or \\\n",
         ),

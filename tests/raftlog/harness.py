@@ -17,7 +17,7 @@ import cbor2
 
 from partitions.storage import MemoryStorage, Storage
 from raftlog.driver import RaftDriver
-from raftlog.port import RaftConfig, RaftError
+from raftlog.port import NotLeaderError, ProposalDiscardedError, RaftConfig, RaftError
 from tests.raftlog.storages import SimulatedCrash
 
 FAST_CONFIG = RaftConfig(
@@ -232,14 +232,19 @@ class Cluster:
         return self.leader()
 
     def commit(self, data: bytes, timeout_ms: int = 10_000) -> int:
-        """Propose on the current leader until acknowledged; returns the raft index."""
-        leader = self.wait_leader(timeout_ms)
-        ticket = self.propose(leader, data, timeout_ms)
-        member = self.members[leader]
-        assert self.run_until(lambda: ticket in member.outcomes, timeout_ms + 100), f"no outcome for {data!r}"
-        outcome = member.outcomes[ticket]
-        assert isinstance(outcome, int), f"proposal {data!r} failed: {outcome!r}"
-        return outcome
+        """Propose on the current leader until acknowledged (retrying when leadership moves); the raft index."""
+        end = self.now_ms + timeout_ms
+        while True:
+            leader = self.wait_leader(max(1, end - self.now_ms))
+            ticket = self.propose(leader, data, max(1, end - self.now_ms))
+            member = self.members[leader]
+            assert self.run_until(lambda: ticket in member.outcomes or member.driver is None,
+                                  end - self.now_ms + 100), f"no outcome for {data!r}"
+            outcome = member.outcomes.get(ticket)
+            if isinstance(outcome, int):
+                return outcome
+            retriable = isinstance(outcome, (NotLeaderError, ProposalDiscardedError)) or outcome is None
+            assert retriable and self.now_ms < end, f"proposal {data!r} failed: {outcome!r}"
 
     def trace_hash(self) -> str:
         return hashlib.sha256(repr(self.trace).encode()).hexdigest()
