@@ -230,3 +230,21 @@ def test_memory_storage_restart_replays_journal_meta() -> None:
     cluster.run_for(300)
     for member in cluster.members.values():
         assert member.machine.data() == [b"one", b"two"]
+
+
+def test_real_files_journal_and_snapshot_survive_restart(tmp_path) -> None:
+    from net.filestorage import FileStorage
+
+    storages = {i: FileStorage(str(tmp_path / f"node-{i}")) for i in (1, 2, 3)}
+    cluster = Cluster(seed=24, config=COMPACTING, storages=storages)
+    for i in range(25):
+        cluster.commit(b"f-%d" % i)
+    for i in cluster.ids:
+        cluster.crash(i)
+    for i in cluster.ids:
+        cluster.start(i)
+    cluster.commit(b"f-last")
+    cluster.run_for(500)
+    for member in cluster.members.values():
+        assert member.machine.data() == [b"f-%d" % i for i in range(25)] + [b"f-last"]
+    assert sorted(storages[1].list("raft-1")) == ["raft.journal", "raft.snapshot"]

@@ -124,3 +124,20 @@ async def test_control_rpc_is_answered_only_with_the_cluster_secret() -> None:
             await call_rpc("127.0.0.1", port, "other-cluster", b"k", {"x": 9}, 2000)
         assert [r["x"] for r in seen] == [7]
         nursery.cancel_scope.cancel()
+
+
+async def test_unauthenticated_garbage_and_oversized_frames_are_closed_without_harm() -> None:
+    shells = _make_shells({1: b"k", 2: b"k", 3: b"k"})
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(shells[1].run)
+        for payload in (b"\xff\xff\xff\xff" + b"x" * 100, b"\x00\x00\x00\x05hello", b"GET / HTTP/1.1\r\n\r\n"):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(payload)
+                with trio.fail_after(6):
+                    while await stream.receive_some(1024):
+                        pass  # the server closes the connection
+        assert shells[1].rejected_handshakes == 3
+        response_port = shells[1].listen_port
+        assert response_port == port
+        nursery.cancel_scope.cancel()
