@@ -81,7 +81,7 @@ def emit(args: argparse.Namespace, document: object, table) -> None:
 def run_brokers(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
         metadata = await client.metadata([])
-        rows = fill_roles_and_status_from_describe_metadata(client, brokers_from_metadata(metadata, config))
+        rows = fill_roles_and_status_from_registrations(metadata, brokers_from_metadata(metadata, config))
         emit(args, rows, lambda: print_table(
             ["ID", "HOST", "PORT", "ROLES", "STATUS"],
             [[b["id"], b["host"], b["port"], ",".join(b["roles"]), b["status"]] for b in rows]))
@@ -106,11 +106,25 @@ def brokers_from_metadata(metadata: ClusterMetadata, config: ClusterConfig | Non
     return [rows[node_id] for node_id in sorted(rows)]
 
 
-def fill_roles_and_status_from_describe_metadata(client: KafkaClient, rows: list[dict]) -> list[dict]:
-    """Where the node's private DescribeMetadata answer (roles of every node, fenced or active from the
-    controller's registrations) will replace the derivation of brokers_from_metadata. That call is not
-    available to the client yet, so the derived rows are returned unchanged."""
-    return rows
+def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: list[dict]) -> list[dict]:
+    """Every registered broker with its roles and active/fenced status, from the controller's registrations
+    (the private admin API, net/cli_quorum.py); the rows derived from Metadata when no node answers it."""
+    from net.cli_quorum import Unreachable, ask_any
+
+    try:
+        answer = ask_any([(b.host, b.port) for b in metadata.brokers.values()], {"kind": "metadata"})
+    except Unreachable:
+        return rows
+    from metadata.image import Provenance, records_to_image
+    from metadata.records import decode_record
+
+    image = records_to_image([decode_record(r) for r in answer["records"]],
+                             Provenance(answer["raft_index"], answer["raft_term"]))
+    return [
+        {"id": b.broker_id, "host": b.host, "port": b.port, "roles": list(b.roles),
+         "status": "fenced" if b.fenced else "active"}
+        for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id)
+    ]
 
 
 # topics

@@ -12,16 +12,20 @@ import argparse
 import json
 import socket
 import struct
-import sys
 from typing import Any
 
 from metadata.image import Provenance, records_to_image
 from metadata.records import decode_record
 from net.admin_api import decode_admin_response, encode_admin_request
-from net.config import ConfigError, load_config
-
-EXIT_CONFIG = 2
-EXIT_UNREACHABLE = 3
+from net.client.cli_support import (
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    UsageError,
+    bootstrap_servers,
+    cluster_options,
+    fail,
+    load_cluster_config,
+)
 ADMIN_TIMEOUT_SECONDS = 5.0
 RESPONSE_BYTES_MAX = 256 * 1024 * 1024
 
@@ -30,41 +34,27 @@ class Unreachable(Exception):
     pass
 
 
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="cluster config file (TOML)")
-    parser.add_argument("-b", "--bootstrap-server", dest="bootstrap", help="HOST:PORT[,HOST:PORT] of Kafka listeners")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-
-
 def add_parser(subparsers) -> None:
     quorum = subparsers.add_parser("quorum", help="the metadata quorum")
     quorum_commands = quorum.add_subparsers(dest="quorum_command", metavar="COMMAND", required=True)
-    status = quorum_commands.add_parser("status", help="leader, epoch, commit index and each voter's lag")
-    add_target_arguments(status)
+    status = quorum_commands.add_parser("status", parents=[cluster_options()],
+                                        help="leader, epoch, commit index and each voter's lag")
+    status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(run=run_quorum_status)
 
     metadata = subparsers.add_parser("metadata", help="the committed metadata")
     metadata_commands = metadata.add_subparsers(dest="metadata_command", metavar="COMMAND", required=True)
-    dump = metadata_commands.add_parser("dump", help="the current metadata image (--log: the committed records)")
-    add_target_arguments(dump)
+    dump = metadata_commands.add_parser("dump", parents=[cluster_options()],
+                                        help="the current metadata image (--log: the committed records)")
+    dump.add_argument("--json", action="store_true", help="print JSON")
     dump.add_argument("--log", action="store_true", help="print the committed metadata records in order")
     dump.set_defaults(run=run_metadata_dump)
 
 
 def resolve_bootstrap(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """(host, Kafka port) pairs from --config or -b. Raises ConfigError with a clear message."""
-    if args.config:
-        config = load_config(args.config)
-        return [(node.host, node.kafka_port) for node in config.brokers]
-    if args.bootstrap:
-        servers = []
-        for item in args.bootstrap.split(","):
-            host, _, port = item.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise ConfigError(f"-b: {item!r} is not HOST:PORT")
-            servers.append((host, int(port)))
-        return servers
-    raise ConfigError("give --config FILE or -b HOST:PORT")
+    """(host, Kafka port) pairs from --config or -b (default 127.0.0.1:9092). Raises UsageError."""
+    return [(host, int(port)) for host, _, port in
+            (item.strip().rpartition(":") for item in bootstrap_servers(args, load_cluster_config(args)).split(","))]
 
 
 def admin_call(host: str, port: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -102,11 +92,6 @@ def ask_any(servers: list[tuple[str, int]], request: dict[str, Any]) -> dict[str
     raise Unreachable("no node reachable (" + "; ".join(errors) + ")")
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"flotilla: {message}", file=sys.stderr)
-    return code
-
-
 def run_quorum_status(args: argparse.Namespace) -> int:
     try:
         servers = resolve_bootstrap(args)
@@ -117,10 +102,10 @@ def run_quorum_status(args: argparse.Namespace) -> int:
                 answer = admin_call(leader[0], leader[1], {"kind": "quorum_status"})
             except Unreachable:
                 pass  # keep the follower's view: leader and commit index, no per-voter progress
-    except ConfigError as error:
-        return _fail(str(error), EXIT_CONFIG)
+    except UsageError as error:
+        return fail(str(error), EXIT_USAGE)
     except Unreachable as error:
-        return _fail(str(error), EXIT_UNREACHABLE)
+        return fail(str(error), EXIT_UNREACHABLE)
     status = answer["status"]
     if args.json:
         print(json.dumps(status))
@@ -140,10 +125,10 @@ def _text(value: Any) -> str:
 def run_metadata_dump(args: argparse.Namespace) -> int:
     try:
         answer = ask_any(resolve_bootstrap(args), {"kind": "metadata", "log": bool(args.log)})
-    except ConfigError as error:
-        return _fail(str(error), EXIT_CONFIG)
+    except UsageError as error:
+        return fail(str(error), EXIT_USAGE)
     except Unreachable as error:
-        return _fail(str(error), EXIT_UNREACHABLE)
+        return fail(str(error), EXIT_UNREACHABLE)
     if args.log:
         entries = [
             {"raft_index": index, "records": [record_to_json(decode_record(r)) for r in records]}

@@ -665,7 +665,7 @@ class KafkaApis:
             if result is not None and not isinstance(result, KafkaError):
                 by_key = {(r.resource_type, r.resource_name): (r.error_code, r.message) for r in result.resources}
             for key in keys:
-                code, message = by_key.get(key, _code_and_message(result))
+                code, message = by_key[key] if key in by_key else _code_and_message(result)
                 entries.append(response_type.AlterConfigsResourceResponse(
                     error_code=code, error_message=message or None, resource_type=key[0], resource_name=key[1]))
             return response_type(throttle_time_ms=0, responses=entries)

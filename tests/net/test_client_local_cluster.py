@@ -110,10 +110,7 @@ async def test_produce_and_fetch_follow_the_new_leader_after_a_kill(cluster):  #
     assert after[0][0] >= 10
 
 
-@pytest.mark.xfail(reason="broker: a forwarded IncrementalAlterConfigs answer crashes nodes (AttributeError "
-                          "'AlterConfigsResponse' has no 'error_code' in net/kafka_apis.py _code_and_message)",
-                   strict=False)
-async def test_alter_configs_on_the_cluster(cluster):  # runs after the failover test: it may crash nodes
+async def test_alter_configs_on_the_cluster(cluster):
     async with KafkaClient(cluster.bootstrap_servers, "alter", retries_max=5) as client:
         await client.create_topics([NewTopic("altered", 1, 2)])
         await client.alter_configs("altered", set={"cleanup.policy": "compact"})

@@ -40,6 +40,10 @@ INTEGER_CONFIGS = {"retention.ms", "min.insync.replicas"}
 
 
 @dataclass
+
+class _CloseConnection(Exception):
+    """Drop the connection without an answer."""
+
 class PeerPartition:
     batches: list[tuple[int, bytes]] = field(default_factory=list)  # (base_offset, stamped batch)
     log_start_offset: int = 0
@@ -77,10 +81,10 @@ class PeerBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:  # noqa: C901
         try:
             await self._serve_connection(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, _CloseConnection):
             pass  # the client went away; a real broker shrugs too
         finally:
             await stream.aclose()
@@ -101,6 +105,8 @@ class PeerBroker:
         try:
             header, request = decode_request(frame)
         except UnsupportedRequestVersionError as error:
+            if error.header.api_key != ApiKey.API_VERSIONS:
+                raise _CloseConnection from None  # as a Kafka broker does for an api it does not know
             return encode_api_versions_fallback(error.header, self.supported)
         self.requests_seen.append((header.api_key, header.api_version))
         lowest, highest = self.supported.get(header.api_key, (0, -1))
