@@ -29,6 +29,15 @@ from partitions.storage import FileHandle, StorageError, normalize_path
 ZERO_TAIL_BYTES_MAX = 4096  # a power loss may leave up to a page of zeros past the surviving data
 
 
+class SimulatedCrash(BaseException):
+    """Raised out of a storage call when an armed crash point is reached: the process dies mid-step.
+    A BaseException, so that no `except Exception` in a core mistakes it for an I/O error it may handle."""
+
+    def __init__(self, power_loss: bool) -> None:
+        super().__init__("power loss" if power_loss else "process crash")
+        self.power_loss = power_loss
+
+
 class _Inode:
     __slots__ = ("inode_id", "data", "durable", "dirty_from")
 
@@ -85,6 +94,7 @@ class _SimFile:
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         inode = self._live()
+        self._disk.crash_point()
         position = len(inode.data)
         inode.mark_dirty(position)
         inode.data += data
@@ -93,6 +103,7 @@ class _SimFile:
 
     def write_at(self, position: int, data: bytes | bytearray | memoryview) -> None:
         inode = self._live()
+        self._disk.crash_point()
         assert position >= 0, f"position={position}"
         if position > len(inode.data):
             inode.mark_dirty(len(inode.data))
@@ -110,6 +121,7 @@ class _SimFile:
 
     def truncate(self, size: int) -> None:
         inode = self._live()
+        self._disk.crash_point()
         assert size >= 0, f"size={size}"
         if size < len(inode.data):
             inode.mark_dirty(size)
@@ -119,7 +131,9 @@ class _SimFile:
             inode.data.extend(bytes(size - len(inode.data)))
 
     def fsync(self) -> None:
-        self._live().fsync()
+        inode = self._live()
+        self._disk.crash_point()
+        inode.fsync()
         self._disk.stats.fsyncs += 1
 
     def fileno(self) -> int | None:
@@ -143,6 +157,8 @@ class SimDisk:
         self._directories: set[str] = {""}
         self._durable_files: dict[str, _Inode] = {}
         self._durable_directories: set[str] = {""}
+        self._crash_countdown: int | None = None  # mutating operations left before an armed crash
+        self._crash_is_power_loss = False
 
     # --- Storage ----------------------------------------------------------------------------------------
 
@@ -182,6 +198,7 @@ class SimDisk:
     def rename(self, source: str, target: str) -> None:
         """Atomically replace `target`; raises StorageError when `source` is missing."""
         source, target = normalize_path(source), normalize_path(target)
+        self.crash_point()
         if source not in self._files:
             raise StorageError(f"no such file: {source}")
         if posixpath.dirname(target) not in self._directories:
@@ -189,6 +206,7 @@ class SimDisk:
         self._files[target] = self._files.pop(source)
 
     def delete(self, path: str) -> None:
+        self.crash_point()
         self._files.pop(normalize_path(path), None)
 
     def delete_tree(self, directory: str) -> None:
@@ -204,6 +222,7 @@ class SimDisk:
         directory = normalize_path(directory)
         if directory not in self._directories:
             raise StorageError(f"no such directory: {directory}")
+        self.crash_point()
         self.stats.dir_fsyncs += 1
         for path in [p for p in self._durable_files if posixpath.dirname(p) == directory]:
             del self._durable_files[path]
@@ -217,15 +236,44 @@ class SimDisk:
 
     # --- faults -----------------------------------------------------------------------------------------
 
+    def arm_crash(self, operations: int, power_loss: bool = False) -> None:
+        """Crash (or lose power) just before the `operations`-th next mutating call (write, truncate, fsync,
+        rename, delete, fsync_dir): that call raises SimulatedCrash and does nothing. Models a process
+        dying between any two of its writes, e.g. after a snapshot is renamed into place but before the
+        journal is compacted."""
+        assert operations >= 1, f"operations={operations}"
+        self._crash_countdown = operations
+        self._crash_is_power_loss = power_loss
+
+    def disarm_crash(self) -> None:
+        self._crash_countdown = None
+
+    def crash_point(self) -> None:
+        """Called before every mutating operation; raises SimulatedCrash when the armed countdown ends."""
+        if self._crash_countdown is None:
+            return
+        self._crash_countdown -= 1
+        if self._crash_countdown > 0:
+            return
+        self._crash_countdown = None
+        power_loss = self._crash_is_power_loss
+        if power_loss:
+            self.power_loss()
+        else:
+            self.crash()
+        raise SimulatedCrash(power_loss)
+
     def crash(self) -> None:
         """The process died: every handle is dead, every byte written and every name stays."""
         self.generation += 1
         self.stats.crashes += 1
+        self._crash_countdown = None
 
     def power_loss(self) -> None:
         """The machine lost power: only fsynced data and fsync_dir'ed names survive, plus torn tails."""
         self.generation += 1
         self.stats.power_losses += 1
+        self._crash_countdown = None
         surviving_directories = {""}
         for directory in sorted(self._durable_directories):
             # A directory survives only if every ancestor's entry for it was made durable too.

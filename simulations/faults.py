@@ -28,12 +28,13 @@ DROP_EPISODE_PROBABILITY = 0.02  # per message while a drop episode lasts
 SLOW_LINK_EXTRA_MS_MAX = 400
 
 NETWORK_FAULTS = ("partition", "one_way", "isolate", "isolate_leader", "delay")
-NODE_FAULTS = ("crash", "power_loss", "power_loss_all", "pause")
+NODE_FAULTS = ("crash", "power_loss", "power_loss_all", "pause", "crash_in_step", "power_loss_in_step")
+IN_STEP_OPERATIONS_MAX = 24  # an armed crash hits one of the node's next this-many storage writes
 OTHER_FAULTS = ("drop", "reset")
 FAULT_KINDS = NODE_FAULTS + NETWORK_FAULTS + OTHER_FAULTS
 DEFAULT_FAULTS = (
-    "crash=0.01,power_loss=0.004,power_loss_all=0.001,pause=0.005,partition=0.01,one_way=0.005,"
-    "isolate=0.005,isolate_leader=0.01,delay=0.01,drop=0.005,reset=0.01"
+    "crash=0.01,power_loss=0.004,power_loss_all=0.001,pause=0.005,crash_in_step=0.01,power_loss_in_step=0.003,"
+    "partition=0.01,one_way=0.005,isolate=0.005,isolate_leader=0.01,delay=0.01,drop=0.005,reset=0.01"
 )
 
 
@@ -78,6 +79,9 @@ class FaultTarget(Protocol):
     def restart(self, node_id: int) -> None: ...
 
     def pause(self, node_id: int) -> None: ...
+
+    def arm_crash(self, node_id: int, operations: int, power_loss: bool) -> None:
+        """Make the node die at its `operations`-th next storage write; it then calls `node_died`."""
 
     def resume(self, node_id: int) -> None: ...
 
@@ -131,6 +135,28 @@ class FaultSchedule:
         self._down.add(node_id)
         delay_us = self.rng.randint(RESTART_DELAY_MS_MIN, RESTART_DELAY_MS_MAX) * US_PER_MS
         self.loop.call_later(delay_us, self._restart, node_id)
+
+    def node_died(self, node_id: int) -> None:
+        """A node died on its own (an armed crash point, a node error): restart it after a while."""
+        self._paused.discard(node_id)
+        if self._active:
+            self._down.add(node_id)
+            delay_us = self.rng.randint(RESTART_DELAY_MS_MIN, RESTART_DELAY_MS_MAX) * US_PER_MS
+            self.loop.call_later(delay_us, self._restart, node_id)
+
+    def _start_crash_in_step(self) -> None:
+        self._arm("crash_in_step", power_loss=False)
+
+    def _start_power_loss_in_step(self) -> None:
+        self._arm("power_loss_in_step", power_loss=True)
+
+    def _arm(self, kind: str, power_loss: bool) -> None:
+        candidates = self._running_nodes()
+        if candidates:
+            node_id = self.rng.choice(candidates)
+            operations = self.rng.randint(1, IN_STEP_OPERATIONS_MAX)
+            self._record(kind, node_id, operations)
+            self.target.arm_crash(node_id, operations, power_loss)
 
     def _restart(self, node_id: int) -> None:
         if node_id in self._down and self._active:

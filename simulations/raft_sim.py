@@ -31,7 +31,7 @@ import cbor2
 
 from raftlog.driver import RaftDriver
 from raftlog.port import NotLeaderError, RaftConfig, RaftError
-from simulations.disk import SimDisk
+from simulations.disk import SimDisk, SimulatedCrash
 from simulations.faults import FaultSchedule
 from simulations.loop import US_PER_MS, US_PER_S, EventLoop, Trace
 from simulations.network import Network, NetworkConfig
@@ -44,19 +44,25 @@ PROPOSAL_TIMEOUT_MS = 5_000
 CLIENT_INTERVAL_MS_MAX = 40  # the client proposes every uniform(1, this) ms
 CLIENT_INFLIGHT_MAX = 64
 COMMAND_BYTES_MIN = 16
-COMMAND_BYTES_MAX = 2_048  # bug B needs a follower more than one 64 KB batch behind; bigger commands help
+# Swarm testing: each seed draws its own shape from these, so a sweep covers small and large commands
+# (bug B needs a follower more than one 64 KB batch behind) and frequent and rare snapshots (bugs A, D).
+COMMAND_BYTES_MAX_CHOICES = (64, 2_048, 8_192)
+LOG_COMPACTION_ENTRIES_CHOICES = (64, 256, 5_000)
 TICK_SPACING_US_MIN = 100  # a driver asking for "now" again and again still lets time move
 _COMMAND_HEADER = struct.Struct(">Q")  # command id; the rest of a command is padding
 
-SIMULATION_RAFT_CONFIG = RaftConfig(
-    election_timeout_min_ms=500,
-    election_timeout_max_ms=1_500,
-    heartbeat_interval_ms=100,
-    leader_fallback_timeout_ms=2_000,
-    log_compaction_entries_min=64,  # snapshots and installs happen often: bugs A and D live there
-    log_compaction_interval_ms=2_000,
-    journal_rewrite_bytes_min=256 * 1024,
-)
+
+
+def simulation_raft_config(log_compaction_entries_min: int) -> RaftConfig:
+    return RaftConfig(
+        election_timeout_min_ms=500,
+        election_timeout_max_ms=1_500,
+        heartbeat_interval_ms=100,
+        leader_fallback_timeout_ms=2_000,
+        log_compaction_entries_min=log_compaction_entries_min,
+        log_compaction_interval_ms=2_000,
+        journal_rewrite_bytes_min=256 * 1024,
+    )
 
 
 def encode_command(command_id: int, size: int) -> bytes:
@@ -148,7 +154,7 @@ class NodeProcess:
             clock_ms=lambda: sim.loop.now_ms,
             rng=sim.loop.derive_rng(f"raft-{node_id}-{incarnation}"),
             snapshot_fn=self._snapshot, restore_fn=self._restore,
-            config=SIMULATION_RAFT_CONFIG, bug_switches=sim.bugs_live,
+            config=sim.raft_config, bug_switches=sim.bugs_live,
         )
 
     # --- state machine ----------------------------------------------------------------------------------
@@ -180,6 +186,9 @@ class NodeProcess:
         deadline_ms = self.sim.loop.now_ms + PROPOSAL_TIMEOUT_MS
         try:
             ticket = self.driver.propose(data, deadline_ms)
+        except SimulatedCrash:
+            self.sim.died_mid_step(self.node_id)
+            return
         except Exception as error:  # see _step
             self.sim.node_error(self.node_id, f"{type(error).__name__}: {error}")
             return
@@ -199,6 +208,9 @@ class NodeProcess:
         assert not self.paused, f"node {self.node_id} stepped while paused"
         try:
             result = action(*args)
+        except SimulatedCrash:
+            self.sim.died_mid_step(self.node_id)
+            return None
         except Exception as error:  # any exception out of the core is a bug to report, not to hide
             self.sim.node_error(self.node_id, f"{type(error).__name__}: {error}")
             return None
@@ -301,7 +313,7 @@ class Client:
             return
         command_id = self.next_command_id
         self.next_command_id += 1
-        size = self.rng.randint(COMMAND_BYTES_MIN, COMMAND_BYTES_MAX)
+        size = self.rng.randint(COMMAND_BYTES_MIN, self.sim.command_bytes_max)
         if marker:
             self.marker_ids.add(command_id)
         self.inflight += 1
@@ -334,6 +346,11 @@ class RaftSimulation:
         self.loop = EventLoop(config.seed, trace)
         self.node_ids = list(range(1, config.nodes + 1))
         self.bugs_live = frozenset(config.bugs_live)
+        swarm = self.loop.derive_rng("swarm")
+        self.command_bytes_max = swarm.choice(COMMAND_BYTES_MAX_CHOICES)
+        self.raft_config = simulation_raft_config(swarm.choice(LOG_COMPACTION_ENTRIES_CHOICES))
+        self.trace("swarm", self.command_bytes_max, self.raft_config.log_compaction_entries_min,
+                   ",".join(sorted(self.bugs_live)) or "-")
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}
         self.checkers = Checkers()
@@ -387,6 +404,10 @@ class RaftSimulation:
         self._incarnations[node_id] += 1
         try:
             process = NodeProcess(self, node_id, self._incarnations[node_id])
+        except SimulatedCrash:
+            self.trace("node.died_mid_step", node_id)
+            self.faults.node_died(node_id)
+            return
         except Exception as error:  # a journal or snapshot the node cannot start from
             self.node_error(node_id, f"restart failed: {type(error).__name__}: {error}", stop=False)
             return
@@ -406,6 +427,19 @@ class RaftSimulation:
             self.network.resume(node_id)
             process.resume()
 
+    def arm_crash(self, node_id: int, operations: int, power_loss: bool) -> None:
+        self.disks[node_id].arm_crash(operations, power_loss)
+
+    def died_mid_step(self, node_id: int) -> None:
+        """An armed crash point fired inside a driver step: the disk already crashed or lost power."""
+        self.trace("node.died_mid_step", node_id)
+        process = self.processes.pop(node_id, None)
+        if process is not None:
+            process.stop()
+            self.client.inflight -= len(process.tickets)
+            self.network.node_down(node_id)
+        self.faults.node_died(node_id)
+
     def leader_id(self) -> int | None:
         for node_id in self.node_ids:
             process = self.processes.get(node_id)
@@ -418,6 +452,7 @@ class RaftSimulation:
         self.trace("node.error", node_id)
         if stop:
             self.crash(node_id)
+            self.faults.node_died(node_id)
 
     # --- the run ----------------------------------------------------------------------------------------
 
@@ -429,6 +464,8 @@ class RaftSimulation:
         fault_phase_us = int(self.config.duration_s * US_PER_S)
         self.loop.run_until(fault_phase_us)
         self.faults.heal_all()
+        for disk in self.disks.values():
+            disk.disarm_crash()
         self.client.running = False
         self._check_liveness(fault_phase_us)
         if self.checkers.liveness_ok:
@@ -439,6 +476,8 @@ class RaftSimulation:
             "events": self.loop.events_processed,
             "messages": self.network.messages_delivered,
             "faults": sum(self.faults.counts.values()),
+            "command_bytes_max": self.command_bytes_max,
+            "log_compaction_entries_min": self.raft_config.log_compaction_entries_min,
         }
         return RunResult(
             seed=self.config.seed,

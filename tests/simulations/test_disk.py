@@ -212,3 +212,30 @@ def test_power_loss_keeps_a_fsynced_append_only_prefix(operations, seed):
     # What survives is: the fsynced prefix, a prefix of the unsynced appends, then possibly zeros.
     assert common >= synced_length, (common, synced_length)
     assert content[common:] == bytes(len(content) - common), content[common:]
+
+
+def test_armed_crash_fires_before_the_nth_write_and_keeps_earlier_writes():
+    from simulations.disk import SimulatedCrash
+
+    disk = _disk()
+    handle = disk.open("f")
+    disk.arm_crash(3)
+    handle.append(b"one")
+    handle.append(b"two")
+    with pytest.raises(SimulatedCrash):
+        handle.append(b"three")
+    assert read_file(disk, "f") == b"onetwo"  # a process crash: the page cache survives
+    with pytest.raises(StorageError):
+        handle.append(b"x")  # and the dead process's handle is gone
+
+
+def test_armed_power_loss_between_snapshot_rename_and_journal_rewrite_keeps_only_durable_state():
+    from simulations.disk import SimulatedCrash
+
+    disk = _disk()
+    write_file_atomically(disk, "journal", b"entries 1..61")
+    disk.arm_crash(5, power_loss=True)  # delete, append, fsync, rename, then fsync_dir would be the 5th
+    with pytest.raises(SimulatedCrash):
+        write_file_atomically(disk, "snapshot", b"state at 59")
+    assert not disk.exists("snapshot")  # its rename never reached a directory fsync
+    assert read_file(disk, "journal") == b"entries 1..61"
