@@ -28,6 +28,8 @@ from typing import Any, Callable
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.records import ConfigResourceType
 from metadata.requests import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -42,6 +44,9 @@ from partitions.log import PartitionLog
 from partitions.log_config import LogConfig
 from partitions.replica import EpochEndOffset, Partition
 from partitions.storage import Storage, read_file, write_file_atomically
+from partitions.batch import iter_batches
+from txn.producer_ids import ProducerIdManager
+from txn.producer_state import ProducerStateManager
 
 LOGS_DIRECTORY = "logs"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -67,6 +72,7 @@ class HostedPartition:
     replica: Partition
     log: PartitionLog
     log_config: LogConfig
+    producer_state: ProducerStateManager
     # Follower side: the leader epoch still needs its end offset checked (KIP-101) before fetching.
     needs_epoch_check: bool = False
     fetch_backoff_until_ms: int = 0
@@ -137,6 +143,7 @@ class BrokerCore:
         self._next_hw_checkpoint_ms = 0
         self._next_retention_ms = 0
         self._hw_checkpoint = self._read_hw_checkpoint()
+        self.producer_ids = ProducerIdManager()
         self.storage.makedirs(LOGS_DIRECTORY)
         # Test-only planted bugs for the simulator's checkers (see partitions/replica.py); never configured.
         self.bug_hw_from_leader_leo = False
@@ -192,7 +199,9 @@ class BrokerCore:
         checkpointed = self._hw_checkpoint.get(key)
         if checkpointed is not None:
             replica.set_high_watermark_on_restart(checkpointed)
-        hosted = HostedPartition(local.topic_id, replica, log, log_config)
+        producer_state = ProducerStateManager(self.storage, directory)
+        producer_state.rebuild(log, now_ms)
+        hosted = HostedPartition(local.topic_id, replica, log, log_config, producer_state)
         self.partitions[key] = hosted
         return hosted
 
@@ -261,6 +270,7 @@ class BrokerCore:
     def tick(self, now_ms: int) -> None:
         """Periodic work. Cheap when nothing is due."""
         self._maybe_register_or_heartbeat(now_ms)
+        self._maybe_request_producer_ids(now_ms)
         if now_ms >= self._next_isr_check_ms:
             self._next_isr_check_ms = now_ms + ISR_CHECK_INTERVAL_MS
             for hosted in self.partitions.values():
@@ -281,6 +291,8 @@ class BrokerCore:
         for key, hosted in self.partitions.items():
             if hosted.log_config.delete:
                 hosted.log.apply_retention(now_ms)
+                hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
+            hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:
                 hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.high_watermark)
             self.dirty_partitions.add(key)
@@ -289,6 +301,7 @@ class BrokerCore:
         self.checkpoint_high_watermarks()
         for hosted in self.partitions.values():
             hosted.log.flush()
+            hosted.producer_state.write_snapshot(hosted.log.log_end_offset)
             hosted.log.close()
         self.partitions.clear()
 
@@ -410,6 +423,20 @@ class BrokerCore:
         if response.should_shut_down:
             self.shutdown_granted = True
 
+    def _maybe_request_producer_ids(self, now_ms: int) -> None:
+        if self.broker_epoch is None or not self.producer_ids.needs_block(now_ms):
+            return
+        self.producer_ids.on_block_requested(now_ms)
+
+        def on_response(response: Any, now_ms: int) -> None:
+            if isinstance(response, AllocateProducerIdsResponse) and response.error_code == ErrorCode.NONE:
+                self.producer_ids.on_block(response.producer_id_start, response.producer_id_len)
+            else:
+                self.producer_ids.on_block_failed(now_ms)
+
+        self.call_controller(AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch),
+                             on_response)
+
     def request_controlled_shutdown(self, now_ms: int) -> None:
         """Ask the controller to move leadership away; `shutdown_granted` turns True when it has."""
         if self.shutdown_requested_ms is None:
@@ -529,9 +556,11 @@ class BrokerCore:
                 if result.error_code != ErrorCode.NONE:
                     hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
                     continue
+                log_end_offset = hosted.log.log_end_offset
                 complete = hosted.replica.follower_truncate_with_epoch_end_offset(
                     EpochEndOffset(result.leader_epoch, result.end_offset)
                 )
+                self._after_follower_truncation(hosted, log_end_offset, now_ms)
                 hosted.needs_epoch_check = not complete
                 self.dirty_partitions.add((topic_result.topic, result.partition))
 
@@ -551,21 +580,39 @@ class BrokerCore:
     def _apply_fetched_partition(self, hosted: HostedPartition, key: TopicPartition, data: Any,
                                  fetch_offset: int | None, now_ms: int) -> None:
         replica = hosted.replica
+        log_end_offset = hosted.log.log_end_offset
         if data.error_code == ErrorCode.NONE:
+            records = bytes(data.records or b"")
             try:
-                replica.follower_handle_fetch_response(
-                    bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, now_ms,
-                    fetch_offset=fetch_offset,
+                outcome = replica.follower_handle_fetch_response(
+                    records, data.high_watermark, data.log_start_offset, None, now_ms, fetch_offset=fetch_offset,
                 )
             except KafkaError:
                 # Records that do not continue our log: re-validate our end against the leader's epochs.
                 hosted.needs_epoch_check = True
+            else:
+                if not outcome.ignored and records:
+                    hosted.producer_state.update(
+                        [h for _, h in iter_batches(records) if h.base_offset >= log_end_offset])
+                hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
             self.dirty_partitions.add(key)
             return
         if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             replica.follower_handle_offset_out_of_range(data.log_start_offset, data.high_watermark)
+            self._after_follower_truncation(hosted, log_end_offset, now_ms)
             hosted.needs_epoch_check = True
         hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
+
+
+    @staticmethod
+    def _after_follower_truncation(hosted: HostedPartition, log_end_offset_before: int, now_ms: int) -> None:
+        """Keep the producer state in step with a log the replica truncated (or restarted elsewhere)."""
+        log = hosted.log
+        if log.log_end_offset < log_end_offset_before or log.log_start_offset > log_end_offset_before:
+            if log.log_start_offset == log.log_end_offset:
+                hosted.producer_state.truncate_fully_and_start_at(log.log_end_offset)
+            else:
+                hosted.producer_state.truncate_to(log, log.log_end_offset, now_ms)
 
 
 def partition_directory(topic: str, partition: int) -> str:

@@ -9,8 +9,9 @@ it returns. Errors are per partition (or per topic) Kafka error codes, as the pr
 escaping `handle` is a bug, and the connection is closed.
 
 What is implemented is what ApiVersions advertises (`SUPPORTED_APIS`): the data plane, topic and config
-administration. Consumer groups and transactions are not implemented yet, so their APIs are not advertised
-and get UNSUPPORTED_VERSION / a closed connection.
+administration, and InitProducerId for idempotent producers (KIP-98: duplicates of the last five batches per
+producer are answered with their original offsets). Consumer groups and transactions are not implemented
+yet, so their APIs are not advertised and get UNSUPPORTED_VERSION / a closed connection.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from metadata.requests import (
 from net.broker import BrokerCore, HostedPartition
 from net.protocol import messages
 from net.protocol.codec import SUPPORTED, ApiKey, RequestHeader, api_versions_response
+from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.log_config import LogConfig
 from partitions.replica import IsolationLevel
@@ -56,6 +58,7 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 1),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 0),
+    ApiKey.INIT_PRODUCER_ID: (0, 1),
 }
 for _api_key, (_low, _high) in SUPPORTED_APIS.items():
     assert SUPPORTED[_api_key][0] <= _low <= _high <= SUPPORTED[_api_key][1], (_api_key, SUPPORTED[_api_key])
@@ -136,6 +139,7 @@ class KafkaApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             ApiKey.DELETE_RECORDS: self._delete_records,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
         }
         assert set(self._handlers) == set(SUPPORTED_APIS), set(self._handlers) ^ set(SUPPORTED_APIS)
 
@@ -306,11 +310,21 @@ class KafkaApis:
             partition_response.error_code = ErrorCode.CORRUPT_MESSAGE
             return partition_response, None
         try:
-            result = hosted.replica.append_records(bytearray(records), acks, now_ms)
+            buffer = bytearray(records)
+            check = hosted.producer_state.check_append([h for _, h in iter_batches(buffer)], now_ms)
+            if check.is_duplicate:
+                # A retry of a batch already in the log (KIP-98): answer with its offsets, append nothing.
+                partition_response.base_offset = check.duplicate.first_offset
+                partition_response.log_start_offset = hosted.log.log_start_offset
+                waiting_offset = check.duplicate.last_offset + 1 if acks == -1 else None
+                return partition_response, waiting_offset
+            result = hosted.replica.append_records(buffer, acks, now_ms)
         except KafkaError as error:
             partition_response.error_code = error.code
             partition_response.error_message = error.message
             return partition_response, None
+        if result.append_info is not None:
+            hosted.producer_state.update(result.append_info.batch_headers)
         self.broker.dirty_partitions.add(key)
         partition_response.base_offset = result.first_offset
         partition_response.log_start_offset = result.log_start_offset
@@ -451,6 +465,21 @@ class KafkaApis:
         data.log_start_offset = result.log_start_offset
         data.last_stable_offset = result.last_stable_offset
         data.aborted_transactions = [] if isolation == IsolationLevel.READ_COMMITTED else None
+
+    # ------------------------------------------------------------------ InitProducerId (idempotence only)
+
+    def _init_producer_id(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """A producer id for an idempotent producer (KIP-98). Transactions are not implemented yet: a
+        transactional id is refused with UNSUPPORTED_VERSION and a message saying so."""
+        response_class = messages.InitProducerIdResponse
+        if request.transactional_id is not None:
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                  producer_id=-1, producer_epoch=-1)
+        producer_id = self.broker.producer_ids.next_id()
+        if producer_id is None:  # the next block is on its way from the controller
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                  producer_id=-1, producer_epoch=-1)
+        return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
 
     # ------------------------------------------------------------------ ListOffsets, OffsetForLeaderEpoch
 

@@ -261,7 +261,8 @@ class Partition:
         self._high_watermark = log.log_start_offset
         self._leader_hw_floor = self._high_watermark
         self._last_stable_offset_hook: Callable[[int], int] | None = None
-        self._purgatory: dict[Any, _WaitingProduce] = {}  # in registration (= offset) order
+        self._purgatory: dict[Any, _WaitingProduce] = {}
+        self._purgatory_offsets: list[tuple[int, int, Any]] = []  # heap of (required_offset, sequence, request_id)
         self._purgatory_deadlines: list[tuple[int, int, Any]] = []  # heap of (deadline_ms, sequence, request_id)
         self._purgatory_sequence = itertools.count()
         self._completed: list[ProduceCompletion] = []
@@ -455,26 +456,28 @@ class Partition:
             return
         if len(self._purgatory) >= PRODUCE_PURGATORY_SIZE_MAX:
             raise RequestTimedOutError(f"produce purgatory full ({PRODUCE_PURGATORY_SIZE_MAX} requests)")
-        if self._purgatory:
-            newest = next(reversed(self._purgatory.values()))
-            assert required_offset >= newest.required_offset, (
-                f"produce waiters registered out of offset order: {required_offset} after {newest.required_offset}")
         self._purgatory[request_id] = _WaitingProduce(request_id, required_offset, deadline_ms)
+        heapq.heappush(self._purgatory_offsets, (required_offset, next(self._purgatory_sequence), request_id))
         heapq.heappush(self._purgatory_deadlines, (deadline_ms, next(self._purgatory_sequence), request_id))
 
     def take_completed(self, now_ms: int) -> list[ProduceCompletion]:
         """Every parked request that is now answered (Kafka's DelayedProduce.tryComplete and expiry), in
         registration order. The node calls it after each event that may move the high watermark or the ISR
         and on its timer."""
-        # Waiters are registered in offset order (asserted in pending_produce), so the ones the high watermark
-        # has passed are a prefix: O(completed) per call, not O(waiting), however long the queue.
-        while self._purgatory:
-            request_id, waiting = next(iter(self._purgatory.items()))
-            done, error = self._check_enough_replicas_reach_offset(waiting.required_offset)
+        # Waiters sit in a heap by required offset, so those the high watermark has passed come off the top:
+        # O(completed log n) per call, not O(waiting), however long the queue.
+        while self._purgatory_offsets:
+            required_offset, _, request_id = self._purgatory_offsets[0]
+            waiting = self._purgatory.get(request_id)
+            if waiting is None:  # already answered (expired)
+                heapq.heappop(self._purgatory_offsets)
+                continue
+            done, error = self._check_enough_replicas_reach_offset(required_offset)
             if not done:
                 break
+            heapq.heappop(self._purgatory_offsets)
             del self._purgatory[request_id]
-            self._completed.append(ProduceCompletion(request_id, waiting.required_offset, error))
+            self._completed.append(ProduceCompletion(request_id, required_offset, error))
         while self._purgatory_deadlines and self._purgatory_deadlines[0][0] <= now_ms:
             _, _, request_id = heapq.heappop(self._purgatory_deadlines)
             waiting = self._purgatory.pop(request_id, None)
@@ -482,6 +485,7 @@ class Partition:
                 self._completed.append(ProduceCompletion(request_id, waiting.required_offset, ErrorCode.REQUEST_TIMED_OUT))
         if not self._purgatory:
             self._purgatory_deadlines.clear()
+            self._purgatory_offsets.clear()
         completed, self._completed = self._completed, []
         return completed
 
@@ -501,6 +505,7 @@ class Partition:
             self._completed.append(ProduceCompletion(waiting.request_id, waiting.required_offset, error))
         self._purgatory.clear()
         self._purgatory_deadlines.clear()
+        self._purgatory_offsets.clear()
 
     # ------------------------------------------------------------------ fetch on the leader
 

@@ -197,3 +197,26 @@ def test_not_enough_replicas_when_isr_below_min_insync(cluster):
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert hosted.log.log_end_offset == 0  # refused before the append
     assert others  # the followers are still replicas
+
+
+def test_a_retried_idempotent_batch_is_answered_with_its_original_offset_and_not_appended(cluster):  # KIP-98
+    leader = leader_of(cluster, 1)
+    request_class = messages.ProduceRequest
+
+    def produce_idempotent(sequence, values):
+        batch = build_batch([(None, v) for v in values], base_timestamp=1_700_000_000_000, producer_id=4000,
+                            producer_epoch=0, base_sequence=sequence)
+        return cluster.call(leader, ApiKey.PRODUCE, 7, request_class(
+            transactional_id=None, acks=1, timeout_ms=5_000,
+            topic_data=[request_class.TopicProduceData(name="t", partition_data=[
+                request_class.PartitionProduceData(index=1, records=batch)])])).responses[0].partition_responses[0]
+
+    first = produce_idempotent(0, [b"a", b"b"])
+    second = produce_idempotent(2, [b"c"])
+    retry = produce_idempotent(0, [b"a", b"b"])
+    gap = produce_idempotent(7, [b"x"])
+    assert (first.error_code, first.base_offset) == (ErrorCode.NONE, 0)
+    assert (second.error_code, second.base_offset) == (ErrorCode.NONE, 2)
+    assert (retry.error_code, retry.base_offset) == (ErrorCode.NONE, 0)
+    assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert cluster.brokers[leader].hosted("t", 1).log.log_end_offset == 3

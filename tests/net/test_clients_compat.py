@@ -108,9 +108,8 @@ def test_kafka_python_producer_and_consumer_assign_seek(cluster):
 
     create_topic(cluster, "kafka-python", 2, 3)
     eventually(lambda: topic_of(metadata(cluster), "kafka-python"))
-    # Idempotence needs InitProducerId, which this broker does not serve yet: see the README status table.
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", enable_idempotence=False,
-                             compression_type="gzip")
+    # kafka-python 3 producers are idempotent by default: InitProducerId and sequence checks (KIP-98).
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", compression_type="gzip")
     futures = [producer.send("kafka-python", key=f"k{i}".encode(), value=f"v{i}".encode()) for i in range(2000)]
     producer.flush(60)
     metadata_by_value = {f"v{i}".encode(): f.get(timeout=30) for i, f in enumerate(futures)}
