@@ -312,6 +312,24 @@ class RaftDriver:
         node = self._nodes[from_id]
         self._step(self._clock_ms(), lambda: self._transport._onMessageReceived(node, decoded))
 
+    def receive_many(self, messages: list[tuple[int, bytes]]) -> None:
+        """Handle several frames as one step (one fsync for all of them); malformed ones are dropped."""
+        decoded = []
+        for from_id, message in messages:
+            try:
+                if from_id not in self._nodes:
+                    raise MalformedRaftMessageError(f"unknown peer {from_id}")
+                decoded.append((self._nodes[from_id], decode_message(message)))
+            except MalformedRaftMessageError:
+                self.malformed_messages += 1
+
+        def deliver() -> None:
+            for node, body in decoded:
+                self._transport._onMessageReceived(node, body)
+
+        if decoded:
+            self._step(self._clock_ms(), deliver)
+
     def connected(self, peer_id: int) -> None:
         """The stream to `peer_id` is up (a new stream after any reconnect)."""
         assert peer_id in self._nodes, f"unknown peer {peer_id}"
@@ -334,6 +352,18 @@ class RaftDriver:
         self._next_ticket += 1
         self._step(self._clock_ms(), lambda: self._submit(ticket, bytes(data), deadline_ms))
         return ticket
+
+    def propose_many(self, proposals: list[tuple[bytes, int]]) -> list[int]:
+        """Several (data, deadline_ms) proposals as one step: one fsync and one append per follower."""
+        tickets = list(range(self._next_ticket, self._next_ticket + len(proposals)))
+        self._next_ticket += len(proposals)
+
+        def submit_all() -> None:
+            for ticket, (data, deadline_ms) in zip(tickets, proposals):
+                self._submit(ticket, bytes(data), deadline_ms)
+
+        self._step(self._clock_ms(), submit_all)
+        return tickets
 
     def _submit(self, ticket: int, data: bytes, deadline_ms: int) -> None:
         if len(data) > self.config.entry_bytes_max:

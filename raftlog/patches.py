@@ -165,6 +165,15 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "                    # fix B: pipelined NACKs arrive in a burst; keep the lowest index asked for\n"
             "                    self.__raftNextIndex[node] = min(nextNodeIdx, self.__raftNextIndex.get(node, nextNodeIdx))\n",
         ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                        self.__raftMatchIndex[node] = currentNodeIdx\n"
+            "                        self.__raftNextIndex[node] = nextNodeIdx\n",
+            "                        self.__raftMatchIndex[node] = currentNodeIdx\n"
+            "                        # fix B: an ack for an earlier pipelined batch must not rewind nextIndex (the\n"
+            "                        # stream is FIFO): rewinding re-sends every in-flight entry on every ack\n"
+            "                        self.__raftNextIndex[node] = max(nextNodeIdx, self.__raftNextIndex.get(node, nextNodeIdx))\n",
+        ),
     ),
     "D": (
         _Edit(

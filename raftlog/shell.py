@@ -64,6 +64,7 @@ reconnect_backoff_max_ms = 2_000
 peer_queue_messages_max = 10_000
 committed_feed_entries_max = 1_000_000
 rpc_frame_bytes_max = 4 * 1024 * 1024
+receive_batch_frames_max = 256
 
 assert reconnect_backoff_min_ms < reconnect_backoff_max_ms
 
@@ -109,6 +110,19 @@ class _FramedStream:
         if length > frame_bytes_max:
             raise HandshakeError(f"frame of {length} bytes > limit {frame_bytes_max}")
         return await self._read_exactly(length)
+
+    async def receive_frames(self, frame_bytes_max: int, batch_frames_max: int) -> list[bytes]:
+        """At least one frame, plus every further complete frame already buffered (up to the batch max)."""
+        frames = [await self.receive_frame(frame_bytes_max)]
+        while len(frames) < batch_frames_max and len(self._buffer) >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(self._buffer)
+            if length > frame_bytes_max:
+                raise HandshakeError(f"frame of {length} bytes > limit {frame_bytes_max}")
+            if len(self._buffer) < _LENGTH.size + length:
+                break
+            frames.append(bytes(self._buffer[_LENGTH.size:_LENGTH.size + length]))
+            del self._buffer[:_LENGTH.size + length]
+        return frames
 
     async def send_frame(self, payload: bytes) -> None:
         await self.stream.send_all(_LENGTH.pack(len(payload)) + payload)
@@ -202,6 +216,7 @@ class RaftShell:
         self._waiters: dict[int, trio.Event] = {}
         self._outcomes: dict[int, int | RaftError] = {}
         self._wakeup = trio.Event()
+        self._proposal_queue: list[tuple[bytes, int, trio.Event, list[int]]] = []
         self.rejected_handshakes = 0
 
     @classmethod
@@ -234,17 +249,27 @@ class RaftShell:
 
     async def propose(self, data: bytes, timeout_ms: int) -> int:
         """Commit `data`; returns its raft index. Raises NotLeaderError(leader_hint), ProposalTimeoutError,
-        ProposalDiscardedError, ProposalQueueFullError or ProposalTooLargeError."""
-        assert self._on_step is None, "the on_step owner proposes through the driver"
-        ticket = self.driver.propose(data, monotonic_ms() + timeout_ms)
-        self._waiters[ticket] = event = trio.Event()
-        self._pump()
+        ProposalDiscardedError, ProposalQueueFullError or ProposalTooLargeError. Proposals made while the
+        tick task is busy are batched into one driver step (one fsync, one append per follower)."""
+        event = trio.Event()
+        box: list[int] = []
+        self._proposal_queue.append((bytes(data), monotonic_ms() + timeout_ms, event, box))
         self._wake()
         await event.wait()
-        outcome = self._outcomes.pop(ticket)
+        outcome = self._outcomes.pop(box[0])
         if isinstance(outcome, RaftError):
             raise outcome
         return outcome
+
+    def _submit_queued_proposals(self) -> None:
+        queued, self._proposal_queue = self._proposal_queue, []
+        if not queued:
+            return
+        tickets = self.driver.propose_many([(data, deadline_ms) for data, deadline_ms, _, _ in queued])
+        for ticket, (_, _, event, box) in zip(tickets, queued):
+            box.append(ticket)
+            self._waiters[ticket] = event
+        self._pump()
 
     def committed_feed(self) -> trio.MemoryReceiveChannel[tuple[int, bytes]]:
         """Committed entries (raft index, data) in order, each once (unless `on_committed` was given)."""
@@ -292,6 +317,7 @@ class RaftShell:
                 with trio.move_on_after(wait_ms / 1000.0):
                     await self._wakeup.wait()
             self._wakeup = trio.Event()
+            self._submit_queued_proposals()
             self.driver.tick(monotonic_ms())
             self._pump()
             await trio.lowlevel.checkpoint()
@@ -388,8 +414,9 @@ class RaftShell:
             self._inbound[peer_id] = scope
             try:
                 while True:
-                    payload = await framed.receive_frame(self._frame_bytes_max)
-                    self.driver.receive(peer_id, payload)
+                    # Every frame already here goes into one driver step: one fsync for the whole batch.
+                    frames = await framed.receive_frames(self._frame_bytes_max, receive_batch_frames_max)
+                    self.driver.receive_many([(peer_id, frame) for frame in frames])
                     self._pump()
             finally:
                 if self._inbound.get(peer_id) is scope:
