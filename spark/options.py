@@ -208,6 +208,11 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
     )
 
 
+def parse_include_headers(options) -> bool:
+    """The includeHeaders option alone (it decides the schema). Raises FlotillaOptionError."""
+    return _bool(_lower(options), "includeHeaders", False)
+
+
 def parse_sink_options(options) -> SinkOptions:
     """Check and parse a writer's options. Raises FlotillaOptionError naming the option."""
     lowered = _lower(options)

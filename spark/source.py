@@ -47,6 +47,7 @@ from spark.options import (
     SourceOptions,
     offsets_from_json_dict,
     offsets_json_dict,
+    parse_include_headers,
     parse_sink_options,
     parse_source_options,
 )
@@ -90,12 +91,8 @@ class FlotillaDataSource(DataSource):
         return "flotilla"
 
     def schema(self) -> StructType:
-        options = parse_source_options(self.options, streaming=True) if self._is_read() else None
-        return source_schema(options.include_headers if options else False)
-
-    def _is_read(self) -> bool:
-        lowered = {str(key).lower() for key in dict(self.options)}
-        return bool(lowered & {"subscribe", "subscribepattern", "assign"})
+        # Whether this is a stream or a batch read is not known here; reader() and streamReader() check the rest.
+        return source_schema(parse_include_headers(self.options))
 
     def _check_schema(self, schema: StructType, options: SourceOptions) -> None:
         expected = source_schema(options.include_headers)
