@@ -248,3 +248,27 @@ def test_real_files_journal_and_snapshot_survive_restart(tmp_path) -> None:
     for member in cluster.members.values():
         assert member.machine.data() == [b"f-%d" % i for i in range(25)] + [b"f-last"]
     assert sorted(storages[1].list("raft-1")) == ["raft.journal", "raft.snapshot"]
+
+
+def test_batched_proposals_cost_one_fsync_and_commit_in_order() -> None:
+    storages = {i: PowerLossStorage() for i in (1, 2, 3)}
+    cluster = Cluster(seed=25, storages=storages)
+    leader = cluster.wait_leader()
+    cluster.run_for(200)
+    driver = cluster.members[leader].driver
+    fsyncs_before = sum(1 for kind, _ in storages[leader].events if kind == "fsync")
+    tickets = driver.propose_many([(b"batch-%d" % i, cluster.now_ms + 5000) for i in range(20)])
+    fsyncs_after = sum(1 for kind, _ in storages[leader].events if kind == "fsync")
+    assert fsyncs_after - fsyncs_before == 1
+    sent = driver.take_outbox()
+    assert len(sent) == 2  # one append_entries per follower carries all twenty entries
+    for peer, payload in sent:
+        cluster.streams[(leader, peer)].append((cluster.now_ms + 1, payload))
+    for ticket, data in zip(tickets, [b"batch-%d" % i for i in range(20)]):
+        cluster.members[leader].proposals[ticket] = data
+    cluster.run_until(lambda: all(t in cluster.members[leader].outcomes for t in tickets), 2000)
+    cluster.run_for(300)
+    indexes = [cluster.members[leader].outcomes[t] for t in tickets]
+    assert indexes == list(range(indexes[0], indexes[0] + 20))
+    for member in cluster.members.values():
+        assert member.machine.data() == [b"batch-%d" % i for i in range(20)]
