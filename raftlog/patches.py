@@ -18,8 +18,15 @@ A  follower commits an unverified log on snapshot messages: the commit index onl
    last index this very message verified (prevLogIdx consistency check passed, or a snapshot completed).
 B  nextIndex livelock: the leader keeps the *lowest* nextIndex a NACK asked for (min clamp), and a
    follower answers a term conflict with the first index of the conflicting term (one round per term).
+   With it: a follower no longer truncates entries that match the resent ones (stock pysyncobj cuts its
+   whole tail on any resend, forgetting acknowledged entries once a clamped nextIndex resends a prefix),
+   and an ack for an earlier pipelined batch no longer rewinds nextIndex (which re-sent every in-flight
+   entry on every ack).
 D  dump/journal restart race: a journal that still holds the dumped entries is compacted to the dump
-   point (the interrupted compaction is finished) instead of being cleared.
+   point (the interrupted compaction is finished) instead of being cleared; the same rule keeps the
+   entries after a matching snapshot on install (Raft section 7) instead of dropping committed ones.
+adapter: the snapshot branch of __sendAppendEntries stops when no chunk is ready (it relied on wall time
+   passing inside the loop); always applied.
 E  journal without a dump file never applies after restart: the snapshot is always persisted next to
    the journal, and the driver refuses a compacted journal without a snapshot (see driver.py).
 C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
