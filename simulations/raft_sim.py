@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import traceback
 
 import cbor2
 
@@ -63,6 +64,13 @@ def simulation_raft_config(log_compaction_entries_min: int) -> RaftConfig:
         log_compaction_interval_ms=2_000,
         journal_rewrite_bytes_min=256 * 1024,
     )
+
+
+def _describe(error: BaseException) -> str:
+    """The error and where it was raised (the innermost frames), for a checker's detail line."""
+    frames = traceback.extract_tb(error.__traceback__)[-3:]
+    where = " <- ".join(f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}" for frame in reversed(frames))
+    return f"{type(error).__name__}: {error} at {where}"
 
 
 def encode_command(command_id: int, size: int) -> bytes:
@@ -190,7 +198,7 @@ class NodeProcess:
             self.sim.died_mid_step(self.node_id)
             return
         except Exception as error:  # see _step
-            self.sim.node_error(self.node_id, f"{type(error).__name__}: {error}")
+            self.sim.node_error(self.node_id, _describe(error))
             return
         self.tickets[ticket] = command_id  # before draining: the outcome may already be there
         self._drain()
@@ -212,7 +220,7 @@ class NodeProcess:
             self.sim.died_mid_step(self.node_id)
             return None
         except Exception as error:  # any exception out of the core is a bug to report, not to hide
-            self.sim.node_error(self.node_id, f"{type(error).__name__}: {error}")
+            self.sim.node_error(self.node_id, _describe(error))
             return None
         self._drain()
         return result
@@ -409,7 +417,7 @@ class RaftSimulation:
             self.faults.node_died(node_id)
             return
         except Exception as error:  # a journal or snapshot the node cannot start from
-            self.node_error(node_id, f"restart failed: {type(error).__name__}: {error}", stop=False)
+            self.node_error(node_id, f"restart failed: {_describe(error)}", stop=False)
             return
         self.processes[node_id] = process
         self.network.node_up(node_id, process)
