@@ -20,6 +20,7 @@ sending. Every connect, reset, delivery and partition change is a trace line.
 from __future__ import annotations
 
 import collections
+import random
 import zlib
 from dataclasses import dataclass
 from typing import Protocol
@@ -94,7 +95,7 @@ class Network:
         self._streams: dict[tuple[int, int], _Stream] = {}
         self._connect_handles: dict[tuple[int, int], int] = {}
         self._next_stream_id = 0
-        self._rngs: dict[tuple[int, int], object] = {}
+        self._rngs: dict[tuple[int, int], random.Random] = {}
         self._deferred_disconnects: dict[int, list[tuple[int, Endpoint]]] = {}
         self.messages_delivered = 0
         self.bytes_delivered = 0
