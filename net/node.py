@@ -68,7 +68,7 @@ class Node:
         self.controller_ids = self.state.controller_ids
         self.dispatcher: KafkaDispatcher | None = None
         if self.broker is not None:
-            self.dispatcher = KafkaDispatcher(self.state.apis, monotonic_ms, self._process, self.handle_admin)
+            self.dispatcher = KafkaDispatcher(self.state.apis, monotonic_ms, self._after_kafka_event, self.handle_admin)
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
@@ -78,8 +78,14 @@ class Node:
     # ------------------------------------------------------------------ the event step
 
     def _process(self) -> None:
-        """Let every core advance and deliver what it produced. Runs after each event and on the ticker."""
-        output = self.state.step(monotonic_ms())
+        """Let every core advance and deliver what it produced. Runs on the ticker and after Raft steps."""
+        self._deliver(self.state.step(monotonic_ms()))
+
+    def _after_kafka_event(self) -> None:
+        """After a Kafka request or a replica response: deliver what it completed (cheap; no Raft, no timers)."""
+        self._deliver(self.state.after_kafka_event(monotonic_ms()))
+
+    def _deliver(self, output) -> None:
         for outcome in output.controller_outcomes:
             waiter = self._operation_waiters.pop(outcome.operation_id, None)
             if waiter is not None:
@@ -205,7 +211,7 @@ class Node:
                 self.broker.on_replica_response(sent, None, monotonic_ms())
                 raise
             self.broker.on_replica_response(sent, response, monotonic_ms())
-            self._process()
+            self._after_kafka_event()
 
     # ------------------------------------------------------------------ running
 

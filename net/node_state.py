@@ -166,6 +166,15 @@ class NodeState:
             output.controller_calls = self.broker.take_controller_requests()
         return output
 
+    def after_kafka_event(self, now_ms: int) -> StepOutput:
+        """The cheap part of `step`, for after each Kafka request or replica response: deferred Kafka
+        responses and controller calls only (no Raft, no timers)."""
+        output = StepOutput()
+        if self.broker is not None:
+            output.kafka_completions = self.apis.poll(now_ms)
+            output.controller_calls = self.broker.take_controller_requests()
+        return output
+
     def submit_controller_request(self, request: Any, now_ms: int) -> int:
         """Queue a request for the local controller; its outcome comes out of `step`. Only meaningful on
         the Raft leader (elsewhere it is answered NOT_CONTROLLER)."""

@@ -125,14 +125,21 @@ class FrameServer:
             self.dispatcher.connection_closed(connection_id)
 
     async def _read_requests(self, connection_id: int, stream: trio.SocketStream, slots) -> None:
-        buffer = bytearray()
         idle_seconds = self.limits.idle_ms_max / 1000
+        # One cancel scope for the connection's life, its deadline pushed forward on every read: cheaper than
+        # a new timeout scope per receive on the hot path.
+        with trio.CancelScope() as idle:
+            await self._read_frames(connection_id, stream, slots, idle, idle_seconds)
+        if idle.cancelled_caught:
+            self.log.info("connection_idle_closed", connection_id=connection_id)
+            raise CloseConnection("idle")
+
+    async def _read_frames(self, connection_id: int, stream: trio.SocketStream, slots, idle: trio.CancelScope,
+                           idle_seconds: float) -> None:
+        buffer = bytearray()
         while True:
-            with trio.move_on_after(idle_seconds) as idle:
-                data = await stream.receive_some(RECEIVE_BYTES_MAX)
-            if idle.cancelled_caught:
-                self.log.info("connection_idle_closed", connection_id=connection_id)
-                raise CloseConnection("idle")
+            idle.deadline = trio.current_time() + idle_seconds
+            data = await stream.receive_some(RECEIVE_BYTES_MAX)
             if not data:
                 return
             buffer += data
@@ -147,6 +154,7 @@ class FrameServer:
                 frame = bytes(buffer[position + 4 : position + 4 + length])
                 position += 4 + length
                 reply = self.dispatcher.handle_frame(connection_id, frame)
+                idle.deadline = math.inf  # a deferred reply or a full pipeline is not idleness
                 await slots.send(reply)
             del buffer[:position]
 
