@@ -39,11 +39,11 @@ TOPIC_CONFIG_DEFAULTS = {"cleanup.policy": "delete", "retention.ms": "604800000"
 INTEGER_CONFIGS = {"retention.ms", "min.insync.replicas"}
 
 
-@dataclass
-
 class _CloseConnection(Exception):
     """Drop the connection without an answer."""
 
+
+@dataclass
 class PeerPartition:
     batches: list[tuple[int, bytes]] = field(default_factory=list)  # (base_offset, stamped batch)
     log_start_offset: int = 0
@@ -81,7 +81,7 @@ class PeerBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def _handle_connection(self, stream: trio.SocketStream) -> None:  # noqa: C901
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
         try:
             await self._serve_connection(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, _CloseConnection):
