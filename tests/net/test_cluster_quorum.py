@@ -130,3 +130,23 @@ def test_a_bad_config_file_exits_2_naming_the_key_and_starts_nothing(tmp_path):
     result = subprocess.run([sys.executable, "-m", "net.cli", "up", "--config", str(tmp_path / "missing.toml")],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "not found" in result.stderr
+
+
+def test_flotilla_up_runs_every_node_of_the_file_and_sigterm_stops_them_all(tmp_path):
+    layout = LocalCluster(str(tmp_path / "up"), nodes=3)  # only for its config file and free ports
+    process = subprocess.Popen([sys.executable, "-m", "net.cli", "up", "--config", layout.config_path],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = [process.stdout.readline() for _ in range(4)]
+        assert [line.split(":")[0] for line in lines[:3]] == ["node 1", "node 2", "node 3"]
+        assert f"127.0.0.1:{layout.kafka_ports[1]}" in lines[0] and "bootstrap servers" in lines[3]
+        status = eventually(lambda: quorum_status(layout), 60, what="quorum under flotilla up")
+        assert status["leader_id"] in (1, 2, 3)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        for port in layout.kafka_ports.values():  # every node is gone
+            eventually(lambda p=port: cli("quorum", "status", "-b", f"127.0.0.1:{p}").returncode == 3, 20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
