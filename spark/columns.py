@@ -2,12 +2,14 @@
 
 Theory of operation: a Fetch response's records field is a run of v2 batches. `ColumnBuilder.add_fetched`
 walks their headers (partitions.batch), checks each CRC, decompresses a compressed records section, and
-appends every record's fields to flat machine arrays (`array.array`): offset, timestamp, and the position and
-length of its key and value inside one growing byte buffer (the concatenated record sections). `to_arrow`
-turns those arrays into Arrow arrays in a handful of C calls: a key or value column is a list_view<uint8>
-over the byte buffer (start and length per row, no copy per row), cast by Arrow to a contiguous list<uint8>
-and re-read as binary. The per-record Python work is the varint parsing alone; no bytes slice, tuple or
-Record is made per record (headers, when asked for, are columns the same way).
+decodes its records into columns. Two decoders give the same columns (a property test holds them to the
+record codec):
+- with numpy and without headers (the common case), spark/vectorized.py: one varint per record in Python,
+  every other field for all records at once, keys and values as Arrow binary_view structs over the section
+  bytes, cast to binary by Arrow in C;
+- otherwise a hand-inlined Python loop that appends offsets and timestamps to `array.array`s and key, value
+  and header bytes to `_BinaryColumn`s, joined once per Arrow batch.
+No tuple, Record or Python row is made per record on either path.
 
 Only records in [start_offset, end_offset) are kept; control batches are skipped (their offsets are gaps, as
 for a Kafka consumer). The record layout is in partitions/records.py; this module reads the same bytes.
@@ -23,6 +25,13 @@ import pyarrow.compute as pc
 from partitions.batch import HEADER_SIZE, iter_batches, validate_batch
 from partitions.compression import decompress
 from partitions.errors import CorruptRecordError, InvalidRecordError
+
+try:  # numpy decodes every field but the record lengths in bulk (spark/vectorized.py); optional
+    import numpy as np
+
+    from spark import vectorized
+except ImportError:  # pragma: no cover - the Python loop below does the same work, slower
+    np = vectorized = None
 
 VARINT_BYTES_MAX = 5
 VARLONG_BYTES_MAX = 10
@@ -49,7 +58,7 @@ def _read_varint(buffer: bytes, position: int, bytes_max: int) -> tuple[int, int
 class ColumnBuilder:
     """Accumulates the records of one topic-partition in [start_offset, end_offset) as flat columns."""
 
-    def __init__(self, start_offset: int, end_offset: int, include_headers: bool) -> None:
+    def __init__(self, start_offset: int, end_offset: int, include_headers: bool, vectorize: bool = True) -> None:
         assert 0 <= start_offset <= end_offset, f"start_offset={start_offset} end_offset={end_offset}"
         self.start_offset = start_offset
         self.end_offset = end_offset
@@ -64,10 +73,15 @@ class ColumnBuilder:
         self.header_firsts = array("i", [0])
         self.header_keys = _BinaryColumn()
         self.header_values = _BinaryColumn()
+        # the numpy path (headers left out): per section its columns and its bytes
+        self.vectorized = vectorized is not None and not include_headers and vectorize
+        self._vector_sections: list = []
+        self._vector_buffers: list[bytes] = []
+        self._vector_rows = 0
 
     @property
     def rows(self) -> int:
-        return len(self.offsets)
+        return self._vector_rows if self.vectorized else len(self.offsets)
 
     @property
     def payload_bytes(self) -> int:
@@ -93,6 +107,9 @@ class ColumnBuilder:
         return self.next_offset
 
     def _add_section(self, section: bytes, header) -> None:
+        if self.vectorized:
+            self._add_section_vectorized(section, header)
+            return
         try:
             kept = self._decode_records(section, header)
         except IndexError:
@@ -101,6 +118,17 @@ class ColumnBuilder:
         self.timestamp_types.extend(array("i", [timestamp_type]) * kept)
         if header.is_log_append_time and kept:
             self.timestamps[len(self.timestamps) - kept:] = array("q", [header.max_timestamp]) * kept
+
+    def _add_section_vectorized(self, section: bytes, header) -> None:
+        try:
+            columns = vectorized.decode_section(section, header, self.start_offset, self.end_offset,
+                                                len(self._vector_buffers))
+        except IndexError:
+            raise CorruptRecordError(f"records section of batch at offset {header.base_offset} truncated") from None
+        if columns.rows:
+            self._vector_sections.append((columns, header.is_log_append_time))
+            self._vector_buffers.append(section)
+            self._vector_rows += columns.rows
 
     def _decode_records(self, buffer: bytes, header) -> int:
         """Append the records of one section to the columns; returns how many were kept. Written out by hand
@@ -222,6 +250,8 @@ class ColumnBuilder:
     def to_arrow(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
         """The accumulated rows as one RecordBatch of `schema` (Spark's Kafka source schema in Arrow form:
         key, value, topic, partition, offset, timestamp, timestampType[, headers])."""
+        if self.vectorized:
+            return self._to_arrow_vectorized(topic, partition, schema)
         rows = self.rows
         columns = [
             self.keys.to_arrow(),
@@ -234,6 +264,24 @@ class ColumnBuilder:
         ]
         if self.include_headers:
             columns.append(self._headers_column(schema.field("headers").type))
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _to_arrow_vectorized(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+        rows = self._vector_rows
+        sections = [columns for columns, _ in self._vector_sections]
+        buffers = [pa.py_buffer(section) for section in self._vector_buffers]
+        timestamp_types = [np.full(columns.rows, int(append_time), np.int32)
+                           for columns, append_time in self._vector_sections]
+        timestamps = np.concatenate([c.timestamps for c in sections]) if sections else np.zeros(0, np.int64)
+        columns = [
+            _view_column(np, [c.key_views for c in sections], [c.key_valid for c in sections], buffers, rows),
+            _view_column(np, [c.value_views for c in sections], [c.value_valid for c in sections], buffers, rows),
+            pa.repeat(pa.scalar(topic, pa.string()), rows),
+            pa.repeat(pa.scalar(partition, pa.int32()), rows),
+            pa.array(np.concatenate([c.offsets for c in sections]) if sections else [], pa.int64()),
+            pa.array(timestamps * 1000, pa.int64()).cast(schema.field("timestamp").type),
+            pa.array(np.concatenate(timestamp_types) if sections else [], pa.int32()),
+        ]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def _headers_column(self, headers_type: pa.DataType) -> pa.Array:
@@ -280,6 +328,19 @@ class _BinaryColumn:
         return pa.Array.from_buffers(pa.binary(), rows, [validity, pa.py_buffer(offsets),
                                                          pa.py_buffer(b"".join(self.parts))],
                                      null_count=len(self.nulls))
+
+
+def _view_column(np, views: list, valid: list, buffers: list, rows: int) -> pa.Array:
+    """A binary column from binary_view structs into `buffers` (Arrow copies the bytes once, in C)."""
+    if not rows:
+        return pa.array([], pa.binary())
+    all_valid = np.concatenate(valid)
+    null_count = int(rows - all_valid.sum())
+    validity = pa.array(all_valid).buffers()[1] if null_count else None
+    view_bytes = pa.py_buffer(np.concatenate(views))
+    array_view = pa.Array.from_buffers(pa.binary_view(), rows, [validity, view_bytes] + buffers,
+                                       null_count=null_count)
+    return array_view.cast(pa.binary())
 
 
 def _timestamp_column(timestamps_ms: array, timestamp_type: pa.DataType) -> pa.Array:

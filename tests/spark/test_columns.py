@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import struct
 
 import pyarrow as pa
 import pytest
@@ -10,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitions.compression import GZIP, NONE, ZSTD
-from partitions.errors import CorruptRecordError
+from partitions.batch import CRC_POSITION, compute_crc
+from partitions.errors import CorruptRecordError, InvalidRecordError
 from partitions.records import build_batch, build_control_batch, decode_batches
 from spark.columns import ColumnBuilder
 
@@ -58,17 +60,23 @@ def _rows(batch: pa.RecordBatch) -> list[dict]:
     return rows
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("include_headers, vectorize", [(True, False), (False, True), (False, False)])
+@settings(max_examples=30, deadline=None)
 @given(spec=batches, window=st.tuples(st.integers(0, 100), st.integers(0, 100)))
-def test_columns_match_the_record_codec_for_any_offset_window(spec, window):
+def test_columns_match_the_record_codec_for_any_offset_window(include_headers, vectorize, spec, window):
     buffer = _fetched(spec)
     start, end = min(window), max(window)
-    builder = ColumnBuilder(start, end, include_headers=True)
+    builder = ColumnBuilder(start, end, include_headers=include_headers, vectorize=vectorize)
+    assert builder.vectorized == vectorize
     builder.add_fetched(buffer)
-    batch = builder.to_arrow("events", 7, ARROW_SCHEMA)
-    assert batch.schema == ARROW_SCHEMA
-    rows = _rows(batch)
-    assert rows == _expected_rows(buffer, start, end)
+    schema = ARROW_SCHEMA if include_headers else ARROW_SCHEMA.remove(7)
+    batch = builder.to_arrow("events", 7, schema)
+    assert batch.schema == schema
+    expected = _expected_rows(buffer, start, end)
+    if not include_headers:
+        for row in expected:
+            del row["headers"]
+    assert _rows(batch) == expected
 
 
 def test_columns_leave_headers_out_unless_asked():
@@ -99,3 +107,21 @@ def test_a_batch_with_a_bad_crc_is_refused():
     buffer[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError):
         ColumnBuilder(0, 1, include_headers=False).add_fetched(bytes(buffer))
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_mangled_records_section_raises_only_corrupt_record_errors(vectorize, data):
+    items = [(b"k%d" % i, b"v" * i, (), 1000 + i) for i in range(data.draw(st.integers(1, 12)))]
+    batch = bytearray(build_batch(items))
+    for _ in range(data.draw(st.integers(1, 4))):  # change bytes past the header, then fix the CRC
+        position = data.draw(st.integers(61, len(batch) - 1))
+        batch[position] = data.draw(st.integers(0, 255))
+    struct.pack_into(">I", batch, CRC_POSITION, compute_crc(batch))
+    builder = ColumnBuilder(0, 100, include_headers=False, vectorize=vectorize)
+    try:
+        builder.add_fetched(bytes(batch))
+    except (CorruptRecordError, InvalidRecordError):
+        return
+    assert builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7)).num_rows <= len(items)
