@@ -27,6 +27,7 @@ from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
 # name -> module exposing run(RunConfig) -> RunResult and, optionally, DESCRIPTION.
 WORKLOADS: dict[str, str] = {
     "raft": "simulations.raft_sim",
+    "cluster": "simulations.cluster_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

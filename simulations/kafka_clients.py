@@ -1,0 +1,487 @@
+"""In-process Kafka clients for the cluster simulation: a producer and a consumer over the real codec.
+
+Theory of operation. A client is a node of the simulated network (ids from `CLIENT_ID_BASE`) that speaks the
+Kafka protocol: every request is encoded with `net.protocol.codec.encode_request` and every response
+decoded with `decode_response`, exactly the bytes a real client exchanges with a broker. On the simulated
+stream a Kafka frame is tagged with one channel byte (`CHANNEL_KAFKA_REQUEST` / `CHANNEL_KAFKA_RESPONSE`),
+because one stream between two nodes also carries their Raft and controller traffic.
+
+`KafkaClientBase` owns the connections: per broker, the outstanding requests by correlation id. A reset
+stream fails them (callback with None), as does a request that waits longer than `REQUEST_TIMEOUT_MS`
+(its late answer is then ignored). It learns partition leaders with Metadata v8 and refreshes them after
+errors and periodically.
+
+`SimProducer` sends records "<name>:<sequence>" to one topic with acks=all (-1) or acks=1, keyed (Kafka's
+murmur2 partitioner over a small key space) or unkeyed (round robin), batching what accumulated per
+partition into one batch (`partitions.records.build_batch`) and keeping at most one request in flight per
+partition so that a retry cannot overtake. Retriable errors retry the same batch after a backoff until
+`DELIVERY_TIMEOUT_MS`; an acks=all acknowledgement is reported to the checkers record by record.
+
+`SimConsumer` reads every partition from offset 0 with Fetch v11 (read_uncommitted, so up to the high
+watermark), checks every batch's CRC-32C (a corrupt batch is counted and fetched again, never consumed),
+and reports every record it consumes with the high watermark of the response that carried it.
+
+Everything is driven by loop events; randomness comes from the client's own derived RNG stream.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader, decode_response, encode_request
+from partitions.batch import iter_batches
+from partitions.errors import ErrorCode, KafkaError
+from partitions.murmur2 import murmur2
+from partitions.records import build_batch, decode_batch
+from simulations.loop import US_PER_MS, EventLoop
+from simulations.network import Network
+
+CHANNEL_KAFKA_REQUEST = b"Q"
+CHANNEL_KAFKA_RESPONSE = b"A"
+CLIENT_ID_BASE = 100
+REQUEST_TIMEOUT_MS = 5_000
+METADATA_REFRESH_MS = 2_000
+RETRY_BACKOFF_MS = 100
+DELIVERY_TIMEOUT_MS = 30_000
+PRODUCE_TIMEOUT_MS = 5_000
+PRODUCER_TICK_MS = 10
+PRODUCER_QUEUE_RECORDS_MAX = 20_000
+BATCH_RECORDS_MAX = 500
+KEY_SPACE = 64
+CONSUMER_MAX_WAIT_MS = 200
+CONSUMER_PARTITION_BYTES_MAX = 256 * 1024
+PRODUCE_VERSION = 7
+FETCH_VERSION = 11
+METADATA_VERSION = 8
+CREATE_TOPICS_VERSION = 4
+_CORRELATION = struct.Struct(">i")
+
+# Errors after which the same batch is sent again (to the leader the refreshed metadata names).
+RETRIABLE_PRODUCE_ERRORS = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.CORRUPT_MESSAGE, ErrorCode.NETWORK_EXCEPTION,
+})
+
+
+@dataclass
+class _Outstanding:
+    api_key: int
+    api_version: int
+    callback: Callable[[Any], None]
+    timeout_handle: int
+
+
+@dataclass
+class PartitionLeader:
+    leader_id: int
+    leader_epoch: int
+
+
+class ClientHost:
+    """What a client needs from the simulation."""
+
+    loop: EventLoop
+    network: Network
+    node_ids: list[int]
+
+    def trace(self, kind: str, *fields: int | str) -> None: ...
+
+
+class KafkaClientBase:
+    """Connections, correlation ids, timeouts and partition leaders (see the module docstring)."""
+
+    def __init__(self, host: Any, client_id: int, name: str, topic: str, partitions: int) -> None:
+        self.host = host
+        self.loop: EventLoop = host.loop
+        self.client_id = client_id
+        self.name = name
+        self.topic = topic
+        self.partitions = partitions
+        self.rng: random.Random = self.loop.derive_rng(f"client-{name}")
+        self.connected: set[int] = set()
+        self._outstanding: dict[int, dict[int, _Outstanding]] = {}  # broker -> correlation id -> request
+        self._next_correlation_id = 0
+        self.leaders: dict[int, PartitionLeader] = {}
+        self._metadata_inflight = False
+        self._metadata_due_ms = 0
+        self.running = True
+
+    # --- endpoint ---------------------------------------------------------------------------------------
+
+    def on_connected(self, peer_id: int) -> None:
+        if peer_id in self.host.node_ids:  # the network also links clients to each other; they never talk
+            self.connected.add(peer_id)
+
+    def on_disconnected(self, peer_id: int) -> None:
+        self.connected.discard(peer_id)
+        outstanding = self._outstanding.pop(peer_id, {})
+        for correlation_id in sorted(outstanding):
+            request = outstanding[correlation_id]
+            self.loop.cancel(request.timeout_handle)
+            request.callback(None)
+
+    def on_message(self, peer_id: int, data: bytes) -> None:
+        assert data[:1] == CHANNEL_KAFKA_RESPONSE, f"client {self.name} got channel {data[:1]!r} from {peer_id}"
+        frame = memoryview(data)[5:]  # channel byte, then the frame's 4-byte length prefix
+        correlation_id = _CORRELATION.unpack_from(frame)[0]
+        request = self._outstanding.get(peer_id, {}).pop(correlation_id, None)
+        if request is None:
+            return  # timed out earlier: its late answer is ignored
+        self.loop.cancel(request.timeout_handle)
+        _, response = decode_response(request.api_key, request.api_version, frame)
+        request.callback(response)
+
+    # --- requests ---------------------------------------------------------------------------------------
+
+    def send(self, broker_id: int, api_key: int, api_version: int, request: Any,
+             callback: Callable[[Any], None]) -> bool:
+        """Send `request` to `broker_id`; `callback(response or None)` later. False when not connected."""
+        if broker_id not in self.connected:
+            return False
+        self._next_correlation_id += 1
+        correlation_id = self._next_correlation_id
+        header = RequestHeader(api_key, api_version, correlation_id, self.name)
+        frame = encode_request(header, request)
+        if not self.host.network.send(self.client_id, broker_id, CHANNEL_KAFKA_REQUEST + frame):
+            return False
+        timeout_handle = self.loop.call_later(REQUEST_TIMEOUT_MS * US_PER_MS, self._timeout, broker_id, correlation_id)
+        self._outstanding.setdefault(broker_id, {})[correlation_id] = _Outstanding(
+            api_key, api_version, callback, timeout_handle)
+        return True
+
+    def _timeout(self, broker_id: int, correlation_id: int) -> None:
+        request = self._outstanding.get(broker_id, {}).pop(correlation_id, None)
+        if request is not None:
+            request.callback(None)
+
+    def any_broker(self) -> int | None:
+        candidates = sorted(self.connected)
+        return self.rng.choice(candidates) if candidates else None
+
+    # --- metadata ---------------------------------------------------------------------------------------
+
+    def refresh_metadata(self) -> None:
+        if self._metadata_inflight:
+            return
+        broker_id = self.any_broker()
+        if broker_id is None:
+            return
+        request_class = messages.MetadataRequest
+        request = request_class(topics=[request_class.MetadataRequestTopic(name=self.topic)],
+                                allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                                include_topic_authorized_operations=False)
+        if self.send(broker_id, ApiKey.METADATA, METADATA_VERSION, request, self._on_metadata):
+            self._metadata_inflight = True
+
+    def _on_metadata(self, response: Any) -> None:
+        self._metadata_inflight = False
+        self._metadata_due_ms = self.loop.now_ms + METADATA_REFRESH_MS
+        if response is None:
+            return
+        for topic in response.topics:
+            if topic.name != self.topic or topic.error_code != ErrorCode.NONE:
+                continue
+            for partition in topic.partitions:
+                if partition.error_code == ErrorCode.NONE and partition.leader_id >= 0:
+                    self.leaders[partition.partition_index] = PartitionLeader(partition.leader_id, partition.leader_epoch)
+                else:
+                    self.leaders.pop(partition.partition_index, None)
+
+    def maybe_refresh_metadata(self) -> None:
+        if self.loop.now_ms >= self._metadata_due_ms or len(self.leaders) < self.partitions:
+            self.refresh_metadata()
+
+
+class TopicCreator(KafkaClientBase):
+    """Creates the workload's topic with CreateTopics v4, retrying until it exists."""
+
+    def __init__(self, host: Any, client_id: int, topic: str, partitions: int, replication_factor: int,
+                 configs: dict[str, str]) -> None:
+        super().__init__(host, client_id, "admin", topic, partitions)
+        self.replication_factor = replication_factor
+        self.configs = configs
+        self.created = False
+        self._inflight = False
+
+    def start(self) -> None:
+        self.loop.call_later(RETRY_BACKOFF_MS * US_PER_MS, self._attempt)
+
+    def _attempt(self) -> None:
+        if self.created:
+            return
+        broker_id = self.any_broker()
+        if broker_id is not None and not self._inflight:
+            request_class = messages.CreateTopicsRequest
+            topic = request_class.CreatableTopic(
+                name=self.topic, num_partitions=self.partitions, replication_factor=self.replication_factor,
+                assignments=[], configs=[request_class.CreatableTopicConfig(name=k, value=v)
+                                         for k, v in sorted(self.configs.items())])
+            request = request_class(topics=[topic], timeout_ms=REQUEST_TIMEOUT_MS, validate_only=False)
+            self._inflight = self.send(broker_id, ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, request, self._on_response)
+        self.loop.call_later(500 * US_PER_MS, self._attempt)
+
+    def _on_response(self, response: Any) -> None:
+        self._inflight = False
+        if response is None:
+            return
+        result = response.topics[0]
+        if result.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            if not self.created:
+                self.created = True
+                self.host.trace("client.topic_created", self.topic, int(result.error_code))
+
+
+@dataclass
+class _Batch:
+    partition: int
+    values: list[bytes]
+    keys: list[bytes | None]
+    first_sent_ms: int
+    attempts: int = 0
+    sending: bool = False
+
+
+@dataclass
+class ProducerStats:
+    sent_records: int = 0
+    acked_records: int = 0
+    failed_records: int = 0
+    retries: int = 0
+    dropped_records: int = 0  # the bounded queue was full
+
+
+class SimProducer(KafkaClientBase):
+    """acks=all or acks=1, keyed or unkeyed (see the module docstring)."""
+
+    def __init__(self, host: Any, client_id: int, name: str, topic: str, partitions: int, acks: int,
+                 keyed: bool, records_per_s: int, on_ack: Callable[[tuple[str, int], int, bytes], None]) -> None:
+        super().__init__(host, client_id, name, topic, partitions)
+        assert acks in (-1, 1), f"acks={acks}"
+        self.acks = acks
+        self.keyed = keyed
+        self.records_per_s = records_per_s
+        self.on_ack = on_ack
+        self.stats = ProducerStats()
+        self.generating = True
+        self._sequence = 0
+        self._credit_milli = 0  # records owed, in thousandths (rate * tick is not always whole)
+        self._round_robin = 0
+        self._queues: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(partitions)}
+        self._inflight: dict[int, _Batch] = {}
+        self._retry_at_ms: dict[int, int] = {}
+
+    def start(self) -> None:
+        self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
+
+    def pending_records(self) -> int:
+        return sum(len(q) for q in self._queues.values()) + sum(len(b.values) for b in self._inflight.values())
+
+    def _tick(self) -> None:
+        if not self.running:
+            return
+        if self.generating:
+            self._generate()
+        self.maybe_refresh_metadata()
+        for partition in range(self.partitions):
+            self._maybe_send(partition)
+        self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
+
+    def _generate(self) -> None:
+        self._credit_milli += self.records_per_s * PRODUCER_TICK_MS
+        while self._credit_milli >= 1_000:
+            self._credit_milli -= 1_000
+            self._sequence += 1
+            value = f"{self.name}:{self._sequence}".encode()
+            if self.keyed:
+                key = f"k{self.rng.randrange(KEY_SPACE)}".encode()
+                partition = (murmur2(key) & 0x7FFFFFFF) % self.partitions
+            else:
+                key = None
+                partition = self._round_robin % self.partitions
+                self._round_robin += 1
+            queue = self._queues[partition]
+            if len(queue) >= PRODUCER_QUEUE_RECORDS_MAX:
+                self.stats.dropped_records += 1
+                continue
+            queue.append((key, value))
+
+    def _maybe_send(self, partition: int) -> None:
+        batch = self._inflight.get(partition)
+        if batch is None:
+            queue = self._queues[partition]
+            if not queue:
+                return
+            taken, self._queues[partition] = queue[:BATCH_RECORDS_MAX], queue[BATCH_RECORDS_MAX:]
+            batch = _Batch(partition, [v for _, v in taken], [k for k, _ in taken], self.loop.now_ms)
+            self._inflight[partition] = batch
+            self.stats.sent_records += len(batch.values)
+        elif batch.sending or self.loop.now_ms < self._retry_at_ms.get(partition, 0):
+            return
+        self._send_batch(batch)
+
+    def _send_batch(self, batch: _Batch) -> None:
+        if self.loop.now_ms - batch.first_sent_ms > DELIVERY_TIMEOUT_MS:
+            self._fail(batch)
+            return
+        leader = self.leaders.get(batch.partition)
+        if leader is None:
+            return
+        records = build_batch([(key, value) for key, value in zip(batch.keys, batch.values)],
+                              base_timestamp=self.loop.now_ms)
+        request_class = messages.ProduceRequest
+        request = request_class(
+            transactional_id=None, acks=self.acks, timeout_ms=PRODUCE_TIMEOUT_MS,
+            topic_data=[request_class.TopicProduceData(name=self.topic, partition_data=[
+                request_class.PartitionProduceData(index=batch.partition, records=records)])])
+        if self.send(leader.leader_id, ApiKey.PRODUCE, PRODUCE_VERSION, request,
+                     lambda response, batch=batch: self._on_response(batch, response)):
+            batch.attempts += 1
+            batch.sending = True
+            self.host.trace("client.produce", self.name, batch.partition, leader.leader_id, len(batch.values),
+                            batch.attempts)
+
+    def _on_response(self, batch: _Batch, response: Any) -> None:
+        batch.sending = False
+        if self._inflight.get(batch.partition) is not batch:
+            return
+        if response is None:
+            self._retry(batch, "network")
+            return
+        answer = response.responses[0].partition_responses[0]
+        if answer.error_code == ErrorCode.NONE:
+            self._acknowledged(batch, answer.base_offset)
+        elif answer.error_code in RETRIABLE_PRODUCE_ERRORS:
+            self._retry(batch, ErrorCode(answer.error_code).name)
+        else:
+            self.host.trace("client.produce_error", self.name, batch.partition, int(answer.error_code))
+            self._fail(batch)
+
+    def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
+        del self._inflight[batch.partition]
+        self.stats.acked_records += len(batch.values)
+        self.host.trace("client.ack", self.name, batch.partition, base_offset, len(batch.values), self.acks)
+        key = (self.topic, batch.partition)
+        for index, value in enumerate(batch.values):
+            self.on_ack(key, base_offset + index, value)
+
+    def _retry(self, batch: _Batch, reason: str) -> None:
+        self.stats.retries += 1
+        self.host.trace("client.retry", self.name, batch.partition, reason)
+        self._retry_at_ms[batch.partition] = self.loop.now_ms + RETRY_BACKOFF_MS
+        self._metadata_due_ms = 0  # refresh before the next attempt
+
+    def _fail(self, batch: _Batch) -> None:
+        del self._inflight[batch.partition]
+        self.stats.failed_records += len(batch.values)
+        self.host.trace("client.produce_failed", self.name, batch.partition, len(batch.values))
+
+
+@dataclass
+class ConsumerStats:
+    records: int = 0
+    fetches: int = 0
+    corrupt_batches: int = 0
+    errors: int = 0
+
+
+@dataclass
+class _ConsumerPartition:
+    position: int = 0
+    fetching: bool = False
+    retry_at_ms: int = 0
+    high_watermark: int = 0
+
+
+class SimConsumer(KafkaClientBase):
+    """Reads every partition from offset 0 (see the module docstring)."""
+
+    def __init__(self, host: Any, client_id: int, name: str, topic: str, partitions: int,
+                 on_record: Callable[[tuple[str, int], int, bytes, int], None]) -> None:
+        super().__init__(host, client_id, name, topic, partitions)
+        self.on_record = on_record
+        self.stats = ConsumerStats()
+        self.state = {p: _ConsumerPartition() for p in range(partitions)}
+
+    def start(self) -> None:
+        self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
+
+    def position(self, partition: int) -> int:
+        return self.state[partition].position
+
+    def _tick(self) -> None:
+        if not self.running:
+            return
+        self.maybe_refresh_metadata()
+        for partition in range(self.partitions):
+            self._maybe_fetch(partition)
+        self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
+
+    def _maybe_fetch(self, partition: int) -> None:
+        state = self.state[partition]
+        leader = self.leaders.get(partition)
+        if state.fetching or leader is None or self.loop.now_ms < state.retry_at_ms:
+            return
+        request_class = messages.FetchRequest
+        fetch_partition = request_class.FetchPartition(
+            partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=state.position,
+            log_start_offset=-1, partition_max_bytes=CONSUMER_PARTITION_BYTES_MAX)
+        request = request_class(
+            replica_id=-1, max_wait_ms=CONSUMER_MAX_WAIT_MS, min_bytes=1, max_bytes=CONSUMER_PARTITION_BYTES_MAX,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[request_class.FetchTopic(topic=self.topic, partitions=[fetch_partition])],
+            forgotten_topics_data=[], rack_id="")
+        if self.send(leader.leader_id, ApiKey.FETCH, FETCH_VERSION, request,
+                     lambda response, p=partition, position=state.position: self._on_fetch(p, position, response)):
+            state.fetching = True
+            self.stats.fetches += 1
+
+    def _on_fetch(self, partition: int, position: int, response: Any) -> None:
+        state = self.state[partition]
+        state.fetching = False
+        if response is None or position != state.position:
+            state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
+            return
+        data = response.responses[0].partitions[0]
+        if response.error_code != ErrorCode.NONE or data.error_code != ErrorCode.NONE:
+            self.stats.errors += 1
+            code = data.error_code or response.error_code
+            self.host.trace("client.fetch_error", self.name, partition, int(code))
+            state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
+            self._metadata_due_ms = 0
+            return
+        state.high_watermark = max(state.high_watermark, data.high_watermark)
+        records = bytes(data.records or b"")
+        try:
+            consumed = self._consume(partition, records, data.high_watermark)
+        except KafkaError as error:
+            # A CRC mismatch (a flipped byte on the broker's read): nothing of the batch is consumed.
+            self.stats.corrupt_batches += 1
+            self.host.trace("client.corrupt_batch", self.name, partition, state.position, type(error).__name__)
+            state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
+            return
+        if consumed:
+            self.host.trace("client.consume", self.name, partition, position, consumed)
+        self._maybe_fetch(partition)
+
+    def _consume(self, partition: int, records: bytes, high_watermark: int) -> int:
+        """Validate every whole batch first, then hand its records to the checkers. Returns the count."""
+        decoded = [decode_batch(records[position:position + header.size])
+                   for position, header in iter_batches(records)]
+        state = self.state[partition]
+        key = (self.topic, partition)
+        consumed = 0
+        for batch in decoded:
+            for record in batch.records:
+                if record.offset < state.position:
+                    continue
+                self.on_record(key, record.offset, bytes(record.value or b""), high_watermark)
+                state.position = record.offset + 1
+                consumed += 1
+        self.stats.records += consumed
+        return consumed
