@@ -11,9 +11,15 @@ Writes are buffered in memory during a driver step and reach the file, followed 
 the driver calls `flush()` before it releases any message or completion produced by that step (group
 commit), so nothing this node said or acknowledged can be forgotten by a power loss (bug C). Replay reads
 records until the first torn or corrupt one and cuts the file there: only an un-fsynced tail can be torn,
-and nothing in it was ever acknowledged. Clearing or compacting the head (`clear`, `deleteEntriesTo`)
-rewrites the file atomically (temp file, fsync, rename, directory fsync), as does a file that has grown
-to more than twice its live size.
+and nothing in it was ever acknowledged. Torn means: a short header or body, a CRC mismatch, a zero body
+length (a power loss can leave a zero-filled tail, and crc32(b"") == 0 would let an all-zero header pass),
+or a body that does not decode to a known record. Clearing or compacting the head (`clear`,
+`deleteEntriesTo`) rewrites the file atomically (temp file, fsync, rename, directory fsync), as does a file
+that has grown to more than twice its live size; the in-memory entries change only once the rewrite is
+durable, so a failed rewrite never leaves the journal empty behind pysyncobj's back.
+
+Opening fsyncs the journal's directory and every ancestor up to the storage root: `makedirs` of a fresh
+node creates directory entries that a power loss would otherwise take back, with the whole journal in them.
 
 Invariants: the in-memory entry list is contiguous in index; the file replays to exactly that list and
 that meta once flushed. Never imports os: all file access goes through `partitions.storage`.
@@ -21,6 +27,7 @@ that meta once flushed. Never imports os: all file access goes through `partitio
 
 from __future__ import annotations
 
+import posixpath
 import struct
 import zlib
 from typing import Any
@@ -44,6 +51,38 @@ def _record(body: list[Any]) -> bytes:
     return _RECORD_HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+_RECORD_ARITY = {"E": 4, "T": 2, "M": 4}  # record kind -> list length
+
+
+def _decode_body(data: bytes, body_start: int, length: int, crc: int) -> list[Any] | None:
+    """The record body at `body_start`, or None when it is torn: short, zero-length, CRC mismatch, or not
+    a well-formed record (a zero-filled tail has length 0 and CRC 0, and crc32(b"") == 0)."""
+    if length == 0 or body_start + length > len(data):
+        return None
+    payload = data[body_start : body_start + length]
+    if zlib.crc32(payload) != crc:
+        return None
+    try:
+        body = cbor2.loads(payload)
+    except (cbor2.CBORDecodeError, ValueError, TypeError, EOFError):
+        return None
+    if not isinstance(body, list) or not body or _RECORD_ARITY.get(body[0]) != len(body):
+        return None
+    return body
+
+
+def _fsync_directory_chain(storage: Storage, directory: str) -> None:
+    """Make `directory` and each of its ancestors durable entries of their parents (deepest first), then
+    the directory's own entries. Raises StorageError."""
+    child = directory
+    while child:
+        parent = posixpath.dirname(child)
+        storage.fsync_dir(parent)
+        child = parent
+    if directory:
+        storage.fsync_dir(directory)
+
+
 class StorageJournal(Journal):
     """pysyncobj `Journal` backed by a Storage file; see the module docstring for format and durability."""
 
@@ -61,10 +100,8 @@ class StorageJournal(Journal):
         self._meta_dirty = False
         self._file_bytes = 0
         storage.makedirs(self._directory)
-        created = not storage.exists(self._path)
         self._handle = storage.open(self._path)
-        if created:
-            storage.fsync_dir(self._directory)  # the journal file itself must survive a power loss
+        _fsync_directory_chain(storage, self._directory)
         self._replay()
 
     # -- replay ----------------------------------------------------------------------------------------
@@ -75,9 +112,10 @@ class StorageJournal(Journal):
         while position + _RECORD_HEADER.size <= size:
             length, crc = _RECORD_HEADER.unpack_from(data, position)
             body_start = position + _RECORD_HEADER.size
-            if body_start + length > size or zlib.crc32(data[body_start : body_start + length]) != crc:
+            body = _decode_body(data, body_start, length, crc)
+            if body is None:
                 break
-            self._replay_record(cbor2.loads(data[body_start : body_start + length]), _RECORD_HEADER.size + length)
+            self._replay_record(body, _RECORD_HEADER.size + length)
             position = body_start + length
         if position != size:
             # A torn tail: never fsynced, hence never acknowledged; cut it so appends follow valid records.
@@ -117,9 +155,7 @@ class StorageJournal(Journal):
         self._pending += record
 
     def clear(self) -> None:
-        self._entries = []
-        self._entry_bytes = []
-        self._rewrite()
+        self._rewrite([], [])
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802,N803  (pysyncobj's names)
         if entryFrom >= len(self._entries):
@@ -130,9 +166,7 @@ class StorageJournal(Journal):
         self._pending += _record(["T", first_deleted])
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802,N803
-        del self._entries[:entryTo]
-        del self._entry_bytes[:entryTo]
-        self._rewrite()
+        self._rewrite(self._entries[entryTo:], self._entry_bytes[entryTo:])
 
     def __getitem__(self, item: int | slice) -> Any:
         return self._entries[item]
@@ -184,21 +218,24 @@ class StorageJournal(Journal):
         self._handle.fsync()
         live_bytes = sum(self._entry_bytes)
         if self._file_bytes > max(self._rewrite_bytes_min, 2 * live_bytes):
-            self._rewrite()
+            self._rewrite(self._entries, self._entry_bytes)
         return True
 
-    def _rewrite(self) -> None:
-        """Replace the file by the live entries and meta, atomically and durably."""
-        self._meta_dirty = False
-        self._pending.clear()
+    def _rewrite(self, entries: list[Entry], entry_bytes: list[int]) -> None:
+        """Replace the file by `entries` and the meta, atomically and durably; only then do `entries`
+        become the journal's. Raises StorageError (the journal is then unchanged in memory, and the node
+        must stop: the file may be either version)."""
         parts = [_record(["M", self._current_term, self._voted_for, self._raft_commit_index])]
-        parts.extend(_record(["E", index, term, command]) for command, index, term in self._entries)
+        parts.extend(_record(["E", index, term, command]) for command, index, term in entries)
         content = b"".join(parts)
         self._handle.close()
         try:
             write_file_atomically(self._storage, self._path, content)
         finally:
             self._handle = self._storage.open(self._path)
+        self._entries, self._entry_bytes = list(entries), list(entry_bytes)
+        self._meta_dirty = False
+        self._pending.clear()
         self._file_bytes = len(content)
 
 

@@ -25,8 +25,13 @@ B  nextIndex livelock: the leader keeps the *lowest* nextIndex a NACK asked for 
 D  dump/journal restart race: a journal that still holds the dumped entries is compacted to the dump
    point (the interrupted compaction is finished) instead of being cleared; the same rule keeps the
    entries after a matching snapshot on install (Raft section 7) instead of dropping committed ones.
-adapter: the snapshot branch of __sendAppendEntries stops when no chunk is ready (it relied on wall time
-   passing inside the loop); always applied.
+adapter (always applied, requirements of driving pysyncobj step by step over a Storage):
+   - the snapshot branch of __sendAppendEntries stops when no chunk is ready (it relied on wall time
+     passing inside the loop, and the virtual clock is frozen inside a step); the loop is also capped at
+     `SEND_ROUNDS_PER_PEER_MAX` rounds per peer and tick, so no other branch can spin without bound;
+   - __loadDumpFile re-raises instead of logging every exception with a bare `except:`: a storage failure
+     (or a simulated crash) in the middle of `clear()` otherwise left an empty journal behind and the node
+     running on it (IndexError in __getCurrentLogIndex on the next message).
 E  journal without a dump file never applies after restart: the snapshot is always persisted next to
    the journal, and the driver refuses a compacted journal without a snapshot (see driver.py).
 C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
@@ -104,6 +109,10 @@ _ORIGINAL_SOURCE: dict[str, str] = {name: inspect.getsource(f) for name, f in _O
 # The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
 
 BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E"})
+# Messages (batches or snapshot chunks) one __sendAppendEntries call may send to one peer. Far above what
+# a healthy tick sends (a follower thousands of entries behind needs hundreds of batches): a bound, not a
+# pace. pysyncobj's own bound is 0.1 s of wall time, which a virtual clock never lets pass.
+SEND_ROUNDS_PER_PEER_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -204,6 +213,26 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "                    else:\n                        sendingSerialized = False\n",
             "                    else:\n                        sendingSerialized = False\n"
             "                        break  # adapter: no snapshot chunk available in this tick\n",
+        ),
+        _Edit(
+            "_SyncObj__sendAppendEntries",
+            "            sendingSerialized = False\n            nextNodeIndex = self.__raftNextIndex[node]\n",
+            "            sendingSerialized = False\n            nextNodeIndex = self.__raftNextIndex[node]\n"
+            "            sendRounds = 0  # adapter: the virtual clock cannot end this loop, a count does\n",
+        ),
+        _Edit(
+            "_SyncObj__sendAppendEntries",
+            "                sendSingle = False\n",
+            "                sendSingle = False\n"
+            "                sendRounds += 1\n"
+            f"                if sendRounds >= {SEND_ROUNDS_PER_PEER_MAX}:\n"
+            "                    break\n",
+        ),
+        _Edit(
+            "_SyncObj__loadDumpFile",
+            "        except:\n            logger.exception('failed to load full dump')\n",
+            "        except:\n            logger.exception('failed to load full dump')\n"
+            "            raise  # adapter: never keep running on a half-cleared journal\n",
         ),
     ),
     # E is not a source edit: it is the choice of a persisted snapshot (see driver.py); recorded here so
