@@ -49,6 +49,7 @@ RETRY_BACKOFF_MS = 100
 DELIVERY_TIMEOUT_MS = 30_000
 PRODUCE_TIMEOUT_MS = 5_000
 PRODUCER_TICK_MS = 10
+LINGER_MS = 20  # a partition's records wait this long for company before a batch leaves (linger.ms)
 PRODUCER_QUEUE_RECORDS_MAX = 20_000
 BATCH_RECORDS_MAX = 500
 KEY_SPACE = 64
@@ -275,6 +276,7 @@ class SimProducer(KafkaClientBase):
         self._queues: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(partitions)}
         self._inflight: dict[int, _Batch] = {}
         self._retry_at_ms: dict[int, int] = {}
+        self._oldest_queued_ms: dict[int, int] = {}
 
     def start(self) -> None:
         self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
@@ -309,6 +311,8 @@ class SimProducer(KafkaClientBase):
             if len(queue) >= PRODUCER_QUEUE_RECORDS_MAX:
                 self.stats.dropped_records += 1
                 continue
+            if not queue:
+                self._oldest_queued_ms[partition] = self.loop.now_ms
             queue.append((key, value))
 
     def _maybe_send(self, partition: int) -> None:
@@ -317,6 +321,10 @@ class SimProducer(KafkaClientBase):
             queue = self._queues[partition]
             if not queue:
                 return
+            lingering = self.generating and len(queue) < BATCH_RECORDS_MAX
+            if lingering and self.loop.now_ms - self._oldest_queued_ms.get(partition, 0) < LINGER_MS:
+                return
+            self._oldest_queued_ms[partition] = self.loop.now_ms
             taken, self._queues[partition] = queue[:BATCH_RECORDS_MAX], queue[BATCH_RECORDS_MAX:]
             batch = _Batch(partition, [v for _, v in taken], [k for k, _ in taken], self.loop.now_ms)
             self._inflight[partition] = batch
