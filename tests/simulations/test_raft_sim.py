@@ -79,12 +79,9 @@ def test_sweep_with_every_fix_on_violates_no_safety_or_liveness_checker():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="raftlog: a node raises IndexError in pysyncobj __getCurrentLogIndex on an empty journal "
-    "(e.g. seed 18 at 10 simulated s); remove this mark once fixed",
-)
 def test_sweep_with_every_fix_on_has_no_node_error():
+    # Seed 18 used to raise IndexError in pysyncobj __getCurrentLogIndex on an emptied journal (fixed in
+    # raftlog: a failed dump load re-raises; tests/raftlog/test_simulator_regressions.py).
     errors = [(result.seed, v.detail) for result in _all_fixes_on_sweep() for v in result.checkers
               if v.name == "no_node_error" and not v.ok]
     assert errors == []
