@@ -49,6 +49,7 @@ TICK_INTERVAL_MS = 20
 CONTROLLER_CALL_TIMEOUT_MS = 10_000
 CONTROLLER_RETRY_BACKOFF_MS = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
+CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
 RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 
 
@@ -256,9 +257,17 @@ class Node:
         if self.broker is None or self.broker.broker_epoch is None:
             return
         self.broker.request_controlled_shutdown(monotonic_ms())
+        leaderless_since = None
         with trio.move_on_after(20):
             while not self.broker.controlled_shutdown_done(monotonic_ms()):
                 self._process()
+                # With no quorum (the whole cluster stopping at once) nobody can move leadership: do not wait.
+                if self.raft.status().leader_id is None:
+                    leaderless_since = leaderless_since or trio.current_time()
+                    if trio.current_time() - leaderless_since > CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX:
+                        break
+                else:
+                    leaderless_since = None
                 await trio.sleep(0.05)
         self.log.info("controlled_shutdown_done", granted=self.broker.shutdown_granted)
 
