@@ -17,7 +17,8 @@ Checkers (names are the verdict names):
   are contiguous from its log start offset.
 - replicas_identical: below the smallest high watermark of its replicas, every replica holds the same
   batches (base offset, last offset, leader epoch, CRC).
-- hw_monotonic: within one process lifetime, a replica's high watermark never moves back.
+- hw_monotonic: within one process lifetime and leader epoch, a leader's high watermark never moves back
+  (a follower's moving back is a counted statistic, see `observe_replica`).
 - one_leader_per_epoch: no two brokers lead the same partition in the same leader epoch.
 - one_raft_leader_per_term: no two nodes lead the metadata quorum in the same Raft term.
 - metadata_identical: every node replays the same metadata records at the same Raft index.
@@ -77,7 +78,9 @@ class ClusterCheckers:
         self.acked: dict[TopicPartition, dict[int, bytes]] = {}  # acks=all acknowledgements
         self.consumed: dict[TopicPartition, dict[int, bytes]] = {}
         self.consumer_next_offset: dict[TopicPartition, int] = {}
-        self.high_watermarks: dict[tuple[int, int, TopicPartition], int] = {}  # (node, incarnation, tp)
+        self.high_watermarks: dict[tuple[int, int, TopicPartition, int], int] = {}  # (node, incarnation, tp, epoch)
+        self.follower_high_watermarks: dict[tuple[int, int, TopicPartition], int] = {}
+        self.follower_hw_regressions = 0
         self.leader_of_epoch: dict[tuple[TopicPartition, int], int] = {}
         self.raft_leader_of_term: dict[int, int] = {}
         self.metadata_at_index: dict[int, tuple[str, int]] = {}  # raft index -> (records digest, first node)
@@ -124,22 +127,27 @@ class ClusterCheckers:
 
     def observe_replica(self, node_id: int, incarnation: int, key: TopicPartition, high_watermark: int,
                         is_leader: bool, leader_epoch: int) -> None:
-        """A replica's state after a node step."""
-        hw_key = (node_id, incarnation, key)
-        previous = self.high_watermarks.get(hw_key)
-        if previous is not None and high_watermark < previous:
-            self.violate("hw_monotonic", f"node {node_id} (incarnation {incarnation}) {_tp(key)} high watermark "
-                                         f"went from {previous} back to {high_watermark}")
-        self.high_watermarks[hw_key] = high_watermark
+        """A replica's state after a node step. The leader's high watermark (the one acks=all and consumers
+        depend on) must not move back within a process lifetime and leader epoch; a follower's moving back
+        is counted (`follower_hw_regressions`): Kafka's follower only ever raises it (maybeUpdateHighWatermark)."""
         if is_leader:
+            hw_key = (node_id, incarnation, key, leader_epoch)
+            previous = self.high_watermarks.get(hw_key)
+            if previous is not None and high_watermark < previous:
+                self.violate("hw_monotonic", f"node {node_id} (incarnation {incarnation}) leading {_tp(key)} in "
+                                             f"epoch {leader_epoch}: high watermark went from {previous} back to "
+                                             f"{high_watermark}")
+            self.high_watermarks[hw_key] = high_watermark
             leader = self.leader_of_epoch.setdefault((key, leader_epoch), node_id)
             if leader != node_id:
                 self.violate("one_leader_per_epoch", f"{_tp(key)} leader epoch {leader_epoch} led by nodes "
                                                      f"{leader} and {node_id}")
-
-    def forget_replica(self, node_id: int, incarnation: int, key: TopicPartition) -> None:
-        """The replica was deleted (its partition removed): a new one starts from scratch."""
-        self.high_watermarks.pop((node_id, incarnation, key), None)
+        else:
+            follower_key = (node_id, incarnation, key)
+            previous = self.follower_high_watermarks.get(follower_key)
+            if previous is not None and high_watermark < previous:
+                self.follower_hw_regressions += 1
+            self.follower_high_watermarks[follower_key] = high_watermark
 
     def observe_raft_leader(self, node_id: int, term: int) -> None:
         leader = self.raft_leader_of_term.setdefault(term, node_id)
