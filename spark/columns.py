@@ -55,6 +55,14 @@ def _read_varint(buffer: bytes, position: int, bytes_max: int) -> tuple[int, int
     raise CorruptRecordError(f"varint at byte {position} truncated or longer than {bytes_max} bytes")
 
 
+def next_fetch_offset(records_field: bytes | memoryview, offset: int) -> int:
+    """The offset after the last whole batch of a fetched records field (`offset` when there is none), from
+    the batch headers alone. Raises CorruptRecordError for an impossible header."""
+    for _, header in iter_batches(memoryview(records_field)):
+        offset = max(offset, header.next_offset)
+    return offset
+
+
 class ColumnBuilder:
     """Accumulates the records of one topic-partition in [start_offset, end_offset) as flat columns."""
 

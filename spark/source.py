@@ -19,6 +19,7 @@ offset (records deleted by retention or DeleteRecords) or a partition that vanis
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -39,7 +40,7 @@ from pyspark.sql.types import (
 from net.client.results import EARLIEST_TIMESTAMP
 from partitions.errors import OffsetOutOfRangeError
 from spark import cluster
-from spark.columns import ColumnBuilder
+from spark.columns import ColumnBuilder, next_fetch_offset
 from spark.options import (
     EARLIEST,
     LATEST,
@@ -389,11 +390,17 @@ def read_partition(split: FlotillaInputPartition, schema: pa.Schema) -> Iterator
     """The records of `split` as Arrow record batches of `schema` (at most arrow_batch_rows_max rows each).
     Raises FlotillaDataLossError when failOnDataLoss and records in the range were deleted; NetworkError."""
     client = cluster.client_for(split.bootstrap_servers, split.request_timeout_ms)
+    with _Fetcher(client, split) as fetcher:
+        yield from _read_with(fetcher, client, split, schema)
+
+
+def _read_with(fetcher: "_Fetcher", client, split: FlotillaInputPartition, schema: pa.Schema
+               ) -> Iterator[pa.RecordBatch]:
     offset = split.start_offset
     builder = ColumnBuilder(offset, split.end_offset, split.include_headers)
     empty_fetches = 0
     while offset < split.end_offset:
-        answer = cluster.fetch_raw(client, split.topic, split.partition, offset, split.fetch_bytes_max)
+        answer = fetcher.fetch(offset)
         if isinstance(answer.error, OffsetOutOfRangeError):
             offset = _skip_lost(client, split, offset)
             if builder.rows:
@@ -402,6 +409,7 @@ def read_partition(split: FlotillaInputPartition, schema: pa.Schema) -> Iterator
             continue
         if answer.error is not None:
             raise answer.error
+        fetcher.prefetch(next_fetch_offset(answer.records, offset))  # the broker works while we decode
         next_offset = builder.add_fetched(answer.records)
         if next_offset <= offset:
             empty_fetches += 1
@@ -417,6 +425,37 @@ def read_partition(split: FlotillaInputPartition, schema: pa.Schema) -> Iterator
             builder = ColumnBuilder(offset, split.end_offset, split.include_headers)
     if builder.rows:
         yield builder.to_arrow(split.topic, split.partition, schema)
+
+
+class _Fetcher:
+    """The fetches of one split, with the next one in flight (on a helper thread) while the current one is
+    decoded. A fetch for another offset than the one in flight is made directly."""
+
+    def __init__(self, client, split: FlotillaInputPartition) -> None:
+        self._client = client
+        self._split = split
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flotilla-prefetch")
+        self._pending: tuple[int, Future] | None = None
+
+    def __enter__(self) -> "_Fetcher":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _fetch_now(self, offset: int) -> cluster.RawFetch:
+        split = self._split
+        return cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max)
+
+    def fetch(self, offset: int) -> cluster.RawFetch:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] == offset:
+            return pending[1].result()
+        return self._fetch_now(offset)
+
+    def prefetch(self, offset: int) -> None:
+        if offset < self._split.end_offset:
+            self._pending = (offset, self._pool.submit(self._fetch_now, offset))
 
 
 def _skip_lost(client, split: FlotillaInputPartition, offset: int) -> int:

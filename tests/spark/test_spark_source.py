@@ -253,3 +253,30 @@ def test_a_user_specified_schema_is_refused(spark_session, flotilla_cluster, adm
 def create_topic_if_missing(admin, name: str, partitions: int) -> None:
     if name not in admin.metadata([name]).topics:
         create_topic(admin, name, partitions)
+
+
+def test_readme_aggregation_counts_per_key_per_minute(spark_session, flotilla_cluster, admin):
+    from pyspark.sql import functions as F
+
+    topic = "clicks"
+    create_topic(admin, topic, 3)
+    minute_ms = 60_000
+    base = 1_700_000_000_000 - 1_700_000_000_000 % minute_ms
+    records = [(b"user-%d" % (i % 3), b"clicked", (), base + (i % 2) * minute_ms + i) for i in range(60)]
+    admin.produce_records(topic, records)
+
+    events = stream_reader(spark_session, flotilla_cluster, subscribe=topic, startingOffsets="earliest",
+                           maxOffsetsPerTrigger="50000")
+    counts = (events.withWatermark("timestamp", "2 minutes")
+              .groupBy(F.window("timestamp", "1 minute"), F.col("key").cast("string").alias("key"))
+              .count())
+    query = counts.writeStream.outputMode("complete").format("memory").queryName("clicks_per_minute") \
+        .trigger(availableNow=True).start()
+    assert query.awaitTermination(QUERY_SECONDS_MAX) and query.exception() is None
+    got = {(int(row.window.start.timestamp() * 1000), row.key): row["count"]
+           for row in spark_session.sql("SELECT * FROM clicks_per_minute").collect()}
+    expected: dict[tuple[int, str], int] = {}
+    for key, _, _, timestamp in records:
+        slot = (timestamp - timestamp % minute_ms, key.decode())
+        expected[slot] = expected.get(slot, 0) + 1
+    assert got == expected
