@@ -648,6 +648,7 @@ class ClusterSimulation:
         self.extra_fault_counts = {"isolate_partition_leader": 0, "controlled_shutdown": 0}
         for node_id in self.node_ids:
             self.network.add_node(node_id)
+            self._provision(self.disks[node_id])
         self._build_clients()
         self.faults = FaultSchedule(self.loop, self, config.fault_rates())
         self._extra_rng = self.loop.derive_rng("cluster-faults")
@@ -666,6 +667,15 @@ class ClusterSimulation:
         ][: self.shape.producers]
         self.consumer = SimConsumer(self, CLIENT_ID_BASE + 9, "reader", TOPIC, PARTITIONS, self.checkers.observe_consumed)
         self.clients = [self.admin, *self.producers, self.consumer]
+
+    @staticmethod
+    def _provision(disk: SimDisk) -> None:
+        """The node's top-level data directories exist durably before its first start, as an installed
+        node's would. Directories the node creates itself (a partition's log directory) are not provisioned:
+        whether they survive a power loss is the node's business."""
+        disk.makedirs("metadata")
+        disk.makedirs("logs")
+        disk.fsync_dir("")
 
     def trace(self, kind: str, *fields: int | str) -> None:
         self.loop.trace.append(self.loop.now_us, kind, *fields)
