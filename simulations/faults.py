@@ -6,7 +6,9 @@ crash=0.01 means about one crash every 10 simulated seconds. All choices come fr
 stream, so one seed gives one schedule. Each fault is an episode with a random length; at most one network
 episode (partition, one_way, isolate, isolate_leader, delay) is active at a time because `Network.heal`
 heals everything. After the fault phase `heal_all` ends every episode, restarts every node, and the workload
-checks liveness.
+checks liveness. Some kinds need more of the target than `FaultTarget` (crash_in_snapshot needs to know where
+a snapshot write starts): a schedule asking for one its target lacks is refused. `FAULT_PROFILES` names
+fault mixes that `--faults` accepts by name.
 
 The schedule drives any `FaultTarget`: the Raft quorum simulation now, the whole cluster later.
 """
@@ -28,8 +30,14 @@ DROP_EPISODE_PROBABILITY = 0.02  # per message while a drop episode lasts
 SLOW_LINK_EXTRA_MS_MAX = 400
 
 NETWORK_FAULTS = ("partition", "one_way", "isolate", "isolate_leader", "delay")
-NODE_FAULTS = ("crash", "power_loss", "power_loss_all", "pause", "crash_in_step", "power_loss_in_step")
+NODE_FAULTS = ("crash", "power_loss", "power_loss_all", "pause", "crash_in_step", "power_loss_in_step",
+               "crash_in_snapshot")
 IN_STEP_OPERATIONS_MAX = 24  # an armed crash hits one of the node's next this-many storage writes
+# crash_in_snapshot: the crash hits one of the storage writes of the node's next snapshot (temp file,
+# fsync, rename, directory fsync: 6) and of the journal compaction that follows it (6 more).
+SNAPSHOT_OPERATIONS_MAX = 12
+# Kinds that only some targets support: kind -> the FaultTarget method it needs.
+OPTIONAL_TARGET_METHODS = {"crash_in_snapshot": "arm_crash_in_snapshot"}
 OTHER_FAULTS = ("drop", "reset")
 FAULT_KINDS = NODE_FAULTS + NETWORK_FAULTS + OTHER_FAULTS
 DEFAULT_FAULTS = (
@@ -38,10 +46,21 @@ DEFAULT_FAULTS = (
 )
 
 
+# Named fault profiles, accepted by `--faults NAME` (the replay command spells out their rates).
+FAULT_PROFILES = {
+    "default": DEFAULT_FAULTS,
+    # Crashes inside snapshot dumps and the journal compactions after them, with slow links (a follower
+    # learns of commits late), paused nodes (a lagging third node) and plain crashes (the leader goes):
+    # what it takes for a follower that forgot acknowledged entries to matter (bug D of the Raft workload).
+    "snapshot_crashes": "crash_in_snapshot=0.2,delay=0.1,pause=0.05,crash=0.05",
+}
+
+
 def parse_faults(text: str) -> dict[str, float]:
-    """"kind=rate,..." (or "none") as {kind: rate} in FAULT_KINDS order; raises ValueError naming the bad part."""
+    """"kind=rate,...", a FAULT_PROFILES name, or "none", as {kind: rate} in FAULT_KINDS order; raises
+    ValueError naming the bad part."""
     rates = {kind: 0.0 for kind in FAULT_KINDS}
-    text = text.strip()
+    text = FAULT_PROFILES.get(text.strip(), text).strip()
     if text in ("", "none"):
         return rates
     for part in text.split(","):
@@ -87,11 +106,19 @@ class FaultTarget(Protocol):
 
     def leader_id(self) -> int | None: ...
 
+    # Optional (see OPTIONAL_TARGET_METHODS):
+    # def arm_crash_in_snapshot(self, node_id: int, operations: int) -> None:
+    #     """Make the node crash at the `operations`-th storage write from the start of its next snapshot."""
+
 
 class FaultSchedule:
     """Starts and ends fault episodes on `target` from `rates` until `heal_all`."""
 
     def __init__(self, loop: EventLoop, target: FaultTarget, rates: dict[str, float]) -> None:
+        """Raises ValueError when `rates` asks for a fault kind that `target` does not support."""
+        for kind, method in OPTIONAL_TARGET_METHODS.items():
+            if rates.get(kind) and not hasattr(target, method):
+                raise ValueError(f"fault {kind} is not supported by this workload")
         self.loop = loop
         self.target = target
         self.rates = rates
@@ -157,6 +184,14 @@ class FaultSchedule:
             operations = self.rng.randint(1, IN_STEP_OPERATIONS_MAX)
             self._record(kind, node_id, operations)
             self.target.arm_crash(node_id, operations, power_loss)
+
+    def _start_crash_in_snapshot(self) -> None:
+        candidates = self._running_nodes()
+        if candidates:
+            node_id = self.rng.choice(candidates)
+            operations = self.rng.randint(1, SNAPSHOT_OPERATIONS_MAX)
+            self._record("crash_in_snapshot", node_id, operations)
+            self.target.arm_crash_in_snapshot(node_id, operations)  # type: ignore[attr-defined]
 
     def _restart(self, node_id: int) -> None:
         if node_id in self._down and self._active:

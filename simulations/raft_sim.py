@@ -7,7 +7,12 @@ feeds the driver the network's callbacks and its own timer (`next_deadline_ms`),
 sends the outbox, hands completions to the client and committed entries to the state machine and the
 checkers. A crash drops the wrapper and the driver (nothing is flushed) and keeps the disk's page cache; a
 power loss also drops what was not fsynced; a restart builds a new driver over the same disk, which replays
-journal and snapshot. A paused process runs nothing (no timers, no deliveries) until resumed.
+journal and snapshot. A paused process runs nothing (no timers, no deliveries) until resumed. A node's
+storage is its SimDisk behind `SnapshotCrashPoint`, which adds the crash_in_snapshot fault (a crash at the
+n-th write from the start of the next snapshot dump: inside the dump or the journal compaction after it).
+
+Swarm: each seed draws the command size, the compaction thresholds and the append batch size (see the
+*_CHOICES constants), so one sweep covers frequent and rare snapshots and followers many batches behind.
 
 The client proposes commands numbered 1, 2, ... to the node it believes leads, and records an
 acknowledgement when a proposal completes with an index. After the fault phase everything heals and a
@@ -32,6 +37,7 @@ import cbor2
 
 from raftlog.driver import RaftDriver
 from raftlog.port import NotLeaderError, RaftConfig, RaftError
+from raftlog.snapshot import SNAPSHOT_FILE_NAME
 from simulations.disk import SimDisk, SimulatedCrash
 from simulations.faults import FaultSchedule
 from simulations.loop import US_PER_MS, US_PER_S, EventLoop, Trace
@@ -46,23 +52,32 @@ CLIENT_INTERVAL_MS_MAX = 40  # the client proposes every uniform(1, this) ms
 CLIENT_INFLIGHT_MAX = 64
 COMMAND_BYTES_MIN = 16
 # Swarm testing: each seed draws its own shape from these, so a sweep covers small and large commands
-# (bug B needs a follower more than one 64 KB batch behind) and frequent and rare snapshots (bugs A, D).
+# (bug B needs a follower more than one append batch behind) and frequent and rare snapshots (bugs A, D).
 COMMAND_BYTES_MAX_CHOICES = (64, 2_048, 8_192)
 LOG_COMPACTION_ENTRIES_CHOICES = (64, 256, 5_000)
+# Drawn from a second stream ("swarm-log"), so the draws above stay what they were for every seed. A batch
+# is either pysyncobj's 64 KB or a few commands (never below one command: an entry larger than a batch
+# takes pysyncobj's chunked-entry path); a deposed leader's conflicting tail is then soon more than a
+# batch behind (bug B). A long compaction interval keeps that tail's divergence point in the new leader's
+# log instead of compacting it away within seconds (a snapshot install would hide the repair path).
+APPEND_BATCH_COMMANDS_CHOICES = (None, 4)  # None: the 64 KB default; n: n * command_bytes_max
+LOG_COMPACTION_INTERVAL_MS_CHOICES = (2_000, 60_000)
 TICK_SPACING_US_MIN = 100  # a driver asking for "now" again and again still lets time move
 _COMMAND_HEADER = struct.Struct(">Q")  # command id; the rest of a command is padding
 
 
 
-def simulation_raft_config(log_compaction_entries_min: int) -> RaftConfig:
+def simulation_raft_config(log_compaction_entries_min: int, append_entries_batch_bytes_max: int = 64 * 1024,
+                           log_compaction_interval_ms: int = 2_000) -> RaftConfig:
     return RaftConfig(
         election_timeout_min_ms=500,
         election_timeout_max_ms=1_500,
         heartbeat_interval_ms=100,
         leader_fallback_timeout_ms=2_000,
         log_compaction_entries_min=log_compaction_entries_min,
-        log_compaction_interval_ms=2_000,
+        log_compaction_interval_ms=log_compaction_interval_ms,
         journal_rewrite_bytes_min=256 * 1024,
+        append_entries_batch_bytes_max=append_entries_batch_bytes_max,
     )
 
 
@@ -80,6 +95,37 @@ def encode_command(command_id: int, size: int) -> bytes:
 
 def decode_command_id(data: bytes) -> int:
     return _COMMAND_HEADER.unpack_from(data)[0]
+
+
+class SnapshotCrashPoint:
+    """A node's SimDisk as its processes see it, with one extra fault: `arm(operations)` makes the disk
+    crash at the `operations`-th storage write counted from the start of the node's next snapshot write
+    (a dump, or an installed snapshot), so that a crash lands between the durable snapshot and the journal
+    compaction that must follow it (bug D's window) as often as anywhere else in the dump."""
+
+    _TEMP_SUFFIX = SNAPSHOT_FILE_NAME + ".tmp"  # write_file_atomically deletes the temp file first
+
+    def __init__(self, disk: SimDisk) -> None:
+        self.disk = disk
+        self._armed: tuple[int, int] | None = None  # (operations, disk generation when armed)
+
+    def arm(self, operations: int) -> None:
+        self._armed = (operations, self.disk.generation)
+
+    def disarm(self) -> None:
+        self._armed = None
+        self.disk.disarm_crash()
+
+    def delete(self, path: str) -> None:
+        if self._armed is not None and path.endswith(self._TEMP_SUFFIX):
+            operations, generation = self._armed
+            self._armed = None
+            if generation == self.disk.generation:  # the process that was armed is still the one running
+                self.disk.arm_crash(operations, power_loss=False)
+        self.disk.delete(path)
+
+    def __getattr__(self, name: str):
+        return getattr(self.disk, name)  # every other Storage operation is the disk's own
 
 
 class Checkers:
@@ -158,7 +204,7 @@ class NodeProcess:
         self.tickets: dict[int, int] = {}  # ticket -> command id
         peer_ids = [n for n in sim.node_ids if n != node_id]
         self.driver = RaftDriver(
-            node_id, peer_ids, sim.disks[node_id], RAFT_DIRECTORY,
+            node_id, peer_ids, sim.storages[node_id], RAFT_DIRECTORY,
             clock_ms=lambda: sim.loop.now_ms,
             rng=sim.loop.derive_rng(f"raft-{node_id}-{incarnation}"),
             snapshot_fn=self._snapshot, restore_fn=self._restore,
@@ -356,28 +402,28 @@ class RaftSimulation:
         self.bugs_live = frozenset(config.bugs_live)
         swarm = self.loop.derive_rng("swarm")
         self.command_bytes_max = swarm.choice(COMMAND_BYTES_MAX_CHOICES)
-        self.raft_config = simulation_raft_config(swarm.choice(LOG_COMPACTION_ENTRIES_CHOICES))
-        self.trace("swarm", self.command_bytes_max, self.raft_config.log_compaction_entries_min,
+        log_compaction_entries_min = swarm.choice(LOG_COMPACTION_ENTRIES_CHOICES)
+        swarm_log = self.loop.derive_rng("swarm-log")
+        batch_commands = swarm_log.choice(APPEND_BATCH_COMMANDS_CHOICES)
+        self.raft_config = simulation_raft_config(
+            log_compaction_entries_min,
+            append_entries_batch_bytes_max=64 * 1024 if batch_commands is None else batch_commands * self.command_bytes_max,
+            log_compaction_interval_ms=swarm_log.choice(LOG_COMPACTION_INTERVAL_MS_CHOICES),
+        )
+        self.trace("swarm", self.command_bytes_max, log_compaction_entries_min,
+                   self.raft_config.append_entries_batch_bytes_max, self.raft_config.log_compaction_interval_ms,
                    ",".join(sorted(self.bugs_live)) or "-")
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}
+        self.storages = {n: SnapshotCrashPoint(disk) for n, disk in self.disks.items()}
         self.checkers = Checkers()
         self.node_errors: list[str] = []
         self.processes: dict[int, NodeProcess] = {}
         self._incarnations = {n: 0 for n in self.node_ids}
         for node_id in self.node_ids:
-            self.network.add_node(node_id)
-            self._provision(self.disks[node_id])
+            self.network.add_node(node_id)  # each disk starts empty: the journal creates (and fsyncs) its directories
         self.client = Client(self)
         self.faults = FaultSchedule(self.loop, self, config.fault_rates())
-
-    @staticmethod
-    def _provision(disk: SimDisk) -> None:
-        """The node's data directory layout exists durably before its first start, as an installed node's
-        would. Not simulated yet: a power loss between the journal's own first mkdir and an fsync of the
-        parent directory (raftlog fsyncs the journal's directory but not its parent)."""
-        disk.makedirs(RAFT_DIRECTORY)
-        disk.fsync_dir("")
 
     def trace(self, kind: str, *fields: int | str) -> None:
         self.loop.trace.append(self.loop.now_us, kind, *fields)
@@ -438,6 +484,9 @@ class RaftSimulation:
     def arm_crash(self, node_id: int, operations: int, power_loss: bool) -> None:
         self.disks[node_id].arm_crash(operations, power_loss)
 
+    def arm_crash_in_snapshot(self, node_id: int, operations: int) -> None:
+        self.storages[node_id].arm(operations)
+
     def died_mid_step(self, node_id: int) -> None:
         """An armed crash point fired inside a driver step: the disk already crashed or lost power."""
         self.trace("node.died_mid_step", node_id)
@@ -472,8 +521,8 @@ class RaftSimulation:
         fault_phase_us = int(self.config.duration_s * US_PER_S)
         self.loop.run_until(fault_phase_us)
         self.faults.heal_all()
-        for disk in self.disks.values():
-            disk.disarm_crash()
+        for storage in self.storages.values():
+            storage.disarm()  # the disk's own crash countdown and a pending snapshot crash point
         self.client.running = False
         self._check_liveness(fault_phase_us)
         if self.checkers.liveness_ok:
@@ -486,6 +535,8 @@ class RaftSimulation:
             "faults": sum(self.faults.counts.values()),
             "command_bytes_max": self.command_bytes_max,
             "log_compaction_entries_min": self.raft_config.log_compaction_entries_min,
+            "append_entries_batch_bytes_max": self.raft_config.append_entries_batch_bytes_max,
+            "log_compaction_interval_ms": self.raft_config.log_compaction_interval_ms,
         }
         return RunResult(
             seed=self.config.seed,
