@@ -18,9 +18,15 @@ D  a follower crashes after its snapshot dump is durable but before the journal 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from simulations.faults import DEFAULT_FAULTS
+from partitions.storage import write_file_atomically
+from simulations.disk import SimDisk, SimulatedCrash
+from simulations.faults import DEFAULT_FAULTS, FAULT_PROFILES, FaultSchedule, parse_faults
+from simulations.loop import EventLoop, Trace
+from simulations.raft_sim import SnapshotCrashPoint
 from simulations.run import RunConfig, run_one, sweep
 
 DURATION_S = 10.0
@@ -76,3 +82,28 @@ def _earlier_seed_ranges() -> list[tuple[str, int, int]]:
 def test_no_earlier_seed_fails_with_the_fix_off(bug: str, first: int, last: int) -> None:
     summary = sweep(_config(bug), list(range(first, last + 1)), wall_seconds_max=WALL_SECONDS_MAX)
     assert summary.failed_seeds == [], f"fix {bug} off: seeds {summary.failed_seeds} fail before the recorded seed"
+
+
+# -- the fault and the profile that reach bug D ----------------------------------------------------------------
+
+def test_snapshot_crash_point_fires_at_the_nth_write_from_the_start_of_the_next_snapshot() -> None:
+    storage = SnapshotCrashPoint(SimDisk(random.Random(1)))
+    storage.makedirs("raft")
+    storage.arm(7)  # 6 writes of the snapshot (delete, truncate, append, fsync, rename, fsync_dir), then...
+    write_file_atomically(storage, "raft/raft.journal", b"journal before")  # not a snapshot: does not count
+    write_file_atomically(storage, "raft/raft.snapshot", b"dump")
+    with pytest.raises(SimulatedCrash):
+        write_file_atomically(storage, "raft/raft.journal", b"compacted")  # ...the journal rewrite's first
+    assert storage.disk.stats.crashes == 1
+    assert storage.exists("raft/raft.snapshot")  # the window of bug D: dump in place, journal not compacted
+
+
+def test_snapshot_crashes_profile_parses_by_name_and_needs_a_target_that_supports_it() -> None:
+    rates = parse_faults("snapshot_crashes")
+    assert rates == parse_faults(FAULT_PROFILES["snapshot_crashes"]) and rates["crash_in_snapshot"] > 0
+
+    class TargetWithoutSnapshots:
+        node_ids = [1, 2, 3]
+
+    with pytest.raises(ValueError, match="crash_in_snapshot"):
+        FaultSchedule(EventLoop(1, Trace(None)), TargetWithoutSnapshots(), rates)
