@@ -144,7 +144,9 @@ class BrokerCore:
         self._next_retention_ms = 0
         self._hw_checkpoint = self._read_hw_checkpoint()
         self.producer_ids = ProducerIdManager()
-        self.storage.makedirs(LOGS_DIRECTORY)
+        if not self.storage.exists(LOGS_DIRECTORY):
+            self.storage.makedirs(LOGS_DIRECTORY)
+            self.storage.fsync_dir("")
         # Test-only planted bugs for the simulator's checkers (see partitions/replica.py); never configured.
         self.bug_hw_from_leader_leo = False
         self.bug_truncate_to_own_hw = False
@@ -166,11 +168,15 @@ class BrokerCore:
                 self.dirty_partitions.add((local.topic_name, local.partition))
         for local in changes.followers:
             hosted = self._ensure_partition(local, now_ms)
-            if hosted is not None and hosted.replica.become_follower(
+            if hosted is None:
+                continue
+            log_end_offset = hosted.log.log_end_offset
+            if hosted.replica.become_follower(
                 local.leader, local.leader_epoch, local.partition_epoch, local.replicas, local.isr
             ):
                 hosted.needs_epoch_check = True
                 hosted.fetch_backoff_until_ms = 0
+            self._after_follower_truncation(hosted, log_end_offset, now_ms)
         self._apply_topic_configs(now_ms)
         self._apply_ineligible_replicas(now_ms)
 

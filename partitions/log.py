@@ -29,6 +29,7 @@ segment's next offset <= the next segment's base offset.
 from __future__ import annotations
 
 import bisect
+import posixpath
 import enum
 from dataclasses import dataclass, field
 
@@ -72,7 +73,7 @@ from partitions.segment import (
     LogSegment,
     join,
 )
-from partitions.storage import FileHandle, Storage, StorageError, read_file, write_file_atomically
+from partitions.storage import FileHandle, Storage, StorageError, normalize_path, read_file, write_file_atomically
 
 CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
 LOG_START_OFFSET_FILE_NAME = "log-start-offset-checkpoint"
@@ -231,7 +232,10 @@ class PartitionLog:
     @classmethod
     def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> PartitionLog:
         """Load (and recover) the log in `directory`, creating it when empty. Raises StorageError."""
-        storage.makedirs(directory)
+        if not storage.exists(directory):
+            storage.makedirs(directory)
+            # A new replica's directory must survive a power loss like its first fsynced batch.
+            storage.fsync_dir(posixpath.dirname(normalize_path(directory)))
         log = cls(storage, directory, config, now_ms)
         names = storage.list(directory)
         clean_shutdown = CLEAN_SHUTDOWN_FILE_NAME in names
@@ -556,6 +560,8 @@ class PartitionLog:
                 f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
             )
         assert max_bytes >= 0, f"max_bytes={max_bytes}"
+        if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
+            return FetchData(offset, ())  # a caught-up reader, the most common fetch: no index lookup, no I/O
         slices: list[FileSlice] = []
         fetch_offset, remaining = offset, max_bytes
         slot = max(0, bisect.bisect_right(self.segments, offset, key=lambda s: s.base_offset) - 1)

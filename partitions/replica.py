@@ -755,7 +755,9 @@ class Partition:
             return FollowerFetchOutcome(truncated_to, self.log.log_end_offset, self._high_watermark, complete)
         if records:
             self.log.append_as_follower(records, now_ms)
-        self._high_watermark = self._clamp_to_log(min(leader_hw, self.log.log_end_offset))
+        # Only forward (Kafka's UnifiedLog.maybeUpdateHighWatermark): a restarted leader that reports a lower
+        # high watermark must not pull a follower's back. Truncation lowers it explicitly elsewhere.
+        self._high_watermark = self._clamp_to_log(max(self._high_watermark, min(leader_hw, self.log.log_end_offset)))
         # Follow the leader's retention and DeleteRecords (Kafka's LeaderOffsetIncremented); the leader's log
         # start never passes its HW, and we only move ours within what we hold below our own HW.
         if self.log.log_start_offset < leader_log_start_offset <= self._high_watermark:

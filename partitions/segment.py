@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from partitions.batch import HEADER_SIZE, BatchHeader, parse_header, peek_offset_and_length, validate_batch
-from partitions.errors import KafkaError
+from partitions.errors import CorruptRecordError, KafkaError
 from partitions.index import RELATIVE_OFFSET_MAX, OffsetIndex, TimeIndex
 from partitions.storage import FileHandle, Storage
 
@@ -187,6 +187,9 @@ class LogSegment:
         position = max(start, self.offset_index.position_floor(limit) or 0)
         while limit - position >= 12:
             _, size = peek_offset_and_length(self.log.read_at(position, 12))
+            if size < HEADER_SIZE:
+                # A length no valid batch has: the bytes on disk changed under us (read corruption).
+                raise CorruptRecordError(f"{self.log.path}: batch length {size} at position {position}")
             if position + size > limit:
                 break
             position += size

@@ -140,7 +140,8 @@ def test_flotilla_up_runs_every_node_of_the_file_and_sigterm_stops_them_all(tmp_
         lines = [process.stdout.readline() for _ in range(4)]
         assert [line.split(":")[0] for line in lines[:3]] == ["node 1", "node 2", "node 3"]
         assert f"127.0.0.1:{layout.kafka_ports[1]}" in lines[0] and "bootstrap servers" in lines[3]
-        status = eventually(lambda: quorum_status(layout), 60, what="quorum under flotilla up")
+        status = eventually(lambda: (lambda s: s if s["leader_id"] is not None else None)(quorum_status(layout)),
+                            60, what="a quorum leader under flotilla up")
         assert status["leader_id"] in (1, 2, 3)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
