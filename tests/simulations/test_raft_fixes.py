@@ -30,6 +30,7 @@ from simulations.raft_sim import SnapshotCrashPoint
 from simulations.run import RunConfig, run_one, sweep
 
 DURATION_S = 10.0
+SEEDS_PER_SWEEP_TEST = 20
 WALL_SECONDS_MAX = 120  # a run takes 1-3 s; a stuck step fails the run instead of hanging the test
 
 
@@ -69,11 +70,12 @@ def test_same_seed_passes_with_every_fix_on(bug: str) -> None:
 
 
 def _earlier_seed_ranges() -> list[tuple[str, int, int]]:
-    """(bug, first, last) chunks of the seeds before each first failing seed, ~30 runs per chunk."""
+    """(bug, first, last) chunks of the seeds before each first failing seed, at most
+    SEEDS_PER_SWEEP_TEST runs per chunk so each test stays well under a minute."""
     chunks = []
     for bug, (first_failing, _, _) in sorted(FIRST_FAILING_SEED.items()):
-        for start in range(1, first_failing, 30):
-            chunks.append((bug, start, min(start + 29, first_failing - 1)))
+        for start in range(1, first_failing, SEEDS_PER_SWEEP_TEST):
+            chunks.append((bug, start, min(start + SEEDS_PER_SWEEP_TEST - 1, first_failing - 1)))
     return chunks
 
 
