@@ -66,7 +66,7 @@ def _decode_body(data: bytes, body_start: int, length: int, crc: int) -> list[An
         body = cbor2.loads(payload)
     except (cbor2.CBORDecodeError, ValueError, TypeError, EOFError):
         return None
-    if not isinstance(body, list) or not body or _RECORD_ARITY.get(body[0]) != len(body):
+    if not isinstance(body, list) or not body or not isinstance(body[0], str) or _RECORD_ARITY.get(body[0]) != len(body):
         return None
     return body
 
@@ -79,8 +79,7 @@ def _fsync_directory_chain(storage: Storage, directory: str) -> None:
         parent = posixpath.dirname(child)
         storage.fsync_dir(parent)
         child = parent
-    if directory:
-        storage.fsync_dir(directory)
+    storage.fsync_dir(directory)
 
 
 class StorageJournal(Journal):

@@ -109,7 +109,8 @@ def _journal_with_entries(storage: MemoryStorage, count: int) -> list[tuple[byte
     struct.pack(">II", 1, zlib.crc32(b"\xff")) + b"\xff",  # CRC fine, body not CBOR
     struct.pack(">II", 3, zlib.crc32(cbor2.dumps(["Q", 1]))) + cbor2.dumps(["Q", 1])[:3],  # cut CBOR body
     (lambda body: struct.pack(">II", len(body), zlib.crc32(body)) + body)(cbor2.dumps({"E": 1})),  # not a record
-], ids=["zero_header", "zero_page", "short_header", "not_cbor", "cut_cbor", "not_a_record"])
+    (lambda body: struct.pack(">II", len(body), zlib.crc32(body)) + body)(cbor2.dumps([["E"], 1])),  # odd kind
+], ids=["zero_header", "zero_page", "short_header", "not_cbor", "cut_cbor", "not_a_record", "unhashable_kind"])
 def test_journal_replay_cuts_a_zero_filled_or_undecodable_tail_and_keeps_every_fsynced_entry(tail: bytes) -> None:
     storage = MemoryStorage()
     entries = _journal_with_entries(storage, 5)
@@ -181,3 +182,12 @@ def test_fresh_journal_in_new_nested_directories_survives_a_power_loss() -> None
     reopened = StorageJournal(disk, "data/node-1/raft", REWRITE_BYTES_MIN)
     assert list(reopened[:]) == [(b"first", 1, 1)]
     assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (1, 1)
+
+
+def test_journal_in_the_storage_root_survives_a_power_loss() -> None:
+    disk = SimDisk(random.Random(8))
+    journal = StorageJournal(disk, "", REWRITE_BYTES_MIN)
+    journal.add(b"first", 1, 1)
+    assert journal.flush()
+    disk.power_loss()
+    assert list(StorageJournal(disk, "", REWRITE_BYTES_MIN)[:]) == [(b"first", 1, 1)]
