@@ -29,6 +29,6 @@ def test_a_corrupt_batch_length_read_from_disk_is_a_corrupt_record_error_not_a_c
     # Flip the length of the second batch in the page cache, as a bad read would.
     second = len(batch(b"x" * 200))
     data = storage.files[segment.log.path]
-    struct.pack_into(">i", data, second + 8, -2_000_000_000)
+    struct.pack_into(">i", data, second + 8, 0)  # a length no batch can have
     with pytest.raises(CorruptRecordError):
         segment.batch_boundary_at_or_before(segment.size, 0)
