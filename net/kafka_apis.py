@@ -440,14 +440,24 @@ class KafkaApis:
 
     def _read_for_follower(self, hosted: HostedPartition, replica_id: int, fetch_partition: Any, max_bytes: int,
                            data: Any, now_ms: int) -> None:
-        result = hosted.replica.handle_follower_fetch(
+        replica = hosted.replica
+        high_watermark = replica.high_watermark
+        follower = replica.follower_states.get(replica_id)
+        follower_log_end_offset = follower.log_end_offset if follower is not None else None
+        result = replica.handle_follower_fetch(
             replica_id, fetch_partition.fetch_offset, None, now_ms, max(max_bytes, 1),
             current_leader_epoch=fetch_partition.current_leader_epoch,
             follower_log_start_offset=fetch_partition.log_start_offset,
         )
         records = result.records if max_bytes > 0 else b""
         self.broker.after_follower_fetch(hosted, result.isr_proposal)
-        self.broker.dirty_partitions.add((hosted.replica.topic, hosted.replica.partition))
+        # Only a fetch that moved something can complete another waiting request. Marking the partition on
+        # every read made a waiting follower fetch re-read itself at every poll, forever (each re-read
+        # marked the partition again).
+        follower = replica.follower_states.get(replica_id)
+        if (replica.high_watermark != high_watermark or result.isr_proposal is not None
+                or follower is None or follower.log_end_offset != follower_log_end_offset):
+            self.broker.dirty_partitions.add((replica.topic, replica.partition))
         data.records = records
         data.high_watermark = result.high_watermark
         data.log_start_offset = result.log_start_offset
