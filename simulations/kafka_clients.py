@@ -48,8 +48,12 @@ METADATA_REFRESH_MS = 2_000
 RETRY_BACKOFF_MS = 100
 DELIVERY_TIMEOUT_MS = 30_000
 PRODUCE_TIMEOUT_MS = 5_000
-PRODUCER_TICK_MS = 10
-LINGER_MS = 20  # a partition's records wait this long for company before a batch leaves (linger.ms)
+PRODUCER_TICK_MS = 25  # records are generated and lingering batches checked at this pace
+CONSUMER_TICK_MS = 100  # retries and metadata refreshes only: a fetch answer sends the next fetch at once
+# A partition's records wait this long for company before a batch leaves (linger.ms). Longer than a real
+# producer's default: the simulation's cost is per request, and a safety property does not care how many
+# records a batch carries.
+LINGER_MS = 100
 PRODUCER_QUEUE_RECORDS_MAX = 20_000
 BATCH_RECORDS_MAX = 500
 KEY_SPACE = 64
@@ -377,6 +381,7 @@ class SimProducer(KafkaClientBase):
         key = (self.topic, batch.partition)
         for index, value in enumerate(batch.values):
             self.on_ack(key, base_offset + index, value)
+        self._maybe_send(batch.partition)  # records that lingered behind this batch need not wait for a tick
 
     def _retry(self, batch: _Batch, reason: str) -> None:
         self.stats.retries += 1
@@ -417,7 +422,7 @@ class SimConsumer(KafkaClientBase):
         self.state = {p: _ConsumerPartition() for p in range(partitions)}
 
     def start(self) -> None:
-        self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
+        self.loop.call_later(CONSUMER_TICK_MS * US_PER_MS, self._tick)
 
     def position(self, partition: int) -> int:
         return self.state[partition].position
@@ -428,7 +433,7 @@ class SimConsumer(KafkaClientBase):
         self.maybe_refresh_metadata()
         for partition in range(self.partitions):
             self._maybe_fetch(partition)
-        self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
+        self.loop.call_later(CONSUMER_TICK_MS * US_PER_MS, self._tick)
 
     def _maybe_fetch(self, partition: int) -> None:
         state = self.state[partition]
