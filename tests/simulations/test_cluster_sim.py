@@ -162,19 +162,40 @@ def test_unknown_bug_switch_is_refused():
         cluster_sim.run(_config(seed=1, bugs=frozenset({"Z"})), QUIET_SHAPE)
 
 
-# Teeth: with a fix switched off, a known seed fails a checker. Found with `flotilla simulate --workload
-# cluster --seeds 40 --duration 8 --faults crash=0.03,power_loss=0.01,isolate_leader=0.02 --bugs
-# truncate_to_own_hw --stop-at-first-failure` (the first seed fails). Seeds for hw_from_leader_leo and for
-# the pysyncobj switches A, B, D are not established yet for this workload.
-TRUNCATE_BUG_SEED = 1
-TEETH_FAULTS = "crash=0.03,power_loss=0.01,isolate_leader=0.02"
+# Teeth: with a planted broker bug switched on, a known seed fails a checker that is about that bug (not a
+# node error), replays to the same trace, and passes with the bug off. Each seed is the first failing one of
+# `flotilla simulate --workload cluster --seeds 300 --duration 8 --faults <FAULTS> --bugs <BUG>`.
+# hw_from_leader_leo acknowledges acks=all writes once the leader alone has them: slow links keep the
+# followers behind and a crash of the leader hands the partition to a follower that never had them.
+HW_BUG_SEED = 4
+HW_BUG_FAULTS = "crash=0.05,delay=0.1,power_loss=0.01"
+# truncate_to_own_hw makes a follower cut its log to its own high watermark when it follows a new leader,
+# dropping acknowledged records it alone still held; the next failover elects it.
+TRUNCATE_BUG_SEED = 2
+TRUNCATE_BUG_FAULTS = "crash=0.03,power_loss=0.01,isolate_leader=0.02"
+TEETH_DURATION_S = 8.0
+BUG_CHECKERS = {"acked_not_lost", "replicas_identical", "reads_committed", "hw_monotonic"}
+
+
+def _assert_teeth(bug: str, seed: int, faults: str) -> None:
+    buggy = _config(seed=seed, duration_s=TEETH_DURATION_S, faults=faults, bugs=frozenset({bug}))
+    first = run_one(buggy)
+    failed = set(_failed(first))
+    assert failed & BUG_CHECKERS, [(v.name, v.detail) for v in first.checkers]
+    assert "no_node_error" not in failed, [(v.name, v.detail) for v in first.checkers]
+    assert run_one(buggy).trace_sha256 == first.trace_sha256
+    fixed = run_one(_config(seed=seed, duration_s=TEETH_DURATION_S, faults=faults))
+    assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
 
 
 @pytest.mark.slow
-def test_truncate_to_own_hw_fails_a_checker_at_its_known_seed():
-    result = run_one(_config(seed=TRUNCATE_BUG_SEED, duration_s=8.0, faults=TEETH_FAULTS,
-                             bugs=frozenset({"truncate_to_own_hw"})))
-    assert not result.ok, result.checkers
+def test_hw_from_leader_leo_fails_a_safety_checker_at_its_known_seed():
+    _assert_teeth("hw_from_leader_leo", HW_BUG_SEED, HW_BUG_FAULTS)
+
+
+@pytest.mark.slow
+def test_truncate_to_own_hw_fails_a_safety_checker_at_its_known_seed():
+    _assert_teeth("truncate_to_own_hw", TRUNCATE_BUG_SEED, TRUNCATE_BUG_FAULTS)
 
 
 @pytest.mark.slow
