@@ -268,6 +268,7 @@ class NodeProcess:
         self._rpc_in: dict[int, tuple[int, int, int]] = {}  # operation id -> peer, connection, rpc id
         self._local_calls: dict[int, _ControllerCallState] = {}  # operation id -> call
         self._seen_metadata_index = 0
+        self._held_events: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # while paused, in order
 
     # --- the guard: every entry into the cores -----------------------------------------------------------
 
@@ -287,8 +288,13 @@ class NodeProcess:
             raise _NodeDied() from None
 
     def _event(self, action: Callable[..., Any], *args: Any) -> None:
-        """A loop event on this process: skipped when it is dead or paused (the event comes back on resume)."""
-        if not self.alive or self.paused:
+        """A loop event on this process: dropped when it is dead, held while it is paused and run on resume
+        (a stopped process's overdue timers fire when it continues: dropping them lost a controller call's
+        retry, and with it an ISR expansion, for good)."""
+        if not self.alive:
+            return
+        if self.paused:
+            self._held_events.append((action, args))
             return
         try:
             action(*args)
@@ -614,6 +620,9 @@ class NodeProcess:
 
     def resume(self) -> None:
         self.paused = False
+        held, self._held_events = self._held_events, []
+        for action, args in held:
+            self._event(action, *args)
         self._event(self._periodic)
         for leader_id in sorted(self._fetchers):
             fetcher = self._fetchers[leader_id]
