@@ -63,7 +63,7 @@ from partitions.storage import FileHandle
 from raftlog.port import RaftConfig, RaftError
 from simulations.cluster_checkers import BatchSummary, ClusterCheckers, ReplicaLog
 from simulations.disk import SimDisk, SimulatedCrash
-from simulations.faults import FaultSchedule
+from simulations.faults import FaultSchedule, NodeFaultsMixin
 from simulations.kafka_clients import (
     CHANNEL_KAFKA_REQUEST,
     CHANNEL_KAFKA_RESPONSE,
@@ -648,7 +648,7 @@ class NodeProcess:
         self._guard(self.state.close)
 
 
-class ClusterSimulation:
+class ClusterSimulation(NodeFaultsMixin):
     """The cluster, its disks, network, clients and faults for one seed. Also the FaultTarget."""
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
@@ -761,21 +761,6 @@ class ClusterSimulation:
         self.processes[node_id] = process
         self.network.node_up(node_id, process)
         process.start()
-
-    def pause(self, node_id: int) -> None:
-        process = self.processes.get(node_id)
-        if process is not None:
-            process.pause()
-            self.network.pause(node_id)
-
-    def resume(self, node_id: int) -> None:
-        process = self.processes.get(node_id)
-        if process is not None:
-            self.network.resume(node_id)
-            process.resume()
-
-    def arm_crash(self, node_id: int, operations: int, power_loss: bool) -> None:
-        self.disks[node_id].arm_crash(operations, power_loss)
 
     def died_mid_step(self, node_id: int, process: NodeProcess) -> None:
         """An armed crash point fired inside a step: the disk already crashed or lost power."""

@@ -111,6 +111,26 @@ class FaultTarget(Protocol):
     #     """Make the node crash at the `operations`-th storage write from the start of its next snapshot."""
 
 
+class NodeFaultsMixin:
+    """The FaultTarget methods every workload implements alike, over `processes` (node id -> a process with
+    pause/resume), `network` and `disks` (node id -> SimDisk)."""
+
+    def pause(self, node_id: int) -> None:
+        process = self.processes.get(node_id)
+        if process is not None:
+            process.pause()
+            self.network.pause(node_id)
+
+    def resume(self, node_id: int) -> None:
+        process = self.processes.get(node_id)
+        if process is not None:
+            self.network.resume(node_id)
+            process.resume()
+
+    def arm_crash(self, node_id: int, operations: int, power_loss: bool) -> None:
+        self.disks[node_id].arm_crash(operations, power_loss)
+
+
 class FaultSchedule:
     """Starts and ends fault episodes on `target` from `rates` until `heal_all`."""
 

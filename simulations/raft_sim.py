@@ -39,7 +39,7 @@ from raftlog.driver import RaftDriver
 from raftlog.port import NotLeaderError, RaftConfig, RaftError
 from raftlog.snapshot import SNAPSHOT_FILE_NAME
 from simulations.disk import SimDisk, SimulatedCrash
-from simulations.faults import FaultSchedule
+from simulations.faults import FaultSchedule, NodeFaultsMixin
 from simulations.loop import US_PER_MS, US_PER_S, EventLoop, Trace
 from simulations.network import Network, NetworkConfig
 from simulations.run import CheckerVerdict, RunConfig, RunResult
@@ -392,7 +392,7 @@ class Client:
             self.leader_hint = None
 
 
-class RaftSimulation:
+class RaftSimulation(NodeFaultsMixin):
     """The quorum, its disks, network, client and fault schedule for one seed. Also the FaultTarget."""
 
     def __init__(self, config: RunConfig, trace: Trace) -> None:
@@ -468,21 +468,6 @@ class RaftSimulation:
         self.processes[node_id] = process
         self.network.node_up(node_id, process)
         process._drain()
-
-    def pause(self, node_id: int) -> None:
-        process = self.processes.get(node_id)
-        if process is not None:
-            process.pause()
-            self.network.pause(node_id)
-
-    def resume(self, node_id: int) -> None:
-        process = self.processes.get(node_id)
-        if process is not None:
-            self.network.resume(node_id)
-            process.resume()
-
-    def arm_crash(self, node_id: int, operations: int, power_loss: bool) -> None:
-        self.disks[node_id].arm_crash(operations, power_loss)
 
     def arm_crash_in_snapshot(self, node_id: int, operations: int) -> None:
         self.storages[node_id].arm(operations)
