@@ -36,7 +36,7 @@ def run_flotilla(directory: str, records: int, window: int, max_seconds: float) 
 
     from metadata.records import ConfigRecord, ConfigResourceType, encode_record_batch
     from net.filestorage import FileStorage
-    from net.local_cluster import free_ports
+    from cli.local_cluster import free_ports
     from raftlog.port import NotLeaderError
     from raftlog.shell import RaftShell
 
@@ -149,7 +149,7 @@ print(json.dumps({"records": len(latencies), "seconds": elapsed, "rec_per_s": le
 
 
 def run_stock(directory: str, records: int, window: int, max_seconds: float) -> dict:
-    from net.local_cluster import free_ports
+    from cli.local_cluster import free_ports
 
     arguments = json.dumps([free_ports(3), directory, records, window, max_seconds])
     result = subprocess.run([sys.executable, "-c", STOCK_SCRIPT, arguments], capture_output=True, text=True,

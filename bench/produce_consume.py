@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from net.local_cluster import LocalCluster  # noqa: E402
+from cli.local_cluster import LocalCluster  # noqa: E402
 from tests.net.cluster_helpers import create_topic, eventually, metadata, topic_of, wait_for_quorum  # noqa: E402
 
 MB = 1_000_000

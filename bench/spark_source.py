@@ -61,7 +61,7 @@ def main() -> None:
 
     from net.client.results import NewTopic
     from net.client.sync import SyncKafkaClient
-    from net.local_cluster import LocalCluster
+    from cli.local_cluster import LocalCluster
 
     with tempfile.TemporaryDirectory() as directory:
         replication = min(args.nodes, 3)

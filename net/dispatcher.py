@@ -1,5 +1,5 @@
 """The Kafka listener's dispatcher: frames in, encoded responses out (the glue between `net.server` and
-`net.kafka_apis`).
+`broker.apis`).
 
 Decoding failures close the connection (garbage bytes, truncated or hostile frames); an ApiVersions request
 of a version we do not implement gets KIP-511's v0 answer with our version list; any other API or version we
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from net.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
-from net.kafka_apis import SUPPORTED_APIS, Deferred, KafkaApis
+from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
+from broker.apis import SUPPORTED_APIS, Deferred, KafkaApis
 from net.logs import get_logger
 from net.protocol.codec import (
     ApiKey,

@@ -32,13 +32,13 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from net.broker import ControllerCall
-from net.config import ClusterConfig, NodeConfig
-from net.controller_core import ControllerOutcome
+from broker.core import ControllerCall
+from broker.config import ClusterConfig, NodeConfig
+from broker.controller_core import ControllerOutcome
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
 from net.logs import get_logger
-from net.node_state import RPC_KIND_CONTROLLER, NodeState
+from broker.node_state import RPC_KIND_CONTROLLER, NodeState
 from net.protocol.codec import FrameReader, RequestHeader, decode_response, encode_request
 from net.server import FrameServer, ServerLimits
 from partitions.errors import ErrorCode, KafkaError

@@ -7,7 +7,7 @@ walk goes on, because its length still says where the next batch starts; a lengt
 a truncated tail) ends the walk with an error entry, since nothing after it can be located.
 `dump_offset_index` / `dump_time_index` list index entries and say whether the index is sane, checking each
 entry against the .log when its bytes are given (Kafka's "index mismatch" check). The edge
-(net/cli_dump_log.py) reads the files and prints these results as text or JSON.
+(cli/dump_log.py) reads the files and prints these results as text or JSON.
 """
 
 from __future__ import annotations

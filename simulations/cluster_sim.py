@@ -1,7 +1,7 @@
 """The whole-cluster simulation: N broker+controller nodes built from the real cores, Kafka clients, faults,
 and safety and liveness checkers.
 
-Theory of operation. Each node process is a `net.node_state.NodeState` (Raft driver over pysyncobj,
+Theory of operation. Each node process is a `broker.node_state.NodeState` (Raft driver over pysyncobj,
 controller, metadata publishing, BrokerCore, KafkaApis) over the node's `SimDisk`, driven exactly as the trio
 runtime (net/node.py + raftlog/shell.py) drives it, with virtual time:
 - after every Raft input (tick, message, connect, disconnect) the outbox ships, then `step(now)` runs and its
@@ -51,10 +51,10 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from net.broker import ControllerCall, ReplicaRequest
-from net.config import ClusterConfig, parse_config
-from net.kafka_apis import Deferred
-from net.node_state import NodeState, StepOutput
+from broker.core import ControllerCall, ReplicaRequest
+from broker.config import ClusterConfig, parse_config
+from broker.apis import Deferred
+from broker.node_state import NodeState, StepOutput
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
 from partitions.batch import ATTRIBUTES_POSITION, HEADER_SIZE, LOG_OVERHEAD, iter_batches, peek_offset_and_length
 from partitions.errors import ErrorCode, KafkaError

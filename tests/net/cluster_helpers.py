@@ -1,4 +1,4 @@
-"""Helpers for tests that run real `flotilla node` processes (net.local_cluster.LocalCluster)."""
+"""Helpers for tests that run real `flotilla node` processes (cli.local_cluster.LocalCluster)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ FAST_BROKER_SETTINGS = {"broker_session_timeout_ms": 3000, "broker_heartbeat_int
 
 
 def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "net.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def cli_json(*args: str) -> Any:

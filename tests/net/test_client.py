@@ -8,7 +8,7 @@ import trio
 from net.client.aio import KafkaClient, decode_fetched, parse_bootstrap_servers
 from net.client.errors import NetworkError, NoBrokersAvailableError
 from net.client.results import NewTopic
-from net.local_cluster import free_ports
+from cli.local_cluster import free_ports
 from net.protocol import messages
 from net.protocol.codec import SUPPORTED, ApiKey
 from partitions.errors import (

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from net.local_cluster import LocalCluster
+from cli.local_cluster import LocalCluster
 from partitions.murmur2 import default_partition
 from tests.net.cluster_helpers import create_topic, eventually, metadata, topic_of, wait_for_quorum
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from net.local_cluster import LocalCluster
+from cli.local_cluster import LocalCluster
 from tests.net.cluster_helpers import (
     FAST_BROKER_SETTINGS,
     cli,
@@ -123,18 +123,18 @@ def test_a_topic_acknowledged_before_all_nodes_are_killed_survives_the_restart(c
 def test_a_bad_config_file_exits_2_naming_the_key_and_starts_nothing(tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text('cluster_id = "x"\n[[nodes]]\nid = 1\nkafka_port = 1\ncontroller_port = 2\n')
-    result = subprocess.run([sys.executable, "-m", "net.cli", "node", "--config", str(config), "--id", "1"],
+    result = subprocess.run([sys.executable, "-m", "cli.main", "node", "--config", str(config), "--id", "1"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert str(config) in result.stderr and "nodes[0].roles" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "net.cli", "up", "--config", str(tmp_path / "missing.toml")],
+    result = subprocess.run([sys.executable, "-m", "cli.main", "up", "--config", str(tmp_path / "missing.toml")],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "not found" in result.stderr
 
 
 def test_flotilla_up_runs_every_node_of_the_file_and_sigterm_stops_them_all(tmp_path):
     layout = LocalCluster(str(tmp_path / "up"), nodes=3)  # only for its config file and free ports
-    process = subprocess.Popen([sys.executable, "-m", "net.cli", "up", "--config", layout.config_path],
+    process = subprocess.Popen([sys.executable, "-m", "cli.main", "up", "--config", layout.config_path],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         lines = [process.stdout.readline() for _ in range(4)]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from net.filestorage import FileStorage
-from net.local_cluster import LocalCluster
+from cli.local_cluster import LocalCluster
 from partitions.batch import iter_batches
 from partitions.log import PartitionLog
 from partitions.log_config import LogConfig

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from net.local_cluster import LocalCluster
+from cli.local_cluster import LocalCluster
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_response, encode_request
 from partitions.errors import ErrorCode

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from net.cli_dump_log import run
+from cli.dump_log import run
 from net.filestorage import FileStorage
 from partitions.log import AppendOrigin
 from partitions.dump import dump_log, dump_offset_index
@@ -85,7 +85,7 @@ def test_missing_file_is_an_error_with_exit_code_two(tmp_path, capsys):
 
 def test_module_entry_point(tmp_path):
     directory = make_segment(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "net.cli_dump_log", "--json", str(directory / LOG_NAME)],
+    done = subprocess.run([sys.executable, "-m", "cli.dump_log", "--json", str(directory / LOG_NAME)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and len(json.loads(done.stdout)) == 3
 

@@ -144,7 +144,7 @@ def test_same_seed_same_trace_in_one_process_and_different_seeds_differ():
 
 
 def _trace_hash_in_fresh_process(seed: int, hash_seed: str) -> str:
-    command = [sys.executable, "-m", "net.cli", "simulate", "--workload", "cluster", "--seed", str(seed),
+    command = [sys.executable, "-m", "cli.main", "simulate", "--workload", "cluster", "--seed", str(seed),
                "--duration", "3", "--json"]
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
                                env={**os.environ, "PYTHONHASHSEED": hash_seed})

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from net.cli import main
+from cli.main import main
 from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
 from simulations.run import RunConfig, replay_command
 
@@ -17,7 +17,7 @@ FAULTS = "crash=0.02,power_loss=0.01,partition=0.02,isolate_leader=0.02,drop=0.0
 def _simulate_in_fresh_process(seed, hash_seed):
     environment = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
     completed = subprocess.run(
-        [sys.executable, "-m", "net.cli", "simulate", "--seed", str(seed), "--duration", "6",
+        [sys.executable, "-m", "cli.main", "simulate", "--seed", str(seed), "--duration", "6",
          "--faults", FAULTS, "--json"],
         capture_output=True, text=True, env=environment, timeout=300,
     )

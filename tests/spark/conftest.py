@@ -12,7 +12,7 @@ pyspark = pytest.importorskip("pyspark")
 
 @pytest.fixture(scope="session")
 def flotilla_cluster(tmp_path_factory):
-    from net.local_cluster import LocalCluster
+    from cli.local_cluster import LocalCluster
 
     cluster = LocalCluster(str(tmp_path_factory.mktemp("spark-cluster")), nodes=3)
     cluster.start()

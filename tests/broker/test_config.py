@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from net.config import ConfigError, default_config, load_config
+from broker.config import ConfigError, default_config, load_config
 
 GOOD = """
 cluster_id = "test"

@@ -13,7 +13,7 @@ import trio
 from net.client.aio import KafkaClient
 from net.client.results import NewTopic
 from net.client.sync import SyncKafkaClient
-from net.local_cluster import LocalCluster
+from cli.local_cluster import LocalCluster
 from partitions.errors import InvalidConfigError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ async def _wait_for_brokers(bootstrap: str, count: int) -> None:
 
 
 def flotilla(*argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "net.cli", *argv], input=stdin, capture_output=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "cli.main", *argv], input=stdin, capture_output=True, timeout=120)
 
 
 async def test_admin_produce_fetch_and_offsets_on_a_replicated_topic(cluster):

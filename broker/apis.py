@@ -34,7 +34,7 @@ from metadata.requests import (
     IncrementalAlterConfigsRequest as ControllerIncrementalAlterConfigs,
     ReplicaAssignment,
 )
-from net.broker import BrokerCore, HostedPartition
+from broker.core import BrokerCore, HostedPartition
 from net.protocol import messages
 from net.protocol.codec import SUPPORTED, ApiKey, RequestHeader, api_versions_response
 from partitions.batch import iter_batches

@@ -4,15 +4,13 @@ Per run it prints the seed, the trace sha256, each checker's verdict and the sim
 (`--json`: one JSON object per line); a failed run prints the command that replays it; a sweep prints
 progress and a summary. Exit status 1 when any run failed, 2 for bad arguments.
 
-The simulator lives in the `simulations` package, above `net` in the layering (it drives net's node cores);
-this subcommand is the one place in `net` that reaches up to it, so it imports it lazily, by name, only when
-the subcommand runs.
+The simulator (the `simulations` package, below `cli` in the layering) is imported when the subcommand runs,
+not when `flotilla` starts, so other commands do not pay for loading it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Any
 
@@ -50,8 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    simulations_run = importlib.import_module("simulations.run")
-    faults = importlib.import_module("simulations.faults")
+    from simulations import faults, run as simulations_run
     base_config = simulations_run.RunConfig(
         seed=args.seed if args.seed is not None else args.start_seed,
         nodes=args.nodes,

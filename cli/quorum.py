@@ -2,7 +2,7 @@
 
 Both take `--config FILE` (any node of the file) or `-b HOST:PORT[,HOST:PORT]` (Kafka ports), also after the
 subcommand, and print a table, or JSON with `--json`. They ask over the private admin API on the Kafka port
-(net/admin_api.py); the voters' progress is known by the Raft leader only, so `quorum status` asks whichever
+(broker/admin_api.py); the voters' progress is known by the Raft leader only, so `quorum status` asks whichever
 node answers first, then the leader it names.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 from metadata.image import Provenance, records_to_image
 from metadata.records import decode_record
-from net.admin_api import decode_admin_response, encode_admin_request
-from net.client.cli_support import (
+from broker.admin_api import decode_admin_response, encode_admin_request
+from cli.support import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     UsageError,

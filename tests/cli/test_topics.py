@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from net import cli
-from net.local_cluster import free_ports
+from cli import main as cli
+from cli.local_cluster import free_ports
 from tests.net.test_client_peer import peer_in_thread
 
 
@@ -104,7 +104,7 @@ def test_brokers_from_metadata_and_config(peer, capsys, tmp_path):
 
 def test_unreachable_cluster_exit_code_3_as_a_process():
     port = free_ports(1)[0]
-    result = subprocess.run([sys.executable, "-m", "net.cli", "topics", "list", "-b", f"127.0.0.1:{port}"],
+    result = subprocess.run([sys.executable, "-m", "cli.main", "topics", "list", "-b", f"127.0.0.1:{port}"],
                             capture_output=True, timeout=60)
     assert result.returncode == 3
     assert result.stderr.decode() == f"flotilla: cannot reach the cluster at 127.0.0.1:{port} (is it running?)\n"

@@ -12,7 +12,7 @@ over a `partitions.log.PartitionLog` each) and reacts to three kinds of input, e
   broker heartbeats to the controller.
 It never sends anything itself: controller requests (registration, heartbeats, AlterPartition, forwarded
 CreateTopics) wait in `take_controller_requests()`, and their answers come back through
-`on_controller_response`. The Kafka API handlers (net/kafka_apis.py) call into it for produce and fetch.
+`on_controller_response`. The Kafka API handlers (broker/apis.py) call into it for produce and fetch.
 
 Durability: a partition's log flushes as its topic's flush.messages / flush.ms say; the high watermarks are
 checkpointed to `replication-offset-checkpoint` every `HW_CHECKPOINT_INTERVAL_MS` and on close, and a restart

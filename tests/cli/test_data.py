@@ -1,4 +1,4 @@
-"""`flotilla produce` / `flotilla consume` against the test peer, in-process (net.cli.main) and as processes."""
+"""`flotilla produce` / `flotilla consume` against the test peer, in-process (cli.main.main) and as processes."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import time
 
 import pytest
 
-from net import cli
-from net.cli_data import compile_format, split_key
-from net.client.cli_support import UsageError
-from net.local_cluster import free_ports
+from cli import main as cli
+from cli.data import compile_format, split_key
+from cli.support import UsageError
+from cli.local_cluster import free_ports
 from partitions.batch import parse_header
 from partitions.records import Record
 from tests.net.test_client_peer import peer_in_thread
 
 
 def flotilla(*argv: str, stdin: bytes = b"", timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "net.cli", *argv], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *argv], input=stdin, capture_output=True,
                           timeout=timeout_s)
 
 
@@ -185,7 +185,7 @@ def test_consume_into_a_closed_pipe_exits_quietly(peer):
     produced = flotilla("produce", "t", "-b", peer.bootstrap, stdin=b"".join(b"%d\n" % i for i in range(20_000)))  # more than a pipe buffer
     assert produced.returncode == 0, produced.stderr
     pipeline = subprocess.run(
-        f"{sys.executable} -m net.cli consume t -b {peer.bootstrap} --from-beginning --exit | head -n 2",
+        f"{sys.executable} -m cli.main consume t -b {peer.bootstrap} --from-beginning --exit | head -n 2",
         shell=True, capture_output=True, timeout=60)
     assert pipeline.stdout == b"0\n1\n"
     assert pipeline.stderr == b""

@@ -2,7 +2,7 @@
 
 Every client command takes `-b HOST:PORT[,HOST:PORT]` or `--config FILE` (the cluster TOML; its broker nodes'
 Kafka ports are the bootstrap servers) after the subcommand; with neither it uses 127.0.0.1:9092, the
-embedded default of `flotilla up`. Exit codes follow net/cli.py: 0 success, 1 a failed operation (one line
+embedded default of `flotilla up`. Exit codes follow cli/main.py: 0 success, 1 a failed operation (one line
 on stderr naming what failed), 2 bad usage or configuration, 3 the cluster could not be reached.
 """
 
@@ -16,7 +16,7 @@ import trio
 
 from net.client.aio import KafkaClient, parse_bootstrap_servers
 from net.client.errors import NoBrokersAvailableError
-from net.config import ClusterConfig, ConfigError, load_config
+from broker.config import ClusterConfig, ConfigError, load_config
 from partitions.errors import KafkaError, UnknownTopicOrPartitionError
 
 EXIT_OK = 0

@@ -28,7 +28,7 @@ import time
 import trio
 
 from net.client.aio import KafkaClient
-from net.client.cli_support import EXIT_OK, CommandError, UsageError, cluster_options, partitions_of, run_with_client
+from cli.support import EXIT_OK, CommandError, UsageError, cluster_options, partitions_of, run_with_client
 from net.client.results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from partitions.compression import CompressionType
 from partitions.errors import OffsetOutOfRangeError

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from net.config import ClusterConfig, ConfigError, default_config, load_config
+from broker.config import ClusterConfig, ConfigError, default_config, load_config
 
 EXIT_CONFIG = 2
 CHILD_STOP_SECONDS_MAX = 15
@@ -64,7 +64,7 @@ def run_up(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         for node in config.nodes:
-            command = [sys.executable, "-m", "net.cli", "node", "--config", config_path, "--id", str(node.id),
+            command = [sys.executable, "-m", "cli.main", "node", "--config", config_path, "--id", str(node.id),
                        "--log-level", args.log_level]
             children.append(subprocess.Popen(command))
             print(

@@ -2,7 +2,7 @@
 
 Each command talks Kafka's own admin apis (Metadata, DescribeConfigs, CreateTopics, DeleteTopics,
 IncrementalAlterConfigs) through KafkaClient, prints a table by default or JSON with `--json`, and takes the
-cluster options of net.client.cli_support (`-b` or `--config`, after the subcommand). Errors (no node
+cluster options of cli.support (`-b` or `--config`, after the subcommand). Errors (no node
 reachable, unknown topic, invalid config value) print one line on stderr and exit non-zero.
 
 Brokers: Kafka's Metadata response lists the live (unfenced) brokers only and says nothing of roles. Until
@@ -19,7 +19,7 @@ import json
 import sys
 
 from net.client.aio import KafkaClient
-from net.client.cli_support import (
+from cli.support import (
     EXIT_OK,
     CommandError,
     UsageError,
@@ -29,7 +29,7 @@ from net.client.cli_support import (
     run_with_client,
 )
 from net.client.results import ClusterMetadata, NewTopic
-from net.config import ClusterConfig
+from broker.config import ClusterConfig
 from partitions.errors import ErrorCode, UnknownTopicOrPartitionError
 
 
@@ -108,8 +108,8 @@ def brokers_from_metadata(metadata: ClusterMetadata, config: ClusterConfig | Non
 
 def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: list[dict]) -> list[dict]:
     """Every registered broker with its roles and active/fenced status, from the controller's registrations
-    (the private admin API, net/cli_quorum.py); the rows derived from Metadata when no node answers it."""
-    from net.cli_quorum import Unreachable, ask_any
+    (the private admin API, cli/quorum.py); the rows derived from Metadata when no node answers it."""
+    from cli.quorum import Unreachable, ask_any
 
     try:
         answer = ask_any([(b.host, b.port) for b in metadata.brokers.values()], {"kind": "metadata"})

@@ -14,8 +14,8 @@ from metadata.requests import (
     CreatableTopic,
     CreateTopicsRequest,
 )
-from net.broker import BrokerCore
-from net.kafka_apis import Deferred, KafkaApis
+from broker.core import BrokerCore
+from broker.apis import Deferred, KafkaApis
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
 from partitions.errors import ErrorCode

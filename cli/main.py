@@ -11,14 +11,15 @@ import argparse
 import importlib
 import sys
 
-# Subcommand modules, in the order `flotilla --help` lists them. A module that is not there yet is skipped.
+# Subcommand modules, in the order `flotilla --help` lists them. An import error surfaces: a command that
+# cannot load is a broken install, not an absent feature.
 _SUBCOMMAND_MODULES = (
-    "net.cli_node",
-    "net.cli_metadata",
-    "net.cli_quorum",
-    "net.cli_data",
-    "net.cli_dump_log",
-    "net.cli_simulate",
+    "cli.node",
+    "cli.topics",
+    "cli.quorum",
+    "cli.data",
+    "cli.dump_log",
+    "cli.simulate",
 )
 
 
@@ -29,12 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in _SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:
-                continue
-            raise
+        module = importlib.import_module(module_name)
         added = module.add_parser(subparsers)
         if isinstance(added, argparse.ArgumentParser) and added.get_default("run") is None:
             added.set_defaults(run=module.run)

@@ -95,7 +95,7 @@ class LocalCluster:
         log_path = os.path.join(self.directory, f"node-{node_id}.log")
         with open(log_path, "ab") as log_file:
             self.processes[node_id] = subprocess.Popen(
-                [sys.executable, "-m", "net.cli", "node", "--config", self.config_path, "--id", str(node_id),
+                [sys.executable, "-m", "cli.main", "node", "--config", self.config_path, "--id", str(node_id),
                  "--log-level", self.log_level],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

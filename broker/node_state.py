@@ -23,10 +23,10 @@ import cbor2
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import decode_record, encode_record
-from net.broker import BrokerCore, ControllerCall
-from net.config import ClusterConfig, NodeConfig
-from net.controller_core import ControllerCore, ControllerOutcome
-from net.kafka_apis import KafkaApis
+from broker.core import BrokerCore, ControllerCall
+from broker.config import ClusterConfig, NodeConfig
+from broker.controller_core import ControllerCore, ControllerOutcome
+from broker.apis import KafkaApis
 from partitions.errors import ErrorCode
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
