@@ -18,6 +18,7 @@ _SUBCOMMAND_MODULES = (
     "cli.topics",
     "cli.quorum",
     "cli.data",
+    "cli.groups",
     "cli.dump_log",
     "cli.simulate",
 )
