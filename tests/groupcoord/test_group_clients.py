@@ -1,0 +1,234 @@
+"""Real consumer groups against a real three-node cluster: confluent-kafka (eager, cooperative-sticky and the
+KIP-848 consumer protocol), kafka-python and kcat's balanced consumer, each consumer in its own process so
+that it can be SIGKILLed and restarted as an application would be.
+
+What each scenario shows (issue #10's acceptance): the group shares the partitions evenly and reads each
+record exactly once with synchronous commits; a SIGKILLed member's partitions are reassigned after its
+session times out and their records consumed; a member that closes cleanly is replaced at once (LeaveGroup,
+long before its session would expire); a member restarted in the same group resumes from the committed
+offsets. Times are measured and printed, not asserted: the bounds below are liveness deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, metadata, topic_of, wait_for_quorum
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+PARTITIONS = 6
+SESSION_TIMEOUT_MS = 6_000
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("groups")), nodes=3, broker=dict(FAST_BROKER_SETTINGS))
+    cluster.start()
+    wait_for_quorum(cluster)
+    yield cluster
+    cluster.stop()
+
+
+class ConsumerProcess:
+    """tests/groupcoord/consumer_process.py in a child process; its event file parsed on demand."""
+
+    def __init__(self, cluster: LocalCluster, directory, name: str, client: str, group: str, topic: str,
+                 config: dict | None = None) -> None:
+        import json
+
+        self.out_path = os.path.join(str(directory), f"{name}.events")
+        self.args = [sys.executable, "-m", "tests.groupcoord.consumer_process", client, cluster.bootstrap_servers,
+                     group, topic, self.out_path, json.dumps(config or {})]
+        self.log = open(os.path.join(str(directory), f"{name}.log"), "ab")
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "ConsumerProcess":
+        self.process = subprocess.Popen(self.args, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    def _lines(self) -> list[str]:
+        if not os.path.exists(self.out_path):
+            return []
+        with open(self.out_path) as events:
+            return [line.rstrip("\n") for line in events if line.endswith("\n")]
+
+    def values(self) -> list[str]:
+        return [line.split(" ", 3)[3] for line in self._lines() if line.startswith("R ")]
+
+    def assignment(self) -> set[int]:
+        assignments = [line[2:] for line in self._lines() if line.startswith("A ")]
+        return {int(p) for p in assignments[-1].split(",") if p} if assignments else set()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+    def close(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.log.close()
+
+
+def produce(cluster: LocalCluster, topic: str, start: int, count: int) -> list[str]:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5})
+    failures = []
+    values = [f"v-{i}" for i in range(start, start + count)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), key=str(i).encode(),
+                         on_delivery=lambda error, _m: failures.append(error) if error else None)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0 and not failures, failures[:3]
+    return values
+
+
+def consumed(consumers) -> list[str]:
+    return [value for consumer in consumers for value in consumer.values()]
+
+
+def wait_all_consumed(consumers, expected: list[str], seconds: float = 120) -> None:
+    wanted = set(expected)
+    eventually(lambda: wanted <= set(consumed(consumers)), seconds,
+               what=f"{len(wanted)} records consumed by the group")
+
+
+def wait_assignment(consumers, sizes: list[int], seconds: float) -> float:
+    """Wait until the members own disjoint partitions covering the topic, in these sizes; the seconds it took."""
+    started = time.monotonic()
+
+    def balanced() -> bool:
+        owned = [c.assignment() for c in consumers]
+        union = set().union(*owned)
+        return sorted(map(len, owned)) == sorted(sizes) and union == set(range(PARTITIONS)) \
+            and sum(map(len, owned)) == PARTITIONS
+
+    eventually(balanced, seconds, what=f"assignment sizes {sizes}")
+    return time.monotonic() - started
+
+
+def make_topic(cluster: LocalCluster, name: str) -> None:
+    create_topic(cluster, name, PARTITIONS, 3, min_insync_replicas="2")
+    eventually(lambda: topic_of(metadata(cluster), name))
+
+
+CONFLUENT_VARIANTS = {
+    "eager": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500},
+    "cooperative-sticky": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500,
+                           "partition.assignment.strategy": "cooperative-sticky"},
+    "consumer-protocol": {"group.protocol": "consumer"},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CONFLUENT_VARIANTS))
+def test_confluent_group_shares_partitions_reads_once_survives_kill_close_and_restart(cluster, tmp_path, variant):
+    topic, group, config = f"shared-{variant}", f"group-{variant}", CONFLUENT_VARIANTS[variant]
+    make_topic(cluster, topic)
+    first = produce(cluster, topic, 0, 30_000)
+    members = [ConsumerProcess(cluster, tmp_path, f"c{i}", "confluent", group, topic, config).start()
+               for i in range(3)]
+    try:
+        wait_all_consumed(members, first)
+        wait_assignment(members, [2, 2, 2], 60)
+        values = consumed(members)
+        assert len(values) == len(set(values)) == 30_000, "each record exactly once with commits"
+
+        # SIGKILL one member: after its session times out, the others take its partitions and read on.
+        members[0].kill()
+        took = wait_assignment(members[1:], [3, 3], 60)
+        print(f"{variant}: partitions of a SIGKILLed member reassigned after {took:.1f} s")
+        second = produce(cluster, topic, 30_000, 3_000)
+        wait_all_consumed(members[1:], second)
+
+        # A clean close leaves the group at once: the survivor owns everything long before a session timeout.
+        members[1].close()
+        took = wait_assignment(members[2:], [6], 60)
+        print(f"{variant}: partitions of a closed member reassigned after {took:.1f} s")
+
+        # A restarted member resumes from the committed offsets: it reads only records produced after them.
+        restarted = ConsumerProcess(cluster, tmp_path, "c0-restarted", "confluent", group, topic, config).start()
+        members.append(restarted)
+        wait_assignment([members[2], restarted], [3, 3], 60)
+        third = produce(cluster, topic, 33_000, 1_000)
+        wait_all_consumed([members[2], restarted], third)
+        old = set(first) | set(second)
+        assert not old & set(restarted.values()), "the restarted member re-read committed records"
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_kafka_python_group_shares_partitions_and_resumes_from_commits(cluster, tmp_path):
+    topic, group = "shared-kafka-python", "group-kafka-python"
+    make_topic(cluster, topic)
+    first = produce(cluster, topic, 0, 6_000)
+    config = {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_interval_ms": 500}
+    members = [ConsumerProcess(cluster, tmp_path, f"k{i}", "kafka-python", group, topic, config).start()
+               for i in range(3)]
+    try:
+        wait_all_consumed(members, first)
+        wait_assignment(members, [2, 2, 2], 60)
+        values = consumed(members)
+        assert len(values) == len(set(values)) == 6_000
+        members[0].kill()
+        wait_assignment(members[1:], [3, 3], 60)
+        for member in members[1:]:
+            member.close()
+        restarted = ConsumerProcess(cluster, tmp_path, "k-restarted", "kafka-python", group, topic, config).start()
+        members.append(restarted)
+        second = produce(cluster, topic, 6_000, 600)
+        wait_all_consumed([restarted], second)
+        assert not set(first) & set(restarted.values()), "the restarted member re-read committed records"
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_kcat_balanced_consumers_share_partitions(cluster, tmp_path):
+    assert shutil.which("kcat"), "kcat is required (apt-get install kcat)"
+    topic, group = "shared-kcat", "group-kcat"
+    make_topic(cluster, topic)
+    expected = produce(cluster, topic, 0, 3_000)
+    outputs, logs, processes = [], [], []
+    for i in range(2):
+        outputs.append(tmp_path / f"kcat-{i}.out")
+        logs.append(tmp_path / f"kcat-{i}.log")
+        processes.append(subprocess.Popen(
+            ["kcat", "-b", cluster.bootstrap_servers, "-G", group, "-f", "%p %s\n",
+             "-X", "auto.offset.reset=earliest", topic],
+            stdout=open(outputs[-1], "w"), stderr=open(logs[-1], "w")))
+    try:
+        def values() -> set[str]:
+            return {line.split(" ", 1)[1] for path in outputs for line in path.read_text().split("\n")[:-1]}
+
+        def assignments() -> list[set[str]]:
+            # kcat reports each rebalance on stderr: "% Group G rebalanced (memberid ...): assigned: T [0], T [3]"
+            owned = []
+            for path in logs:
+                assigned = [line.split("assigned:", 1)[1] for line in path.read_text().splitlines()
+                            if "rebalanced" in line and "assigned:" in line]
+                owned.append({part.strip() for part in assigned[-1].split(",")} if assigned else set())
+            return owned
+
+        eventually(lambda: set(expected) <= values(), 120, what="kcat group read everything")
+        eventually(lambda: all(assignments()) and not set.intersection(*assignments())
+                   and len(set.union(*assignments())) == PARTITIONS, 60, what=f"kcat members share: {assignments()}")
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(30)
