@@ -17,6 +17,9 @@ CreateTopics) wait in `take_controller_requests()`, and their answers come back 
 Durability: a partition's log flushes as its topic's flush.messages / flush.ms say; the high watermarks are
 checkpointed to `replication-offset-checkpoint` every `HW_CHECKPOINT_INTERVAL_MS` and on close, and a restart
 clamps the checkpoint into the recovered log (Kafka's behaviour).
+
+Leadership listeners (`add_leadership_listener`) hear when this broker becomes leader of a partition of a topic
+(again at each new leader epoch) or stops leading it: the coordinators load and unload their shards from them.
 """
 
 from __future__ import annotations
@@ -98,6 +101,9 @@ class ReplicaRequest:
     fetch_offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
+LeadershipListener = Callable[[str, int, int, bool, int], None]
+
+
 class BrokerCore:
     """Partitions, replication and the broker's side of the metadata protocol. See the module docstring."""
 
@@ -144,6 +150,7 @@ class BrokerCore:
         self._next_retention_ms = 0
         self._hw_checkpoint = self._read_hw_checkpoint()
         self.producer_ids = ProducerIdManager()
+        self._leadership_listeners: dict[str, list[LeadershipListener]] = {}
         if not self.storage.exists(LOGS_DIRECTORY):
             self.storage.makedirs(LOGS_DIRECTORY)
             self.storage.fsync_dir("")
@@ -159,17 +166,24 @@ class BrokerCore:
         self.metadata_offset = image.provenance.raft_index
         changes = delta.local_changes(self.node_id)
         for local in changes.deleted:
+            was_leading = self._is_leading(local.topic_name, local.partition)
             self.remove_partition(local.topic_name, local.partition)
+            if was_leading:
+                self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, False, now_ms)
         for local in changes.leaders:
             hosted = self._ensure_partition(local, now_ms)
             if hosted is not None:
                 hosted.replica.become_leader(local.leader_epoch, local.partition_epoch, local.replicas, local.isr, now_ms)
                 hosted.needs_epoch_check = False
                 self.dirty_partitions.add((local.topic_name, local.partition))
+                self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, True, now_ms)
         for local in changes.followers:
+            was_leading = self._is_leading(local.topic_name, local.partition)
             hosted = self._ensure_partition(local, now_ms)
             if hosted is None:
                 continue
+            if was_leading:
+                self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, False, now_ms)
             log_end_offset = hosted.log.log_end_offset
             if hosted.replica.become_follower(
                 local.leader, local.leader_epoch, local.partition_epoch, local.replicas, local.isr
@@ -179,6 +193,20 @@ class BrokerCore:
             self._after_follower_truncation(hosted, log_end_offset, now_ms)
         self._apply_topic_configs(now_ms)
         self._apply_ineligible_replicas(now_ms)
+
+    def add_leadership_listener(self, topic: str, listener: "LeadershipListener") -> None:
+        """Call `listener(topic, partition, leader_epoch, is_leader, now_ms)` whenever this broker becomes
+        leader of a partition of `topic` (also again, at a new leader epoch) or stops leading one (it became a
+        follower, or the partition was deleted). Coordinators load and unload their shards from these calls."""
+        self._leadership_listeners.setdefault(topic, []).append(listener)
+
+    def _is_leading(self, topic: str, partition: int) -> bool:
+        hosted = self.partitions.get((topic, partition))
+        return hosted is not None and hosted.replica.is_leader
+
+    def _notify_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool, now_ms: int) -> None:
+        for listener in self._leadership_listeners.get(topic, ()):
+            listener(topic, partition, leader_epoch, is_leader, now_ms)
 
     def _ensure_partition(self, local: LocalPartition, now_ms: int) -> HostedPartition | None:
         key = (local.topic_name, local.partition)

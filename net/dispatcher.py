@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
-from broker.apis import SUPPORTED_APIS, Deferred, KafkaApis
+from broker.apis import Deferred, KafkaApis
 from net.logs import get_logger
 from net.protocol.codec import (
     ApiKey,
@@ -48,7 +48,7 @@ class KafkaDispatcher:
         except KafkaError as error:
             self.log.info("malformed_request", connection_id=connection_id, error=error.message)
             raise CloseConnection(error.message) from None
-        if not KafkaApis.is_supported(header.api_key, header.api_version):
+        if not self.apis.is_supported(header.api_key, header.api_version):
             return self._unsupported(header)
         result = self.apis.handle(header, request, self.now_ms())
         if isinstance(result, Deferred):
@@ -71,7 +71,7 @@ class KafkaDispatcher:
 
     def _unsupported(self, header: RequestHeader) -> bytes:
         if header.api_key == ApiKey.API_VERSIONS:
-            return encode_api_versions_fallback(header, SUPPORTED_APIS)
+            return encode_api_versions_fallback(header, self.apis.supported_apis)
         raise CloseConnection(f"unsupported api_key={header.api_key} api_version={header.api_version}")
 
     def complete(self, completed: list[tuple[int, RequestHeader, Any]]) -> None:

@@ -1,0 +1,265 @@
+"""Topic and config administration (sans-IO): CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs (forwarded to the active controller, answered when it answers) and DescribeConfigs
+(answered from the metadata image)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from broker.apis import Deferred
+from metadata.records import ConfigResourceType
+from metadata.requests import (
+    AlterableConfig,
+    AlterConfigsRequest as ControllerAlterConfigs,
+    ConfigEntry,
+    ConfigResource,
+    CreatableTopic,
+    CreatePartitionsRequest as ControllerCreatePartitions,
+    CreateTopicsRequest as ControllerCreateTopics,
+    DeleteTopicsRequest as ControllerDeleteTopics,
+    IncrementalAlterConfigsRequest as ControllerIncrementalAlterConfigs,
+    ReplicaAssignment,
+)
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader
+from partitions.errors import ErrorCode, KafkaError
+from partitions.log_config import LogConfig
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+CONFIG_SOURCE_DYNAMIC_TOPIC = 1
+CONFIG_SOURCE_DEFAULT = 5
+RESOURCE_TYPE_TOPIC = 2
+RESOURCE_TYPE_BROKER = 4
+
+
+@dataclass
+class _DelayedControllerReply:
+    header: RequestHeader
+    results: list[Any] = field(default_factory=list)
+    expected: int = 1
+    build: Callable[[list[Any]], Any] | None = None
+
+
+class AdminApis:
+    """Topic and config administration (see the module docstring)."""
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self.apis = apis
+        self.broker = apis.broker
+        self._controller_replies: dict[int, _DelayedControllerReply] = {}
+
+    @property
+    def auto_create_topics_enable(self) -> bool:
+        return self.apis.auto_create_topics_enable
+
+    def api_handlers(self):
+        return [
+            (ApiKey.CREATE_TOPICS, 0, 4, self._create_topics),
+            (ApiKey.DELETE_TOPICS, 0, 3, self._delete_topics),
+            (ApiKey.CREATE_PARTITIONS, 0, 1, self._create_partitions),
+            (ApiKey.DESCRIBE_CONFIGS, 0, 2, self._describe_configs),
+            (ApiKey.ALTER_CONFIGS, 0, 1, self._alter_configs),
+            (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 0, self._incremental_alter_configs),
+        ]
+
+    def poll(self, now_ms: int) -> None:
+        """Forwarded requests complete from the controller's callbacks, not here."""
+
+    def next_deadline_ms(self) -> int | None:
+        return None
+
+    def _forward(self, header: RequestHeader, controller_requests: list[Any], build: Callable[[list[Any]], Any]) -> Any:
+        """Send `controller_requests` to the active controller; answer with build(results) once all are back
+        (each result a controller response or a KafkaError)."""
+        if not controller_requests:
+            return build([])
+        request_id = self.apis.defer()
+        delayed = _DelayedControllerReply(header, expected=len(controller_requests), build=build)
+        self._controller_replies[request_id] = delayed
+        for index, controller_request in enumerate(controller_requests):
+            delayed.results.append(None)
+
+            def on_response(response: Any, now_ms: int, index: int = index) -> None:
+                delayed.results[index] = response
+                delayed.expected -= 1
+                if delayed.expected == 0:
+                    self._controller_replies.pop(request_id, None)
+                    self.apis.completed.append((request_id, header, build(delayed.results)))
+
+            self.broker.call_controller(controller_request, on_response)
+        return Deferred(request_id)
+
+    def _create_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        topics = tuple(
+            CreatableTopic(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                assignments=tuple(
+                    ReplicaAssignment(partition=a.partition_index, broker_ids=tuple(a.broker_ids))
+                    for a in topic.assignments
+                ) or None,
+                configs=tuple(ConfigEntry(name=c.name, value=c.value) for c in topic.configs),
+            )
+            for topic in request.topics
+        )
+        names = [topic.name for topic in request.topics]
+        controller_request = ControllerCreateTopics(topics=topics, validate_only=bool(request.validate_only))
+
+        def build(results: list[Any]) -> Any:
+            response_class = messages.CreateTopicsResponse
+            by_name = _results_by_name(results[0], names, "topics")
+            return response_class(
+                throttle_time_ms=0,
+                topics=[
+                    response_class.CreatableTopicResult(name=name, error_code=code, error_message=message or None)
+                    for name, (code, message) in by_name.items()
+                ],
+            )
+
+        return self._forward(header, [controller_request] if topics else [], build)
+
+    def _delete_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        names = list(request.topic_names)
+
+        def build(results: list[Any]) -> Any:
+            response_class = messages.DeleteTopicsResponse
+            by_name = _results_by_name(results[0] if results else None, names, "topics")
+            return response_class(
+                throttle_time_ms=0,
+                responses=[response_class.DeletableTopicResult(name=n, error_code=c) for n, (c, _) in by_name.items()],
+            )
+
+        return self._forward(header, [ControllerDeleteTopics(names=tuple(names))] if names else [], build)
+
+    def _create_partitions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        controller_requests = [
+            ControllerCreatePartitions(
+                topic=topic.name,
+                new_total_count=topic.count,
+                assignments=None if topic.assignments is None else tuple(
+                    ReplicaAssignment(partition=-1, broker_ids=tuple(a.broker_ids)) for a in topic.assignments
+                ),
+                validate_only=bool(request.validate_only),
+            )
+            for topic in request.topics
+        ]
+        names = [topic.name for topic in request.topics]
+
+        def build(results: list[Any]) -> Any:
+            response_class = messages.CreatePartitionsResponse
+            entries = []
+            for name, result in zip(names, results):
+                code, message = _code_and_message(result)
+                entries.append(response_class.CreatePartitionsTopicResult(name=name, error_code=code,
+                                                                         error_message=message or None))
+            return response_class(throttle_time_ms=0, results=entries)
+
+        return self._forward(header, controller_requests, build)
+
+    def _alter_configs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        return self._forward_config_change(header, request, incremental=False)
+
+    def _incremental_alter_configs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        return self._forward_config_change(header, request, incremental=True)
+
+    def _forward_config_change(self, header: RequestHeader, request: Any, incremental: bool) -> Any:
+        resources = tuple(
+            ConfigResource(
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(
+                    AlterableConfig(name=c.name, value=c.value, op=c.config_operation if incremental else 0)
+                    for c in resource.configs
+                ),
+            )
+            for resource in request.resources
+        )
+        request_type = ControllerIncrementalAlterConfigs if incremental else ControllerAlterConfigs
+        controller_request = request_type(resources=resources, validate_only=bool(request.validate_only))
+        response_type = messages.IncrementalAlterConfigsResponse if incremental else messages.AlterConfigsResponse
+        keys = [(r.resource_type, r.resource_name) for r in request.resources]
+
+        def build(results: list[Any]) -> Any:
+            entries = []
+            result = results[0] if results else None
+            by_key = {}
+            if result is not None and not isinstance(result, KafkaError):
+                by_key = {(r.resource_type, r.resource_name): (r.error_code, r.message) for r in result.resources}
+            for key in keys:
+                code, message = by_key[key] if key in by_key else _code_and_message(result)
+                entries.append(response_type.AlterConfigsResourceResponse(
+                    error_code=code, error_message=message or None, resource_type=key[0], resource_name=key[1]))
+            return response_type(throttle_time_ms=0, responses=entries)
+
+        return self._forward(header, [controller_request] if resources else [], build)
+
+    def _describe_configs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.DescribeConfigsResponse
+        results = []
+        for resource in request.resources:
+            result = response_class.DescribeConfigsResult(
+                error_code=ErrorCode.NONE, error_message=None, resource_type=resource.resource_type,
+                resource_name=resource.resource_name, configs=[],
+            )
+            if resource.resource_type == RESOURCE_TYPE_TOPIC:
+                entries = self._topic_config_entries(resource.resource_name)
+            elif resource.resource_type == RESOURCE_TYPE_BROKER:
+                entries = self._broker_config_entries()
+            else:
+                entries = None
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = f"resource type {resource.resource_type} is not supported"
+            if entries is None and result.error_code == ErrorCode.NONE:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"topic {resource.resource_name!r} does not exist"
+            wanted = set(resource.configuration_keys) if resource.configuration_keys else None
+            for name, (value, is_dynamic) in sorted((entries or {}).items()):
+                if wanted is not None and name not in wanted:
+                    continue
+                result.configs.append(response_class.DescribeConfigsResourceResult(
+                    name=name, value=value, read_only=False,
+                    config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if is_dynamic else CONFIG_SOURCE_DEFAULT,
+                    is_default=not is_dynamic, is_sensitive=False, synonyms=[],
+                ))
+            results.append(result)
+        return response_class(throttle_time_ms=0, results=results)
+
+    def _topic_config_entries(self, topic: str) -> dict[str, tuple[str, bool]] | None:
+        if topic not in self.broker.image.topics.by_name:
+            return None
+        entries = {name: (value, False) for name, value in LogConfig().to_topic_configs().items()}
+        entries["min.insync.replicas"] = (str(self.broker.default_min_insync_replicas), False)
+        entries["unclean.leader.election.enable"] = ("false", False)
+        entries["compression.type"] = ("producer", False)
+        for name, value in self.broker.image.configs.get(ConfigResourceType.TOPIC, topic).items():
+            entries[name] = (value, True)
+        return entries
+
+    def _broker_config_entries(self) -> dict[str, tuple[str, bool]]:
+        return {
+            "broker.id": (str(self.broker.node_id), False),
+            "auto.create.topics.enable": (str(self.auto_create_topics_enable).lower(), False),
+            "min.insync.replicas": (str(self.broker.default_min_insync_replicas), False),
+            "replica.lag.time.max.ms": (str(self.broker.replica_lag_time_max_ms), False),
+        }
+
+
+def _code_and_message(result: Any) -> tuple[int, str]:
+    if result is None:
+        return ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller"
+    if isinstance(result, KafkaError):
+        return result.code, result.message
+    return result.error_code, getattr(result, "message", "")
+
+
+def _results_by_name(result: Any, names: list[str], attribute: str) -> dict[str, tuple[int, str]]:
+    """Per-name (error code, message) from a controller response, or the response's error for every name."""
+    if result is None or isinstance(result, KafkaError):
+        code, message = _code_and_message(result)
+        return {name: (code, message) for name in names}
+    found = {entry.name: (entry.error_code, entry.message) for entry in getattr(result, attribute)}
+    return {name: found.get(name, (ErrorCode.UNKNOWN_SERVER_ERROR, "no result")) for name in names}

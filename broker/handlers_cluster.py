@@ -1,0 +1,122 @@
+"""Cluster APIs (sans-IO): ApiVersions (exactly what the registry serves), Metadata (with auto topic creation
+forwarded to the controller) and DescribeCluster, answered from the metadata image."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from metadata.naming import validate_topic_name
+from metadata.requests import CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader, api_versions_response
+from partitions.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+
+class ClusterApis:
+    """ApiVersions, Metadata, DescribeCluster (see the module docstring)."""
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self.apis = apis
+        self.broker = apis.broker
+        self._auto_create_requested: set[str] = set()
+
+    def api_handlers(self):
+        return [
+            (ApiKey.API_VERSIONS, 0, 3, self._api_versions),
+            (ApiKey.METADATA, 0, 8, self._metadata),
+            (ApiKey.DESCRIBE_CLUSTER, 0, 0, self._describe_cluster),
+        ]
+
+    def poll(self, now_ms: int) -> None:
+        """Nothing here is deferred."""
+
+    def next_deadline_ms(self) -> int | None:
+        return None
+
+    def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        return api_versions_response(ErrorCode.NONE, self.apis.supported_apis)
+
+    def _active_brokers(self):
+        return [b for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles]
+
+    def _metadata(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.MetadataResponse
+        image = self.broker.image
+        brokers = [
+            response_class.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in sorted(self._active_brokers(), key=lambda b: b.broker_id)
+        ]
+        if request.topics is None or (header.api_version == 0 and not request.topics):
+            names = sorted(image.topics.by_name)
+        else:
+            names = [topic.name for topic in request.topics]
+        allow_auto_create = self.apis.auto_create_topics_enable and (header.api_version < 4 or request.allow_auto_topic_creation)
+        topics = [self._metadata_topic(name, allow_auto_create and request.topics is not None, now_ms) for name in names]
+        return response_class(
+            throttle_time_ms=0,
+            brokers=brokers,
+            cluster_id=self.apis.cluster_id,
+            controller_id=self.apis.controller_id(),
+            topics=topics,
+            cluster_authorized_operations=-2147483648,
+        )
+
+    def _metadata_topic(self, name: str, auto_create: bool, now_ms: int) -> Any:
+        response_class = messages.MetadataResponse
+        topic = self.broker.image.topics.by_name.get(name)
+        if topic is None:
+            try:
+                validate_topic_name(name)
+            except KafkaError as error:
+                return response_class.MetadataResponseTopic(error_code=error.code, name=name, partitions=[])
+            if auto_create:
+                self._auto_create(name)
+                return response_class.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name,
+                                                            partitions=[])
+            return response_class.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
+                                                        partitions=[])
+        active = {b.broker_id for b in self._active_brokers()}
+        partitions = []
+        for index, state in sorted(topic.partitions.items()):
+            partitions.append(
+                response_class.MetadataResponsePartition(
+                    error_code=ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    replica_nodes=list(state.replicas),
+                    isr_nodes=list(state.isr),
+                    offline_replicas=[r for r in state.replicas if r not in active],
+                )
+            )
+        return response_class.MetadataResponseTopic(
+            error_code=ErrorCode.NONE, name=name, is_internal=name.startswith("__"), partitions=partitions
+        )
+
+    def _auto_create(self, name: str) -> None:
+        if name in self._auto_create_requested:
+            return
+        self._auto_create_requested.add(name)
+
+        def on_response(response: Any, now_ms: int) -> None:
+            self._auto_create_requested.discard(name)
+
+        self.broker.call_controller(ControllerCreateTopics(topics=(CreatableTopic(name=name),)), on_response)
+
+    def _describe_cluster(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.DescribeClusterResponse
+        return response_class(
+            throttle_time_ms=0,
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            cluster_id=self.apis.cluster_id,
+            controller_id=self.apis.controller_id(),
+            brokers=[
+                response_class.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                for b in sorted(self._active_brokers(), key=lambda b: b.broker_id)
+            ],
+            cluster_authorized_operations=-2147483648,
+        )

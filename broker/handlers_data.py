@@ -1,0 +1,394 @@
+"""Partition APIs (sans-IO): Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords and
+InitProducerId for idempotent producers.
+
+Produce appends on the leader and answers at once (acks 0/1) or when the high watermark passes the batch
+(acks=all, a delayed produce waiting on `Partition.take_completed`); KIP-98 duplicates of the last five batches
+per producer are answered with their original offsets. Fetch reads up to the high watermark (consumers) or
+the log end (followers, which also move the ISR and the high watermark) and waits for min_bytes or
+max_wait_ms (a delayed fetch, woken when one of its partitions is marked dirty). Transactions are not
+implemented yet: InitProducerId with a transactional id is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.apis import Deferred
+from broker.core import HostedPartition
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader
+from partitions.batch import iter_batches
+from partitions.errors import ErrorCode, KafkaError
+from partitions.replica import IsolationLevel
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+FETCH_WAIT_MS_MAX = 30_000
+LIST_OFFSETS_LATEST = -1
+LIST_OFFSETS_EARLIEST = -2
+
+
+@dataclass
+class _DelayedProduce:
+    header: RequestHeader
+    responses: dict[tuple[str, int], Any]  # PartitionProduceResponse per partition
+    waiting: set[tuple[str, int]]
+
+
+@dataclass
+class _DelayedFetch:
+    header: RequestHeader
+    request: Any
+    deadline_ms: int
+    partitions: frozenset[tuple[str, int]]
+
+
+class DataPlaneApis:
+    """The partition APIs (see the module docstring)."""
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self.apis = apis
+        self.broker = apis.broker
+        self._produces: dict[int, _DelayedProduce] = {}
+        self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
+        self._fetches: dict[int, _DelayedFetch] = {}
+
+    def api_handlers(self):
+        return [
+            (ApiKey.PRODUCE, 3, 8, self._produce),
+            (ApiKey.FETCH, 4, 11, self._fetch),
+            (ApiKey.LIST_OFFSETS, 1, 5, self._list_offsets),
+            (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 3, self._offset_for_leader_epoch),
+            (ApiKey.DELETE_RECORDS, 0, 1, self._delete_records),
+            (ApiKey.INIT_PRODUCER_ID, 0, 1, self._init_producer_id),
+        ]
+
+    def poll(self, now_ms: int) -> None:
+        dirty = self.broker.dirty_partitions
+        self.broker.dirty_partitions = set()
+        self._complete_produces(now_ms)
+        self._complete_fetches(dirty, now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [delayed.deadline_ms for delayed in self._fetches.values()]
+        return min(deadlines) if deadlines else None
+
+    def _partition_error(self, topic: str, partition: int) -> ErrorCode:
+        """Why this broker cannot serve (topic, partition) as leader."""
+        topic_image = self.broker.image.topics.by_name.get(topic)
+        if topic_image is None or partition not in topic_image.partitions:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        acks = request.acks
+        request_id = self.apis.defer()
+        responses: dict[tuple[str, int], Any] = {}
+        waiting: set[tuple[str, int]] = set()
+        for topic_data in request.topic_data:
+            for partition_data in topic_data.partition_data:
+                key = (topic_data.name, partition_data.index)
+                partition_response, required_offset = self._produce_partition(key, partition_data.records, acks, now_ms)
+                responses[key] = partition_response
+                if required_offset is not None:
+                    hosted = self.broker.hosted(*key)
+                    try:
+                        hosted.replica.pending_produce((request_id, key), required_offset, now_ms + max(request.timeout_ms, 0))
+                        waiting.add(key)
+                    except KafkaError as error:
+                        partition_response.error_code = error.code
+        if acks == 0:
+            return None
+        if waiting:
+            self._produces[request_id] = _DelayedProduce(header, responses, waiting)
+            for key in waiting:
+                self._waiting_partitions[key] = self._waiting_partitions.get(key, 0) + 1
+            return Deferred(request_id)
+        return self._produce_response(responses)
+
+    def _produce_partition(self, key: tuple[str, int], records: Any, acks: int, now_ms: int) -> tuple[Any, int | None]:
+        response_class = messages.ProduceResponse
+        partition_response = response_class.PartitionProduceResponse(
+            index=key[1], error_code=ErrorCode.NONE, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+            record_errors=[], error_message=None,
+        )
+        hosted = self.broker.hosted(*key)
+        if hosted is None or not hosted.replica.is_leader:
+            partition_response.error_code = self._partition_error(*key)
+            return partition_response, None
+        if records is None:
+            partition_response.error_code = ErrorCode.CORRUPT_MESSAGE
+            return partition_response, None
+        try:
+            buffer = bytearray(records)
+            check = hosted.producer_state.check_append([h for _, h in iter_batches(buffer)], now_ms)
+            if check.is_duplicate:
+                # A retry of a batch already in the log (KIP-98): answer with its offsets, append nothing.
+                partition_response.base_offset = check.duplicate.first_offset
+                partition_response.log_start_offset = hosted.log.log_start_offset
+                waiting_offset = check.duplicate.last_offset + 1 if acks == -1 else None
+                return partition_response, waiting_offset
+            result = hosted.replica.append_records(buffer, acks, now_ms)
+        except KafkaError as error:
+            partition_response.error_code = error.code
+            partition_response.error_message = error.message
+            return partition_response, None
+        if result.append_info is not None:
+            hosted.producer_state.update(result.append_info.batch_headers)
+        self.broker.dirty_partitions.add(key)
+        partition_response.base_offset = result.first_offset
+        partition_response.log_start_offset = result.log_start_offset
+        if result.append_info is not None:
+            partition_response.log_append_time_ms = result.append_info.log_append_time_ms
+        return partition_response, result.required_offset
+
+    @staticmethod
+    def _produce_response(responses: dict[tuple[str, int], Any]) -> Any:
+        response_class = messages.ProduceResponse
+        by_topic: dict[str, list] = {}
+        for (topic, _), partition_response in responses.items():
+            by_topic.setdefault(topic, []).append(partition_response)
+        return response_class(
+            responses=[response_class.TopicProduceResponse(name=t, partition_responses=p) for t, p in by_topic.items()],
+            throttle_time_ms=0,
+        )
+
+    def _complete_produces(self, now_ms: int) -> None:
+        for key in list(self._waiting_partitions):
+            hosted = self.broker.hosted(*key)
+            if hosted is None:
+                self._fail_waiting(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            for completion in hosted.replica.take_completed(now_ms):
+                request_id, completed_key = completion.request_id
+                delayed = self._produces.get(request_id)
+                if delayed is not None:
+                    delayed.responses[completed_key].error_code = completion.error
+                    self._partition_answered(request_id, delayed, completed_key)
+
+    def _partition_answered(self, request_id: int, delayed: _DelayedProduce, key: tuple[str, int]) -> None:
+        delayed.waiting.discard(key)
+        remaining = self._waiting_partitions[key] - 1
+        if remaining:
+            self._waiting_partitions[key] = remaining
+        else:
+            del self._waiting_partitions[key]
+        if not delayed.waiting:
+            del self._produces[request_id]
+            self.apis.completed.append((request_id, delayed.header, self._produce_response(delayed.responses)))
+
+    def _fail_waiting(self, key: tuple[str, int], error: ErrorCode) -> None:
+        for request_id, delayed in list(self._produces.items()):
+            if key in delayed.waiting:
+                delayed.responses[key].error_code = error
+                self._partition_answered(request_id, delayed, key)
+
+    def _fetch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response, size, has_error = self._read_fetch(header, request, now_ms)
+        max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
+        if max_wait_ms == 0 or size >= request.min_bytes or has_error:
+            return response
+        request_id = self.apis.defer()
+        partitions = frozenset((t.topic, p.partition) for t in request.topics for p in t.partitions)
+        self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, partitions)
+        return Deferred(request_id)
+
+    def _complete_fetches(self, dirty: set[tuple[str, int]], now_ms: int) -> None:
+        for request_id, delayed in list(self._fetches.items()):
+            expired = now_ms >= delayed.deadline_ms
+            if not expired and not (delayed.partitions & dirty):
+                continue
+            response, size, has_error = self._read_fetch(delayed.header, delayed.request, now_ms)
+            if expired or size >= delayed.request.min_bytes or has_error:
+                del self._fetches[request_id]
+                self.apis.completed.append((request_id, delayed.header, response))
+
+    def _read_fetch(self, header: RequestHeader, request: Any, now_ms: int) -> tuple[Any, int, bool]:
+        response_class = messages.FetchResponse
+        remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
+        size, has_error = 0, False
+        topics = []
+        for fetch_topic in request.topics:
+            partitions = []
+            for fetch_partition in fetch_topic.partitions:
+                data = self._read_fetch_partition(request, fetch_topic.topic, fetch_partition, remaining, now_ms)
+                records_size = len(data.records) if data.records else 0
+                remaining -= records_size
+                size += records_size
+                has_error = has_error or data.error_code != ErrorCode.NONE
+                partitions.append(data)
+            topics.append(response_class.FetchableTopicResponse(topic=fetch_topic.topic, partitions=partitions))
+        response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+        return response, size, has_error
+
+    def _read_fetch_partition(self, request: Any, topic: str, fetch_partition: Any, remaining: int, now_ms: int) -> Any:
+        response_class = messages.FetchResponse
+        data = response_class.PartitionData(
+            partition_index=fetch_partition.partition, error_code=ErrorCode.NONE, high_watermark=-1,
+            last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
+            records=b"",
+        )
+        hosted = self.broker.hosted(topic, fetch_partition.partition)
+        if hosted is None or not hosted.replica.is_leader:
+            data.error_code = self._partition_error(topic, fetch_partition.partition)
+            return data
+        max_bytes = min(fetch_partition.partition_max_bytes, remaining)
+        try:
+            if request.replica_id >= 0:
+                self._read_for_follower(hosted, request.replica_id, fetch_partition, max_bytes, data, now_ms)
+            else:
+                self._read_for_consumer(hosted, request, fetch_partition, max_bytes, data)
+        except KafkaError as error:
+            data.error_code = error.code
+            data.records = b""
+            data.high_watermark = hosted.replica.high_watermark
+            data.log_start_offset = hosted.log.log_start_offset
+            data.last_stable_offset = hosted.replica.last_stable_offset
+        return data
+
+    def _read_for_follower(self, hosted: HostedPartition, replica_id: int, fetch_partition: Any, max_bytes: int,
+                           data: Any, now_ms: int) -> None:
+        replica = hosted.replica
+        high_watermark = replica.high_watermark
+        follower = replica.follower_states.get(replica_id)
+        follower_log_end_offset = follower.log_end_offset if follower is not None else None
+        result = replica.handle_follower_fetch(
+            replica_id, fetch_partition.fetch_offset, None, now_ms, max(max_bytes, 1),
+            current_leader_epoch=fetch_partition.current_leader_epoch,
+            follower_log_start_offset=fetch_partition.log_start_offset,
+        )
+        records = result.records if max_bytes > 0 else b""
+        self.broker.after_follower_fetch(hosted, result.isr_proposal)
+        # Only a fetch that moved something can complete another waiting request. Marking the partition on
+        # every read made a waiting follower fetch re-read itself at every poll, forever (each re-read
+        # marked the partition again).
+        follower = replica.follower_states.get(replica_id)
+        if (replica.high_watermark != high_watermark or result.isr_proposal is not None
+                or follower is None or follower.log_end_offset != follower_log_end_offset):
+            self.broker.dirty_partitions.add((replica.topic, replica.partition))
+        data.records = records
+        data.high_watermark = result.high_watermark
+        data.log_start_offset = result.log_start_offset
+        data.last_stable_offset = result.high_watermark
+
+    @staticmethod
+    def _read_for_consumer(hosted: HostedPartition, request: Any, fetch_partition: Any, max_bytes: int, data: Any) -> None:
+        isolation = IsolationLevel(request.isolation_level) if request.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
+        result = hosted.replica.read_for_consumer(
+            fetch_partition.fetch_offset, max(max_bytes, 1), isolation,
+            current_leader_epoch=fetch_partition.current_leader_epoch,
+        )
+        data.records = result.records if max_bytes > 0 else b""
+        data.high_watermark = result.high_watermark
+        data.log_start_offset = result.log_start_offset
+        data.last_stable_offset = result.last_stable_offset
+        data.aborted_transactions = [] if isolation == IsolationLevel.READ_COMMITTED else None
+
+    def _init_producer_id(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """A producer id for an idempotent producer (KIP-98). Transactions are not implemented yet: a
+        transactional id is refused with UNSUPPORTED_VERSION and a message saying so."""
+        response_class = messages.InitProducerIdResponse
+        if request.transactional_id is not None:
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                  producer_id=-1, producer_epoch=-1)
+        producer_id = self.broker.producer_ids.next_id()
+        if producer_id is None:  # the next block is on its way from the controller
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                  producer_id=-1, producer_epoch=-1)
+        return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+
+    def _list_offsets(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.ListOffsetsResponse
+        topics = []
+        for list_topic in request.topics:
+            partitions = [self._list_offset(list_topic.name, p, request.isolation_level) for p in list_topic.partitions]
+            topics.append(response_class.ListOffsetsTopicResponse(name=list_topic.name, partitions=partitions))
+        return response_class(throttle_time_ms=0, topics=topics)
+
+    def _list_offset(self, topic: str, request_partition: Any, isolation_level: int) -> Any:
+        response_class = messages.ListOffsetsResponse
+        result = response_class.ListOffsetsPartitionResponse(
+            partition_index=request_partition.partition_index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1,
+            leader_epoch=-1,
+        )
+        hosted = self.broker.hosted(topic, request_partition.partition_index)
+        if hosted is None or not hosted.replica.is_leader:
+            result.error_code = self._partition_error(topic, request_partition.partition_index)
+            return result
+        replica = hosted.replica
+        epoch_error = _leader_epoch_error(request_partition.current_leader_epoch, replica.leader_epoch)
+        if epoch_error is not None:
+            result.error_code = epoch_error
+            return result
+        result.leader_epoch = replica.leader_epoch
+        bound = replica.last_stable_offset if isolation_level == 1 else replica.high_watermark
+        timestamp = request_partition.timestamp
+        if timestamp == LIST_OFFSETS_EARLIEST:
+            result.offset = hosted.log.log_start_offset
+        elif timestamp == LIST_OFFSETS_LATEST:
+            result.offset = bound
+        elif timestamp < 0:
+            result.error_code = ErrorCode.INVALID_REQUEST  # -3 (max timestamp) needs ListOffsets v7
+        else:
+            found = hosted.log.offset_for_timestamp(timestamp)
+            if found is not None and found[0] < bound:
+                result.offset, result.timestamp = found
+        return result
+
+    def _offset_for_leader_epoch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.OffsetForLeaderEpochResponse
+        topics = []
+        for topic_request in request.topics:
+            partitions = []
+            for partition_request in topic_request.partitions:
+                result = response_class.EpochEndOffset(
+                    error_code=ErrorCode.NONE, partition=partition_request.partition, leader_epoch=-1, end_offset=-1
+                )
+                hosted = self.broker.hosted(topic_request.topic, partition_request.partition)
+                if hosted is None or not hosted.replica.is_leader:
+                    result.error_code = self._partition_error(topic_request.topic, partition_request.partition)
+                else:
+                    try:
+                        epoch, end_offset = hosted.replica.last_offset_for_leader_epoch(
+                            partition_request.leader_epoch, partition_request.current_leader_epoch
+                        )
+                        result.leader_epoch, result.end_offset = epoch, end_offset
+                    except KafkaError as error:
+                        result.error_code = error.code
+                partitions.append(result)
+            topics.append(response_class.OffsetForLeaderTopicResult(topic=topic_request.topic, partitions=partitions))
+        return response_class(throttle_time_ms=0, topics=topics)
+
+    def _delete_records(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.DeleteRecordsResponse
+        topics = []
+        for topic_request in request.topics:
+            partitions = []
+            for partition_request in topic_request.partitions:
+                result = response_class.DeleteRecordsPartitionResult(
+                    partition_index=partition_request.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
+                )
+                hosted = self.broker.hosted(topic_request.name, partition_request.partition_index)
+                if hosted is None or not hosted.replica.is_leader:
+                    result.error_code = self._partition_error(topic_request.name, partition_request.partition_index)
+                else:
+                    high_watermark = hosted.replica.high_watermark
+                    offset = high_watermark if partition_request.offset == -1 else partition_request.offset
+                    if not 0 <= offset <= high_watermark:
+                        result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                    else:
+                        if offset > hosted.log.log_start_offset:
+                            hosted.log.delete_records_before(offset)
+                        result.low_watermark = hosted.log.log_start_offset
+                        self.broker.dirty_partitions.add((topic_request.name, partition_request.partition_index))
+                partitions.append(result)
+            topics.append(response_class.DeleteRecordsTopicResult(name=topic_request.name, partitions=partitions))
+        return response_class(throttle_time_ms=0, topics=topics)
+
+
+def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
+    if requested is None or requested < 0 or requested == current:
+        return None
+    return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
