@@ -237,20 +237,29 @@ OFFSET_FETCH_RESPONSE = response(
 )
 
 FIND_COORDINATOR_REQUEST = request(
-    10, 'FindCoordinatorRequest', valid="0-2", flexible='3+', fields=(
-        field('Key', 'string', '0-3'),
+    10, 'FindCoordinatorRequest', valid="0-4", flexible='3+', fields=(
+        field('Key', 'string', '0-3', default=''),
         field('KeyType', 'int8', '1+', default=0),
+        field('CoordinatorKeys', '[]string', '4+'),
     ),
 )
 
 FIND_COORDINATOR_RESPONSE = response(
-    10, 'FindCoordinatorResponse', valid="0-2", flexible='3+', fields=(
+    10, 'FindCoordinatorResponse', valid="0-4", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
-        field('ErrorCode', 'int16', '0-3'),
-        field('ErrorMessage', 'string', '1-3', nullable='1-3'),
-        field('NodeId', 'int32', '0-3'),
-        field('Host', 'string', '0-3'),
-        field('Port', 'int32', '0-3'),
+        field('ErrorCode', 'int16', '0-3', default=0),
+        field('ErrorMessage', 'string', '1-3', nullable='1-3', default=None),
+        field('NodeId', 'int32', '0-3', default=-1),
+        field('Host', 'string', '0-3', default=''),
+        field('Port', 'int32', '0-3', default=-1),
+        field('Coordinators', '[]Coordinator', '4+', fields=(
+            field('Key', 'string', '4+'),
+            field('NodeId', 'int32', '4+'),
+            field('Host', 'string', '4+'),
+            field('Port', 'int32', '4+'),
+            field('ErrorCode', 'int16', '4+'),
+            field('ErrorMessage', 'string', '4+', nullable='4+'),
+        )),
     ),
 )
 

@@ -1,0 +1,236 @@
+"""The broker's side of the coordinators (sans-IO): internal topics, the runtime's port over hosted partitions,
+FindCoordinator, and the deferred answers of coordinator requests.
+
+Theory of operation. A `CoordinatorService` is one coordinator (groups, later transactions): its internal
+topic (`__consumer_offsets`), a `CoordinatorRuntime` (coordinator/runtime.py) whose shards live on the
+partitions of that topic this broker leads, and the key -> partition rule (Java's hashCode, so a key lands
+where a Java broker puts it). The service hears leadership changes of its topic from BrokerCore's
+leadership listeners and loads or unloads shards accordingly.
+
+`CoordinatorApis` is the handler group (broker/apis.py) that serves FindCoordinator for every service and
+carries coordinator requests to shards: `submit(service, partition, header, request, error_response)` answers
+at once with `error_response(code)` when the shard is absent or loading (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS), else returns a `Deferred` that `poll` completes when the runtime releases the
+shard's answer (or an error code, turned into that API's error response by `error_response`).
+
+The internal topic is created through the controller the first time a client looks for a coordinator
+(COORDINATOR_NOT_AVAILABLE meanwhile), with the node's settings: partitions, replication factor
+min(configured, live brokers), cleanup.policy=compact, min.insync.replicas as the topic defaults say.
+
+`CoordinatorPartitionsPort` is the runtime's port: appends go through the partition leader's normal path
+(`Partition.append_records` with acks=all semantics: refused below min.insync.replicas), reads decode the
+log's batches (control batches included) into `LoadedRecord`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from broker.apis import Deferred
+from broker.core import BrokerCore, HostedPartition
+from coordinator.batches import coordinator_batch, loaded_records
+from coordinator.keys import partition_for_key
+from coordinator.runtime import CoordinatorRuntime
+from coordinator.shard import CoordinatorRecord, CoordinatorShard, LoadedRecord, TransactionalWrite
+from metadata.requests import ConfigEntry, CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader
+from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+COORDINATOR_KEY_TYPE_GROUP = 0
+COORDINATOR_KEY_TYPE_TRANSACTION = 1
+FIND_COORDINATOR_KEYS_MAX = 1_000  # v4 batches many keys in one request; more is a hostile request
+KEY_BYTES_MAX = 32_767  # a Kafka string's limit
+
+
+@dataclass(frozen=True)
+class InternalTopic:
+    """An internal topic as the node creates it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: tuple[tuple[str, str], ...] = (("cleanup.policy", "compact"),)
+
+
+class CoordinatorPartitionsPort:
+    """coordinator.runtime.CoordinatorPartitions over this broker's hosted partitions of one topic."""
+
+    def __init__(self, broker: BrokerCore, topic: str) -> None:
+        self.broker = broker
+        self.topic = topic
+
+    def _hosted(self, partition: int) -> HostedPartition:
+        hosted = self.broker.hosted(self.topic, partition)
+        if hosted is None or not hosted.replica.is_leader:
+            raise NotLeaderOrFollowerError(f"{self.topic}-{partition}: not the leader here")
+        return hosted
+
+    def append(self, partition: int, leader_epoch: int, records: list[CoordinatorRecord],
+               transactional: TransactionalWrite | None, now_ms: int) -> int:
+        hosted = self._hosted(partition)
+        if hosted.replica.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollowerError(
+                f"{self.topic}-{partition}: leader epoch {hosted.replica.leader_epoch}, the shard's is {leader_epoch}")
+        result = hosted.replica.append_records(bytearray(coordinator_batch(records, transactional, now_ms)), -1, now_ms)
+        if result.append_info is not None:
+            hosted.producer_state.update(result.append_info.batch_headers)
+        self.broker.dirty_partitions.add((self.topic, partition))
+        return result.last_offset
+
+    def read(self, partition: int, offset: int, bytes_max: int) -> tuple[list[LoadedRecord], int]:
+        data = self._hosted(partition).log.read(offset, bytes_max)
+        return loaded_records(data.records, offset)
+
+    def log_start_offset(self, partition: int) -> int:
+        return self._hosted(partition).log.log_start_offset
+
+    def log_end_offset(self, partition: int) -> int:
+        return self._hosted(partition).log.log_end_offset
+
+    def high_watermark(self, partition: int) -> int:
+        return self._hosted(partition).replica.high_watermark
+
+
+class CoordinatorService:
+    """One coordinator over its internal topic (see the module docstring)."""
+
+    def __init__(self, broker: BrokerCore, key_type: int, topic: InternalTopic,
+                 shard_factory: Callable[[int], CoordinatorShard], *, min_insync_replicas: int) -> None:
+        self.broker = broker
+        self.key_type = key_type
+        self.topic = topic
+        self.min_insync_replicas = min_insync_replicas
+        self.runtime = CoordinatorRuntime(topic.name, shard_factory, CoordinatorPartitionsPort(broker, topic.name))
+        self._creating = False
+        broker.add_leadership_listener(topic.name, self._on_leadership)
+
+    def _on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool, now_ms: int) -> None:
+        if is_leader:
+            self.runtime.on_became_leader(partition, leader_epoch, now_ms)
+        else:
+            self.runtime.on_resigned(partition, now_ms)
+
+    def partition_count(self) -> int | None:
+        """The internal topic's partition count from the metadata image (None until it exists)."""
+        topic = self.broker.image.topics.by_name.get(self.topic.name)
+        return len(topic.partitions) if topic is not None else None
+
+    def partition_for(self, key: str) -> int | None:
+        count = self.partition_count()
+        return None if count is None else partition_for_key(key, count)
+
+    def coordinator_for(self, key: str) -> tuple[ErrorCode, int]:
+        """(NONE, broker id) of the coordinator of `key`, or (COORDINATOR_NOT_AVAILABLE, -1) while the topic
+        is being created or the partition has no live leader."""
+        partition = self.partition_for(key)
+        if partition is None:
+            self._create_topic()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
+        leader = self.broker.leader_of(self.topic.name, partition)
+        brokers = self.broker.image.cluster.brokers
+        if leader < 0 or leader not in brokers or brokers[leader].fenced:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
+        return ErrorCode.NONE, leader
+
+    def _create_topic(self) -> None:
+        if self._creating:
+            return
+        self._creating = True
+        live = sum(1 for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles)
+        configs = dict(self.topic.configs)
+        configs.setdefault("min.insync.replicas", str(min(self.min_insync_replicas, max(live, 1))))
+        request = ControllerCreateTopics(topics=(CreatableTopic(
+            name=self.topic.name, num_partitions=self.topic.partitions,
+            replication_factor=max(1, min(self.topic.replication_factor, live)),
+            configs=tuple(ConfigEntry(name=k, value=v) for k, v in sorted(configs.items()))),))
+
+        def on_response(response: Any, now_ms: int) -> None:
+            self._creating = False  # created, or failed: the next lookup tries again if it is still absent
+
+        self.broker.call_controller(request, on_response)
+
+
+@dataclass
+class _Pending:
+    request_id: int  # KafkaApis' id of the deferred answer
+    header: RequestHeader
+    error_response: Callable[[ErrorCode], Any]
+
+
+class CoordinatorApis:
+    """FindCoordinator and the deferred answers of coordinator requests (see the module docstring)."""
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self.apis = apis
+        self.broker = apis.broker
+        self.services: dict[int, CoordinatorService] = {}
+        self._pending: dict[tuple[int, int], _Pending] = {}  # (key type, runtime request id) -> answer slot
+
+    def add_service(self, service: CoordinatorService) -> None:
+        assert service.key_type not in self.services, service.key_type
+        self.services[service.key_type] = service
+
+    def api_handlers(self):
+        return [(ApiKey.FIND_COORDINATOR, 0, 4, self._find_coordinator)]
+
+    def submit(self, service: CoordinatorService, partition: int, header: RequestHeader, request: Any,
+               error_response: Callable[[ErrorCode], Any], now_ms: int) -> Any:
+        """Hand `request` to the shard of `partition`: the error response now, or a Deferred."""
+        code = service.runtime.status(partition)
+        if code != ErrorCode.NONE:
+            return error_response(code)
+        runtime_id = service.runtime.submit(partition, request, now_ms)
+        request_id = self.apis.defer()
+        self._pending[(service.key_type, runtime_id)] = _Pending(request_id, header, error_response)
+        return Deferred(request_id)
+
+    def poll(self, now_ms: int) -> None:
+        for key_type, service in self.services.items():
+            for runtime_id, answer in service.runtime.poll(now_ms):
+                pending = self._pending.pop((key_type, runtime_id), None)
+                if pending is None:
+                    continue  # already answered (a request both parked and failed), or internal
+                response = pending.error_response(answer) if isinstance(answer, ErrorCode) else answer
+                self.apis.completed.append((pending.request_id, pending.header, response))
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for d in (s.runtime.next_deadline_ms() for s in self.services.values()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # FindCoordinator (KIP-699 batches keys from v4)
+
+    def _find_coordinator(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.FindCoordinatorResponse
+        if header.api_version >= 4:
+            keys = list(request.coordinator_keys)[:FIND_COORDINATOR_KEYS_MAX + 1]
+            if len(keys) > FIND_COORDINATOR_KEYS_MAX:
+                return response_class(throttle_time_ms=0, coordinators=[response_class.Coordinator(
+                    key="", node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=f"more than {FIND_COORDINATOR_KEYS_MAX} keys")])
+            coordinators = []
+            for key in keys:
+                code, message, node_id, host, port = self._lookup(request.key_type, key)
+                coordinators.append(response_class.Coordinator(key=key, node_id=node_id, host=host, port=port,
+                                                               error_code=code, error_message=message))
+            return response_class(throttle_time_ms=0, coordinators=coordinators)
+        code, message, node_id, host, port = self._lookup(request.key_type, request.key)
+        return response_class(throttle_time_ms=0, error_code=code, error_message=message, node_id=node_id,
+                              host=host, port=port)
+
+    def _lookup(self, key_type: int, key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+        service = self.services.get(key_type)
+        if service is None:
+            return ErrorCode.INVALID_REQUEST, f"coordinator key type {key_type} is not served", -1, "", -1
+        if not key or len(key.encode()) > KEY_BYTES_MAX:
+            code = ErrorCode.INVALID_GROUP_ID if key_type == COORDINATOR_KEY_TYPE_GROUP else ErrorCode.INVALID_REQUEST
+            return code, "an empty or over-long key", -1, "", -1
+        code, node_id = service.coordinator_for(key)
+        if code != ErrorCode.NONE:
+            return code, None, -1, "", -1
+        broker = self.broker.image.cluster.brokers[node_id]
+        return ErrorCode.NONE, None, node_id, broker.host, broker.port
