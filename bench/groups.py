@@ -101,8 +101,8 @@ def bench_commits(cluster: LocalCluster, args) -> None:
     def commit(i: int):
         return ApiKey.OFFSET_COMMIT, messages.OffsetCommitRequest(
             group_id=group, generation_id_or_member_epoch=-1, member_id="",
-            topics=[messages.OffsetCommitRequestTopic(name="commit-target", partitions=[
-                messages.OffsetCommitRequestPartition(partition_index=i % 6, committed_offset=i,
+            topics=[messages.OffsetCommitRequest.OffsetCommitRequestTopic(name="commit-target", partitions=[
+                messages.OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=i % 6, committed_offset=i,
                                                       committed_metadata="")])])
 
     value = b"x" * 100
@@ -110,8 +110,8 @@ def bench_commits(cluster: LocalCluster, args) -> None:
     def produce(i: int):
         batch = build_batch([(None, value)], base_timestamp_ms=int(time.time() * 1000))
         return ApiKey.PRODUCE, messages.ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
-            messages.TopicProduceData(name="commit-target", partition_data=[
-                messages.PartitionProduceData(index=0, records=batch)])])
+            messages.ProduceRequest.TopicProduceData(name="commit-target", partition_data=[
+                messages.ProduceRequest.PartitionProduceData(index=0, records=batch)])])
 
     async def coordinator(client):
         return await find_coordinator(client, group)
@@ -259,7 +259,7 @@ def main() -> int:
     parser.add_argument("--only", choices=["commits", "assignment", "consume"], action="append")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as directory:
-        cluster = LocalCluster(os.path.join(directory, "cluster"), nodes=3, broker=dict(FAST_BROKER_SETTINGS))
+        cluster = LocalCluster(os.path.join(directory, "cluster"), nodes=3, broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10})
         cluster.start()
         try:
             wait_for_quorum(cluster)

@@ -71,6 +71,9 @@ class KafkaApis:
         self.controller_id = controller_id
         self.auto_create_topics_enable = auto_create_topics_enable
         self.completed: list[tuple[int, RequestHeader, Any]] = []
+        # The address of the client whose request is being handled ("/127.0.0.1", as Kafka writes it), set
+        # by the runtime that knows the connection; coordinators record it as a member's client host.
+        self.client_host = ""
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}

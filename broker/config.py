@@ -76,6 +76,13 @@ class BrokerSettings:
     inflight_requests_max: int = 64
     log_flush_messages: int | None = None
     log_flush_ms: int | None = None
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 1_000
+    offsets_retention_minutes: int = 7 * 24 * 60
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ where a Java broker puts it). The service hears leadership changes of its topic 
 leadership listeners and loads or unloads shards accordingly.
 
 `CoordinatorApis` is the handler group (broker/apis.py) that serves FindCoordinator for every service and
-carries coordinator requests to shards: `submit(service, partition, header, request, error_response)` answers
-at once with `error_response(code)` when the shard is absent or loading (NOT_COORDINATOR,
-COORDINATOR_LOAD_IN_PROGRESS), else returns a `Deferred` that `poll` completes when the runtime releases the
-shard's answer (or an error code, turned into that API's error response by `error_response`).
+carries coordinator requests to shards: `submit_all(header, items, build)` hands each (service, partition,
+request) to its shard and answers `build(answers)` once every shard has answered (an answer is the shard's, or
+the ErrorCode that stopped it: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a failed write); at once when no
+shard took a request, else through a `Deferred` that `poll` completes.
 
 The internal topic is created through the controller the first time a client looks for a coordinator
 (COORDINATOR_NOT_AVAILABLE meanwhile), with the node's settings: partitions, replication factor
@@ -36,7 +36,7 @@ from coordinator.shard import CoordinatorRecord, CoordinatorShard, LoadedRecord,
 from metadata.requests import ConfigEntry, CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
-from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError
+from partitions.errors import ErrorCode, NotLeaderOrFollowerError
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
@@ -156,10 +156,14 @@ class CoordinatorService:
 
 
 @dataclass
-class _Pending:
+class _Gather:
+    """A Kafka request whose answer waits for one or more shard answers."""
+
     request_id: int  # KafkaApis' id of the deferred answer
     header: RequestHeader
-    error_response: Callable[[ErrorCode], Any]
+    answers: list
+    remaining: int
+    build: Callable[[list], Any]
 
 
 class CoordinatorApis:
@@ -169,7 +173,7 @@ class CoordinatorApis:
         self.apis = apis
         self.broker = apis.broker
         self.services: dict[int, CoordinatorService] = {}
-        self._pending: dict[tuple[int, int], _Pending] = {}  # (key type, runtime request id) -> answer slot
+        self._waiting: dict[tuple[int, int], tuple[_Gather, int]] = {}  # (key type, runtime id) -> (gather, slot)
 
     def add_service(self, service: CoordinatorService) -> None:
         assert service.key_type not in self.services, service.key_type
@@ -178,25 +182,37 @@ class CoordinatorApis:
     def api_handlers(self):
         return [(ApiKey.FIND_COORDINATOR, 0, 4, self._find_coordinator)]
 
-    def submit(self, service: CoordinatorService, partition: int, header: RequestHeader, request: Any,
-               error_response: Callable[[ErrorCode], Any], now_ms: int) -> Any:
-        """Hand `request` to the shard of `partition`: the error response now, or a Deferred."""
-        code = service.runtime.status(partition)
-        if code != ErrorCode.NONE:
-            return error_response(code)
-        runtime_id = service.runtime.submit(partition, request, now_ms)
-        request_id = self.apis.defer()
-        self._pending[(service.key_type, runtime_id)] = _Pending(request_id, header, error_response)
-        return Deferred(request_id)
+    def submit_all(self, header: RequestHeader, items: list[tuple[CoordinatorService, int, Any]],
+                   build: Callable[[list], Any], now_ms: int) -> Any:
+        """Hand each (service, partition, request) to its shard; the response is `build(answers)`, with one
+        answer per item in order: the shard's answer, or the ErrorCode that stopped it (absent or loading
+        shard, failed write). Returned at once when no shard took a request, else as a Deferred."""
+        answers: list = [None] * len(items)
+        taken = []
+        for slot, (service, partition, request) in enumerate(items):
+            code = service.runtime.status(partition)
+            if code != ErrorCode.NONE:
+                answers[slot] = code
+                continue
+            taken.append((slot, service.key_type, service.runtime.submit(partition, request, now_ms)))
+        if not taken:
+            return build(answers)
+        gather = _Gather(self.apis.defer(), header, answers, len(taken), build)
+        for slot, key_type, runtime_id in taken:
+            self._waiting[(key_type, runtime_id)] = (gather, slot)
+        return Deferred(gather.request_id)
 
     def poll(self, now_ms: int) -> None:
         for key_type, service in self.services.items():
             for runtime_id, answer in service.runtime.poll(now_ms):
-                pending = self._pending.pop((key_type, runtime_id), None)
-                if pending is None:
+                waiting = self._waiting.pop((key_type, runtime_id), None)
+                if waiting is None:
                     continue  # already answered (a request both parked and failed), or internal
-                response = pending.error_response(answer) if isinstance(answer, ErrorCode) else answer
-                self.apis.completed.append((pending.request_id, pending.header, response))
+                gather, slot = waiting
+                gather.answers[slot] = answer
+                gather.remaining -= 1
+                if gather.remaining == 0:
+                    self.apis.completed.append((gather.request_id, gather.header, gather.build(gather.answers)))
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (s.runtime.next_deadline_ms() for s in self.services.values()) if d is not None]

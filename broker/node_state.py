@@ -27,6 +27,10 @@ from broker.core import BrokerCore, ControllerCall
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome
 from broker.apis import KafkaApis
+from broker.coordinators import COORDINATOR_KEY_TYPE_GROUP, CoordinatorApis, CoordinatorService, InternalTopic
+from broker.groups import GroupApis
+from groupcoord.config import GroupConfig
+from groupcoord.shard import GroupCoordinatorShard
 from partitions.errors import ErrorCode
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
@@ -101,12 +105,32 @@ class NodeState:
                 self.broker, config.cluster_id, self.controller_id_for_clients,
                 auto_create_topics_enable=settings.auto_create_topics_enable,
             )
+            self.coordinators = CoordinatorApis(self.apis)
+            self.apis.register(self.coordinators)
+            self._add_group_coordinator()
         peers = [other for other in self.controller_ids if other != node_id]
         self.raft = RaftDriver(
             node_id, peers, storage, METADATA_DIRECTORY, clock_ms, rng, self._snapshot, self._restore,
             raft_config or RaftConfig(), bug_switches=raft_bug_switches,
         )
         self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
+
+    def _add_group_coordinator(self) -> None:
+        settings = self.config.broker
+        group_config = GroupConfig(
+            session_timeout_ms_min=settings.group_min_session_timeout_ms,
+            session_timeout_ms_max=settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+            group_max_size=settings.group_max_size,
+            offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+        )
+        topic = InternalTopic("__consumer_offsets", settings.offsets_topic_num_partitions,
+                              settings.offsets_topic_replication_factor)
+        service = CoordinatorService(self.broker, COORDINATOR_KEY_TYPE_GROUP, topic,
+                                     lambda partition: GroupCoordinatorShard(partition, group_config),
+                                     min_insync_replicas=self.config.topic_defaults.min_insync_replicas)
+        self.coordinators.add_service(service)
+        self.apis.register(GroupApis(self.apis, self.coordinators, service))
 
     # ------------------------------------------------------------------ metadata publishing
 

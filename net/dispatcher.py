@@ -22,7 +22,7 @@ from net.protocol.codec import (
     encode_api_versions_fallback,
     encode_response,
 )
-from net.server import NO_REPLY, CloseConnection, PendingReply
+from net.server import CLOSE_REPLY, NO_REPLY, CloseConnection, PendingReply
 from partitions.errors import KafkaError
 
 
@@ -37,6 +37,11 @@ class KafkaDispatcher:
         self.after_event = after_event
         self.log = get_logger(component="kafka-dispatcher")
         self._pending: dict[int, tuple[PendingReply, RequestHeader, int]] = {}
+        self._client_hosts: dict[int, str] = {}
+
+    def connection_opened(self, connection_id: int, peer_host: str) -> None:
+        """Remember the client's address: coordinators record it as a member's host ("/127.0.0.1", Kafka's way)."""
+        self._client_hosts[connection_id] = f"/{peer_host}" if peer_host else ""
 
     def handle_frame(self, connection_id: int, frame: bytes) -> Any:
         if self.admin_handler is not None and peek_api_key(frame) == ADMIN_API_KEY:
@@ -50,6 +55,7 @@ class KafkaDispatcher:
             raise CloseConnection(error.message) from None
         if not self.apis.is_supported(header.api_key, header.api_version):
             return self._unsupported(header)
+        self.apis.client_host = self._client_hosts.get(connection_id, "")
         result = self.apis.handle(header, request, self.now_ms())
         if isinstance(result, Deferred):
             pending = PendingReply()
@@ -59,7 +65,12 @@ class KafkaDispatcher:
         self.after_event()
         if result is None:
             return NO_REPLY
-        return encode_response(header, result)
+        try:
+            return encode_response(header, result)
+        except KafkaError as error:
+            self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
+                           error=error.message)
+            raise CloseConnection(error.message) from None
 
     def _admin(self, connection_id: int, frame: bytes) -> bytes:
         try:
@@ -78,10 +89,17 @@ class KafkaDispatcher:
         """Send the responses of deferred requests (from `KafkaApis.poll`)."""
         for request_id, header, response in completed:
             entry = self._pending.pop(request_id, None)
-            if entry is not None and not entry[0].done:
+            if entry is None or entry[0].done:
+                continue
+            try:
                 entry[0].set(encode_response(header, response))
+            except KafkaError as error:  # a response this version cannot carry: a bug, but one connection's
+                self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
+                               error=error.message)
+                entry[0].set(CLOSE_REPLY)
 
     def connection_closed(self, connection_id: int) -> None:
+        self._client_hosts.pop(connection_id, None)
         # Deferred requests of a closed connection still complete in the core (the produce is appended
         # either way); their replies are simply dropped when they arrive.
         for request_id in [r for r, (_, _, c) in self._pending.items() if c == connection_id]:

@@ -44,6 +44,16 @@ class _NoReply:
 NO_REPLY = _NoReply()
 
 
+class _CloseReply:
+    def __repr__(self) -> str:
+        return "CLOSE_REPLY"
+
+
+# A deferred reply that could not be built: the writer closes the connection (the client retries elsewhere)
+# instead of leaving it waiting for an answer that will never come.
+CLOSE_REPLY = _CloseReply()
+
+
 class PendingReply:
     """A reply that a later event completes (set exactly once)."""
 
@@ -51,9 +61,9 @@ class PendingReply:
 
     def __init__(self) -> None:
         self._event = trio.Event()
-        self._reply: bytes | _NoReply | None = None
+        self._reply: bytes | _NoReply | _CloseReply | None = None
 
-    def set(self, reply: bytes | _NoReply) -> None:
+    def set(self, reply: bytes | _NoReply | _CloseReply) -> None:
         assert self._reply is None, "a pending reply completes exactly once"
         self._reply = reply
         self._event.set()
@@ -110,6 +120,12 @@ class FrameServer:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         connection_id = next(self._connection_ids)
+        opened = getattr(self.dispatcher, "connection_opened", None)
+        if opened is not None:
+            try:
+                opened(connection_id, stream.socket.getpeername()[0])
+            except OSError:
+                opened(connection_id, "")
         send_slots, receive_slots = trio.open_memory_channel[Reply](self.limits.inflight_requests_max)
         try:
             async with stream, trio.open_nursery() as nursery:
@@ -166,6 +182,8 @@ class FrameServer:
                         reply = await reply.wait()
                     if reply is NO_REPLY:
                         continue
+                    if reply is CLOSE_REPLY:
+                        return
                     await stream.send_all(reply)
         finally:
             cancel_scope.cancel()

@@ -165,11 +165,11 @@ async def commit_offsets(client: KafkaClient, group_id: str, offsets: dict[tuple
     UNKNOWN_MEMBER_ID (or REBALANCE_IN_PROGRESS) while the group has members, as Kafka refuses it."""
     by_topic: dict[str, list] = {}
     for (topic, partition), offset in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append(messages.OffsetCommitRequestPartition(
+        by_topic.setdefault(topic, []).append(messages.OffsetCommitRequest.OffsetCommitRequestPartition(
             partition_index=partition, committed_offset=offset, committed_metadata=""))
     request = messages.OffsetCommitRequest(
         group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
-        topics=[messages.OffsetCommitRequestTopic(name=name, partitions=parts) for name, parts in by_topic.items()])
+        topics=[messages.OffsetCommitRequest.OffsetCommitRequestTopic(name=name, partitions=parts) for name, parts in by_topic.items()])
 
     def first_error(response) -> int:
         codes = [p.error_code for t in response.topics for p in t.partitions if p.error_code != ErrorCode.NONE]
@@ -195,8 +195,8 @@ async def delete_offsets(client: KafkaClient, group_id: str, topic: str, partiti
     group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...)."""
     if not hasattr(messages, "OffsetDeleteRequest"):
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "this build has no OffsetDelete codec")
-    request = messages.OffsetDeleteRequest(group_id=group_id, topics=[messages.OffsetDeleteRequestTopic(
-        name=topic, partitions=[messages.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+    request = messages.OffsetDeleteRequest(group_id=group_id, topics=[messages.OffsetDeleteRequest.OffsetDeleteRequestTopic(
+        name=topic, partitions=[messages.OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
     _, response = await _to_coordinator(client, group_id, ApiKey.OFFSET_DELETE, request, lambda r: r.error_code)
     raise_for_code(response.error_code, None, f"delete offsets of group {group_id!r}")
     return {p.partition_index: ErrorCode(p.error_code) for t in response.topics for p in t.partitions}

@@ -741,6 +741,32 @@ DELETE_GROUPS_RESPONSE = response(
     ),
 )
 
+OFFSET_DELETE_REQUEST = request(
+    47, 'OffsetDeleteRequest', valid="0-0", flexible='none', fields=(
+        field('GroupId', 'string', '0+'),
+        field('Topics', '[]OffsetDeleteRequestTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]OffsetDeleteRequestPartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+OFFSET_DELETE_RESPONSE = response(
+    47, 'OffsetDeleteResponse', valid="0-0", flexible='none', fields=(
+        field('ErrorCode', 'int16', '0+'),
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Topics', '[]OffsetDeleteResponseTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]OffsetDeleteResponsePartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
 INCREMENTAL_ALTER_CONFIGS_REQUEST = request(
     44, 'IncrementalAlterConfigsRequest', valid="0-0", flexible='1+', fields=(
         field('Resources', '[]AlterConfigsResource', '0+', fields=(

@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("groups")), nodes=3, broker=dict(FAST_BROKER_SETTINGS))
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("groups")), nodes=3, broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10})
     cluster.start()
     wait_for_quorum(cluster)
     yield cluster

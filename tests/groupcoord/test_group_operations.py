@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("group-ops")), nodes=3, broker=dict(FAST_BROKER_SETTINGS))
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("group-ops")), nodes=3, broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10})
     cluster.start()
     wait_for_quorum(cluster)
     yield cluster
