@@ -48,7 +48,7 @@ class GroupApis:
             (ApiKey.OFFSET_DELETE, 0, 0, self._single(
                 lambda r, c: messages.OffsetDeleteResponse(throttle_time_ms=0, error_code=c, topics=[]))),
             (ApiKey.DESCRIBE_GROUPS, 0, 4, self._describe_groups),
-            (ApiKey.LIST_GROUPS, 0, 2, self._list_groups),
+            (ApiKey.LIST_GROUPS, 0, 5, self._list_groups),
             (ApiKey.DELETE_GROUPS, 0, 1, self._delete_groups),
         ]
 
@@ -130,13 +130,13 @@ class GroupApis:
         listed = []
         for partition in runtime.loaded_partitions():
             listed += runtime.shard(partition).list_groups()
-        groups = []
-        for group in sorted(listed, key=lambda g: g.group_id):
-            entry = response_class.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type)
-            for attribute, value in (("group_state", group.state), ("group_type", group.group_type)):
-                if hasattr(entry, attribute):
-                    setattr(entry, attribute, value)
-            groups.append(entry)
+        # KIP-518 (v4) filters by state, KIP-848 (v5) by type; names compare case-insensitively, as Kafka's do.
+        states = {s.lower() for s in getattr(request, "states_filter", None) or ()}
+        types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
+        groups = [response_class.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type,
+                                             group_state=group.state, group_type=group.group_type)
+                  for group in sorted(listed, key=lambda g: g.group_id)
+                  if (not states or group.state.lower() in states) and (not types or group.group_type in types)]
         code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
         return response_class(throttle_time_ms=0, error_code=code, groups=groups)
 

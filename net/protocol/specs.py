@@ -384,17 +384,21 @@ DESCRIBE_GROUPS_RESPONSE = response(
 )
 
 LIST_GROUPS_REQUEST = request(
-    16, 'ListGroupsRequest', valid="0-2", flexible='3+', fields=(
+    16, 'ListGroupsRequest', valid="0-5", flexible='3+', fields=(
+        field('StatesFilter', '[]string', '4+'),
+        field('TypesFilter', '[]string', '5+'),
     ),
 )
 
 LIST_GROUPS_RESPONSE = response(
-    16, 'ListGroupsResponse', valid="0-2", flexible='3+', fields=(
+    16, 'ListGroupsResponse', valid="0-5", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '0+'),
         field('Groups', '[]ListedGroup', '0+', fields=(
             field('GroupId', 'string', '0+'),
             field('ProtocolType', 'string', '0+'),
+            field('GroupState', 'string', '4+', default=''),
+            field('GroupType', 'string', '5+', default=''),
         )),
     ),
 )

@@ -209,7 +209,7 @@ def test_kcat_balanced_consumers_share_partitions(cluster, tmp_path):
         outputs.append(tmp_path / f"kcat-{i}.out")
         logs.append(tmp_path / f"kcat-{i}.log")
         processes.append(subprocess.Popen(
-            ["kcat", "-b", cluster.bootstrap_servers, "-G", group, "-f", "%p %s\n",
+            ["kcat", "-b", cluster.bootstrap_servers, "-G", group, "-u", "-f", "%p %s\n",
              "-X", "auto.offset.reset=earliest", topic],
             stdout=open(outputs[-1], "w"), stderr=open(logs[-1], "w")))
     try:

@@ -74,6 +74,7 @@ def test_coordinator_failover_keeps_every_acknowledged_commit_and_consumption_re
         for member in members:
             member.close()
         cluster.start_node(coordinator)
+        wait_for_quorum(cluster)
 
 
 def test_static_member_restarted_within_its_session_gets_its_partitions_back_without_a_rebalance(cluster, tmp_path):
