@@ -126,6 +126,9 @@ class CoordinatorRuntime:
         self.held_answers_max = held_answers_max
         self._contexts: dict[int, _Context] = {}
         self._request_ids = itertools.count(1)
+        # Test-only planted bug for the simulator's checkers (simulations/groups_sim.py); never configured:
+        # answers leave without waiting for the high watermark.
+        self.bug_answer_before_commit = False
         self._answers: list[tuple[int, Any]] = []
 
     # --- leadership ----------------------------------------------------------------------------------------
@@ -280,6 +283,8 @@ class CoordinatorRuntime:
         if not context.held:
             return
         high_watermark = self.port.high_watermark(context.partition)
+        if self.bug_answer_before_commit:
+            high_watermark = context.last_written_offset + 1
         while context.held and context.held[0].offset < high_watermark:
             held = context.held.popleft()
             self._answers.append((held.request_id, held.answer))

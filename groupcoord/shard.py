@@ -70,6 +70,12 @@ class GroupCoordinatorShard:
         self.offsets = OffsetStore(self.config)
         self.next_retention_check_ms: int | None = None
         self.skipped_records = 0
+        self.bug_accept_stale_generation = False  # test-only planted bug, see ClassicGroup
+
+    def _new_group(self, group_id: str) -> ClassicGroup:
+        group = self.groups[group_id] = ClassicGroup(group_id, self.config)
+        group.bug_accept_stale_generation = self.bug_accept_stale_generation
+        return group
 
     # --- requests -----------------------------------------------------------------------------------------
 
@@ -100,7 +106,7 @@ class GroupCoordinatorShard:
         if group is None:
             if len(self.groups) >= self.config.groups_per_shard_max:
                 return Outcome(response=join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, message.member_id))
-            group = self.groups[message.group_id] = ClassicGroup(message.group_id, self.config)
+            group = self._new_group(message.group_id)
         return group.join(request_id, request.api_version, message, request.client_id, request.client_host, now_ms)
 
     def _sync(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
@@ -233,8 +239,7 @@ class GroupCoordinatorShard:
             if value is None:
                 self.groups.pop(key.group, None)
             else:
-                group = self.groups.get(key.group) or ClassicGroup(key.group, self.config)
-                self.groups[key.group] = group
+                group = self.groups.get(key.group) or self._new_group(key.group)
                 group.replay_group_metadata(value)
         else:
             self.skipped_records += 1

@@ -115,8 +115,9 @@ def simulation_raft_config() -> RaftConfig:
                       log_compaction_entries_min=500)
 
 
-def cluster_config(node_ids: list[int]) -> ClusterConfig:
-    """The cluster every node runs: all nodes broker+controller; hosts and ports are labels only."""
+def cluster_config(node_ids: list[int], broker_extra: dict | None = None) -> ClusterConfig:
+    """The cluster every node runs: all nodes broker+controller; hosts and ports are labels only.
+    `broker_extra` adds [broker] settings (a workload's coordinator settings)."""
     document = {
         "cluster_id": "sim-cluster",
         "nodes": [{"id": n, "host": f"node-{n}", "kafka_port": 9000 + n, "controller_port": 9100 + n,
@@ -124,7 +125,7 @@ def cluster_config(node_ids: list[int]) -> ClusterConfig:
         "topic_defaults": {"partitions": PARTITIONS, "replication_factor": min(REPLICATION_FACTOR, len(node_ids)),
                            "min_insync_replicas": min(MIN_INSYNC_REPLICAS, len(node_ids))},
         "broker": {"broker_session_timeout_ms": 3_000, "broker_heartbeat_interval_ms": 500,
-                   "replica_lag_time_max_ms": 3_000, "log_flush_messages": 1},
+                   "replica_lag_time_max_ms": 3_000, "log_flush_messages": 1, **(broker_extra or {})},
     }
     return parse_config(document, "<simulation>", "/")
 
@@ -252,6 +253,7 @@ class NodeProcess:
         assert broker is not None, f"node {node_id} has no broker role"
         for name in sorted(sim.broker_bugs):
             setattr(broker, BROKER_BUGS[name], True)
+        sim.configure_node(self.state)
         self.broker = broker
         self.raft = self.state.raft
         self.peers = [n for n in self.state.controller_ids if n != node_id]
@@ -649,18 +651,27 @@ class NodeProcess:
 
 
 class ClusterSimulation(NodeFaultsMixin):
-    """The cluster, its disks, network, clients and faults for one seed. Also the FaultTarget."""
+    """The cluster, its disks, network, clients and faults for one seed. Also the FaultTarget.
+
+    Other workloads extend it (simulations/groups_sim.py): `checkers_class`, `extra_bugs` (name -> what the
+    workload switches on in `configure_node`), `broker_settings_extra`, and the hooks `_build_clients`,
+    `_start_clients`, `_final_checks`, `_heal_everything`, `_lagging` and `_result`."""
+
+    checkers_class = ClusterCheckers
+    extra_bugs: dict[str, str] = {}
+    broker_settings_extra: dict[str, int] = {}
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
         self.config = config
         self.loop = EventLoop(config.seed, trace)
         self.node_ids = list(range(1, config.nodes + 1))
-        unknown = set(config.bugs_live) - set(BROKER_BUGS) - {"A", "B", "D", "E"}
+        unknown = set(config.bugs_live) - set(BROKER_BUGS) - set(self.extra_bugs) - {"A", "B", "D", "E"}
         if unknown:
             raise ValueError(f"unknown bug switches {sorted(unknown)}: expected A, B, D, E, "
-                             f"{', '.join(sorted(BROKER_BUGS))}")
+                             f"{', '.join(sorted([*BROKER_BUGS, *self.extra_bugs]))}")
         self.broker_bugs = frozenset(config.bugs_live) & frozenset(BROKER_BUGS)
-        self.raft_bugs = frozenset(config.bugs_live) - self.broker_bugs
+        self.workload_bugs = frozenset(config.bugs_live) & frozenset(self.extra_bugs)
+        self.raft_bugs = frozenset(config.bugs_live) - self.broker_bugs - self.workload_bugs
         faults_on = any(config.fault_rates().values())
         if shape is None:
             swarm = self.loop.derive_rng("swarm")
@@ -672,13 +683,13 @@ class ClusterSimulation(NodeFaultsMixin):
         self.shape = shape
         self.trace("swarm", shape.records_per_s, int(shape.keyed), f"{shape.read_corruption_probability:g}",
                    ",".join(sorted(config.bugs_live)) or "-")
-        self.cluster = cluster_config(self.node_ids)
+        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra)
         self.raft_config = simulation_raft_config()
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}
         self.storages = {n: ServingReadCorruption(self.disks[n], self.loop.derive_rng(f"read-corruption-{n}"),
                                                   shape.read_corruption_probability) for n in self.node_ids}
-        self.checkers = ClusterCheckers()
+        self.checkers = self.checkers_class()
         self.node_errors: list[str] = []
         self.processes: dict[int, NodeProcess] = {}
         self._incarnations = {n: 0 for n in self.node_ids}
@@ -705,6 +716,9 @@ class ClusterSimulation(NodeFaultsMixin):
         ][: self.shape.producers]
         self.consumer = SimConsumer(self, CLIENT_ID_BASE + 9, "reader", TOPIC, PARTITIONS, self.checkers.observe_consumed)
         self.clients = [self.admin, *self.producers, self.consumer]
+
+    def configure_node(self, state: Any) -> None:
+        """Switch on this workload's planted bugs in a new node process's state (none here)."""
 
     @staticmethod
     def _provision(disk: SimDisk) -> None:
@@ -858,9 +872,7 @@ class ClusterSimulation(NodeFaultsMixin):
             self.network.node_up(client.client_id, client)
         for node_id in self.node_ids:
             self.restart(node_id)
-        self.admin.start()
-        for client in (*self.producers, self.consumer):
-            client.start()
+        self._start_clients()
         self.faults.start()
         if self._faults_on:
             self.loop.call_later(EXTRA_FAULT_STEP_MS * US_PER_MS, self._extra_fault_step)
@@ -869,10 +881,18 @@ class ClusterSimulation(NodeFaultsMixin):
         self._heal_everything()
         self._check_liveness(fault_phase_us)
         if self.checkers.liveness_ok:
-            self.checkers.check_final_logs(self._final_logs())
+            self._final_checks()
         for client in self.clients:
             client.running = False
         return self._result()
+
+    def _start_clients(self) -> None:
+        self.admin.start()
+        for client in (*self.producers, self.consumer):
+            client.start()
+
+    def _final_checks(self) -> None:
+        self.checkers.check_final_logs(self._final_logs())
 
     def _heal_everything(self) -> None:
         self._fault_phase = False
@@ -986,9 +1006,11 @@ class _CountingHandler(logging.Handler):
         self.count += 1
 
 
-def run(config: RunConfig, shape: ClusterShape | None = None) -> RunResult:
-    """One whole-cluster simulation of `config` (see the module docstring); `shape` overrides the swarm.
-    Raises ValueError for an unknown bug switch."""
+def run(config: RunConfig, shape: ClusterShape | None = None,
+        simulation_class: type[ClusterSimulation] = ClusterSimulation) -> RunResult:
+    """One whole-cluster simulation of `config` (see the module docstring); `shape` overrides the swarm, and
+    `simulation_class` is the workload's extension of ClusterSimulation. Raises ValueError for an unknown bug
+    switch."""
     sink = open(config.trace_path, "w", encoding="utf-8") if config.trace_path else None
     pysyncobj_logger = logging.getLogger("pysyncobj")
     handler = _CountingHandler()
@@ -996,7 +1018,7 @@ def run(config: RunConfig, shape: ClusterShape | None = None) -> RunResult:
     pysyncobj_logger.addHandler(handler)
     pysyncobj_logger.propagate = False
     try:
-        result = ClusterSimulation(config, Trace(sink), shape).run()
+        result = simulation_class(config, Trace(sink), shape).run()
         result.stats["pysyncobj_log_lines"] = handler.count
         return result
     finally:

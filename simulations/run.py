@@ -28,6 +28,7 @@ from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
 WORKLOADS: dict[str, str] = {
     "raft": "simulations.raft_sim",
     "cluster": "simulations.cluster_sim",
+    "groups": "simulations.groups_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

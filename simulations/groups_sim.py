@@ -1,0 +1,179 @@
+"""The groups workload: the whole-cluster simulation plus a consumer group under faults.
+
+Theory of operation. Everything of the cluster workload (simulations/cluster_sim.py: three real nodes,
+producers with acks, a reader, every node fault and network fault) runs as it does there; on top, three
+members of group `sim-group` (simulations/group_clients.py, the classic protocol over the codec) share the
+topic's partitions, consume, commit and rebalance through the real group coordinator, whose shards live on
+`__consumer_offsets` partitions of those same nodes (so coordinator failover, truncation and power loss
+all happen to it). The members have faults of their own (`GROUP_FAULT_RATES`, per 100 ms of the fault
+phase): crash (no LeaveGroup; restarted after a while with a new member id), clean leave (restarted later)
+and pause (a stalled process that resumes with its old generation, after its session may have expired).
+
+Checkers: the cluster's, plus generation_exclusive, commit_kept and group_delivery
+(simulations/group_checkers.py); liveness also waits for one Stable generation that owns every partition and
+has read up to each high watermark.
+
+Planted bugs (`--bugs`): "commit_before_hw" (the coordinator runtime answers before the high watermark passes
+the write) and "stale_generation_commit" (commits of an older generation are accepted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.keys import partition_for_key
+from simulations import cluster_sim
+from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
+from simulations.group_checkers import GroupCheckers
+from simulations.group_clients import SimGroupConsumer
+from simulations.loop import US_PER_MS
+from simulations.run import RunConfig, RunResult
+
+GROUP = "sim-group"
+MEMBERS = 3
+OFFSETS_PARTITIONS = 3
+GROUP_FAULT_STEP_MS = 100
+GROUP_FAULT_RATES = {"crash": 0.004, "leave": 0.002, "pause": 0.004}
+MEMBER_DOWN_MS_MIN, MEMBER_DOWN_MS_MAX = 500, 6_000
+GROUP_BUGS = {"commit_before_hw": "bug_answer_before_commit", "stale_generation_commit": "bug_accept_stale_generation"}
+
+
+class GroupsSimulation(ClusterSimulation):
+    """The cluster simulation with a consumer group (see the module docstring)."""
+
+    checkers_class = GroupCheckers
+    extra_bugs = GROUP_BUGS
+    broker_settings_extra = {
+        "offsets_topic_num_partitions": OFFSETS_PARTITIONS,
+        "group_min_session_timeout_ms": 1_000,
+        "group_initial_rebalance_delay_ms": 500,
+    }
+
+    def configure_node(self, state: Any) -> None:
+        service = state.coordinators.services[0]
+        if "commit_before_hw" in self.workload_bugs:
+            service.runtime.bug_answer_before_commit = True
+        if "stale_generation_commit" in self.workload_bugs:
+            make_shard = service.runtime.shard_factory
+
+            def buggy_shard(partition: int) -> Any:
+                shard = make_shard(partition)
+                shard.bug_accept_stale_generation = True
+                return shard
+
+            service.runtime.shard_factory = buggy_shard
+
+    def _build_clients(self) -> None:
+        super()._build_clients()
+        self.members = [SimGroupConsumer(self, CLIENT_ID_BASE + 20 + i, f"member-{i}", GROUP, TOPIC, PARTITIONS,
+                                         self.checkers, self.checkers.observe_group_record) for i in range(MEMBERS)]
+        self.clients = [*self.clients, *self.members]
+        self._group_rng = self.loop.derive_rng("group-faults")
+        self._members_down: set[int] = set()
+
+    def _start_clients(self) -> None:
+        super()._start_clients()
+        for member in self.members:
+            member.start()
+        if self._faults_on:
+            self.loop.call_later(GROUP_FAULT_STEP_MS * US_PER_MS, self._group_fault_step)
+
+    # --- the members' faults ---------------------------------------------------------------------------------
+
+    def _group_fault_step(self) -> None:
+        if not self._fault_phase:
+            return
+        rng = self._group_rng
+        for kind, rate in GROUP_FAULT_RATES.items():
+            if rng.random() < rate:
+                candidates = [i for i, m in enumerate(self.members) if m.running and not m.paused]
+                if candidates:
+                    self._member_fault(kind, rng.choice(candidates))
+        self.loop.call_later(GROUP_FAULT_STEP_MS * US_PER_MS, self._group_fault_step)
+
+    def _member_fault(self, kind: str, index: int) -> None:
+        member = self.members[index]
+        down_us = self._group_rng.randint(MEMBER_DOWN_MS_MIN, MEMBER_DOWN_MS_MAX) * US_PER_MS
+        if kind == "pause":
+            member.pause()
+            self.loop.call_later(down_us, self._resume_member, index)
+            return
+        member.crash() if kind == "crash" else member.leave()
+        self._members_down.add(index)
+        self.loop.call_later(down_us, self._restart_member, index)
+
+    def _resume_member(self, index: int) -> None:
+        if self.members[index].paused:
+            self.members[index].resume()
+
+    def _restart_member(self, index: int) -> None:
+        if index in self._members_down:
+            self._members_down.discard(index)
+            self.members[index].restart()
+
+    def _heal_everything(self) -> None:
+        super()._heal_everything()
+        for index, member in enumerate(self.members):
+            if member.paused:
+                member.resume()
+            if not member.running:
+                self._members_down.discard(index)
+                member.restart()
+
+    # --- convergence and final checks ------------------------------------------------------------------------
+
+    def _lagging(self) -> str | None:
+        lagging = super()._lagging()
+        if lagging is not None:
+            return lagging
+        members = self.members
+        if any(not m.running or m.state != "stable" for m in members):
+            return f"members not stable: {[(m.name, m.state) for m in members]}"
+        generations = {m.generation for m in members}
+        if len(generations) != 1:
+            return f"members in generations {sorted(generations)}"
+        owned = sorted(p for m in members for p in m.assignment)
+        if owned != list(range(PARTITIONS)):
+            return f"partitions owned {owned}"
+        for member in members:
+            for partition in member.assignment:
+                high_watermark = self._high_watermark(partition)
+                if member.positions.get(partition, 0) < high_watermark:
+                    return f"{member.name} at {member.positions.get(partition)} of {TOPIC}-{partition} < {high_watermark}"
+        return None
+
+    def _high_watermark(self, partition: int) -> int:
+        for process in self.processes.values():
+            hosted = process.broker.partitions.get((TOPIC, partition))
+            if hosted is not None and hosted.replica.is_leader:
+                return hosted.replica.high_watermark
+        return 0
+
+    def _final_checks(self) -> None:
+        super()._final_checks()
+        self.checkers.check_group_delivery()
+        self.checkers.check_final_commits(GROUP, self._committed_offsets())
+
+    def _committed_offsets(self) -> dict[int, int]:
+        """The group's committed offsets, read from the shard that coordinates it now."""
+        shard_partition = partition_for_key(GROUP, OFFSETS_PARTITIONS)
+        for process in self.processes.values():
+            shard = process.state.coordinators.services[0].runtime.shard(shard_partition)
+            if shard is not None:
+                offsets = shard.offsets.committed.get(GROUP, {})
+                return {partition: value.offset for (topic, partition), value in offsets.items() if topic == TOPIC}
+        return {}
+
+    def _result(self) -> RunResult:
+        result = super()._result()
+        result.stats.update({
+            "group_records": sum(m.records for m in self.members),
+            "commits_acked": self.checkers.commits_acked,
+            "assignments": self.checkers.assignments_seen,
+        })
+        return result
+
+
+def run(config: RunConfig) -> RunResult:
+    """One groups simulation of `config` (see the module docstring). Raises ValueError for an unknown bug."""
+    return cluster_sim.run(config, simulation_class=GroupsSimulation)
