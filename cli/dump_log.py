@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from groupcoord.records import describe_record
 from partitions.dump import (
     IndexDump,
     batch_json,
@@ -33,6 +34,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("paths", nargs="+", metavar="PATH", help=".log, .index or .timeindex files")
     parser.add_argument("--records", action="store_true", help="also print each record's key, value, headers")
     parser.add_argument("--json", action="store_true", help="print one JSON array instead of text")
+    parser.add_argument("--offsets-decoder", action="store_true",
+                        help="decode records as __consumer_offsets records (offset commits, group metadata); "
+                             "implies --records")
     parser.set_defaults(run=run)
     return parser
 
@@ -86,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dump_log_file(path: str, data: bytes, args: argparse.Namespace, json_items: list[dict]) -> None:
-    result = dump_log(data, with_records=args.records)
+    decode = getattr(args, "offsets_decoder", False)
+    result = dump_log(data, with_records=args.records or decode)
     if args.json:
         for batch in result.batches:
-            json_items.append({"file": path, **batch_json(batch)})
+            item = {"file": path, **batch_json(batch)}
+            if decode and not batch.is_control:
+                for record, shown in zip(batch.records or (), item.get("records", ())):
+                    shown["decoded"] = describe_record(record.key, record.value)
+            json_items.append(item)
         if result.error:
             json_items.append({"file": path, "error": result.error, "position": result.error_position})
         return
@@ -97,9 +106,23 @@ def _dump_log_file(path: str, data: bytes, args: argparse.Namespace, json_items:
     for batch in result.batches:
         print(batch_line(batch))
         for record in batch.records or ():
-            print(record_line(record))
+            if decode and not batch.is_control:
+                print(offsets_record_line(record))
+            else:
+                print(record_line(record))
     if result.error:
         print(f"Corrupt at position {result.error_position}: {result.error}")
+
+
+def offsets_record_line(record) -> str:
+    """A __consumer_offsets record as Kafka's --offsets-decoder shows it: the decoded key and value."""
+    decoded = describe_record(record.key, record.value)
+    if "error" in decoded:
+        return f"| offset: {record.offset} undecodable: {decoded['error']}"
+    key = ",".join(f"{k}={v}" for k, v in decoded["key"].items() if k != "type")
+    value = "<tombstone>" if decoded["value"] is None else json.dumps(
+        {k: v for k, v in decoded["value"].items() if k != "type"}, sort_keys=False)
+    return f"| offset: {record.offset} key: {decoded['key']['type']}::{key} payload: {value}"
 
 
 def _print_index(path: str, result: IndexDump, args: argparse.Namespace, json_items: list[dict]) -> None:

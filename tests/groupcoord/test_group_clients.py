@@ -1,5 +1,5 @@
-"""Real consumer groups against a real three-node cluster: confluent-kafka (eager, cooperative-sticky and the
-KIP-848 consumer protocol), kafka-python and kcat's balanced consumer, each consumer in its own process so
+"""Real consumer groups against a real three-node cluster: confluent-kafka (eager and cooperative-sticky),
+kafka-python and kcat's balanced consumer, each consumer in its own process so
 that it can be SIGKILLed and restarted as an application would be.
 
 What each scenario shows (issue #10's acceptance): the group shares the partitions evenly and reads each
@@ -131,8 +131,9 @@ CONFLUENT_VARIANTS = {
     "eager": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500},
     "cooperative-sticky": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500,
                            "partition.assignment.strategy": "cooperative-sticky"},
-    "consumer-protocol": {"group.protocol": "consumer"},
 }
+# The KIP-848 consumer protocol (`group.protocol=consumer`) is not served yet: the broker does not advertise
+# ConsumerGroupHeartbeat, so librdkafka cannot use it (it needs Metadata v10+ topic ids as well).
 
 
 @pytest.mark.parametrize("variant", sorted(CONFLUENT_VARIANTS))
