@@ -91,6 +91,21 @@ class ControllerCall:
 
 
 @dataclass
+class BrokerRequest:
+    """A request this broker sends to another broker's Kafka listener (the outbox: WriteTxnMarkers and the like).
+    The runtime delivers it and calls `on_response` exactly once: with the decoded response, or a KafkaError
+    (NETWORK_EXCEPTION when the destination cannot be reached, REQUEST_TIMED_OUT past `deadline_ms`)."""
+
+    request_id: int
+    destination: int
+    api_key: int
+    api_version: int
+    request: Any
+    deadline_ms: int
+    on_response: Callable[[Any, int], None]  # (response or KafkaError, now_ms)
+
+
+@dataclass
 class ReplicaRequest:
     """A request the fetcher sends to a leader, with what it was built from."""
 
@@ -102,6 +117,8 @@ class ReplicaRequest:
 
 
 LeadershipListener = Callable[[str, int, int, bool, int], None]
+OUTBOX_REQUESTS_MAX = 10_000
+INTER_BROKER_TIMEOUT_MS_DEFAULT = 30_000
 
 
 class BrokerCore:
@@ -151,6 +168,8 @@ class BrokerCore:
         self._hw_checkpoint = self._read_hw_checkpoint()
         self.producer_ids = ProducerIdManager()
         self._leadership_listeners: dict[str, list[LeadershipListener]] = {}
+        self._outbox: list[BrokerRequest] = []
+        self._outbox_ids = itertools.count(1)
         if not self.storage.exists(LOGS_DIRECTORY):
             self.storage.makedirs(LOGS_DIRECTORY)
             self.storage.fsync_dir("")
@@ -404,6 +423,28 @@ class BrokerCore:
     def take_controller_requests(self) -> list[ControllerCall]:
         calls, self._controller_calls = self._controller_calls, []
         return calls
+
+    # ------------------------------------------------------------------ the outbox
+
+    def send_to_broker(self, destination: int, api_key: int, api_version: int, request: Any,
+                       on_response: Callable[[Any, int], None], now_ms: int,
+                       timeout_ms: int = INTER_BROKER_TIMEOUT_MS_DEFAULT) -> None:
+        """Queue a Kafka request for broker `destination`; the runtime answers `on_response` exactly once.
+        With `OUTBOX_REQUESTS_MAX` requests already queued, the answer is REQUEST_TIMED_OUT at once."""
+        if len(self._outbox) >= OUTBOX_REQUESTS_MAX:
+            on_response(KafkaError(f"outbox full ({OUTBOX_REQUESTS_MAX} requests)", ErrorCode.REQUEST_TIMED_OUT), now_ms)
+            return
+        self._outbox.append(BrokerRequest(next(self._outbox_ids), destination, api_key, api_version, request,
+                                          now_ms + timeout_ms, on_response))
+
+    def take_broker_requests(self) -> list[BrokerRequest]:
+        requests, self._outbox = self._outbox, []
+        return requests
+
+    def broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, Kafka port) of a registered broker, from the metadata image."""
+        broker = self.image.cluster.brokers.get(broker_id)
+        return None if broker is None else (broker.host, broker.port)
 
     def _maybe_register_or_heartbeat(self, now_ms: int) -> None:
         if self.broker_epoch is None:

@@ -23,7 +23,7 @@ import cbor2
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import decode_record, encode_record
-from broker.core import BrokerCore, ControllerCall
+from broker.core import BrokerCore, BrokerRequest, ControllerCall
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome
 from broker.apis import KafkaApis
@@ -50,6 +50,7 @@ class StepOutput:
     controller_outcomes: list[ControllerOutcome] = field(default_factory=list)
     kafka_completions: list[tuple[int, Any, Any]] = field(default_factory=list)
     controller_calls: list[ControllerCall] = field(default_factory=list)
+    broker_requests: list[BrokerRequest] = field(default_factory=list)  # the outbox, for other brokers
 
 
 class NodeState:
@@ -188,6 +189,7 @@ class NodeState:
             self.broker.tick(now_ms)
             output.kafka_completions = self.apis.poll(now_ms)
             output.controller_calls = self.broker.take_controller_requests()
+            output.broker_requests = self.broker.take_broker_requests()
         return output
 
     def after_kafka_event(self, now_ms: int) -> StepOutput:
@@ -197,6 +199,7 @@ class NodeState:
         if self.broker is not None:
             output.kafka_completions = self.apis.poll(now_ms)
             output.controller_calls = self.broker.take_controller_requests()
+            output.broker_requests = self.broker.take_broker_requests()
         return output
 
     def submit_controller_request(self, request: Any, now_ms: int) -> int:

@@ -32,7 +32,7 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from broker.core import ControllerCall
+from broker.core import BrokerRequest, ControllerCall
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerOutcome
 from net.dispatcher import KafkaDispatcher
@@ -73,6 +73,8 @@ class Node:
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
+        self._broker_connections: dict[int, KafkaConnection] = {}  # the outbox's, one per destination
+        self._broker_locks: dict[int, trio.Lock] = {}
         self.kafka_port: int | None = None
         self.raft_shell: RaftShell | None = None
 
@@ -95,6 +97,8 @@ class Node:
             self.dispatcher.complete(output.kafka_completions)
             for call in output.controller_calls:
                 self._nursery.start_soon(self._run_controller_call, call)
+            for request in output.broker_requests:
+                self._nursery.start_soon(self._run_broker_request, request)
             self._sync_fetchers()
         if output.proposed and self.raft_shell is not None:
             self.raft_shell.wake()  # ship the new entry now, not at the next heartbeat
@@ -213,6 +217,40 @@ class Node:
                 raise
             self.broker.on_replica_response(sent, response, monotonic_ms())
             self._after_kafka_event()
+
+    # ------------------------------------------------------------------ the outbox
+
+    async def _run_broker_request(self, sent: BrokerRequest) -> None:
+        """Deliver one outbox request over this node's connection to the destination's Kafka listener (one
+        per destination, requests in turn); answer it with the response or the typed error."""
+        try:
+            with trio.fail_after(max(0.0, (sent.deadline_ms - monotonic_ms()) / 1000)):
+                answer = await self._broker_call(sent)
+        except trio.TooSlowError:
+            answer = KafkaError(f"no answer from broker {sent.destination} in time", ErrorCode.REQUEST_TIMED_OUT)
+            stale = self._broker_connections.pop(sent.destination, None)  # a reply may still be on its way
+            if stale is not None:
+                await stale.aclose()
+        sent.on_response(answer, monotonic_ms())
+        self._after_kafka_event()
+
+    async def _broker_call(self, sent: BrokerRequest) -> Any:
+        lock = self._broker_locks.setdefault(sent.destination, trio.Lock())
+        async with lock:
+            try:
+                connection = self._broker_connections.get(sent.destination)
+                if connection is None:
+                    endpoint = self.broker.broker_endpoint(sent.destination)
+                    if endpoint is None:
+                        return KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
+                    connection = await KafkaConnection.open(*endpoint, f"broker-{self.node_id}")
+                    self._broker_connections[sent.destination] = connection
+                return await connection.request(sent.api_key, sent.api_version, sent.request)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
+                dropped = self._broker_connections.pop(sent.destination, None)
+                if dropped is not None:
+                    await dropped.aclose()
+                return KafkaError(f"broker {sent.destination}: {error}", ErrorCode.NETWORK_EXCEPTION)
 
     # ------------------------------------------------------------------ running
 

@@ -265,6 +265,7 @@ class NodeProcess:
         self._next_correlation_id = 0
         self._pending_kafka: dict[int, tuple[int, int, RequestHeader]] = {}  # request id -> peer, connection, header
         self._fetchers: dict[int, _Fetcher] = {}
+        self._outbox_inflight: dict[int, tuple[Any, int]] = {}  # correlation id -> (BrokerRequest, timeout)
         self._next_rpc_id = 0
         self._rpc_out: dict[int, tuple[_ControllerCallState, int]] = {}  # rpc id -> call, peer
         self._rpc_in: dict[int, tuple[int, int, int]] = {}  # operation id -> peer, connection, rpc id
@@ -328,6 +329,7 @@ class NodeProcess:
                 del self._rpc_out[rpc_id]
                 self._retry_controller_call(call_state, KafkaError("controller connection lost",
                                                                    ErrorCode.REQUEST_TIMED_OUT))
+        self._fail_broker_requests_to(peer_id)
 
     def on_message(self, peer_id: int, data: bytes) -> None:
         self._event(self._dispatch, peer_id, data)
@@ -407,6 +409,8 @@ class NodeProcess:
         self._send_kafka_completions(output.kafka_completions)
         for call in output.controller_calls:
             self._start_controller_call(call, now_ms)
+        for request in output.broker_requests:
+            self._send_broker_request(request)
         self._sync_fetchers()
 
     def _after_kafka_event(self) -> None:
@@ -508,6 +512,9 @@ class NodeProcess:
         fetcher = self._fetchers.get(peer_id)
         view = memoryview(frame)[4:]
         correlation_id = int.from_bytes(view[:4], "big", signed=True)
+        if correlation_id in self._outbox_inflight:
+            self._answer_broker_request(correlation_id, view)
+            return
         if fetcher is None or fetcher.inflight is None or fetcher.correlation_id != correlation_id:
             return  # an answer to a request that timed out
         sent, fetcher.inflight = fetcher.inflight, None
@@ -517,6 +524,46 @@ class NodeProcess:
         self._guard(self.broker.on_replica_response, sent, response, self.sim.loop.now_ms)
         self._after_kafka_event()  # re-arms this fetcher through _sync_fetchers
         self._observe()
+
+    # --- the outbox: requests to other brokers --------------------------------------------------------------
+
+    def _send_broker_request(self, sent: Any) -> None:
+        now_ms = self.sim.loop.now_ms
+        if sent.destination not in self.connections:
+            self._finish_broker_request(sent, KafkaError(f"no connection to broker {sent.destination}",
+                                                         ErrorCode.NETWORK_EXCEPTION))
+            return
+        self._next_correlation_id += 1
+        correlation_id = self._next_correlation_id
+        header = RequestHeader(sent.api_key, sent.api_version, correlation_id, f"broker-{self.node_id}")
+        if not self._send(sent.destination, CHANNEL_KAFKA_REQUEST, encode_request(header, sent.request)):
+            self._finish_broker_request(sent, KafkaError("send failed", ErrorCode.NETWORK_EXCEPTION))
+            return
+        timeout = self.sim.loop.call_later(max(sent.deadline_ms - now_ms, 1) * US_PER_MS, self._event,
+                                           self._broker_request_timeout, correlation_id)
+        self._outbox_inflight[correlation_id] = (sent, timeout)
+
+    def _answer_broker_request(self, correlation_id: int, view: memoryview) -> None:
+        sent, timeout = self._outbox_inflight.pop(correlation_id)
+        self.sim.loop.cancel(timeout)
+        _, response = decode_response(sent.api_key, sent.api_version, view)
+        self._finish_broker_request(sent, response)
+
+    def _broker_request_timeout(self, correlation_id: int) -> None:
+        entry = self._outbox_inflight.pop(correlation_id, None)
+        if entry is not None:
+            self._finish_broker_request(entry[0], KafkaError("no answer in time", ErrorCode.REQUEST_TIMED_OUT))
+
+    def _fail_broker_requests_to(self, peer_id: int) -> None:
+        for correlation_id, (sent, timeout) in sorted(self._outbox_inflight.items()):
+            if sent.destination == peer_id:
+                del self._outbox_inflight[correlation_id]
+                self.sim.loop.cancel(timeout)
+                self._finish_broker_request(sent, KafkaError("connection lost", ErrorCode.NETWORK_EXCEPTION))
+
+    def _finish_broker_request(self, sent: Any, answer: Any) -> None:
+        self._guard(sent.on_response, answer, self.sim.loop.now_ms)
+        self._schedule_process_soon()
 
     # --- controller calls -------------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""The outbox: requests a broker sends to other brokers (WriteTxnMarkers will be the first user), queued
+sans-IO in BrokerCore and delivered by both runtimes: the simulator over its network, net/node.py over a
+Kafka connection. Each runtime answers every request exactly once, with the response or a typed error."""
+
+from __future__ import annotations
+
+import trio
+
+from broker.config import parse_config
+from broker.core import OUTBOX_REQUESTS_MAX
+from cli.local_cluster import free_ports
+from net.protocol import messages
+from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode, KafkaError
+from simulations import cluster_sim
+from simulations.run import RunConfig
+from tests.broker.test_broker_sans_io import Cluster
+
+
+def api_versions_request():
+    return messages.ApiVersionsRequest(client_software_name="flotilla", client_software_version="0")
+
+
+def test_requests_queue_in_order_and_a_full_outbox_answers_at_once():
+    cluster = Cluster()
+    broker = cluster.brokers[1]
+    answers = []
+    for index in range(3):
+        broker.send_to_broker(2, ApiKey.API_VERSIONS, 3, api_versions_request(), lambda a, now: answers.append(a), 0)
+    taken = broker.take_broker_requests()
+    assert [r.destination for r in taken] == [2, 2, 2] and len({r.request_id for r in taken}) == 3
+    assert broker.take_broker_requests() == [] and answers == []
+    assert broker.broker_endpoint(2) == ("127.0.0.1", 9002) and broker.broker_endpoint(9) is None
+    for _ in range(OUTBOX_REQUESTS_MAX):
+        broker.send_to_broker(3, ApiKey.API_VERSIONS, 3, api_versions_request(), lambda a, now: answers.append(a), 0)
+    broker.send_to_broker(3, ApiKey.API_VERSIONS, 3, api_versions_request(), lambda a, now: answers.append(a), 0)
+    assert len(answers) == 1 and answers[0].code == ErrorCode.REQUEST_TIMED_OUT
+
+
+class _OutboxSimulation(cluster_sim.ClusterSimulation):
+    """The cluster workload, where node 1 sends ApiVersions to node 2 and to an unknown broker 9 at 5 s."""
+
+    answers: list
+
+    def _start_clients(self) -> None:
+        super()._start_clients()
+        self.answers = []
+        self.loop.call_later(5_000_000, self._send)
+
+    def _send(self) -> None:
+        process = self.processes[1]
+        for destination in (2, 9):
+            process.broker.send_to_broker(destination, ApiKey.API_VERSIONS, 3, api_versions_request(),
+                                          lambda answer, now, d=destination: self.answers.append((d, answer)),
+                                          self.loop.now_ms)
+        process._schedule_process_soon()
+
+
+def test_the_simulator_delivers_outbox_requests_over_its_network():
+    config = RunConfig(seed=3, duration_s=8.0, faults="none", workload="cluster")
+    simulation = _OutboxSimulation(config, cluster_sim.Trace(None), cluster_sim.ClusterShape(50, True, 0.0))
+    simulation.run()
+    answers = dict(simulation.answers)
+    assert answers[2].error_code == ErrorCode.NONE and {k.api_key for k in answers[2].api_keys} >= {ApiKey.PRODUCE}
+    assert isinstance(answers[9], KafkaError) and answers[9].code == ErrorCode.NETWORK_EXCEPTION
+
+
+async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_path):
+    from net.node import Node
+
+    kafka_port, controller_port = free_ports(2)
+    config = parse_config({
+        "cluster_id": "outbox",
+        "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": kafka_port, "controller_port": controller_port,
+                   "roles": ["broker", "controller"], "data_dir": "node-1"}],
+        "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+    }, "<test>", str(tmp_path))
+    node = Node(config, 1)
+    answers: list = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(30):
+            while node.broker.broker_endpoint(1) is None:  # registered in its own metadata
+                await trio.sleep(0.05)
+            for destination in (1, 7):
+                node.broker.send_to_broker(destination, ApiKey.API_VERSIONS, 3, api_versions_request(),
+                                           lambda answer, now, d=destination: answers.append((d, answer)),
+                                           node.state.clock_ms())
+            node._process()
+            while len(answers) < 2:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    answered = dict(answers)
+    assert not isinstance(answered[1], KafkaError), answered[1]
+    assert answered[1].error_code == ErrorCode.NONE and len(answered[1].api_keys) > 10
+    assert isinstance(answered[7], KafkaError) and answered[7].code == ErrorCode.NETWORK_EXCEPTION
