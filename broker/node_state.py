@@ -66,6 +66,7 @@ class NodeState:
         incarnation_id: bytes,
         raft_config: RaftConfig | None = None,
         raft_bug_switches: frozenset[str] = frozenset(),
+        broker_clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
         self.node_config: NodeConfig = config.node(node_id)
@@ -73,6 +74,12 @@ class NodeState:
         self.storage = storage
         self.rng = rng
         self.clock_ms = clock_ms
+        # Two clocks on a real node: the Raft driver and the controller pipeline run on `clock_ms` (monotonic:
+        # election timers and proposal deadlines must not jump), the broker, its Kafka APIs and the
+        # coordinators on `broker_clock_ms` (milliseconds since the epoch, as Kafka's Time.milliseconds():
+        # record timestamps, LogAppendTime, retention.ms and offset commit timestamps are compared with it).
+        # The simulator gives both the same virtual clock.
+        self.broker_clock_ms = broker_clock_ms or clock_ms
         self.controller_ids = [n.id for n in config.controllers]
         defaults = config.topic_defaults
         settings = config.broker
@@ -144,7 +151,7 @@ class NodeState:
             delta.replay(record, provenance)
         self.metadata_image = delta.apply()
         if self.broker is not None:
-            self.broker.apply_metadata(delta, self.metadata_image, self.clock_ms())
+            self.broker.apply_metadata(delta, self.metadata_image, self.broker_clock_ms())
 
     def _snapshot(self) -> bytes:
         self._drain_committed()  # the snapshot must include every entry pysyncobj counts as applied
@@ -167,7 +174,7 @@ class NodeState:
             for topic, partition in list(self.broker.partitions):
                 if topic not in image.topics.by_name or partition not in image.topics.by_name[topic].partitions:
                     self.broker.remove_partition(topic, partition)
-            self.broker.apply_metadata(delta, image, self.clock_ms())
+            self.broker.apply_metadata(delta, image, self.broker_clock_ms())
         self.controller_core.on_snapshot_restored(raft_index)
 
     def _drain_committed(self) -> None:
@@ -186,8 +193,9 @@ class NodeState:
         self._drain_committed()
         output.controller_outcomes = self.controller_core.take_responses()
         if self.broker is not None:
-            self.broker.tick(now_ms)
-            output.kafka_completions = self.apis.poll(now_ms)
+            broker_now_ms = self.broker_clock_ms()
+            self.broker.tick(broker_now_ms)
+            output.kafka_completions = self.apis.poll(broker_now_ms)
             output.controller_calls = self.broker.take_controller_requests()
             output.broker_requests = self.broker.take_broker_requests()
         return output

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from typing import Any
 
 import trio
@@ -53,6 +54,11 @@ CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
 RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 
 
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the broker's clock (see NodeState); Raft keeps the monotonic one."""
+    return time.time_ns() // 1_000_000
+
+
 class Node:
     """The runtime of one node of `config` (see the module docstring)."""
 
@@ -63,13 +69,13 @@ class Node:
         self.log = get_logger(node_id=node_id)
         rng = random.Random(int.from_bytes(os.urandom(8), "big"))
         self.state = NodeState(config, node_id, FileStorage(self.node_config.data_dir), rng, monotonic_ms,
-                               incarnation_id=os.urandom(16))
+                               incarnation_id=os.urandom(16), broker_clock_ms=wall_clock_ms)
         self.raft = self.state.raft
         self.broker = self.state.broker
         self.controller_ids = self.state.controller_ids
         self.dispatcher: KafkaDispatcher | None = None
         if self.broker is not None:
-            self.dispatcher = KafkaDispatcher(self.state.apis, monotonic_ms, self._after_kafka_event, self.handle_admin)
+            self.dispatcher = KafkaDispatcher(self.state.apis, wall_clock_ms, self._after_kafka_event, self.handle_admin)
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
@@ -86,7 +92,7 @@ class Node:
 
     def _after_kafka_event(self) -> None:
         """After a Kafka request or a replica response: deliver what it completed (cheap; no Raft, no timers)."""
-        self._deliver(self.state.after_kafka_event(monotonic_ms()))
+        self._deliver(self.state.after_kafka_event(wall_clock_ms()))
 
     def _deliver(self, output) -> None:
         for outcome in output.controller_outcomes:
@@ -158,7 +164,7 @@ class Node:
         except KafkaError as error:
             response = error
         if self.broker is not None:
-            self.broker.on_controller_response(call, response, monotonic_ms())
+            self.broker.on_controller_response(call, response, wall_clock_ms())
         self._process()
 
     async def handle_rpc(self, request: dict) -> dict:
@@ -205,7 +211,7 @@ class Node:
 
     async def _fetch_loop(self, leader_id: int, connection: "KafkaConnection") -> None:
         while True:
-            sent = self.broker.next_replica_request(leader_id, monotonic_ms())
+            sent = self.broker.next_replica_request(leader_id, wall_clock_ms())
             if sent is None:
                 await trio.sleep(0.05)
                 continue
@@ -213,9 +219,9 @@ class Node:
                 with trio.fail_after(REPLICA_REQUEST_TIMEOUT_MS / 1000):
                     response = await connection.request(sent.api_key, sent.api_version, sent.request)
             except BaseException:
-                self.broker.on_replica_response(sent, None, monotonic_ms())
+                self.broker.on_replica_response(sent, None, wall_clock_ms())
                 raise
-            self.broker.on_replica_response(sent, response, monotonic_ms())
+            self.broker.on_replica_response(sent, response, wall_clock_ms())
             self._after_kafka_event()
 
     # ------------------------------------------------------------------ the outbox
@@ -224,14 +230,14 @@ class Node:
         """Deliver one outbox request over this node's connection to the destination's Kafka listener (one
         per destination, requests in turn); answer it with the response or the typed error."""
         try:
-            with trio.fail_after(max(0.0, (sent.deadline_ms - monotonic_ms()) / 1000)):
+            with trio.fail_after(max(0.0, (sent.deadline_ms - wall_clock_ms()) / 1000)):
                 answer = await self._broker_call(sent)
         except trio.TooSlowError:
             answer = KafkaError(f"no answer from broker {sent.destination} in time", ErrorCode.REQUEST_TIMED_OUT)
             stale = self._broker_connections.pop(sent.destination, None)  # a reply may still be on its way
             if stale is not None:
                 await stale.aclose()
-        sent.on_response(answer, monotonic_ms())
+        sent.on_response(answer, wall_clock_ms())
         self._after_kafka_event()
 
     async def _broker_call(self, sent: BrokerRequest) -> Any:
@@ -294,10 +300,10 @@ class Node:
     async def _controlled_shutdown(self) -> None:
         if self.broker is None or self.broker.broker_epoch is None:
             return
-        self.broker.request_controlled_shutdown(monotonic_ms())
+        self.broker.request_controlled_shutdown(wall_clock_ms())
         leaderless_since = None
         with trio.move_on_after(20):
-            while not self.broker.controlled_shutdown_done(monotonic_ms()):
+            while not self.broker.controlled_shutdown_done(wall_clock_ms()):
                 self._process()
                 # With no quorum (the whole cluster stopping at once) nobody can move leadership: do not wait.
                 if self.raft.status().leader_id is None:
