@@ -85,7 +85,7 @@ async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_
             for destination in (1, 7):
                 node.broker.send_to_broker(destination, ApiKey.API_VERSIONS, 3, api_versions_request(),
                                            lambda answer, now, d=destination: answers.append((d, answer)),
-                                           node.state.clock_ms())
+                                           node.state.broker_clock_ms())
             node._process()
             while len(answers) < 2:
                 await trio.sleep(0.05)

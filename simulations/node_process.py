@@ -1,0 +1,618 @@
+"""One node of the whole-cluster simulation: `NodeProcess` drives a node's sans-IO `NodeState` over the
+simulated network, disk and clock exactly as net/node.py drives it over sockets, files and trio.
+
+Theory of operation. Every input (a Raft message, a Kafka request from a client or another broker, a replica
+fetch answer, a controller RPC, a timer) is an event of the loop; after each, the node steps its state and
+delivers what the step returned: Raft messages, Kafka responses, controller calls (to the local controller
+or as an RPC to the Raft leader), replica fetches and outbox requests to other brokers. A core that raises
+out of a step is a node error (the process is crashed and the error reported); a crash point armed by the
+fault schedule stops the process in the middle of a step. `ServingReadCorruption` flips bytes of reads served
+to a fetch, which the follower's append or the consumer's CRC check must refuse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import cbor2
+
+from metadata.records import encode_record
+from metadata.requests import (
+    decode_request as decode_controller_request,
+    decode_response as decode_controller_response,
+    encode_request as encode_controller_request,
+    encode_response as encode_controller_response,
+)
+from broker.core import ControllerCall, ReplicaRequest
+from broker.apis import Deferred
+from broker.node_state import NodeState, StepOutput
+from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
+from partitions.batch import ATTRIBUTES_POSITION, HEADER_SIZE, LOG_OVERHEAD, peek_offset_and_length
+from partitions.errors import ErrorCode, KafkaError
+from partitions.storage import FileHandle
+from raftlog.port import RaftError
+from simulations.disk import SimDisk, SimulatedCrash
+from simulations.kafka_clients import (
+    CHANNEL_KAFKA_REQUEST,
+    CHANNEL_KAFKA_RESPONSE,
+)
+from simulations.loop import US_PER_MS
+
+if TYPE_CHECKING:
+    from simulations.cluster_sim import ClusterSimulation
+
+
+BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_hw": "bug_truncate_to_own_hw"}
+STEP_INTERVAL_MS = 50  # the broker tick (the real node's is 20 ms; nothing here is due more often)
+TICK_SPACING_US_MIN = 100
+CONTROLLER_CALL_TIMEOUT_MS = 10_000
+CONTROLLER_RETRY_BACKOFF_MS = 100
+REPLICA_REQUEST_TIMEOUT_MS = 10_000
+REPLICA_RECONNECT_BACKOFF_MS = 200
+REPLICA_IDLE_BACKOFF_MS = 50
+SHUTDOWN_POLL_MS = 50
+CHANNEL_RAFT = b"R"
+CHANNEL_CONTROLLER_REQUEST = b"C"
+CHANNEL_CONTROLLER_RESPONSE = b"D"
+RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
+
+
+def _describe(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)[-3:]
+    where = " <- ".join(f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}" for frame in reversed(frames))
+    return f"{type(error).__name__}: {error} at {where}"
+
+
+class _NodeDied(Exception):
+    """Internal: the process died (crash point or node error) in the middle of handling an event."""
+
+
+class ServingReadCorruption:
+    """A Storage over a SimDisk whose partition-log reads return a flipped byte now and then, but only while
+    `serving` (a fetch being answered): recovery reads stay clean, so a corrupt read is never mistaken for
+    a torn tail and cut away. Everything else is the disk's own behaviour."""
+
+    def __init__(self, disk: SimDisk, rng: random.Random, probability: float) -> None:
+        self.disk = disk
+        self.rng = rng
+        self.probability = probability
+        self.serving = False
+        self.corrupted_reads = 0
+
+    def open(self, path: str, create: bool = True) -> FileHandle:
+        handle = self.disk.open(path, create)
+        if self.probability and path.startswith("logs/") and path.endswith(".log"):
+            return _CorruptingHandle(self, handle)
+        return handle
+
+    def maybe_corrupt(self, data: bytes) -> bytes:
+        # Only reads of whole batches (the bytes a fetch serves) are corrupted, not the segment's header
+        # walks (12- and 61-byte reads), which the log trusts: a flipped length there fails an assertion in
+        # partitions/segment.py instead of an error answer (reported as a finding).
+        if not self.serving or len(data) <= HEADER_SIZE or self.rng.random() >= self.probability:
+            return data
+        covered = _crc_covered_ranges(data)
+        if not covered:
+            return data
+        # The flip lands where the batch CRC-32C reaches (attributes to the end of the batch). The first 21
+        # bytes (base offset, length, partition leader epoch, magic, the CRC itself) are outside it in the
+        # v2 format, in Kafka too: a flipped leader epoch there passes every check (a 60 s sweep found
+        # replicas that differ only in it), so it is not a fault a CRC can be asked to catch.
+        start, end = self.rng.choice(covered)
+        self.corrupted_reads += 1
+        flipped = bytearray(data)
+        flipped[self.rng.randrange(start, end)] ^= 1 << self.rng.randrange(8)
+        return bytes(flipped)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.disk, name)
+
+
+def _crc_covered_ranges(data: bytes) -> list[tuple[int, int]]:
+    """[start, end) of the CRC-covered bytes of each whole batch in `data` (reads served to a fetch start at
+    a batch boundary)."""
+    ranges: list[tuple[int, int]] = []
+    position = 0
+    while position + HEADER_SIZE <= len(data):
+        _, size = peek_offset_and_length(data[position:position + LOG_OVERHEAD])
+        end = position + size
+        if size < HEADER_SIZE or end > len(data):
+            break
+        ranges.append((position + ATTRIBUTES_POSITION, end))
+        position = end
+    return ranges
+
+
+class _CorruptingHandle:
+    def __init__(self, storage: ServingReadCorruption, handle: FileHandle) -> None:
+        self._storage = storage
+        self._handle = handle
+
+    def read_at(self, position: int, size: int) -> bytes:
+        return self._storage.maybe_corrupt(self._handle.read_at(position, size))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
+@dataclass
+class _ControllerCallState:
+    call: ControllerCall
+    deadline_ms: int
+    last_error: KafkaError
+
+
+@dataclass
+class _Fetcher:
+    inflight: ReplicaRequest | None = None
+    correlation_id: int = 0
+    wake_handle: int | None = None
+    timeout_handle: int | None = None
+
+
+class NodeProcess:
+    """One running incarnation of a node: its NodeState and the runtime around it. Dies on crash."""
+
+    def __init__(self, sim: ClusterSimulation, node_id: int, incarnation: int) -> None:
+        self.sim = sim
+        self.node_id = node_id
+        self.incarnation = incarnation
+        self.alive = True
+        self.paused = False
+        self.stopping = False
+        seed_bytes = hashlib.sha256(f"{sim.config.seed}/{node_id}/{incarnation}".encode()).digest()
+        self.state = NodeState(
+            sim.cluster, node_id, sim.storages[node_id], sim.loop.derive_rng(f"node-{node_id}-{incarnation}"),
+            lambda: sim.loop.now_ms, incarnation_id=seed_bytes[:16], raft_config=sim.raft_config,
+            raft_bug_switches=sim.raft_bugs,
+        )
+        broker = self.state.broker
+        assert broker is not None, f"node {node_id} has no broker role"
+        for name in sorted(sim.broker_bugs):
+            setattr(broker, BROKER_BUGS[name], True)
+        sim.configure_node(self.state)
+        self.broker = broker
+        self.raft = self.state.raft
+        self.peers = [n for n in self.state.controller_ids if n != node_id]
+        self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
+        self._connection_counter = 0
+        self._raft_timer: int | None = None
+        self._raft_timer_us: int | None = None
+        self._step_timer: int | None = None
+        self._next_correlation_id = 0
+        self._pending_kafka: dict[int, tuple[int, int, RequestHeader]] = {}  # request id -> peer, connection, header
+        self._fetchers: dict[int, _Fetcher] = {}
+        self._outbox_inflight: dict[int, tuple[Any, int]] = {}  # correlation id -> (BrokerRequest, timeout)
+        self._next_rpc_id = 0
+        self._rpc_out: dict[int, tuple[_ControllerCallState, int]] = {}  # rpc id -> call, peer
+        self._rpc_in: dict[int, tuple[int, int, int]] = {}  # operation id -> peer, connection, rpc id
+        self._local_calls: dict[int, _ControllerCallState] = {}  # operation id -> call
+        self._seen_metadata_index = 0
+        self._held_events: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # while paused, in order
+
+    # --- the guard: every entry into the cores -----------------------------------------------------------
+
+    def _guard(self, action: Callable[..., Any], *args: Any) -> Any:
+        """Run `action`; a crash point or an exception out of a core ends this process (raises _NodeDied)."""
+        if not self.alive:
+            raise _NodeDied()
+        try:
+            return action(*args)
+        except SimulatedCrash:
+            self.sim.died_mid_step(self.node_id, self)
+            raise _NodeDied() from None
+        except _NodeDied:
+            raise
+        except Exception as error:  # any exception out of a core is a bug to report, not to hide
+            self.sim.node_error(self.node_id, self, _describe(error))
+            raise _NodeDied() from None
+
+    def _event(self, action: Callable[..., Any], *args: Any) -> None:
+        """A loop event on this process: dropped when it is dead, held while it is paused and run on resume
+        (a stopped process's overdue timers fire when it continues: dropping them lost a controller call's
+        retry, and with it an ISR expansion, for good)."""
+        if not self.alive:
+            return
+        if self.paused:
+            self._held_events.append((action, args))
+            return
+        try:
+            action(*args)
+        except _NodeDied:
+            pass
+
+    # --- endpoint ---------------------------------------------------------------------------------------
+
+    def on_connected(self, peer_id: int) -> None:
+        self._connection_counter += 1
+        self.connections[peer_id] = self._connection_counter
+        if peer_id in self.peers:
+            self._event(self._raft_input, self.raft.connected, peer_id)
+        self._event(self._sync_fetchers)
+
+    def on_disconnected(self, peer_id: int) -> None:
+        self.connections.pop(peer_id, None)
+        self._event(self._after_disconnect, peer_id)
+
+    def _after_disconnect(self, peer_id: int) -> None:
+        if peer_id in self.peers:
+            self._raft_input(self.raft.disconnected, peer_id)
+        fetcher = self._fetchers.get(peer_id)
+        if fetcher is not None and fetcher.inflight is not None:
+            self._fail_replica_request(peer_id, fetcher)
+        for rpc_id in sorted(self._rpc_out):
+            call_state, target = self._rpc_out[rpc_id]
+            if target == peer_id:
+                del self._rpc_out[rpc_id]
+                self._retry_controller_call(call_state, KafkaError("controller connection lost",
+                                                                   ErrorCode.REQUEST_TIMED_OUT))
+        self._fail_broker_requests_to(peer_id)
+
+    def on_message(self, peer_id: int, data: bytes) -> None:
+        self._event(self._dispatch, peer_id, data)
+
+    def _dispatch(self, peer_id: int, data: bytes) -> None:
+        channel, payload = data[:1], data[1:]
+        if channel == CHANNEL_RAFT:
+            self._raft_input(self.raft.receive, peer_id, payload)
+        elif channel == CHANNEL_KAFKA_REQUEST:
+            self._handle_kafka_request(peer_id, payload)
+        elif channel == CHANNEL_KAFKA_RESPONSE:
+            self._handle_replica_response(peer_id, payload)
+        elif channel == CHANNEL_CONTROLLER_REQUEST:
+            self._handle_controller_rpc(peer_id, payload)
+        else:
+            assert channel == CHANNEL_CONTROLLER_RESPONSE, f"channel {channel!r} from {peer_id}"
+            self._handle_controller_rpc_response(payload)
+
+    def _send(self, peer_id: int, channel: bytes, payload: bytes) -> bool:
+        return self.sim.network.send(self.node_id, peer_id, channel + payload)
+
+    # --- Raft and the node step -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._event(self._periodic)
+
+    def _raft_input(self, action: Callable[..., Any], *args: Any) -> None:
+        self._guard(action, *args)
+        self._ship_raft()
+        self._process()
+
+    def _ship_raft(self) -> None:
+        for peer_id, payload in self._guard(self.raft.take_outbox):
+            self._send(peer_id, CHANNEL_RAFT, payload)
+
+    def _process(self) -> None:
+        """NodeState.step and deliver its output; the raft timer follows the driver's next deadline."""
+        output = self._guard(self.state.step, self.sim.loop.now_ms)
+        self._deliver(output)
+        if output.proposed:
+            self._ship_raft()
+        self._observe()
+        self._schedule_raft_timer(soon=output.proposed)
+
+    def _periodic(self) -> None:
+        self._step_timer = None
+        self._process()
+        # The next step: the broker tick's pace, or sooner when a delayed fetch expires before it.
+        loop = self.sim.loop
+        next_us = loop.now_us + STEP_INTERVAL_MS * US_PER_MS
+        fetch_deadline_ms = self.state.apis.next_deadline_ms()
+        if fetch_deadline_ms is not None:
+            next_us = max(min(next_us, fetch_deadline_ms * US_PER_MS), loop.now_us + TICK_SPACING_US_MIN)
+        self._step_timer = loop.call_at(next_us, self._event, self._periodic)
+
+    def _raft_tick(self) -> None:
+        self._raft_timer = None
+        self._raft_timer_us = None
+        self._raft_input(self.raft.tick, self.sim.loop.now_ms)
+
+    def _schedule_raft_timer(self, soon: bool = False) -> None:
+        if not self.alive or self.paused:
+            return
+        loop = self.sim.loop
+        deadline_us = loop.now_us + TICK_SPACING_US_MIN if soon else max(
+            self._guard(self.raft.next_deadline_ms) * US_PER_MS, loop.now_us + TICK_SPACING_US_MIN)
+        if self._raft_timer is not None and self._raft_timer_us is not None and self._raft_timer_us <= deadline_us:
+            return
+        loop.cancel(self._raft_timer)
+        self._raft_timer_us = deadline_us
+        self._raft_timer = loop.call_at(deadline_us, self._event, self._raft_tick)
+
+    def _deliver(self, output: StepOutput) -> None:
+        now_ms = self.sim.loop.now_ms
+        for outcome in output.controller_outcomes:
+            self._on_controller_outcome(outcome)
+        self._send_kafka_completions(output.kafka_completions)
+        for call in output.controller_calls:
+            self._start_controller_call(call, now_ms)
+        for request in output.broker_requests:
+            self._send_broker_request(request)
+        self._sync_fetchers()
+
+    def _after_kafka_event(self) -> None:
+        self._deliver(self._guard(self.state.after_kafka_event, self.sim.loop.now_ms))
+
+    def _observe(self) -> None:
+        checkers = self.sim.checkers
+        status = self._guard(self.raft.status)
+        if status.is_leader:
+            checkers.observe_raft_leader(self.node_id, status.term)
+        for key in sorted(self.broker.partitions):
+            replica = self.broker.partitions[key].replica
+            checkers.observe_replica(self.node_id, self.incarnation, key, replica.high_watermark,
+                                     replica.is_leader, replica.leader_epoch)
+        for raft_index, records in self.state.metadata_log[-64:]:
+            if raft_index > self._seen_metadata_index:
+                self._seen_metadata_index = raft_index
+                checkers.observe_metadata(self.node_id, raft_index, [encode_record(r) for r in records])
+
+    # --- Kafka requests (clients and other brokers' fetchers) -------------------------------------------
+
+    def _handle_kafka_request(self, peer_id: int, frame: bytes) -> None:
+        header, request = decode_request(memoryview(frame)[4:])
+        storage = self.sim.storages[self.node_id]
+        is_fetch = header.api_key == ApiKey.FETCH
+        storage.serving = is_fetch
+        try:
+            result = self._guard(self.state.apis.handle, header, request, self.sim.loop.now_ms)
+            if isinstance(result, Deferred):
+                self._pending_kafka[result.request_id] = (peer_id, self.connections.get(peer_id, -1), header)
+            elif result is not None:
+                self._send(peer_id, CHANNEL_KAFKA_RESPONSE, self._guard(encode_response, header, result))
+        finally:
+            storage.serving = False
+        self._after_kafka_event()
+
+    def _send_kafka_completions(self, completions: list[tuple[int, Any, Any]]) -> None:
+        storage = self.sim.storages[self.node_id]
+        for request_id, header, response in completions:
+            peer_id, connection, _ = self._pending_kafka.pop(request_id, (None, None, None))
+            if peer_id is None or self.connections.get(peer_id) != connection:
+                continue  # the requester's connection is gone: so is the answer
+            storage.serving = header.api_key == ApiKey.FETCH
+            try:
+                self._send(peer_id, CHANNEL_KAFKA_RESPONSE, self._guard(encode_response, header, response))
+            finally:
+                storage.serving = False
+
+    # --- replica fetchers -------------------------------------------------------------------------------
+
+    def _sync_fetchers(self) -> None:
+        wanted = self.broker.replica_leaders()
+        for leader_id in sorted(wanted):
+            fetcher = self._fetchers.setdefault(leader_id, _Fetcher())
+            if fetcher.inflight is None and fetcher.wake_handle is None:
+                fetcher.wake_handle = self.sim.loop.call_later(0, self._event, self._fetch_next, leader_id)
+
+    def _wake_fetcher_later(self, leader_id: int, delay_ms: int) -> None:
+        fetcher = self._fetchers.setdefault(leader_id, _Fetcher())
+        if fetcher.wake_handle is None:
+            fetcher.wake_handle = self.sim.loop.call_later(delay_ms * US_PER_MS, self._event, self._fetch_next, leader_id)
+
+    def _fetch_next(self, leader_id: int) -> None:
+        fetcher = self._fetchers[leader_id]
+        fetcher.wake_handle = None
+        if fetcher.inflight is not None or leader_id not in self.broker.replica_leaders():
+            return
+        if leader_id not in self.connections:
+            self._wake_fetcher_later(leader_id, REPLICA_RECONNECT_BACKOFF_MS)
+            return
+        sent = self._guard(self.broker.next_replica_request, leader_id, self.sim.loop.now_ms)
+        if sent is None:
+            self._wake_fetcher_later(leader_id, REPLICA_IDLE_BACKOFF_MS)
+            return
+        self._next_correlation_id += 1
+        header = RequestHeader(sent.api_key, sent.api_version, self._next_correlation_id, f"replica-{self.node_id}")
+        if not self._send(leader_id, CHANNEL_KAFKA_REQUEST, encode_request(header, sent.request)):
+            self._guard(self.broker.on_replica_response, sent, None, self.sim.loop.now_ms)
+            self._wake_fetcher_later(leader_id, REPLICA_RECONNECT_BACKOFF_MS)
+            return
+        fetcher.inflight = sent
+        fetcher.correlation_id = self._next_correlation_id
+        fetcher.timeout_handle = self.sim.loop.call_later(
+            REPLICA_REQUEST_TIMEOUT_MS * US_PER_MS, self._event, self._replica_timeout, leader_id, fetcher.correlation_id)
+
+    def _replica_timeout(self, leader_id: int, correlation_id: int) -> None:
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is not None and fetcher.inflight is not None and fetcher.correlation_id == correlation_id:
+            self._fail_replica_request(leader_id, fetcher)
+
+    def _fail_replica_request(self, leader_id: int, fetcher: _Fetcher) -> None:
+        sent, fetcher.inflight = fetcher.inflight, None
+        self.sim.loop.cancel(fetcher.timeout_handle)
+        fetcher.timeout_handle = None
+        self._guard(self.broker.on_replica_response, sent, None, self.sim.loop.now_ms)
+        self._wake_fetcher_later(leader_id, REPLICA_RECONNECT_BACKOFF_MS)
+
+    def _handle_replica_response(self, peer_id: int, frame: bytes) -> None:
+        fetcher = self._fetchers.get(peer_id)
+        view = memoryview(frame)[4:]
+        correlation_id = int.from_bytes(view[:4], "big", signed=True)
+        if correlation_id in self._outbox_inflight:
+            self._answer_broker_request(correlation_id, view)
+            return
+        if fetcher is None or fetcher.inflight is None or fetcher.correlation_id != correlation_id:
+            return  # an answer to a request that timed out
+        sent, fetcher.inflight = fetcher.inflight, None
+        self.sim.loop.cancel(fetcher.timeout_handle)
+        fetcher.timeout_handle = None
+        _, response = decode_response(sent.api_key, sent.api_version, view)
+        self._guard(self.broker.on_replica_response, sent, response, self.sim.loop.now_ms)
+        self._after_kafka_event()  # re-arms this fetcher through _sync_fetchers
+        self._observe()
+
+    # --- the outbox: requests to other brokers --------------------------------------------------------------
+
+    def _send_broker_request(self, sent: Any) -> None:
+        now_ms = self.sim.loop.now_ms
+        if sent.destination not in self.connections:
+            self._finish_broker_request(sent, KafkaError(f"no connection to broker {sent.destination}",
+                                                         ErrorCode.NETWORK_EXCEPTION))
+            return
+        self._next_correlation_id += 1
+        correlation_id = self._next_correlation_id
+        header = RequestHeader(sent.api_key, sent.api_version, correlation_id, f"broker-{self.node_id}")
+        if not self._send(sent.destination, CHANNEL_KAFKA_REQUEST, encode_request(header, sent.request)):
+            self._finish_broker_request(sent, KafkaError("send failed", ErrorCode.NETWORK_EXCEPTION))
+            return
+        timeout = self.sim.loop.call_later(max(sent.deadline_ms - now_ms, 1) * US_PER_MS, self._event,
+                                           self._broker_request_timeout, correlation_id)
+        self._outbox_inflight[correlation_id] = (sent, timeout)
+
+    def _answer_broker_request(self, correlation_id: int, view: memoryview) -> None:
+        sent, timeout = self._outbox_inflight.pop(correlation_id)
+        self.sim.loop.cancel(timeout)
+        _, response = decode_response(sent.api_key, sent.api_version, view)
+        self._finish_broker_request(sent, response)
+
+    def _broker_request_timeout(self, correlation_id: int) -> None:
+        entry = self._outbox_inflight.pop(correlation_id, None)
+        if entry is not None:
+            self._finish_broker_request(entry[0], KafkaError("no answer in time", ErrorCode.REQUEST_TIMED_OUT))
+
+    def _fail_broker_requests_to(self, peer_id: int) -> None:
+        for correlation_id, (sent, timeout) in sorted(self._outbox_inflight.items()):
+            if sent.destination == peer_id:
+                del self._outbox_inflight[correlation_id]
+                self.sim.loop.cancel(timeout)
+                self._finish_broker_request(sent, KafkaError("connection lost", ErrorCode.NETWORK_EXCEPTION))
+
+    def _finish_broker_request(self, sent: Any, answer: Any) -> None:
+        self._guard(sent.on_response, answer, self.sim.loop.now_ms)
+        self._schedule_process_soon()
+
+    # --- controller calls -------------------------------------------------------------------------------
+
+    def _start_controller_call(self, call: ControllerCall, now_ms: int) -> None:
+        call_state = _ControllerCallState(call, now_ms + CONTROLLER_CALL_TIMEOUT_MS,
+                                          KafkaError("no active controller", ErrorCode.NOT_CONTROLLER))
+        self._attempt_controller_call(call_state)
+
+    def _attempt_controller_call(self, call_state: _ControllerCallState) -> None:
+        now_ms = self.sim.loop.now_ms
+        if now_ms >= call_state.deadline_ms:
+            self._finish_controller_call(call_state, call_state.last_error)
+            return
+        leader_id = self._guard(self.raft.status).leader_id
+        if leader_id == self.node_id:
+            operation_id = self._guard(self.state.submit_controller_request, call_state.call.request, now_ms)
+            self._local_calls[operation_id] = call_state
+            self._schedule_process_soon()
+            return
+        if leader_id is not None and leader_id in self.connections:
+            self._next_rpc_id += 1
+            payload = cbor2.dumps([self._next_rpc_id, encode_controller_request(call_state.call.request)])
+            if self._send(leader_id, CHANNEL_CONTROLLER_REQUEST, payload):
+                self._rpc_out[self._next_rpc_id] = (call_state, leader_id)
+                return
+        self._retry_controller_call(call_state, call_state.last_error)
+
+    def _retry_controller_call(self, call_state: _ControllerCallState, error: KafkaError) -> None:
+        call_state.last_error = error
+        self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event,
+                                 self._attempt_controller_call, call_state)
+
+    def _controller_answer(self, call_state: _ControllerCallState, response: Any, error: KafkaError | None) -> None:
+        if error is not None and (isinstance(error, RaftError) or error.code in RETRIABLE_CONTROLLER_ERRORS):
+            self._retry_controller_call(call_state, error)
+            return
+        self._finish_controller_call(call_state, error if error is not None else response)
+
+    def _finish_controller_call(self, call_state: _ControllerCallState, response: Any) -> None:
+        self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms)
+        self._schedule_process_soon()
+
+    def _schedule_process_soon(self) -> None:
+        self.sim.loop.call_later(TICK_SPACING_US_MIN, self._event, self._process)
+
+    def _on_controller_outcome(self, outcome: Any) -> None:
+        call_state = self._local_calls.pop(outcome.operation_id, None)
+        if call_state is not None:
+            self._controller_answer(call_state, outcome.response, outcome.error)
+            return
+        remote = self._rpc_in.pop(outcome.operation_id, None)
+        if remote is None:
+            return
+        peer_id, connection, rpc_id = remote
+        if self.connections.get(peer_id) != connection:
+            return
+        if outcome.error is not None:
+            answer = [rpc_id, int(outcome.error.code), str(outcome.error), None, outcome.leader_hint]
+        else:
+            answer = [rpc_id, 0, "", encode_controller_response(outcome.response), None]
+        self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps(answer))
+
+    def _handle_controller_rpc(self, peer_id: int, payload: bytes) -> None:
+        rpc_id, encoded = cbor2.loads(payload)
+        request = decode_controller_request(encoded)
+        leader_id = self._guard(self.raft.status).leader_id
+        if leader_id != self.node_id:
+            answer = [rpc_id, int(ErrorCode.NOT_CONTROLLER), "not the controller", None, leader_id]
+            self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps(answer))
+            return
+        operation_id = self._guard(self.state.submit_controller_request, request, self.sim.loop.now_ms)
+        self._rpc_in[operation_id] = (peer_id, self.connections.get(peer_id, -1), rpc_id)
+        self._process()
+
+    def _handle_controller_rpc_response(self, payload: bytes) -> None:
+        rpc_id, code, message, encoded, _ = cbor2.loads(payload)
+        entry = self._rpc_out.pop(rpc_id, None)
+        if entry is None:
+            return
+        call_state, _ = entry
+        if code:
+            self._controller_answer(call_state, None, KafkaError(message, ErrorCode(code)))
+        else:
+            self._controller_answer(call_state, decode_controller_response(encoded), None)
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self.alive = False
+        loop = self.sim.loop
+        loop.cancel(self._raft_timer)
+        loop.cancel(self._step_timer)
+        for fetcher in self._fetchers.values():
+            loop.cancel(fetcher.wake_handle)
+            loop.cancel(fetcher.timeout_handle)
+
+    def pause(self) -> None:
+        self.paused = True
+        self.sim.loop.cancel(self._raft_timer)
+        self._raft_timer = None
+        self.sim.loop.cancel(self._step_timer)
+        self._step_timer = None
+
+    def resume(self) -> None:
+        self.paused = False
+        held, self._held_events = self._held_events, []
+        for action, args in held:
+            self._event(action, *args)
+        self._event(self._periodic)
+        for leader_id in sorted(self._fetchers):
+            fetcher = self._fetchers[leader_id]
+            if fetcher.inflight is None:
+                self.sim.loop.cancel(fetcher.wake_handle)
+                fetcher.wake_handle = None
+                self._wake_fetcher_later(leader_id, 0)
+
+    def begin_controlled_shutdown(self) -> None:
+        self.stopping = True
+        self._event(self._guard, self.broker.request_controlled_shutdown, self.sim.loop.now_ms)
+        self._event(self._poll_controlled_shutdown)
+
+    def _poll_controlled_shutdown(self) -> None:
+        if self._guard(self.broker.controlled_shutdown_done, self.sim.loop.now_ms):
+            self.sim.trace("node.controlled_shutdown_done", self.node_id, int(self.broker.shutdown_granted))
+            self.sim.stop_cleanly(self.node_id, self)
+            return
+        self.sim.loop.call_later(SHUTDOWN_POLL_MS * US_PER_MS, self._event, self._poll_controlled_shutdown)
+
+    def close(self) -> None:
+        """A clean stop: high watermarks checkpointed, logs flushed, journal closed."""
+        self._guard(self.state.close)
