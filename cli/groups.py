@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from cli.support import (
     CommandError,
     UsageError,
     cluster_options,
+    emit,
     partitions_of,
     print_table,
     run_with_client,
@@ -75,14 +75,6 @@ def run(args: argparse.Namespace) -> int:
     return args.run(args)
 
 
-def _emit(args: argparse.Namespace, document: object, table) -> None:
-    if args.json:
-        json.dump(document, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        table()
-
-
 # list
 
 
@@ -92,7 +84,7 @@ def run_list(args: argparse.Namespace) -> int:
         rows = [{"group": g.group_id, "type": g.group_type or ("classic" if g.protocol_type else ""),
                  "state": g.state, "protocol_type": g.protocol_type, "coordinator": g.coordinator}
                 for g in listings]
-        _emit(args, rows, lambda: print_table(
+        emit(args, rows, lambda: print_table(
             ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
             [[r["group"], r["type"], r["state"], r["protocol_type"], r["coordinator"]] for r in rows]))
         return EXIT_OK
@@ -132,7 +124,7 @@ def run_describe(args: argparse.Namespace) -> int:
                           _dash(r["log_end_offset"]), _dash(r["lag"]), r["consumer_id"] or "-", r["host"] or "-",
                           r["client_id"] or "-"] for r in rows])
 
-        _emit(args, document, table)
+        emit(args, document, table)
         return EXIT_OK
 
     return run_with_client(args, body)
@@ -260,7 +252,7 @@ def run_reset_offsets(args: argparse.Namespace) -> int:
             await group_admin.commit_offsets(client, args.group, {(topic, p): o for p, o in plan.items()})
         rows = [{"group": args.group, "topic": topic, "partition": p, "current_offset": current.get(p),
                  "new_offset": o} for p, o in sorted(plan.items())]
-        _emit(args, {"executed": bool(args.execute), "plan": rows}, lambda: (
+        emit(args, {"executed": bool(args.execute), "plan": rows}, lambda: (
             print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
                         [[r["group"], r["topic"], r["partition"], _dash(r["current_offset"]), r["new_offset"]]
                          for r in rows]),
@@ -278,7 +270,7 @@ def run_delete(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
         results = await group_admin.delete_groups(client, args.group)
         rows = [{"group": group, "error": code.name if code else None} for group, code in results.items()]
-        _emit(args, rows, lambda: print_table(["GROUP", "RESULT"],
+        emit(args, rows, lambda: print_table(["GROUP", "RESULT"],
                                               [[r["group"], r["error"] or "deleted"] for r in rows]))
         failed = [group for group, code in results.items() if code != ErrorCode.NONE]
         for group in failed:
@@ -296,7 +288,7 @@ def run_delete_offsets(args: argparse.Namespace) -> int:
         results = await group_admin.delete_offsets(client, args.group, topic, partitions)
         rows = [{"group": args.group, "topic": topic, "partition": p, "error": c.name if c else None}
                 for p, c in sorted(results.items())]
-        _emit(args, rows, lambda: print_table(
+        emit(args, rows, lambda: print_table(
             ["GROUP", "TOPIC", "PARTITION", "RESULT"],
             [[r["group"], r["topic"], r["partition"], r["error"] or "deleted"] for r in rows]))
         return EXIT_FAILED if any(r["error"] for r in rows) else EXIT_OK

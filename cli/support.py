@@ -9,6 +9,7 @@ on stderr naming what failed), 2 bad usage or configuration, 3 the cluster could
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -124,6 +125,15 @@ def parse_assignments(pairs: list[str] | None, option: str) -> dict[str, str]:
             raise UsageError(f"{option} {pair!r}: expected KEY=VALUE")
         parsed[key.strip()] = value
     return parsed
+
+
+def emit(args: argparse.Namespace, document: object, table) -> None:
+    """JSON of `document` with `--json`, else `table()` (the house rule: tables by default)."""
+    if getattr(args, "json", False):
+        json.dump(document, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    else:
+        table()
 
 
 def print_table(headers: list[str], rows: list[list[object]], out=None) -> None:

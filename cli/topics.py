@@ -15,8 +15,6 @@ metadata` is where the private call's answer will replace that derivation.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from net.client.aio import KafkaClient
 from cli.support import (
@@ -24,6 +22,7 @@ from cli.support import (
     CommandError,
     UsageError,
     cluster_options,
+    emit,
     parse_assignments,
     print_table,
     run_with_client,
@@ -65,14 +64,6 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     return args.run(args)
-
-
-def emit(args: argparse.Namespace, document: object, table) -> None:
-    if args.json:
-        json.dump(document, sys.stdout, indent=2, sort_keys=False)
-        sys.stdout.write("\n")
-    else:
-        table()
 
 
 # brokers
