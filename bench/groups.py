@@ -109,7 +109,7 @@ def bench_commits(cluster: LocalCluster, args) -> None:
     value = b"x" * 100
 
     def produce(i: int):
-        batch = build_batch([(None, value)], base_timestamp_ms=int(time.time() * 1000))
+        batch = build_batch([(None, value)], base_timestamp=int(time.time() * 1000))
         return ApiKey.PRODUCE, messages.ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
             messages.ProduceRequest.TopicProduceData(name="commit-target", partition_data=[
                 messages.ProduceRequest.PartitionProduceData(index=0, records=batch)])])

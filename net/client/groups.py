@@ -72,11 +72,16 @@ class CommittedOffset:
 
 
 async def find_coordinator(client: KafkaClient, group_id: str) -> int:
-    """The broker id that coordinates `group_id`. Raises the typed error of FindCoordinator's answer."""
+    """The broker id that coordinates `group_id`, retried while none is available (the first lookup creates
+    `__consumer_offsets`). Raises the typed error of FindCoordinator's last answer."""
     request = messages.FindCoordinatorRequest(key=group_id, key_type=COORDINATOR_KEY_TYPE_GROUP)
-    response = await client.send(None, ApiKey.FIND_COORDINATOR, request, api_version=FIND_COORDINATOR_VERSION)
-    raise_for_code(response.error_code, response.error_message, f"find coordinator of group {group_id!r}")
-    return response.node_id
+
+    async def attempt() -> int:
+        response = await client.send(None, ApiKey.FIND_COORDINATOR, request, api_version=FIND_COORDINATOR_VERSION)
+        raise_for_code(response.error_code, response.error_message, f"find coordinator of group {group_id!r}")
+        return response.node_id
+
+    return await client._retrying(attempt, COORDINATOR_RETRY_CODES)
 
 
 async def _to_coordinator(client: KafkaClient, group_id: str, api_key: int, request, error_of) -> tuple[int, object]:
