@@ -134,6 +134,9 @@ class DataPlaneApis:
         except KafkaError as error:
             partition_response.error_code = error.code
             partition_response.error_message = error.message
+            partition_response.record_errors = [  # KIP-467
+                messages.ProduceResponse.BatchIndexAndErrorMessage(batch_index=index, batch_index_error_message=text)
+                for index, text in getattr(error, "record_errors", ())]
             return partition_response, None
         if result.append_info is not None:
             hosted.producer_state.update(result.append_info.batch_headers)

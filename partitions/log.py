@@ -466,6 +466,8 @@ class PartitionLog:
                 raise CorruptRecordError(f"record batch CRC mismatch at position {position}")
             if fields[F_ATTRIBUTES] & COMPRESSION_MASK > COMPRESSION_CODEC_MAX:
                 raise UnsupportedCompressionTypeError(f"compression codec {fields[F_ATTRIBUTES] & COMPRESSION_MASK}")
+            if leader and self.config.compact and not fields[F_ATTRIBUTES] & CONTROL_MASK:
+                self._check_keys(view[position : position + size])
             checked.append((position, fields))
             previous_next_offset = fields[F_BASE_OFFSET] + fields[F_LAST_OFFSET_DELTA] + 1
             position += size
@@ -489,6 +491,18 @@ class PartitionLog:
                 raise InvalidTimestampError(f"timestamp {base_timestamp} too far before {now_ms}")
             if max_timestamp - now_ms > config.message_timestamp_after_max_ms:
                 raise InvalidTimestampError(f"timestamp {max_timestamp} too far after {now_ms}")
+
+    def _check_keys(self, batch: memoryview) -> None:
+        """Kafka's LogValidator rule for compacted topics: every record has a key. The one place a leader
+        decodes records on produce, and only for compacted topics. Raises InvalidRecordError carrying
+        KIP-467's per-record errors (the index of each keyless record in its batch)."""
+        keyless = [index for index, record in enumerate(decode_batch(batch).records) if record.key is None]
+        if keyless:
+            partition = self.directory.rsplit("/", 1)[-1]
+            message = f"Compacted topic cannot accept message without key in topic partition {partition}."
+            error = InvalidRecordError(message)
+            error.record_errors = [(index, message) for index in keyless]
+            raise error
 
     def _append(self, pieces: list, positions: list[int], written: list[tuple], log_append_time_ms: int,
                 now_ms: int) -> AppendInfo:
