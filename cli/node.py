@@ -4,8 +4,11 @@ default, as child processes in the foreground; Ctrl-C or SIGTERM stops them all 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ from broker.config import ClusterConfig, ConfigError, default_config, load_confi
 
 EXIT_CONFIG = 2
 CHILD_STOP_SECONDS_MAX = 15
+STARTUP_SECONDS = 10  # a node that exits this soon after `flotilla up` started it never ran
 
 
 def add_parser(subparsers) -> None:
@@ -47,15 +51,45 @@ def run_node(args: argparse.Namespace) -> int:
     return run_node_forever(config, node_config.id)
 
 
+def port_problems(config: ClusterConfig) -> list[str]:
+    """One line per port of the file's nodes that another program holds on this machine (ports of other
+    machines' nodes are not checked)."""
+    problems = []
+    for node in config.nodes:
+        for name, port in (("kafka_port", node.kafka_port), ("controller_port", node.controller_port)):
+            probe = socket.socket()
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the node binds: TIME_WAIT is no holder
+            try:
+                probe.bind((node.host, port))
+            except OSError as error:
+                if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                    problems.append(f"node {node.id}: {name} {port} on {node.host} is in use by another program "
+                                    f"(a cluster already running here?)")
+            finally:
+                probe.close()
+    return problems
+
+
 def run_up(args: argparse.Namespace) -> int:
     try:
         config = _load(args.config)
     except ConfigError as error:
         print(f"flotilla: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    problems = port_problems(config)
+    if problems:
+        for problem in problems:
+            print(f"flotilla: {problem}", file=sys.stderr)
+        hint = "stop it, or give other ports in a config file: flotilla up --config FILE" if not args.config \
+            else f"stop it, or change the ports in {args.config}"
+        print(f"flotilla: nothing started; {hint}", file=sys.stderr)
+        return EXIT_CONFIG
+    created_data = None if args.config or os.path.exists("flotilla-data") else os.path.abspath("flotilla-data")
     config_path = args.config or _write_embedded_config(config)
     children: list[subprocess.Popen] = []
     stopping = False
+    exit_code = 0
+    remove_created = False
 
     def stop(signum, frame):  # noqa: ARG001 - signal handler signature
         nonlocal stopping
@@ -74,10 +108,15 @@ def run_up(args: argparse.Namespace) -> int:
             )
         bootstrap = ",".join(f"{n.host}:{n.kafka_port}" for n in config.brokers)
         print(f"bootstrap servers: {bootstrap}   (Ctrl-C stops the cluster)", flush=True)
+        started = time.monotonic()
         while not stopping:
-            if any(child.poll() is not None for child in children):
-                failed = [c.args[c.args.index("--id") + 1] for c in children if c.poll() is not None]
+            exited = [c for c in children if c.poll() is not None]
+            if exited:
+                failed = [c.args[c.args.index("--id") + 1] for c in exited]
                 print(f"flotilla: node(s) {', '.join(failed)} exited; stopping the cluster", file=sys.stderr)
+                exit_code = next((c.returncode for c in exited if c.returncode), 1)
+                if created_data is not None and time.monotonic() - started < STARTUP_SECONDS:
+                    remove_created = True  # a start that never ran leaves nothing behind
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
@@ -85,7 +124,9 @@ def run_up(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         _stop_children(children)
-    return 0
+        if remove_created:
+            shutil.rmtree(created_data, ignore_errors=True)
+    return exit_code
 
 
 def _stop_children(children: list[subprocess.Popen]) -> None:

@@ -19,9 +19,12 @@ Shutdown (SIGTERM / SIGINT / cancel): a broker first asks the controller to move
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import random
 import signal
+import sys
 import time
 from typing import Any
 
@@ -353,10 +356,45 @@ class KafkaConnection:
         await self.stream.aclose()
 
 
+EXIT_CONFIG = 2
+LOCK_FILE = ".lock"
+LISTEN_ERRNOS = (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    leaves = []
+    for error in group.exceptions:
+        leaves += _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+    return leaves
+
+
 def run_node_forever(config: ClusterConfig, node_id: int) -> int:
-    node = Node(config, node_id)
+    """Run the node until SIGTERM or Ctrl-C. A port another program holds or a data directory another node
+    uses is one line on stderr and exit code 2, before anything of the node starts."""
+    node_config = config.node(node_id)
+    os.makedirs(node_config.data_dir, exist_ok=True)
+    lock = open(os.path.join(node_config.data_dir, LOCK_FILE), "a+")
     try:
-        trio.run(node.run)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print(f"flotilla: node {node_id}: data directory {node_config.data_dir} is in use by another flotilla "
+              "node; stop it first", file=sys.stderr)
+        return EXIT_CONFIG
+    failure: OSError | None = None
+    try:
+        try:
+            trio.run(Node(config, node_id).run)
+        except* OSError as group:
+            cannot_listen = [e for e in _leaves(group) if e.errno in LISTEN_ERRNOS]
+            if not cannot_listen:
+                raise
+            failure = cannot_listen[0]
     except KeyboardInterrupt:
         pass
+    finally:
+        lock.close()
+    if failure is not None:
+        print(f"flotilla: node {node_id}: cannot listen on {node_config.host} (kafka_port {node_config.kafka_port}, "
+              f"controller_port {node_config.controller_port}): {failure.strerror or failure}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
