@@ -177,11 +177,17 @@ def _read_varint(buffer: bytes, position: int, bytes_max: int) -> tuple[int, int
     raise CorruptRecordError(f"varint at byte {position} longer than {bytes_max} bytes")
 
 
-def _decode(buffer: bytes | bytearray | memoryview, position: int, bytes_max: int) -> tuple[int, int]:
+def read_varint(buffer: bytes | bytearray | memoryview, position: int, bytes_max: int) -> tuple[int, int]:
+    """(signed value, next position) of the zig-zag varint (`bytes_max` VARINT_BYTES_MAX) or varlong
+    (VARLONG_BYTES_MAX) at `position`: the one rule for every reader of records (the Spark source's too).
+    Raises CorruptRecordError when it is truncated, too long, or past 32/64 bits."""
     try:
         return _read_varint(buffer, position, bytes_max)
     except IndexError:
         raise CorruptRecordError(f"varint at byte {position} truncated") from None
+
+
+_decode = read_varint
 
 
 def decode_varint(buffer: bytes | bytearray | memoryview, position: int = 0) -> tuple[int, int]:

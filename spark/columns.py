@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from partitions.batch import HEADER_SIZE, iter_batches, validate_batch
 from partitions.compression import decompress
 from partitions.errors import CorruptRecordError, InvalidRecordError
+from partitions.records import VARINT_BYTES_MAX, VARLONG_BYTES_MAX, read_varint
 
 try:  # numpy decodes every field but the record lengths in bulk (spark/vectorized.py); optional
     import numpy as np
@@ -33,26 +34,11 @@ try:  # numpy decodes every field but the record lengths in bulk (spark/vectoriz
 except ImportError:  # pragma: no cover - the Python loop below does the same work, slower
     np = vectorized = None
 
-VARINT_BYTES_MAX = 5
-VARLONG_BYTES_MAX = 10
 DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
 RECORD_BODY_BYTES_MIN = 6  # attributes, timestamp_delta, offset_delta, key_length, value_length, headers_count
 BINARY_BYTES_MAX = (1 << 31) - 1  # Arrow binary offsets are int32
-
-
-def _read_varint(buffer: bytes, position: int, bytes_max: int) -> tuple[int, int]:
-    """(signed value, next position) of the zig-zag varint at `position`. Raises CorruptRecordError."""
-    zigzag = 0
-    shift = 0
-    for index in range(position, min(position + bytes_max, len(buffer))):
-        byte = buffer[index]
-        zigzag |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (zigzag >> 1) ^ -(zigzag & 1), index + 1
-        shift += 7
-    raise CorruptRecordError(f"varint at byte {position} truncated or longer than {bytes_max} bytes")
 
 
 def next_fetch_offset(records_field: bytes | memoryview, offset: int) -> int:
@@ -141,7 +127,6 @@ class ColumnBuilder:
     def _decode_records(self, buffer: bytes, header) -> int:
         """Append the records of one section to the columns; returns how many were kept. Written out by hand
         (one- and two-byte varints inline) because it runs once per record; IndexError means truncation."""
-        read_varint = _read_varint
         start_offset, end_offset = self.start_offset, self.end_offset
         base_offset, base_timestamp = header.base_offset, header.base_timestamp
         offsets, timestamps = self.offsets, self.timestamps
@@ -235,16 +220,16 @@ class ColumnBuilder:
         return kept
 
     def _decode_headers(self, buffer: bytes, position: int, record_end: int) -> None:
-        count, position = _read_varint(buffer, position, VARINT_BYTES_MAX)
+        count, position = read_varint(buffer, position, VARINT_BYTES_MAX)
         if count < 0 or 2 * count > record_end - position:
             raise CorruptRecordError(f"record headers_count {count} impossible in {record_end - position} bytes")
         for _ in range(count):
-            size, position = _read_varint(buffer, position, VARINT_BYTES_MAX)
+            size, position = read_varint(buffer, position, VARINT_BYTES_MAX)
             if size < 0 or position + size > record_end:
                 raise CorruptRecordError(f"record header key length {size} at byte {position}")
             self.header_keys.add(buffer[position: position + size])
             position += size
-            size, position = _read_varint(buffer, position, VARINT_BYTES_MAX)
+            size, position = read_varint(buffer, position, VARINT_BYTES_MAX)
             if size < -1 or position + max(size, 0) > record_end:
                 raise CorruptRecordError(f"record header value length {size} at byte {position}")
             self.header_values.add(None if size == -1 else buffer[position: position + size])

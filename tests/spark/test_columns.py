@@ -125,3 +125,16 @@ def test_a_mangled_records_section_raises_only_corrupt_record_errors(vectorize, 
     except (CorruptRecordError, InvalidRecordError):
         return
     assert builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7)).num_rows <= len(items)
+
+
+def test_a_varint_past_32_bits_is_the_same_clear_error_on_both_record_paths():
+    # Five bytes carry 35 bits: 0xff 0xff 0xff 0xff 0x7f is a valid encoding of a value no int32 holds.
+    from partitions.errors import CorruptRecordError
+    from partitions.records import decode_varint
+    from spark import columns
+
+    hostile = b"\xff\xff\xff\xff\x7f"
+    with pytest.raises(CorruptRecordError, match="overflows 32 bits"):
+        decode_varint(hostile)
+    with pytest.raises(CorruptRecordError, match="overflows 32 bits"):
+        columns.read_varint(hostile, 0, columns.VARINT_BYTES_MAX)
