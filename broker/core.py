@@ -344,6 +344,7 @@ class BrokerCore:
         for key, hosted in self.partitions.items():
             if hosted.log_config.delete:
                 hosted.log.apply_retention(now_ms)
+                hosted.replica.log_start_moved()
                 hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
             hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:

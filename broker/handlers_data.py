@@ -384,6 +384,9 @@ class DataPlaneApis:
                     else:
                         if offset > hosted.log.log_start_offset:
                             hosted.log.delete_records_before(offset)
+                            hosted.replica.log_start_moved()
+                            # Producers whose batches are all gone expire, as after retention.
+                            hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
                         result.low_watermark = hosted.log.log_start_offset
                         self.broker.dirty_partitions.add((topic_request.name, partition_request.partition_index))
                 partitions.append(result)

@@ -828,9 +828,13 @@ class Partition:
     def _clamp_to_log(self, offset: int) -> int:
         return max(self.log.log_start_offset, min(offset, self.log.log_end_offset))
 
-    def _check_invariants(self) -> None:
-        # Retention may move the log start past a lagging high watermark; Kafka lifts the HW with it.
+    def log_start_moved(self) -> None:
+        """The log start moved (retention, DeleteRecords): a lagging high watermark is lifted with it, as Kafka
+        does. Whoever moves the log start calls this."""
         self._high_watermark = max(self._high_watermark, self.log.log_start_offset)
+        self._check_invariants()
+
+    def _check_invariants(self) -> None:
         log_start_offset, high_watermark, log_end_offset = (
             self.log.log_start_offset, self._high_watermark, self.log.log_end_offset,
         )

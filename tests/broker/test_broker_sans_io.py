@@ -220,3 +220,32 @@ def test_a_retried_idempotent_batch_is_answered_with_its_original_offset_and_not
     assert (retry.error_code, retry.base_offset) == (ErrorCode.NONE, 0)
     assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert cluster.brokers[leader].hosted("t", 1).log.log_end_offset == 3
+
+
+def test_delete_records_moves_the_producer_states_start_as_retention_does(cluster):  # KIP-107, KIP-360
+    leader = leader_of(cluster, 2)
+    request_class = messages.ProduceRequest
+
+    def produce(producer_id, values):
+        batch = build_batch([(None, v) for v in values], base_timestamp=1_700_000_000_000, producer_id=producer_id,
+                            producer_epoch=0, base_sequence=0)
+        return cluster.call(leader, ApiKey.PRODUCE, 7, request_class(
+            transactional_id=None, acks=1, timeout_ms=5_000,
+            topic_data=[request_class.TopicProduceData(name="t", partition_data=[
+                request_class.PartitionProduceData(index=2, records=batch)])])).responses[0].partition_responses[0]
+
+    hosted = cluster.brokers[leader].hosted("t", 2)
+    assert produce(5000, [b"a", b"b"]).error_code == ErrorCode.NONE
+    hosted.producer_state.write_snapshot()  # at offset 2
+    assert produce(6000, [b"c"]).error_code == ErrorCode.NONE
+    hosted.producer_state.write_snapshot()  # at offset 3
+    cluster.replicate()
+    delete = messages.DeleteRecordsRequest(timeout_ms=5_000, topics=[
+        messages.DeleteRecordsRequest.DeleteRecordsTopic(name="t", partitions=[
+            messages.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=2, offset=3)])])
+    answer = cluster.call(leader, ApiKey.DELETE_RECORDS, 1, delete).topics[0].partitions[0]
+    assert (answer.error_code, answer.low_watermark) == (ErrorCode.NONE, 3)
+    # The snapshot below the new log start is gone, as after retention; producers stay until they expire
+    # (KIP-360: a live producer must not look unknown because its old batches were deleted).
+    assert hosted.producer_state.snapshot_offsets() == [3]
+    assert sorted(hosted.producer_state.producers) == [5000, 6000]

@@ -8,9 +8,10 @@ from tests.partitions.logtools import batch, open_log, values
 SIZE = len(batch(b"v0"))
 
 
-def fill_with_timestamps(log, timestamps):
-    for i, timestamp in enumerate(timestamps):
-        log.append_as_leader(batch(b"v%d" % i, timestamp_ms=timestamp), 0, max(timestamps))
+def fill_with_timestamps(log, timestamps, keyed=False):
+    for i, timestamp in enumerate(timestamps):  # a compacted log refuses keyless records
+        key = b"k%d" % i if keyed else None
+        log.append_as_leader(batch(b"v%d" % i, timestamp_ms=timestamp, key=key), 0, max(timestamps))
 
 
 def test_retention_ms_deletes_closed_segments_whose_largest_timestamp_expired():
@@ -50,8 +51,8 @@ def test_retention_bytes_deletes_oldest_segments_until_under_the_limit():
 
 
 def test_compact_only_policy_does_not_delete_by_retention():
-    log = open_log(segment_bytes=SIZE, retention_ms=1, cleanup_policy=("compact",), now_ms=0)
-    fill_with_timestamps(log, [1, 2, 3])
+    log = open_log(segment_bytes=SIZE + 8, retention_ms=1, cleanup_policy=("compact",), now_ms=0)
+    fill_with_timestamps(log, [1, 2, 3], keyed=True)
     assert log.apply_retention(now_ms=10**9) == 0
 
 
