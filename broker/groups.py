@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinators import CoordinatorApis, CoordinatorService
+from broker.handlers_cluster import GROUP_OPERATIONS
 from groupcoord.classic import join_error, sync_error
 from groupcoord.offsets import offset_commit_error, offset_fetch_response
 from groupcoord.shard import GroupRequest
@@ -99,12 +100,16 @@ class GroupApis:
         group_ids = list(request.groups)
         response_class = messages.DescribeGroupsResponse
 
+        include_operations = getattr(request, "include_authorized_operations", False)
+
         def build(answers: list) -> Any:
             described = []
             for group_id, answer in zip(group_ids, answers):
                 if isinstance(answer, ErrorCode):
                     answer = response_class.DescribedGroup(error_code=answer, group_id=group_id, group_state="",
                                                            protocol_type="", protocol_data="", members=[])
+                elif include_operations:  # KIP-430, with no authorizer: every group operation
+                    answer.authorized_operations = GROUP_OPERATIONS
                 described.append(answer)
             return response_class(throttle_time_ms=0, groups=described)
 

@@ -14,6 +14,15 @@ from partitions.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
 
+# KIP-430: the operations a principal may perform on a resource, as a bitfield of Kafka's AclOperation codes
+# (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
+# ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12). With no authorizer every operation that applies to the resource type
+# is allowed, which is what Kafka answers then; AUTHORIZED_OPERATIONS_OMITTED when the client did not ask.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
+GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
+
 
 class ClusterApis:
     """ApiVersions, Metadata, DescribeCluster (see the module docstring)."""
@@ -55,13 +64,18 @@ class ClusterApis:
             names = [topic.name for topic in request.topics]
         allow_auto_create = self.apis.auto_create_topics_enable and (header.api_version < 4 or request.allow_auto_topic_creation)
         topics = [self._metadata_topic(name, allow_auto_create and request.topics is not None, now_ms) for name in names]
+        if getattr(request, "include_topic_authorized_operations", False):
+            for topic in topics:
+                if topic.error_code == ErrorCode.NONE:
+                    topic.topic_authorized_operations = TOPIC_OPERATIONS
         return response_class(
             throttle_time_ms=0,
             brokers=brokers,
             cluster_id=self.apis.cluster_id,
             controller_id=self.apis.controller_id(),
             topics=topics,
-            cluster_authorized_operations=-2147483648,
+            cluster_authorized_operations=CLUSTER_OPERATIONS
+            if getattr(request, "include_cluster_authorized_operations", False) else AUTHORIZED_OPERATIONS_OMITTED,
         )
 
     def _metadata_topic(self, name: str, auto_create: bool, now_ms: int) -> Any:
@@ -118,5 +132,6 @@ class ClusterApis:
                 response_class.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
                 for b in sorted(self._active_brokers(), key=lambda b: b.broker_id)
             ],
-            cluster_authorized_operations=-2147483648,
+            cluster_authorized_operations=CLUSTER_OPERATIONS
+            if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
         )
