@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 FETCH_WAIT_MS_MAX = 30_000
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
+LIST_OFFSETS_MAX_TIMESTAMP = -3  # ListOffsets v7+
+LIST_OFFSETS_EARLIEST_LOCAL = -4  # v8+
+LIST_OFFSETS_LATEST_TIERED = -5  # v9+
 
 
 @dataclass
@@ -59,7 +62,7 @@ class DataPlaneApis:
         return [
             (ApiKey.PRODUCE, 3, 8, self._produce),
             (ApiKey.FETCH, 4, 11, self._fetch),
-            (ApiKey.LIST_OFFSETS, 1, 5, self._list_offsets),
+            (ApiKey.LIST_OFFSETS, 1, 9, self._list_offsets),
             (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 3, self._offset_for_leader_epoch),
             (ApiKey.DELETE_RECORDS, 0, 1, self._delete_records),
             (ApiKey.INIT_PRODUCER_ID, 0, 1, self._init_producer_id),
@@ -328,12 +331,19 @@ class DataPlaneApis:
         result.leader_epoch = replica.leader_epoch
         bound = replica.last_stable_offset if isolation_level == 1 else replica.high_watermark
         timestamp = request_partition.timestamp
-        if timestamp == LIST_OFFSETS_EARLIEST:
+        if timestamp in (LIST_OFFSETS_EARLIEST, LIST_OFFSETS_EARLIEST_LOCAL):  # nothing is tiered: the same
             result.offset = hosted.log.log_start_offset
         elif timestamp == LIST_OFFSETS_LATEST:
             result.offset = bound
+        elif timestamp == LIST_OFFSETS_LATEST_TIERED:  # KIP-1005, and nothing is tiered: Kafka's answer
+            result.offset, result.leader_epoch = -1, -1
+        elif timestamp == LIST_OFFSETS_MAX_TIMESTAMP:  # KIP-734: the record with the largest timestamp
+            found = hosted.log.max_timestamp_record()
+            if found is not None and found[1] < bound:
+                result.timestamp, result.offset = found[0], found[1]
+                result.leader_epoch = found[2] if found[2] >= 0 else -1
         elif timestamp < 0:
-            result.error_code = ErrorCode.INVALID_REQUEST  # -3 (max timestamp) needs ListOffsets v7
+            result.error_code = ErrorCode.INVALID_REQUEST
         else:
             found = hosted.log.offset_for_timestamp(timestamp)
             if found is not None and found[0] < bound:

@@ -46,6 +46,7 @@ from partitions.batch import (
     parse_header,
     set_log_append_time,
     stamp_batch,
+    iter_batches,
 )
 from partitions.errors import (
     CorruptRecordError,
@@ -97,6 +98,8 @@ class UnexpectedAppendOffsetError(KafkaError):
     UnexpectedAppendOffsetException): the fetcher must truncate or refetch."""
 
     code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+READ_CHUNK_BYTES = 1024 * 1024  # what one read of a lookup takes at most
 
 
 class AppendOrigin(enum.Enum):
@@ -599,6 +602,27 @@ class PartitionLog:
                 break
             offset = segment.next_offset
         return FetchData(fetch_offset, tuple(slices))
+
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(timestamp, offset, leader epoch) of the first record with the largest timestamp in the log, or None
+        for an empty log: Kafka's MAX_TIMESTAMP lookup (KIP-734). The segment knows the batch (its
+        `offset_of_max_timestamp` is that batch's last offset); the batch is decoded for the record."""
+        segments = [segment for segment in self.segments if segment.max_timestamp >= 0 or segment.size]
+        if not segments:
+            return None
+        best = max(segments, key=lambda segment: segment.max_timestamp)  # the first of equals, as Kafka's maxBy
+        offset = max(best.base_offset, self.log_start_offset)
+        while offset <= best.offset_of_max_timestamp:
+            records = self.read(offset, READ_CHUNK_BYTES).records
+            if not records:
+                return None
+            for position, header in iter_batches(records):
+                if header.max_timestamp == best.max_timestamp:
+                    batch = decode_batch(records[position:position + header.size])
+                    record = next(r for r in batch.records if r.timestamp == header.max_timestamp)
+                    return header.max_timestamp, record.offset, header.partition_leader_epoch
+                offset = header.last_offset + 1
+        return None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms` (ListOffsets), or None.

@@ -105,7 +105,7 @@ FETCH_RESPONSE = response(
 )
 
 LIST_OFFSETS_REQUEST = request(
-    2, 'ListOffsetsRequest', valid="1-5", flexible='6+', fields=(
+    2, 'ListOffsetsRequest', valid="1-9", flexible='6+', fields=(
         field('ReplicaId', 'int32', '0+'),
         field('IsolationLevel', 'int8', '2+'),
         field('Topics', '[]ListOffsetsTopic', '0+', fields=(
@@ -120,7 +120,7 @@ LIST_OFFSETS_REQUEST = request(
 )
 
 LIST_OFFSETS_RESPONSE = response(
-    2, 'ListOffsetsResponse', valid="1-5", flexible='6+', fields=(
+    2, 'ListOffsetsResponse', valid="1-9", flexible='6+', fields=(
         field('ThrottleTimeMs', 'int32', '2+'),
         field('Topics', '[]ListOffsetsTopicResponse', '0+', fields=(
             field('Name', 'string', '0+'),

@@ -249,3 +249,25 @@ def test_delete_records_moves_the_producer_states_start_as_retention_does(cluste
     # (KIP-360: a live producer must not look unknown because its old batches were deleted).
     assert hosted.producer_state.snapshot_offsets() == [3]
     assert sorted(hosted.producer_state.producers) == [5000, 6000]
+
+
+def test_list_offsets_special_timestamps_answer_as_kafka_does(cluster):  # KIP-734, KIP-405, KIP-1005
+    leader = leader_of(cluster, 0)
+    batch = build_batch([(None, b"a", (), 1_700_000_005_000), (None, b"b", (), 1_700_000_009_000),
+                         (None, b"c", (), 1_700_000_001_000)], base_timestamp=1_700_000_005_000)
+    request_class = messages.ProduceRequest
+    cluster.call(leader, ApiKey.PRODUCE, 7, request_class(transactional_id=None, acks=1, timeout_ms=5_000, topic_data=[
+        request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(index=0, records=batch)])]))
+    cluster.replicate()
+
+    def listed(timestamp):
+        list_class = messages.ListOffsetsRequest
+        request = list_class(replica_id=-1, isolation_level=0, topics=[list_class.ListOffsetsTopic(name="t", partitions=[
+            list_class.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])])
+        answer = cluster.call(leader, ApiKey.LIST_OFFSETS, 9, request).topics[0].partitions[0]
+        return answer.error_code, answer.offset, answer.timestamp
+
+    assert listed(-3) == (ErrorCode.NONE, 1, 1_700_000_009_000)  # the record, inside its batch
+    assert listed(-4) == (ErrorCode.NONE, 0, -1)  # earliest local: the log start, nothing is tiered
+    assert listed(-5) == (ErrorCode.NONE, -1, -1)  # latest tiered: nothing is
+    assert listed(-6)[0] == ErrorCode.INVALID_REQUEST
