@@ -25,6 +25,7 @@ from cli.support import (
     cluster_options,
     fail,
     load_cluster_config,
+    print_table,
 )
 ADMIN_TIMEOUT_SECONDS = 5.0
 RESPONSE_BYTES_MAX = 256 * 1024 * 1024
@@ -134,13 +135,48 @@ def run_metadata_dump(args: argparse.Namespace) -> int:
             {"raft_index": index, "records": [record_to_json(decode_record(r)) for r in records]}
             for index, records in answer["log"] or []
         ]
-        print(json.dumps(entries) if args.json else "\n".join(json.dumps(e) for e in entries))
+        if args.json:
+            print(json.dumps(entries))
+        else:
+            for entry in entries:
+                for record in entry["records"]:
+                    print(log_line(entry["raft_index"], record))
         return 0
     records = [decode_record(encoded) for encoded in answer["records"]]
     image = records_to_image(records, Provenance(answer["raft_index"], answer["raft_term"]))
     document = image_to_json(image)
-    print(json.dumps(document, indent=None if args.json else 2))
+    if args.json:
+        print(json.dumps(document))
+    else:
+        print_image(document)
     return 0
+
+
+def log_line(raft_index: int, record: dict) -> str:
+    """One committed metadata record as a line: Raft index, record type, then its fields."""
+    fields = " ".join(f"{name}={value}" for name, value in record.items() if name != "type")
+    return f"{raft_index:>8}  {record['type']:<24} {fields}"
+
+
+def print_image(document: dict) -> None:
+    """The metadata image as an operator reads it: brokers, then each topic's partitions and configs."""
+    print(f"metadata image at raft index {document['raft_index']} (term {document['raft_term']}), "
+          f"next producer id {document['next_producer_id']}")
+    print()
+    print_table(["BROKER", "HOST", "PORT", "ROLES", "EPOCH", "STATUS"],
+                [[b["id"], b["host"], b["port"], ",".join(b["roles"]), b["epoch"],
+                  b["status"] + (" (shutting down)" if b["in_controlled_shutdown"] else "")]
+                 for b in document["brokers"]])
+    rows = [[t["name"], p["partition"], p["leader"], p["leader_epoch"], p["partition_epoch"],
+             ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"]))]
+            for t in document["topics"] for p in t["partitions"]]
+    if rows:
+        print()
+        print_table(["TOPIC", "PARTITION", "LEADER", "LEADER-EPOCH", "PARTITION-EPOCH", "REPLICAS", "ISR"], rows)
+    configs = [[t["name"], name, value] for t in document["topics"] for name, value in sorted(t["configs"].items())]
+    if configs:
+        print()
+        print_table(["TOPIC", "CONFIG", "VALUE"], configs)
 
 
 def record_to_json(record: Any) -> dict[str, Any]:

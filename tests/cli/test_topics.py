@@ -115,3 +115,23 @@ def test_bad_bootstrap_and_both_cluster_options_are_usage_errors(capsys, tmp_pat
     assert code == 2 and "HOST:PORT" in err
     code, _, err = run_cli(capsys, "brokers", "-b", "127.0.0.1:1", "--config", str(tmp_path / "c.toml"))
     assert code == 2 and "not both" in err
+
+
+def test_metadata_dump_prints_a_readable_image_and_log_without_json(capsys):
+    from cli.quorum import log_line, print_image
+
+    document = {
+        "raft_index": 42, "raft_term": 3, "next_producer_id": 1000,
+        "brokers": [{"id": 1, "host": "127.0.0.1", "port": 9092, "roles": ["broker", "controller"], "epoch": 7,
+                     "status": "active", "in_controlled_shutdown": False}],
+        "topics": [{"name": "orders", "topic_id": "ab", "configs": {"cleanup.policy": "compact"},
+                    "partitions": [{"partition": 0, "leader": 1, "leader_epoch": 2, "partition_epoch": 5,
+                                    "replicas": [1, 2, 3], "isr": [1, 2]}]}],
+    }
+    print_image(document)
+    out = capsys.readouterr().out
+    assert out.startswith("metadata image at raft index 42 (term 3), next producer id 1000")
+    assert "BROKER  HOST       PORT  ROLES" in out and "1       127.0.0.1  9092  broker,controller  7      active" in out
+    assert "orders  0          1       2             5                1,2,3     1,2" in out
+    assert "orders  cleanup.policy  compact" in out
+    assert log_line(9, {"type": "TopicRecord", "name": "orders"}).split() == ["9", "TopicRecord", "name=orders"]
