@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -53,6 +54,7 @@ def add_parser(subparsers) -> None:
     produce.add_argument("--key-separator", metavar="SEP", help="split each line into KEY SEP VALUE at the first SEP")
     produce.add_argument("--acks", choices=sorted(ACKS), default="all", help="0, 1 or all (default all)")
     produce.add_argument("--partition", type=int, help="produce every line to this partition")
+    produce.add_argument("-q", "--quiet", action="store_true", help="no report on stderr")
     produce.add_argument("--compression", choices=[c.name.lower() for c in CompressionType], default="none")
     produce.add_argument("--linger-ms", type=int, default=PRODUCE_LINGER_MS_DEFAULT,
                          help="wait this long for more lines before sending a batch "
@@ -93,13 +95,30 @@ def run_produce(args: argparse.Namespace) -> int:
 
     async def body(client: KafkaClient, config) -> int:
         await client.metadata([])  # reach the cluster before waiting on stdin
-        await produce_lines(client, args, stdin)
+        last_offsets: dict[int, int] = {}
+
+        def on_batch(partition: int, base_offset: int, count: int) -> None:
+            last_offsets[partition] = base_offset + count - 1 if base_offset >= 0 else -1
+
+        produced = await produce_lines(client, args, stdin, on_batch)
+        if not args.quiet:
+            print(produce_report(args.topic, produced, last_offsets), file=sys.stderr)
         return EXIT_OK
 
     return run_with_client(args, body)
 
 
-async def produce_lines(client: KafkaClient, args: argparse.Namespace, stdin) -> int:
+def produce_report(topic: str, produced: int, last_offsets: dict[int, int]) -> str:
+    """What `flotilla produce` did, for stderr (rpk's habit): records written and each partition's last offset."""
+    if not produced:
+        return f"flotilla: produced no records to {topic} (empty input)"
+    parts = ", ".join(f"partition {p}: last offset {o}" if o >= 0 else f"partition {p}: acks=0, offset unknown"
+                      for p, o in sorted(last_offsets.items()))
+    return f"flotilla: produced {produced} record{'s' if produced != 1 else ''} to {topic} ({parts})"
+
+
+async def produce_lines(client: KafkaClient, args: argparse.Namespace, stdin,
+                        on_batch: Callable[[int, int, int], None] | None = None) -> int:
     """Produce every line of `stdin` (a binary file with read1); the number of records produced. Raises
     what KafkaClient.produce_records raises, as itself (not in an exception group)."""
     send_lines, receive_lines = trio.open_memory_channel(LINE_QUEUE_CHUNKS_MAX)
@@ -107,7 +126,7 @@ async def produce_lines(client: KafkaClient, args: argparse.Namespace, stdin) ->
 
     async def send_all_batches(cancel_scope: trio.CancelScope) -> None:
         try:
-            outcome["produced"] = await _send_batches(client, args, receive_lines)
+            outcome["produced"] = await _send_batches(client, args, receive_lines, on_batch)
         except Exception as error:  # re-raised below, outside the nursery
             outcome["error"] = error
             cancel_scope.cancel()  # stop reading stdin
@@ -135,11 +154,11 @@ async def _read_lines(stdin, send_lines: trio.MemorySendChannel) -> None:
             await send_lines.send([partial])
 
 
-async def _send_batches(client: KafkaClient, args: argparse.Namespace,
-                        receive_lines: trio.MemoryReceiveChannel) -> int:
+async def _send_batches(client: KafkaClient, args: argparse.Namespace, receive_lines: trio.MemoryReceiveChannel,
+                        on_batch: Callable[[int, int, int], None] | None = None) -> int:
     separator = args.key_separator.encode() if args.key_separator else None
     options = {"acks": ACKS[args.acks], "compression": CompressionType[args.compression.upper()],
-               "partition": args.partition}
+               "partition": args.partition, "on_batch": on_batch}
     produced = 0
     pending: list[tuple[bytes | None, bytes]] = []
     pending_bytes, deadline, end_of_input = 0, float("inf"), False
@@ -220,6 +239,7 @@ class Consumer:
         self.formatter = formatter
         self.out = out
         self.remaining = args.count
+        self.said_waiting = False
         self.at_end: dict[int, bool] = {}
         self.last_record_at = time.monotonic()
         self.isolation_level = 1 if args.isolation_level == "read_committed" else 0
@@ -307,6 +327,11 @@ class Consumer:
             return False
         if self.args.exit:
             return True
+        if self.remaining is not None and not self.said_waiting:
+            self.said_waiting = True  # once: a --count larger than the topic is a wait, not a hang
+            read = self.args.count - self.remaining
+            print(f"flotilla: read {read} of {self.args.count} records, at the end of {self.args.topic}; waiting "
+                  "for more (Ctrl-C stops, --exit stops at the end)", file=sys.stderr, flush=True)
         idle_ms = (time.monotonic() - self.last_record_at) * 1000
         return self.args.timeout_ms is not None and idle_ms >= self.args.timeout_ms
 

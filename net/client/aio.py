@@ -350,11 +350,13 @@ class KafkaClient:
         partition: int | None = None,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
         batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT,
+        on_batch: Callable[[int, int, int], None] | None = None,
     ) -> dict[int, list[int]]:
         """Produce (key, value[, headers[, timestamp]]) tuples or Records, partitioned as Java's default
         partitioner does: `partition` if given, else murmur2(key) for keyed records, else one partition for
         all unkeyed records of this call (sticky, moving on with each call). Records of one partition keep
-        their order. Returns partition -> base offsets of the batches sent. Raises what produce raises,
+        their order. Returns partition -> base offsets of the batches sent; `on_batch(partition, base offset,
+        record count)` hears of each acknowledged batch (base offset -1 with acks=0). Raises what produce raises,
         UnsupportedCompressionTypeError for an unknown codec id."""
         codec_from_id(compression)
         by_partition = await self._partition_records(topic, records, partition)
@@ -366,6 +368,8 @@ class KafkaClient:
                 batch = build_batch(chunk, base_timestamp=now_ms, compression=compression)
                 base_offset = await self.produce(topic, partition_id, batch, acks, timeout_ms)
                 base_offsets.setdefault(partition_id, []).append(base_offset)
+                if on_batch is not None:
+                    on_batch(partition_id, base_offset, len(chunk))
 
         await gather([lambda p=p, items=items: send_partition(p, items) for p, items in by_partition.items()])
         return base_offsets

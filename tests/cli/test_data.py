@@ -189,3 +189,29 @@ def test_consume_into_a_closed_pipe_exits_quietly(peer):
         shell=True, capture_output=True, timeout=60)
     assert pipeline.stdout == b"0\n1\n"
     assert pipeline.stderr == b""
+
+
+def test_produce_reports_what_it_wrote_on_stderr_and_is_silent_with_quiet(peer):  # as rpk does
+    peer.create_topic("t", 2)
+    produced = flotilla("produce", "t", "-b", peer.bootstrap, "--partition", "1", stdin=b"a\nb\nc\n")
+    assert produced.returncode == 0 and produced.stdout == b""
+    assert produced.stderr.decode().strip() == "flotilla: produced 3 records to t (partition 1: last offset 2)"
+    quiet = flotilla("produce", "t", "-b", peer.bootstrap, "--partition", "0", "-q", stdin=b"x\n")
+    assert quiet.returncode == 0 and quiet.stderr == b""
+    empty = flotilla("produce", "t", "-b", peer.bootstrap, stdin=b"")
+    assert "produced no records to t" in empty.stderr.decode()
+
+
+def test_consume_count_beyond_the_topic_says_it_is_waiting(peer):
+    peer.create_topic("t", 1)
+    flotilla("produce", "t", "-b", peer.bootstrap, "-q", stdin=b"only\n")
+    process = subprocess.Popen([sys.executable, "-m", "cli.main", "consume", "t", "-b", peer.bootstrap,
+                                "--from-beginning", "--count", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = process.stderr.readline().decode()
+        assert line.startswith("flotilla: read 1 of 5 records, at the end of t; waiting for more"), line
+        assert process.poll() is None  # still waiting, as asked
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert process.stdout.read() == b"only\n"
