@@ -43,7 +43,7 @@ from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
 from net.logs import get_logger
 from broker.node_state import RPC_KIND_CONTROLLER, NodeState
-from net.protocol.codec import FrameReader, RequestHeader, decode_response, encode_request
+from net.client.connection import ClientConnection, ConnectionState
 from net.server import FrameServer, ServerLimits
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
@@ -323,34 +323,45 @@ class Node:
 
 
 class KafkaConnection:
-    """A minimal trio Kafka client connection for broker-to-broker requests (replica fetching)."""
+    """A trio connection for broker-to-broker requests (replica fetching, the outbox) over the Kafka client's
+    sans-IO `ClientConnection` (net/client/connection.py): versions negotiated once when it opens (ApiVersions,
+    with KIP-511's fallback), then one request at a time at the version the caller names."""
 
-    def __init__(self, stream: trio.SocketStream, client_id: str) -> None:
+    def __init__(self, stream: trio.SocketStream, connection: ClientConnection) -> None:
         self.stream = stream
-        self.client_id = client_id
-        self.reader = FrameReader()
-        self.correlation_id = 0
+        self.connection = connection
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str) -> "KafkaConnection":
         stream = await trio.open_tcp_stream(host, port)
-        return cls(stream, client_id)
+        opened = cls(stream, ClientConnection(client_id))
+        try:
+            await stream.send_all(opened.connection.initiate())
+            while opened.connection.state is not ConnectionState.READY:
+                await opened._next_response()
+                if opened.connection.state is ConnectionState.NEW:  # KIP-511: try the version it offered
+                    await stream.send_all(opened.connection.initiate())
+        except BaseException:
+            await stream.aclose()
+            raise
+        return opened
 
     async def request(self, api_key: int, api_version: int, request: Any) -> Any:
-        self.correlation_id += 1
-        header = RequestHeader(api_key, api_version, self.correlation_id, self.client_id)
-        await self.stream.send_all(encode_request(header, request))
+        """The response to `request`. Raises KafkaError (a protocol violation: the connection is unusable),
+        trio.BrokenResourceError when the peer closed it."""
+        _, data = self.connection.send_request(api_key, request, api_version)
+        await self.stream.send_all(data)
+        return await self._next_response()
+
+    async def _next_response(self) -> Any:
         while True:
-            frame = self.reader.next_frame()
-            if frame is not None:
-                correlation_id, response = decode_response(api_key, api_version, frame)
-                if correlation_id != self.correlation_id:
-                    raise KafkaError(f"correlation id {correlation_id} != {self.correlation_id}", ErrorCode.NETWORK_EXCEPTION)
-                return response
+            answer = self.connection.next_response()
+            if answer is not None:
+                return answer[1]
             data = await self.stream.receive_some(1 << 20)
             if not data:
-                raise trio.BrokenResourceError("connection closed by the leader")
-            self.reader.receive_data(data)
+                raise trio.BrokenResourceError("connection closed by the peer")
+            self.connection.receive_data(data)
 
     async def aclose(self) -> None:
         await self.stream.aclose()
