@@ -35,8 +35,7 @@ from partitions.errors import ErrorCode
 
 
 def add_parser(subparsers) -> None:
-    common = cluster_options()
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common = cluster_options(json_output=True)
     groups = subparsers.add_parser("groups", help="list, describe, reset and delete consumer groups")
     actions = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
 

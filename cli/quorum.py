@@ -38,16 +38,14 @@ class Unreachable(Exception):
 def add_parser(subparsers) -> None:
     quorum = subparsers.add_parser("quorum", help="the metadata quorum")
     quorum_commands = quorum.add_subparsers(dest="quorum_command", metavar="COMMAND", required=True)
-    status = quorum_commands.add_parser("status", parents=[cluster_options()],
+    status = quorum_commands.add_parser("status", parents=[cluster_options(json_output=True)],
                                         help="leader, epoch, commit index and each voter's lag")
-    status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(run=run_quorum_status)
 
     metadata = subparsers.add_parser("metadata", help="the committed metadata")
     metadata_commands = metadata.add_subparsers(dest="metadata_command", metavar="COMMAND", required=True)
-    dump = metadata_commands.add_parser("dump", parents=[cluster_options()],
+    dump = metadata_commands.add_parser("dump", parents=[cluster_options(json_output=True)],
                                         help="the current metadata image (--log: the committed records)")
-    dump.add_argument("--json", action="store_true", help="print JSON")
     dump.add_argument("--log", action="store_true", help="print the committed metadata records in order")
     dump.set_defaults(run=run_metadata_dump)
 

@@ -37,14 +37,16 @@ class CommandError(Exception):
     """An operation that failed for a reason worth saying in the command's own words; exit code 1."""
 
 
-def cluster_options() -> argparse.ArgumentParser:
-    """A parent parser with the options every client command takes."""
+def cluster_options(json_output: bool = False) -> argparse.ArgumentParser:
+    """A parent parser with the options every client command takes (and `--json` for those that print tables)."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("cluster")
     group.add_argument("-b", "--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]",
                        help=f"brokers to bootstrap from (default {BOOTSTRAP_DEFAULT} without --config)")
     group.add_argument("--config", metavar="FILE", help="cluster config file (TOML): bootstrap from its brokers")
     group.add_argument("--request-timeout-ms", type=int, default=30_000, help="per-request timeout (ms)")
+    if json_output:
+        parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parent
 
 

@@ -33,8 +33,7 @@ from partitions.errors import ErrorCode, UnknownTopicOrPartitionError
 
 
 def add_parser(subparsers) -> None:
-    common = cluster_options()
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common = cluster_options(json_output=True)
 
     brokers = subparsers.add_parser("brokers", parents=[common], help="list the brokers of the cluster")
     brokers.set_defaults(run=run_brokers)

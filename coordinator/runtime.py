@@ -110,6 +110,9 @@ class _Context:
     next_offset: int
     last_written_offset: int = -1
     held: deque = field(default_factory=deque)
+    # The shard's next timer, asked again only after something the runtime did to the shard (a request, a
+    # poll, records replayed): the broker polls after every request, and a shard's deadline is a scan.
+    deadline_ms: int | None = None
 
 
 class CoordinatorRuntime:
@@ -179,6 +182,7 @@ class CoordinatorRuntime:
         context = self._contexts[partition]
         request_id = next(self._request_ids)
         self._apply(context, request_id, context.shard.handle(request_id, request, now_ms), now_ms)
+        self._refresh_deadline(partition)
         return request_id
 
     def shard(self, partition: int) -> CoordinatorShard | None:
@@ -200,10 +204,11 @@ class CoordinatorRuntime:
             if context.state is ShardState.LOADING:
                 self._advance_load(context, now_ms)
             if context.state is ShardState.ACTIVE:
-                self._replay_available(context)
-                deadline = context.shard.next_deadline_ms()
-                if deadline is not None and deadline <= now_ms:
+                if self._replay_available(context):
+                    context.deadline_ms = context.shard.next_deadline_ms()
+                if context.deadline_ms is not None and context.deadline_ms <= now_ms:
                     self._apply(context, None, context.shard.poll(now_ms), now_ms)
+                    self._refresh_deadline(context.partition)
             self._release(context)
         answers, self._answers = self._answers, []
         return answers
@@ -212,9 +217,13 @@ class CoordinatorRuntime:
         """When `poll` has work next: 0 while a shard loads or answers wait to leave, else the earliest timer."""
         if self._answers or any(c.state is ShardState.LOADING for c in self._contexts.values()):
             return 0
-        deadlines = [c.shard.next_deadline_ms() for c in self._contexts.values()]
-        deadlines = [d for d in deadlines if d is not None]
+        deadlines = [c.deadline_ms for c in self._contexts.values() if c.deadline_ms is not None]
         return min(deadlines) if deadlines else None
+
+    def _refresh_deadline(self, partition: int) -> None:
+        context = self._contexts.get(partition)  # a failed append may have replaced it with a loading one
+        if context is not None and context.state is ShardState.ACTIVE:
+            context.deadline_ms = context.shard.next_deadline_ms()
 
     def waiting_on_high_watermark(self) -> list[int]:
         """Partitions with answers held for their high watermark (the broker polls when those move)."""
@@ -260,12 +269,16 @@ class CoordinatorRuntime:
             # Answers given after the load wait until what was loaded is committed.
             context.last_written_offset = max(context.last_written_offset, end - 1)
             context.shard.on_loaded(now_ms)
+            context.deadline_ms = context.shard.next_deadline_ms()
 
-    def _replay_available(self, context: _Context) -> None:
+    def _replay_available(self, context: _Context) -> bool:
+        """Replay what others appended since; whether anything was."""
         end = self.port.log_end_offset(context.partition)
+        replayed = context.next_offset < end
         while context.next_offset < end:
             self._replay_chunk(context, READ_BYTES_MAX)
         context.last_written_offset = max(context.last_written_offset, end - 1)
+        return replayed
 
     def _replay_chunk(self, context: _Context, bytes_max: int) -> int:
         """Replay the batches from `next_offset`; a rough count of the bytes read (the records' sizes)."""
