@@ -83,6 +83,11 @@ class BrokerSettings:
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 1_000
     offsets_retention_minutes: int = 7 * 24 * 60
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
 
 
 @dataclass(frozen=True)

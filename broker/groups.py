@@ -2,7 +2,7 @@
 partition through the coordinator runtime (broker/coordinators.py), and comes back when the shard's answer
 is committed.
 
-Served: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
+Served: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
 ListGroups, DeleteGroups, in the versions below (what librdkafka, kafka-python and kcat negotiate). A request
 for a group whose shard is not here gets NOT_COORDINATOR, one whose shard is loading
 COORDINATOR_LOAD_IN_PROGRESS, and one before `__consumer_offsets` exists COORDINATOR_NOT_AVAILABLE: each in that
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from broker.coordinators import CoordinatorApis, CoordinatorService
 from broker.handlers_cluster import GROUP_OPERATIONS
 from groupcoord.classic import join_error, sync_error
-from groupcoord.offsets import offset_commit_error, offset_fetch_response
+from groupcoord.offsets import offset_commit_error, offset_fetch_response, txn_offset_commit_error
 from groupcoord.shard import GroupRequest
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
@@ -45,6 +45,7 @@ class GroupApis:
             (ApiKey.LEAVE_GROUP, 0, 3, self._single(
                 lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]))),
             (ApiKey.OFFSET_COMMIT, 2, 7, self._single(offset_commit_error)),
+            (ApiKey.TXN_OFFSET_COMMIT, 0, 3, self._single(txn_offset_commit_error)),
             (ApiKey.OFFSET_FETCH, 1, 7, self._single(_offset_fetch_error)),
             (ApiKey.OFFSET_DELETE, 0, 0, self._single(
                 lambda r, c: messages.OffsetDeleteResponse(throttle_time_ms=0, error_code=c, topics=[]))),

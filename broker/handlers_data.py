@@ -1,12 +1,11 @@
-"""Partition APIs (sans-IO): Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords and
-InitProducerId for idempotent producers.
+"""Partition APIs (sans-IO): Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords (InitProducerId
+and the other transaction APIs are in broker/transactions.py).
 
 Produce appends on the leader and answers at once (acks 0/1) or when the high watermark passes the batch
 (acks=all, a delayed produce waiting on `Partition.take_completed`); KIP-98 duplicates of the last five batches
 per producer are answered with their original offsets. Fetch reads up to the high watermark (consumers) or
 the log end (followers, which also move the ISR and the high watermark) and waits for min_bytes or
-max_wait_ms (a delayed fetch, woken when one of its partitions is marked dirty). Transactions are not
-implemented yet: InitProducerId with a transactional id is refused.
+max_wait_ms (a delayed fetch, woken when one of its partitions is marked dirty).
 """
 
 from __future__ import annotations
@@ -65,7 +64,6 @@ class DataPlaneApis:
             (ApiKey.LIST_OFFSETS, 1, 9, self._list_offsets),
             (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 3, self._offset_for_leader_epoch),
             (ApiKey.DELETE_RECORDS, 0, 1, self._delete_records),
-            (ApiKey.INIT_PRODUCER_ID, 0, 1, self._init_producer_id),
         ]
 
     def poll(self, now_ms: int) -> None:
@@ -291,19 +289,6 @@ class DataPlaneApis:
         data.log_start_offset = result.log_start_offset
         data.last_stable_offset = result.last_stable_offset
         data.aborted_transactions = [] if isolation == IsolationLevel.READ_COMMITTED else None
-
-    def _init_producer_id(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        """A producer id for an idempotent producer (KIP-98). Transactions are not implemented yet: a
-        transactional id is refused with UNSUPPORTED_VERSION and a message saying so."""
-        response_class = messages.InitProducerIdResponse
-        if request.transactional_id is not None:
-            return response_class(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
-                                  producer_id=-1, producer_epoch=-1)
-        producer_id = self.broker.producer_ids.next_id()
-        if producer_id is None:  # the next block is on its way from the controller
-            return response_class(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                                  producer_id=-1, producer_epoch=-1)
-        return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
 
     def _list_offsets(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.ListOffsetsResponse

@@ -27,10 +27,18 @@ from broker.core import BrokerCore, BrokerRequest, ControllerCall
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome
 from broker.apis import KafkaApis
-from broker.coordinators import COORDINATOR_KEY_TYPE_GROUP, CoordinatorApis, CoordinatorService, InternalTopic
+from broker.coordinators import (
+    COORDINATOR_KEY_TYPE_GROUP,
+    COORDINATOR_KEY_TYPE_TRANSACTION,
+    CoordinatorApis,
+    CoordinatorService,
+    InternalTopic,
+)
 from broker.groups import GroupApis
+from broker.transactions import TransactionApis
 from groupcoord.config import GroupConfig
 from groupcoord.shard import GroupCoordinatorShard
+from txn.coordinator import TransactionConfig, TransactionCoordinatorShard
 from partitions.errors import ErrorCode
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
@@ -139,6 +147,20 @@ class NodeState:
                                      min_insync_replicas=self.config.topic_defaults.min_insync_replicas)
         self.coordinators.add_service(service)
         self.apis.register(GroupApis(self.apis, self.coordinators, service))
+        self._add_transaction_coordinator(service)
+
+    def _add_transaction_coordinator(self, group_service: CoordinatorService) -> None:
+        settings = self.config.broker
+        txn_config = TransactionConfig(transaction_max_timeout_ms=settings.transaction_max_timeout_ms,
+                                       transactional_id_expiration_ms=settings.transactional_id_expiration_ms)
+        topic = InternalTopic("__transaction_state", settings.transaction_state_log_num_partitions,
+                              settings.transaction_state_log_replication_factor)
+        service = CoordinatorService(self.broker, COORDINATOR_KEY_TYPE_TRANSACTION, topic,
+                                     lambda partition: TransactionCoordinatorShard(partition, txn_config),
+                                     min_insync_replicas=settings.transaction_state_log_min_isr)
+        self.coordinators.add_service(service)
+        self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service)
+        self.apis.register(self.transactions)
 
     # ------------------------------------------------------------------ metadata publishing
 

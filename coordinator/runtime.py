@@ -190,6 +190,11 @@ class CoordinatorRuntime:
         context = self._contexts.get(partition)
         return context.shard if context is not None and context.state is ShardState.ACTIVE else None
 
+    def leader_epoch(self, partition: int) -> int | None:
+        """The leader epoch shard `partition` was loaded under (the coordinator epoch of its markers)."""
+        context = self._contexts.get(partition)
+        return context.leader_epoch if context is not None else None
+
     def loaded_partitions(self) -> list[int]:
         return sorted(p for p, c in self._contexts.items() if c.state is ShardState.ACTIVE)
 

@@ -129,6 +129,20 @@ def offset_commit_response(topics: list) -> Any:
         for name, partitions in topics])
 
 
+def txn_offset_commit_response(topics: list) -> Any:
+    response_class = messages.TxnOffsetCommitResponse
+    return response_class(throttle_time_ms=0, topics=[
+        response_class.TxnOffsetCommitResponseTopic(name=name, partitions=[
+            response_class.TxnOffsetCommitResponsePartition(partition_index=p, error_code=code)
+            for p, code in partitions])
+        for name, partitions in topics])
+
+
+def txn_offset_commit_error(request: Any, code: ErrorCode) -> Any:
+    return txn_offset_commit_response([(t.name, [(p.partition_index, code) for p in t.partitions])
+                                       for t in request.topics])
+
+
 def offset_commit_error(request: Any, code: ErrorCode) -> Any:
     return offset_commit_response([(t.name, [(p.partition_index, code) for p in t.partitions])
                                    for t in request.topics])

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.shard import CoordinatorResult, LoadedRecord
+from coordinator.shard import CoordinatorResult, LoadedRecord, TransactionalWrite
 from groupcoord.classic import ClassicGroup, GroupState, Outcome, join_error, merge, sync_error
 from groupcoord.config import GroupConfig
-from groupcoord.offsets import OffsetStore, offset_commit_response, offset_fetch_response
+from groupcoord.offsets import OffsetStore, offset_commit_response, offset_fetch_response, txn_offset_commit_response
 from groupcoord.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -86,6 +86,7 @@ class GroupCoordinatorShard:
             ApiKey.HEARTBEAT: self._heartbeat,
             ApiKey.LEAVE_GROUP: self._leave,
             ApiKey.OFFSET_COMMIT: self._offset_commit,
+            ApiKey.TXN_OFFSET_COMMIT: self._txn_offset_commit,
             ApiKey.OFFSET_FETCH: self._offset_fetch,
             ApiKey.OFFSET_DELETE: self._offset_delete,
             ApiKey.DESCRIBE_GROUPS: self._describe,
@@ -93,6 +94,8 @@ class GroupCoordinatorShard:
             ApiKey.DELETE_GROUPS: self._delete,
         }[request.api_key]
         outcome = handler(request_id, request, now_ms)
+        if isinstance(outcome, CoordinatorResult):
+            return outcome
         return CoordinatorResult(outcome.records, outcome.response, outcome.completions)
 
     def _group(self, group_id: str) -> ClassicGroup | None:
@@ -141,6 +144,25 @@ class GroupCoordinatorShard:
         if group is not None and code == ErrorCode.NONE:
             group.touch(message.member_id, now_ms)
         return Outcome(records=records, response=offset_commit_response(topics))
+
+    def _txn_offset_commit(self, request_id: int, request: GroupRequest, now_ms: int) -> CoordinatorResult:
+        """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written as part of the producer's transaction and
+        stay pending until its marker reaches this partition (OffsetStore.replay_marker). From v3 the group's
+        generation and member are checked as for OffsetCommit; without them any group is accepted."""
+        message = request.message
+        code = ErrorCode.INVALID_GROUP_ID if not message.group_id else ErrorCode.NONE
+        group = self._group(message.group_id)
+        generation, member_id = getattr(message, "generation_id", -1), getattr(message, "member_id", "")
+        if code == ErrorCode.NONE and group is not None and (generation >= 0 or member_id):
+            code = group.validate_offset_commit(member_id, generation, getattr(message, "group_instance_id", None))
+        elif code == ErrorCode.NONE and group is None and (generation >= 0 or member_id):
+            code = ErrorCode.ILLEGAL_GENERATION
+        records, topics = self.offsets.commit(message, code, now_ms)
+        response = txn_offset_commit_response(topics)
+        if not records:
+            return CoordinatorResult.answer(response)
+        return CoordinatorResult(records=records, response=response,
+                                 transactional=TransactionalWrite(message.producer_id, message.producer_epoch))
 
     def _commit_error(self, message: Any) -> ErrorCode:
         if not message.group_id:

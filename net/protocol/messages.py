@@ -72,6 +72,14 @@ IncrementalAlterConfigsRequest = build_message_class(specs.INCREMENTAL_ALTER_CON
 IncrementalAlterConfigsResponse = build_message_class(specs.INCREMENTAL_ALTER_CONFIGS_RESPONSE)
 DescribeClusterRequest = build_message_class(specs.DESCRIBE_CLUSTER_REQUEST)
 DescribeClusterResponse = build_message_class(specs.DESCRIBE_CLUSTER_RESPONSE)
+WriteTxnMarkersRequest = build_message_class(specs.WRITE_TXN_MARKERS_REQUEST)
+WriteTxnMarkersResponse = build_message_class(specs.WRITE_TXN_MARKERS_RESPONSE)
+DescribeProducersRequest = build_message_class(specs.DESCRIBE_PRODUCERS_REQUEST)
+DescribeProducersResponse = build_message_class(specs.DESCRIBE_PRODUCERS_RESPONSE)
+DescribeTransactionsRequest = build_message_class(specs.DESCRIBE_TRANSACTIONS_REQUEST)
+DescribeTransactionsResponse = build_message_class(specs.DESCRIBE_TRANSACTIONS_RESPONSE)
+ListTransactionsRequest = build_message_class(specs.LIST_TRANSACTIONS_REQUEST)
+ListTransactionsResponse = build_message_class(specs.LIST_TRANSACTIONS_RESPONSE)
 
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:

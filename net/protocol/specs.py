@@ -510,14 +510,16 @@ DELETE_RECORDS_RESPONSE = response(
 )
 
 INIT_PRODUCER_ID_REQUEST = request(
-    22, 'InitProducerIdRequest', valid="0-1", flexible='2+', fields=(
+    22, 'InitProducerIdRequest', valid="0-4", flexible='2+', fields=(
         field('TransactionalId', 'string', '0+', nullable='0+'),
         field('TransactionTimeoutMs', 'int32', '0+'),
+        field('ProducerId', 'int64', '3+', default=-1),
+        field('ProducerEpoch', 'int16', '3+', default=-1),
     ),
 )
 
 INIT_PRODUCER_ID_RESPONSE = response(
-    22, 'InitProducerIdResponse', valid="0-1", flexible='2+', fields=(
+    22, 'InitProducerIdResponse', valid="0-4", flexible='2+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
         field('ProducerId', 'int64', '0+', default=-1),
@@ -555,7 +557,18 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = response(
 )
 
 ADD_PARTITIONS_TO_TXN_REQUEST = request(
-    24, 'AddPartitionsToTxnRequest', valid="0-1", flexible='3+', fields=(
+    24, 'AddPartitionsToTxnRequest', valid="0-4", flexible='3+', fields=(
+        # v4+ is sent by brokers only (KIP-890): many transactions per request, VerifyOnly checks membership.
+        field('Transactions', '[]AddPartitionsToTxnTransaction', '4+', fields=(
+            field('TransactionalId', 'string', '4+'),
+            field('ProducerId', 'int64', '4+'),
+            field('ProducerEpoch', 'int16', '4+'),
+            field('VerifyOnly', 'bool', '4+', default=False),
+            field('Topics', '[]AddPartitionsToTxnTopic', '4+', fields=(
+                field('Name', 'string', '0+'),
+                field('Partitions', '[]int32', '0+'),
+            )),
+        )),
         field('V3AndBelowTransactionalId', 'string', '0-3'),
         field('V3AndBelowProducerId', 'int64', '0-3'),
         field('V3AndBelowProducerEpoch', 'int16', '0-3'),
@@ -567,8 +580,19 @@ ADD_PARTITIONS_TO_TXN_REQUEST = request(
 )
 
 ADD_PARTITIONS_TO_TXN_RESPONSE = response(
-    24, 'AddPartitionsToTxnResponse', valid="0-1", flexible='3+', fields=(
+    24, 'AddPartitionsToTxnResponse', valid="0-4", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '4+', default=0),
+        field('ResultsByTransaction', '[]AddPartitionsToTxnResult', '4+', fields=(
+            field('TransactionalId', 'string', '4+'),
+            field('TopicResults', '[]AddPartitionsToTxnTopicResult', '4+', fields=(
+                field('Name', 'string', '0+'),
+                field('ResultsByPartition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
+                    field('PartitionIndex', 'int32', '0+'),
+                    field('PartitionErrorCode', 'int16', '0+'),
+                )),
+            )),
+        )),
         field('ResultsByTopicV3AndBelow', '[]AddPartitionsToTxnTopicResult', '0-3', fields=(
             field('Name', 'string', '0+'),
             field('ResultsByPartition', '[]AddPartitionsToTxnPartitionResult', '0+', fields=(
@@ -580,7 +604,7 @@ ADD_PARTITIONS_TO_TXN_RESPONSE = response(
 )
 
 ADD_OFFSETS_TO_TXN_REQUEST = request(
-    25, 'AddOffsetsToTxnRequest', valid="0-1", flexible='3+', fields=(
+    25, 'AddOffsetsToTxnRequest', valid="0-3", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
         field('ProducerEpoch', 'int16', '0+'),
@@ -589,14 +613,14 @@ ADD_OFFSETS_TO_TXN_REQUEST = request(
 )
 
 ADD_OFFSETS_TO_TXN_RESPONSE = response(
-    25, 'AddOffsetsToTxnResponse', valid="0-1", flexible='3+', fields=(
+    25, 'AddOffsetsToTxnResponse', valid="0-3", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
     ),
 )
 
 END_TXN_REQUEST = request(
-    26, 'EndTxnRequest', valid="0-1", flexible='3+', fields=(
+    26, 'EndTxnRequest', valid="0-3", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
         field('ProducerEpoch', 'int16', '0+'),
@@ -605,18 +629,21 @@ END_TXN_REQUEST = request(
 )
 
 END_TXN_RESPONSE = response(
-    26, 'EndTxnResponse', valid="0-1", flexible='3+', fields=(
+    26, 'EndTxnResponse', valid="0-3", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
     ),
 )
 
 TXN_OFFSET_COMMIT_REQUEST = request(
-    28, 'TxnOffsetCommitRequest', valid="0-2", flexible='3+', fields=(
+    28, 'TxnOffsetCommitRequest', valid="0-3", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('GroupId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
         field('ProducerEpoch', 'int16', '0+'),
+        field('GenerationId', 'int32', '3+', default=-1),
+        field('MemberId', 'string', '3+', default=''),
+        field('GroupInstanceId', 'string', '3+', nullable='3+', default=None),
         field('Topics', '[]TxnOffsetCommitRequestTopic', '0+', fields=(
             field('Name', 'string', '0+'),
             field('Partitions', '[]TxnOffsetCommitRequestPartition', '0+', fields=(
@@ -630,7 +657,7 @@ TXN_OFFSET_COMMIT_REQUEST = request(
 )
 
 TXN_OFFSET_COMMIT_RESPONSE = response(
-    28, 'TxnOffsetCommitResponse', valid="0-2", flexible='3+', fields=(
+    28, 'TxnOffsetCommitResponse', valid="0-3", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
             field('Name', 'string', '0+'),
@@ -821,3 +848,110 @@ DESCRIBE_CLUSTER_RESPONSE = response(
     ),
 )
 
+
+WRITE_TXN_MARKERS_REQUEST = request(
+    27, 'WriteTxnMarkersRequest', valid="0-1", flexible='1+', fields=(
+        field('Markers', '[]WritableTxnMarker', '0+', fields=(
+            field('ProducerId', 'int64', '0+'),
+            field('ProducerEpoch', 'int16', '0+'),
+            field('TransactionResult', 'bool', '0+'),
+            field('Topics', '[]WritableTxnMarkerTopic', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('PartitionIndexes', '[]int32', '0+'),
+            )),
+            field('CoordinatorEpoch', 'int32', '0+'),
+        )),
+    ),
+)
+
+WRITE_TXN_MARKERS_RESPONSE = response(
+    27, 'WriteTxnMarkersResponse', valid="0-1", flexible='1+', fields=(
+        field('Markers', '[]WritableTxnMarkerResult', '0+', fields=(
+            field('ProducerId', 'int64', '0+'),
+            field('Topics', '[]WritableTxnMarkerTopicResult', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('Partitions', '[]WritableTxnMarkerPartitionResult', '0+', fields=(
+                    field('PartitionIndex', 'int32', '0+'),
+                    field('ErrorCode', 'int16', '0+'),
+                )),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_PRODUCERS_REQUEST = request(
+    61, 'DescribeProducersRequest', valid="0", flexible='0+', fields=(
+        field('Topics', '[]TopicRequest', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('PartitionIndexes', '[]int32', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_PRODUCERS_RESPONSE = response(
+    61, 'DescribeProducersResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Topics', '[]TopicResponse', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]PartitionResponse', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+                field('ActiveProducers', '[]ProducerState', '0+', fields=(
+                    field('ProducerId', 'int64', '0+'),
+                    field('ProducerEpoch', 'int32', '0+'),
+                    field('LastSequence', 'int32', '0+', default=-1),
+                    field('LastTimestamp', 'int64', '0+', default=-1),
+                    field('CoordinatorEpoch', 'int32', '0+'),
+                    field('CurrentTxnStartOffset', 'int64', '0+', default=-1),
+                )),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_TRANSACTIONS_REQUEST = request(
+    65, 'DescribeTransactionsRequest', valid="0", flexible='0+', fields=(
+        field('TransactionalIds', '[]string', '0+'),
+    ),
+)
+
+DESCRIBE_TRANSACTIONS_RESPONSE = response(
+    65, 'DescribeTransactionsResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('TransactionStates', '[]TransactionState', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('TransactionalId', 'string', '0+'),
+            field('TransactionState', 'string', '0+'),
+            field('TransactionTimeoutMs', 'int32', '0+'),
+            field('TransactionStartTimeMs', 'int64', '0+'),
+            field('ProducerId', 'int64', '0+'),
+            field('ProducerEpoch', 'int16', '0+'),
+            field('Topics', '[]TopicData', '0+', fields=(
+                field('Topic', 'string', '0+'),
+                field('Partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+LIST_TRANSACTIONS_REQUEST = request(
+    66, 'ListTransactionsRequest', valid="0-1", flexible='0+', fields=(
+        field('StateFilters', '[]string', '0+'),
+        field('ProducerIdFilters', '[]int64', '0+'),
+        field('DurationFilter', 'int64', '1+', default=-1),
+    ),
+)
+
+LIST_TRANSACTIONS_RESPONSE = response(
+    66, 'ListTransactionsResponse', valid="0-1", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('UnknownStateFilters', '[]string', '0+'),
+        field('TransactionStates', '[]TransactionState', '0+', fields=(
+            field('TransactionalId', 'string', '0+'),
+            field('ProducerId', 'int64', '0+'),
+            field('TransactionState', 'string', '0+'),
+        )),
+    ),
+)

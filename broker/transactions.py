@@ -1,0 +1,493 @@
+"""The transaction APIs (sans-IO): the transaction coordinator's requests, its markers, and the partition
+leaders' side of WriteTxnMarkers and DescribeProducers.
+
+Theory of operation. Transactional ids live in the shards of `__transaction_state` (txn/coordinator.py) run
+by a `CoordinatorService` (broker/coordinators.py), as groups live in `__consumer_offsets`:
+
+- InitProducerId: without a transactional id, a producer id for an idempotent producer straight from the
+  broker's block (txn/producer_ids.py); with one, the shard's answer (epoch bump, fencing, KIP-360).
+- AddPartitionsToTxn (v0-3 from clients; v4 batches several transactions, as brokers send them),
+  AddOffsetsToTxn (the group's `__consumer_offsets` partition joins the transaction), EndTxn: shard
+  requests, answered once their record is committed. Partitions of unknown topics fail the whole request
+  (UNKNOWN_TOPIC_OR_PARTITION for them, OPERATION_NOT_ATTEMPTED for the others), as Kafka answers.
+- Markers (`TransactionMarkers`): on every poll, each loaded shard's `markers_due(high watermark)` lists
+  the transactions whose PrepareCommit/PrepareAbort is committed; a WriteTxnMarkers request goes through the
+  outbox to the leader of each of their partitions (this broker included: one path), retried every
+  `MARKER_RETRY_MS` on a retriable error or a leader change, until every partition answered; then the shard
+  is asked to write Complete*. A partition whose topic is gone counts as done. The coordinator epoch of a
+  marker is the leader epoch the shard was loaded under, so a deposed coordinator's late markers are
+  refused by the leaders (TRANSACTION_COORDINATOR_FENCED).
+- WriteTxnMarkers (every broker, as partition leader): each marker is appended as a control batch through
+  `BrokerCore.write_txn_marker`; the answer waits until the high watermark passes every marker written
+  (acks=all), at most `MARKER_WRITE_TIMEOUT_MS`.
+- DescribeTransactions (per id, at its coordinator), ListTransactions (this broker's loaded shards; an admin
+  client asks every broker), DescribeProducers (the producer state of partitions this broker leads).
+
+Old clients get INVALID_PRODUCER_EPOCH where PRODUCER_FENCED did not exist yet (KIP-588), as Kafka maps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from broker.apis import Deferred
+from broker.coordinators import CoordinatorApis, CoordinatorService
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader
+from partitions.errors import ErrorCode, KafkaError
+from txn.coordinator import (
+    AddPartitions,
+    CompleteTransaction,
+    DescribeTransactions,
+    EndTransaction,
+    InitProducerId,
+    ListTransactions,
+    MarkerJob,
+    TransactionView,
+    TxnAnswer,
+)
+from txn.records import TransactionState
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+MARKER_RETRY_MS = 100
+MARKER_COMPLETE_RETRY_MS = 5_000
+MARKER_WRITE_TIMEOUT_MS = 30_000
+WRITE_TXN_MARKERS_VERSION = 1
+OFFSETS_TOPIC = "__consumer_offsets"
+# Errors after which a marker is retried (a leader moving, a replica catching up); any other error means this
+# coordinator is stale or the request is wrong: the job is dropped (a newer coordinator finishes it).
+RETRIABLE_MARKER_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+}
+
+
+def _fenced_for(version: int, first_version_with_fenced: int, code: ErrorCode) -> ErrorCode:
+    if code == ErrorCode.PRODUCER_FENCED and version < first_version_with_fenced:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
+@dataclass
+class _MarkerProgress:
+    job: MarkerJob
+    coordinator_epoch: int
+    remaining: set = field(default_factory=set)  # (topic, partition) still without a marker
+    in_flight: set = field(default_factory=set)
+    retry_at_ms: int = 0
+    completing_until_ms: int = -1
+
+
+@dataclass
+class _MarkerWrite:
+    """A WriteTxnMarkers request waiting for the high watermark to pass the markers it wrote."""
+
+    request_id: int
+    header: RequestHeader
+    deadline_ms: int
+    results: list  # [(producer_id, [(topic, [(partition, code)])])]
+    waiting: dict = field(default_factory=dict)  # (topic, partition) -> last marker offset
+
+
+class TransactionApis:
+    """The transaction APIs (see the module docstring)."""
+
+    def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService,
+                 group_service: CoordinatorService) -> None:
+        self.apis = apis
+        self.broker = apis.broker
+        self.coordinators = coordinators
+        self.service = service
+        self.group_service = group_service
+        self._markers: dict[tuple, _MarkerProgress] = {}
+        self._writes: list[_MarkerWrite] = []
+
+    def api_handlers(self):
+        return [
+            (ApiKey.INIT_PRODUCER_ID, 0, 4, self._init_producer_id),
+            (ApiKey.ADD_PARTITIONS_TO_TXN, 0, 4, self._add_partitions_to_txn),
+            (ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, self._add_offsets_to_txn),
+            (ApiKey.END_TXN, 0, 3, self._end_txn),
+            (ApiKey.WRITE_TXN_MARKERS, 0, 1, self._write_txn_markers),
+            (ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, self._describe_transactions),
+            (ApiKey.LIST_TRANSACTIONS, 0, 1, self._list_transactions),
+            (ApiKey.DESCRIBE_PRODUCERS, 0, 0, self._describe_producers),
+        ]
+
+    def poll(self, now_ms: int) -> None:
+        self._send_markers(now_ms)
+        self._complete_marker_writes(now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [w.deadline_ms for w in self._writes]
+        for progress in self._markers.values():
+            deadlines.append(progress.retry_at_ms if progress.completing_until_ms < 0 else progress.completing_until_ms)
+        return min(deadlines) if deadlines else None
+
+    # --- coordinator requests ----------------------------------------------------------------------------
+
+    def _submit(self, header: RequestHeader, transactional_id: str, request: Any, error_response, now_ms: int) -> Any:
+        """Hand `request` to the shard of `transactional_id`; `error_response(code)` builds the API's answer."""
+        if not transactional_id:
+            return error_response(ErrorCode.INVALID_REQUEST)
+        partition = self.service.partition_for(transactional_id)
+        if partition is None:
+            self.service.coordinator_for(transactional_id)  # creates __transaction_state
+            return error_response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return self.coordinators.submit_all(
+            header, [(self.service, partition, request)],
+            lambda answers: error_response(answers[0]),
+            now_ms)
+
+    def _init_producer_id(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.InitProducerIdResponse
+
+        def respond(answer) -> Any:
+            if isinstance(answer, ErrorCode):
+                answer = TxnAnswer(answer)
+            return response_class(throttle_time_ms=0, error_code=_fenced_for(header.api_version, 4, answer.error),
+                                  producer_id=answer.producer_id, producer_epoch=answer.producer_epoch)
+
+        if request.transactional_id is None:
+            producer_id = self.broker.producer_ids.next_id()
+            if producer_id is None:  # the next block is on its way from the controller
+                return respond(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            return respond(TxnAnswer(ErrorCode.NONE, producer_id, 0))
+        message = InitProducerId(request.transactional_id, request.transaction_timeout_ms,
+                                 self.broker.producer_ids.next_id,
+                                 getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
+        return self._submit(header, request.transactional_id, message, respond, now_ms)
+
+    def _unknown_partitions(self, topics: list[tuple[str, list[int]]]) -> dict[tuple[str, int], ErrorCode]:
+        """Kafka's check before AddPartitionsToTxn: any unknown partition fails the whole request."""
+        errors, known = {}, []
+        for topic, partitions in topics:
+            image_topic = self.broker.image.topics.by_name.get(topic)
+            for partition in partitions:
+                if image_topic is None or partition not in image_topic.partitions:
+                    errors[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    known.append((topic, partition))
+        if errors:
+            errors.update({key: ErrorCode.OPERATION_NOT_ATTEMPTED for key in known})
+        return errors
+
+    def _add_partitions_to_txn(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.AddPartitionsToTxnResponse
+        version = header.api_version
+        if version >= 4:
+            return self._add_partitions_batched(header, request, now_ms)
+        topics = [(t.name, list(t.partitions)) for t in request.v3_and_below_topics]
+
+        def respond(code_or_answer) -> Any:
+            code = code_or_answer.error if isinstance(code_or_answer, TxnAnswer) else code_or_answer
+            code = _fenced_for(version, 2, code)
+            return response_class(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(
+                response_class, {(t, p): code for t, ps in topics for p in ps}))
+
+        unknown = self._unknown_partitions(topics)
+        if unknown:
+            return response_class(throttle_time_ms=0,
+                                  results_by_topic_v3_and_below=_topic_results(response_class, unknown))
+        message = AddPartitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                request.v3_and_below_producer_epoch,
+                                tuple(sorted({(t, p) for t, ps in topics for p in ps})))
+        return self._submit(header, request.v3_and_below_transactional_id, message, respond, now_ms)
+
+    def _add_partitions_batched(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """v4 (brokers only, KIP-890): several transactions, each answered per partition."""
+        response_class = messages.AddPartitionsToTxnResponse
+        transactions = list(request.transactions)
+        items, early, partitions_of = [], {}, []
+        for index, txn in enumerate(transactions):
+            topics = [(t.name, list(t.partitions)) for t in txn.topics]
+            partitions_of.append(topics)
+            unknown = self._unknown_partitions(topics)
+            partition = self.service.partition_for(txn.transactional_id) if txn.transactional_id else None
+            if unknown:
+                early[index] = unknown
+            elif partition is None:
+                early[index] = ErrorCode.COORDINATOR_NOT_AVAILABLE if txn.transactional_id else ErrorCode.INVALID_REQUEST
+            else:
+                items.append((self.service, partition, AddPartitions(
+                    txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                    tuple(sorted({(t, p) for t, ps in topics for p in ps})), verify_only=txn.verify_only)))
+
+        def build(answers: list) -> Any:
+            it, results = iter(answers), []
+            for index, txn in enumerate(transactions):
+                answer = early[index] if index in early else next(it)
+                if isinstance(answer, dict):
+                    codes = answer
+                else:
+                    code = answer.error if isinstance(answer, TxnAnswer) else answer
+                    codes = {(t, p): code for t, ps in partitions_of[index] for p in ps}
+                results.append(response_class.AddPartitionsToTxnResult(
+                    transactional_id=txn.transactional_id, topic_results=_topic_results(response_class, codes)))
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
+
+        if not items:
+            return build([])
+        return self.coordinators.submit_all(header, items, build, now_ms)
+
+    def _add_offsets_to_txn(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.AddOffsetsToTxnResponse
+
+        def respond(answer) -> Any:
+            code = answer.error if isinstance(answer, TxnAnswer) else answer
+            return response_class(throttle_time_ms=0, error_code=_fenced_for(header.api_version, 2, code))
+
+        if not request.group_id:
+            return respond(ErrorCode.INVALID_GROUP_ID)
+        group_partition = self.group_service.partition_for(request.group_id)
+        if group_partition is None:
+            self.group_service.coordinator_for(request.group_id)  # creates __consumer_offsets
+            return respond(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        message = AddPartitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                ((self.group_service.topic.name, group_partition),))
+        return self._submit(header, request.transactional_id, message, respond, now_ms)
+
+    def _end_txn(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.EndTxnResponse
+
+        def respond(answer) -> Any:
+            code = answer.error if isinstance(answer, TxnAnswer) else answer
+            return response_class(throttle_time_ms=0, error_code=_fenced_for(header.api_version, 2, code))
+
+        message = EndTransaction(request.transactional_id, request.producer_id, request.producer_epoch,
+                                 bool(request.committed))
+        return self._submit(header, request.transactional_id, message, respond, now_ms)
+
+    def _describe_transactions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.DescribeTransactionsResponse
+        ids = list(request.transactional_ids)
+        items, early = [], {}
+        for index, transactional_id in enumerate(ids):
+            partition = self.service.partition_for(transactional_id) if transactional_id else None
+            if partition is None:
+                early[index] = ErrorCode.INVALID_REQUEST if not transactional_id else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            else:
+                items.append((self.service, partition, DescribeTransactions((transactional_id,))))
+
+        def build(answers: list) -> Any:
+            it, states = iter(answers), []
+            for index, transactional_id in enumerate(ids):
+                answer = early[index] if index in early else next(it)
+                view = TransactionView(transactional_id, answer) if isinstance(answer, ErrorCode) else answer[0]
+                states.append(_transaction_state(response_class, view))
+            return response_class(throttle_time_ms=0, transaction_states=states)
+
+        if not items:
+            return build([])
+        return self.coordinators.submit_all(header, items, build, now_ms)
+
+    def _list_transactions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.ListTransactionsResponse
+        states, unknown = set(), []
+        for name in request.state_filters or ():
+            state = TransactionState.from_client_name(name)
+            if state is None:
+                unknown.append(name)
+            else:
+                states.add(state)
+        query = ListTransactions(frozenset(states), frozenset(request.producer_id_filters or ()),
+                                 getattr(request, "duration_filter", -1))
+        runtime = self.service.runtime
+        loading = set(runtime.led_partitions()) - set(runtime.loaded_partitions())
+        listed = []
+        if not (request.state_filters and not states):
+            for partition in runtime.loaded_partitions():
+                listed += runtime.shard(partition).handle(0, query, now_ms).response
+        code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
+        return response_class(throttle_time_ms=0, error_code=code, unknown_state_filters=unknown, transaction_states=[
+            response_class.TransactionState(transactional_id=v.transactional_id, producer_id=v.producer_id,
+                                             transaction_state=v.state.name_for_clients)
+            for v in sorted(listed, key=lambda v: v.transactional_id)])
+
+    # --- the partition leader's side -----------------------------------------------------------------------
+
+    def _write_txn_markers(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        write = _MarkerWrite(0, header, now_ms + MARKER_WRITE_TIMEOUT_MS, [])
+        for marker in request.markers:
+            topics = []
+            for topic in marker.topics:
+                codes = []
+                for partition in topic.partition_indexes:
+                    try:
+                        offset = self.broker.write_txn_marker(
+                            topic.name, partition, marker.producer_id, marker.producer_epoch,
+                            marker.coordinator_epoch, bool(marker.transaction_result), now_ms)
+                    except KafkaError as error:
+                        codes.append([partition, error.code])
+                        continue
+                    codes.append([partition, None])
+                    key = (topic.name, partition)
+                    write.waiting[key] = max(write.waiting.get(key, -1), offset)
+                topics.append((topic.name, codes))
+            write.results.append((marker.producer_id, topics))
+        if not write.waiting:
+            return self._marker_response(write, ErrorCode.NONE)
+        write.request_id = self.apis.defer()
+        self._writes.append(write)
+        return Deferred(write.request_id)
+
+    def _complete_marker_writes(self, now_ms: int) -> None:
+        still = []
+        for write in self._writes:
+            for key, offset in list(write.waiting.items()):
+                hosted = self.broker.hosted(*key)
+                if hosted is None or not hosted.replica.is_leader:
+                    write.waiting[key] = None  # leadership lost before the marker committed
+                elif hosted.replica.high_watermark > offset:
+                    del write.waiting[key]
+            lost = {key for key, offset in write.waiting.items() if offset is None}
+            if not write.waiting or lost or now_ms >= write.deadline_ms:
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER if lost else ErrorCode.REQUEST_TIMED_OUT
+                self.apis.completed.append((write.request_id, write.header,
+                                            self._marker_response(write, code if write.waiting else ErrorCode.NONE)))
+            else:
+                still.append(write)
+        self._writes = still
+
+    @staticmethod
+    def _marker_response(write: _MarkerWrite, pending_code: ErrorCode) -> Any:
+        """The response: each partition's append error, or `pending_code` for appended markers."""
+        response_class = messages.WriteTxnMarkersResponse
+        return response_class(markers=[
+            response_class.WritableTxnMarkerResult(producer_id=producer_id, topics=[
+                response_class.WritableTxnMarkerTopicResult(name=name, partitions=[
+                    response_class.WritableTxnMarkerPartitionResult(
+                        partition_index=partition,
+                        error_code=code if code is not None else
+                        (pending_code if (name, partition) in write.waiting else ErrorCode.NONE))
+                    for partition, code in codes])
+                for name, codes in topics])
+            for producer_id, topics in write.results])
+
+    def _describe_producers(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.DescribeProducersResponse
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for partition in topic.partition_indexes:
+                hosted = self.broker.hosted(topic.name, partition)
+                if hosted is None or not hosted.replica.is_leader:
+                    known = topic.name in self.broker.image.topics.by_name
+                    code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    partitions.append(response_class.PartitionResponse(
+                        partition_index=partition, error_code=code, error_message=None, active_producers=[]))
+                    continue
+                state = hosted.producer_state
+                active = [response_class.ProducerState(
+                    producer_id=entry.producer_id, producer_epoch=entry.producer_epoch,
+                    last_sequence=entry.last_sequence, last_timestamp=entry.last_timestamp,
+                    coordinator_epoch=entry.coordinator_epoch,
+                    current_txn_start_offset=-1 if entry.current_txn_first_offset is None
+                    else entry.current_txn_first_offset)
+                    for entry in (state.producers[k] for k in sorted(state.producers))]
+                partitions.append(response_class.PartitionResponse(
+                    partition_index=partition, error_code=ErrorCode.NONE, error_message=None, active_producers=active))
+            topics.append(response_class.TopicResponse(name=topic.name, partitions=partitions))
+        return response_class(throttle_time_ms=0, topics=topics)
+
+    # --- the coordinator's markers -------------------------------------------------------------------------
+
+    def _send_markers(self, now_ms: int) -> None:
+        runtime, port = self.service.runtime, self.service.runtime.port
+        due = {}
+        for partition in runtime.loaded_partitions():
+            coordinator_epoch = runtime.leader_epoch(partition)
+            for job in runtime.shard(partition).markers_due(port.high_watermark(partition)):
+                due[(partition, job.transactional_id, job.producer_id, job.producer_epoch, job.commit)] = \
+                    (job, coordinator_epoch)
+        for key in [k for k in self._markers if k not in due]:
+            del self._markers[key]  # completed, or this shard moved away
+        for key, (job, coordinator_epoch) in due.items():
+            progress = self._markers.get(key)
+            if progress is None or progress.coordinator_epoch != coordinator_epoch:
+                progress = self._markers[key] = _MarkerProgress(job, coordinator_epoch, set(job.partitions))
+            self._advance(key[0], progress, now_ms)
+
+    def _advance(self, txn_partition: int, progress: _MarkerProgress, now_ms: int) -> None:
+        job = progress.job
+        topics = self.broker.image.topics.by_name
+        progress.remaining = {(t, p) for t, p in progress.remaining if t in topics}  # a deleted topic needs none
+        if not progress.remaining:
+            if progress.completing_until_ms < 0 or now_ms >= progress.completing_until_ms:
+                progress.completing_until_ms = now_ms + MARKER_COMPLETE_RETRY_MS
+                if self.service.runtime.status(txn_partition) == ErrorCode.NONE:
+                    self.service.runtime.submit(txn_partition, CompleteTransaction(
+                        job.transactional_id, job.producer_id, job.producer_epoch, job.commit), now_ms)
+            return
+        if now_ms < progress.retry_at_ms:
+            return
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for topic, partition in sorted(progress.remaining - progress.in_flight):
+            leader = self.broker.leader_of(topic, partition)
+            if leader < 0:
+                progress.retry_at_ms = now_ms + MARKER_RETRY_MS
+                continue
+            by_leader.setdefault(leader, []).append((topic, partition))
+        for leader, partitions in sorted(by_leader.items()):
+            progress.in_flight.update(partitions)
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            request = messages.WriteTxnMarkersRequest(markers=[messages.WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.commit,
+                coordinator_epoch=progress.coordinator_epoch,
+                topics=[messages.WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                        for t, ps in sorted(by_topic.items())])])
+            self.broker.send_to_broker(leader, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request,
+                                       self._marker_callback(progress, partitions), now_ms)
+
+    def _marker_callback(self, progress: _MarkerProgress, partitions: list[tuple[str, int]]):
+        def on_response(response: Any, now_ms: int) -> None:
+            progress.in_flight.difference_update(partitions)
+            codes = {key: ErrorCode.NETWORK_EXCEPTION for key in partitions}
+            if isinstance(response, KafkaError):
+                codes = {key: response.code for key in partitions}
+            else:
+                for marker in response.markers:
+                    for topic in marker.topics:
+                        for result in topic.partitions:
+                            codes[(topic.name, result.partition_index)] = ErrorCode(result.error_code)
+            for key, code in codes.items():
+                if code == ErrorCode.NONE:
+                    progress.remaining.discard(key)
+                elif code in RETRIABLE_MARKER_ERRORS:
+                    progress.retry_at_ms = now_ms + MARKER_RETRY_MS
+                else:
+                    # A newer coordinator (TRANSACTION_COORDINATOR_FENCED) or a producer that moved on: stop;
+                    # the job is rebuilt if the shard still lists it after its next load.
+                    progress.remaining.discard(key)
+                    progress.retry_at_ms = now_ms + MARKER_COMPLETE_RETRY_MS
+
+        return on_response
+
+
+def _topic_results(response_class: Any, codes: dict[tuple[str, int], ErrorCode]) -> list:
+    by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
+    for (topic, partition), code in sorted(codes.items()):
+        by_topic.setdefault(topic, []).append((partition, code))
+    return [response_class.AddPartitionsToTxnTopicResult(name=topic, results_by_partition=[
+        response_class.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=c) for p, c in rows])
+        for topic, rows in by_topic.items()]
+
+
+def _transaction_state(response_class: Any, view: TransactionView) -> Any:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in view.partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return response_class.TransactionState(
+        error_code=view.error, transactional_id=view.transactional_id,
+        transaction_state=view.state.name_for_clients if view.state is not None else "",
+        transaction_timeout_ms=view.timeout_ms, transaction_start_time_ms=view.start_ms,
+        producer_id=view.producer_id, producer_epoch=view.producer_epoch,
+        topics=[response_class.TopicData(topic=t, partitions=ps) for t, ps in sorted(by_topic.items())])

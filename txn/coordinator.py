@@ -1,0 +1,381 @@
+"""The transaction coordinator's shard (Kafka's TransactionCoordinator + TransactionStateManager), sans-IO.
+
+Theory of operation. One `TransactionCoordinatorShard` per partition of `__transaction_state` that this
+broker leads, run by the coordinator runtime (coordinator/runtime.py, whose contract coordinator/shard.py
+states). Durable state is the latest TransactionLogValue of every transactional id (txn/records.py), changed
+only by `replay`; every transition writes the whole metadata of its id, as Kafka does.
+
+    Empty / CompleteCommit / CompleteAbort --AddPartitions--> Ongoing --EndTxn--> PrepareCommit | PrepareAbort
+    Prepare* --markers written on every partition (the broker's TransactionMarkers)--> Complete*
+
+- InitProducerId (transactional): a new id gets a producer id from `allocate` (the broker's block from the
+  controller) at epoch 0; a known id gets its epoch bumped (fencing the older producer: its next request
+  carries an older epoch and is answered PRODUCER_FENCED), or a new producer id once the epoch is exhausted.
+  An Ongoing transaction is first aborted with a bumped epoch and the client told CONCURRENT_TRANSACTIONS
+  (it retries; Kafka's PrepareEpochFence). With a producer id and epoch in the request (v3+, KIP-360) the
+  caller must be the current producer.
+- AddPartitions (AddPartitionsToTxn, and AddOffsetsToTxn with the group's `__consumer_offsets` partition):
+  Ongoing with the union of partitions; the start time is set when the transaction begins.
+- EndTransaction: Ongoing -> Prepare*; the answer leaves once the Prepare record is committed (the runtime
+  holds it until the high watermark passes). Retries of a finished transaction are answered as Kafka does.
+- Markers: `markers_due(high_watermark)` lists the Prepare* transactions whose Prepare record is committed;
+  the broker writes their markers on every partition and then submits `CompleteTransaction`, which writes
+  Complete* with the partition set cleared. A shard loaded with a Prepare* transaction lists it again, so
+  a new coordinator finishes what the old one started.
+- Timers (`poll`): an Ongoing transaction older than its timeout is aborted with a bumped epoch (the
+  producer is fenced, as Kafka's abortTimedOutTransactions does); an idle Empty/Complete* id older than
+  `transactional_id_expiration_ms` is removed by a tombstone.
+
+Invariants: an id's epoch never decreases for one producer id; markers are only due for a Prepare* state
+whose record is below the high watermark; a transaction's partitions only grow while it is Ongoing.
+This module never imports the broker, trio, clocks or files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from coordinator.shard import CoordinatorRecord, CoordinatorResult, LoadedRecord
+from partitions.errors import ErrorCode, KafkaError
+from txn.records import TransactionLogValue, TransactionState, decode_key, decode_value, encode_key, encode_value
+
+TRANSACTION_MAX_TIMEOUT_MS_DEFAULT = 900_000  # transaction.max.timeout.ms
+TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT = 604_800_000  # transactional.id.expiration.ms
+PRODUCER_EPOCH_MAX = (1 << 15) - 1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+TRANSACTIONAL_ID_BYTES_MAX = 32_767
+
+S = TransactionState
+PREPARE_STATES = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+FINISHED_STATES = (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+
+
+def epoch_exhausted(epoch: int) -> bool:
+    """Kafka's isEpochExhausted: the last epoch is kept for the fencing bump of a timed-out transaction."""
+    return epoch >= PRODUCER_EPOCH_MAX - 1
+
+
+@dataclass(frozen=True)
+class TransactionMetadata:
+    """One transactional id as its latest record says, and the offset of that record."""
+
+    transactional_id: str
+    value: TransactionLogValue
+    record_offset: int
+
+    @property
+    def state(self) -> TransactionState:
+        return self.value.state
+
+
+# --- requests (built by the broker's adapter, broker/transactions.py) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class InitProducerId:
+    transactional_id: str
+    timeout_ms: int
+    allocate: Callable[[], int | None]  # a fresh producer id, or None while the broker has none
+    producer_id: int = NO_PRODUCER_ID  # v3+: the caller's current producer id and epoch (KIP-360)
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class AddPartitions:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+    verify_only: bool = False  # KIP-890: answer whether they are in the transaction, change nothing
+
+
+@dataclass(frozen=True)
+class EndTransaction:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True)
+class CompleteTransaction:
+    """Internal: every marker of the Prepare* transaction (producer id, epoch) is written."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True)
+class DescribeTransactions:
+    transactional_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ListTransactions:
+    states: frozenset[TransactionState] = frozenset()
+    producer_ids: frozenset[int] = frozenset()
+    duration_ms: int = -1  # only transactions running longer than this (v1), -1 for all
+
+
+# --- answers -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TxnAnswer:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class TransactionView:
+    """What Describe/List transactions show of one id."""
+
+    transactional_id: str
+    error: ErrorCode
+    state: TransactionState | None = None
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    timeout_ms: int = 0
+    start_ms: int = -1
+    partitions: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class MarkerJob:
+    """The markers a Prepare* transaction needs on its partitions."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass
+class TransactionConfig:
+    transaction_max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS_DEFAULT
+    transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
+
+
+class TransactionCoordinatorShard:
+    """The transactions of one `__transaction_state` partition (see the module docstring)."""
+
+    def __init__(self, partition: int, config: TransactionConfig | None = None) -> None:
+        self.partition = partition
+        self.config = config or TransactionConfig()
+        self.transactions: dict[str, TransactionMetadata] = {}
+        # Test-only planted bug for the simulator's checkers: markers are listed as soon as the Prepare record
+        # is written, before the high watermark passes it (a failover can then lose the decision).
+        self.bug_markers_before_prepare_committed = False
+
+    # --- the shard contract ----------------------------------------------------------------------------
+
+    def handle(self, request_id: int, request: Any, now_ms: int) -> CoordinatorResult:
+        if isinstance(request, InitProducerId):
+            return self._init_producer_id(request, now_ms)
+        if isinstance(request, AddPartitions):
+            return self._add_partitions(request, now_ms)
+        if isinstance(request, EndTransaction):
+            return self._end_transaction(request, now_ms)
+        if isinstance(request, CompleteTransaction):
+            return self._complete_transaction(request, now_ms)
+        if isinstance(request, DescribeTransactions):
+            return CoordinatorResult.answer([self._describe(t) for t in request.transactional_ids])
+        if isinstance(request, ListTransactions):
+            return CoordinatorResult.answer(self._list(request, now_ms))
+        raise TypeError(f"not a transaction coordinator request: {request!r}")
+
+    def replay(self, record: LoadedRecord) -> None:
+        if record.is_control or record.key is None:
+            return
+        try:
+            transactional_id = decode_key(record.key)
+            value = None if record.value is None else decode_value(record.value)
+        except KafkaError:
+            return  # a record of a newer writer: skipped, as Kafka's loader does
+        if value is None:
+            self.transactions.pop(transactional_id, None)
+        else:
+            self.transactions[transactional_id] = TransactionMetadata(transactional_id, value, record.offset)
+
+    def poll(self, now_ms: int) -> CoordinatorResult:
+        records = []
+        for metadata in self.transactions.values():
+            value = metadata.value
+            if value.state is S.ONGOING and value.start_ms + value.timeout_ms <= now_ms:
+                epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
+                records.append(self._record(metadata.transactional_id, replace(
+                    value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms)))
+            elif value.state in FINISHED_STATES and \
+                    value.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms:
+                records.append(CoordinatorRecord(encode_key(metadata.transactional_id), None))
+        return CoordinatorResult(records=records)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = []
+        for metadata in self.transactions.values():
+            value = metadata.value
+            if value.state is S.ONGOING:
+                deadlines.append(value.start_ms + value.timeout_ms)
+            elif value.state in FINISHED_STATES:
+                deadlines.append(value.last_update_ms + self.config.transactional_id_expiration_ms)
+        return min(deadlines) if deadlines else None
+
+    def on_loaded(self, now_ms: int) -> None:
+        pass  # every deadline and marker job derives from durable state
+
+    def parked_request_ids(self) -> list[int]:
+        return []
+
+    # --- read-only views for the broker ----------------------------------------------------------------
+
+    def markers_due(self, high_watermark: int) -> list[MarkerJob]:
+        """The Prepare* transactions whose Prepare record is committed (below `high_watermark`)."""
+        jobs = []
+        for metadata in self.transactions.values():
+            value = metadata.value
+            if value.state not in PREPARE_STATES:
+                continue
+            if metadata.record_offset >= high_watermark and not self.bug_markers_before_prepare_committed:
+                continue
+            jobs.append(MarkerJob(metadata.transactional_id, value.producer_id, value.producer_epoch,
+                                  value.state is S.PREPARE_COMMIT, value.partitions))
+        return jobs
+
+    def metadata(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.transactions.get(transactional_id)
+
+    # --- handlers ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _record(transactional_id: str, value: TransactionLogValue) -> CoordinatorRecord:
+        return CoordinatorRecord(encode_key(transactional_id), encode_value(value))
+
+    def _write(self, transactional_id: str, value: TransactionLogValue, answer: Any) -> CoordinatorResult:
+        return CoordinatorResult.answer(answer, [self._record(transactional_id, value)])
+
+    def _init_producer_id(self, request: InitProducerId, now_ms: int) -> CoordinatorResult:
+        transactional_id = request.transactional_id
+        if not transactional_id or len(transactional_id.encode()) > TRANSACTIONAL_ID_BYTES_MAX:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_REQUEST))
+        if not 0 < request.timeout_ms <= self.config.transaction_max_timeout_ms:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TRANSACTION_TIMEOUT))
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None:
+            producer_id = request.allocate()
+            if producer_id is None:
+                return CoordinatorResult.answer(TxnAnswer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+            value = TransactionLogValue(producer_id, 0, request.timeout_ms, S.EMPTY, (), now_ms, -1)
+            return self._write(transactional_id, value, TxnAnswer(ErrorCode.NONE, producer_id, 0))
+        value = metadata.value
+        expected = request.producer_id != NO_PRODUCER_ID
+        if expected and request.producer_id != value.producer_id:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.PRODUCER_FENCED))
+        if value.state in PREPARE_STATES:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+        if value.state is S.ONGOING:
+            # Fence the open transaction: abort it under a bumped epoch; the client retries after the abort.
+            epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
+            fenced = replace(value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms)
+            return self._write(transactional_id, fenced, TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+        if value.state not in FINISHED_STATES:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
+        if expected and request.producer_epoch != value.producer_epoch:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.PRODUCER_FENCED))
+        if epoch_exhausted(value.producer_epoch):
+            producer_id = request.allocate()
+            if producer_id is None:
+                return CoordinatorResult.answer(TxnAnswer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+            new_value = replace(value, producer_id=producer_id, producer_epoch=0, timeout_ms=request.timeout_ms,
+                                state=S.EMPTY, partitions=(), last_update_ms=now_ms, start_ms=-1)
+        else:
+            new_value = replace(value, producer_epoch=value.producer_epoch + 1, timeout_ms=request.timeout_ms,
+                                state=S.EMPTY, partitions=(), last_update_ms=now_ms, start_ms=-1)
+        return self._write(transactional_id, new_value,
+                           TxnAnswer(ErrorCode.NONE, new_value.producer_id, new_value.producer_epoch))
+
+    def _check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int
+                        ) -> tuple[TransactionMetadata | None, ErrorCode]:
+        if not transactional_id:
+            return None, ErrorCode.INVALID_REQUEST
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None or metadata.value.producer_id != producer_id:
+            return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if metadata.value.producer_epoch != producer_epoch:
+            return None, ErrorCode.PRODUCER_FENCED
+        return metadata, ErrorCode.NONE
+
+    def _add_partitions(self, request: AddPartitions, now_ms: int) -> CoordinatorResult:
+        metadata, error = self._check_producer(request.transactional_id, request.producer_id, request.producer_epoch)
+        if metadata is None:
+            return CoordinatorResult.answer(TxnAnswer(error))
+        value = metadata.value
+        wanted = set(request.partitions)
+        if request.verify_only:
+            ok = value.state is S.ONGOING and wanted <= set(value.partitions)
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE if ok else ErrorCode.INVALID_TXN_STATE))
+        if value.state in PREPARE_STATES:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+        if value.state is S.ONGOING and wanted <= set(value.partitions):
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))
+        if value.state not in FINISHED_STATES and value.state is not S.ONGOING:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
+        start_ms = value.start_ms if value.state is S.ONGOING else now_ms
+        new_value = replace(value, state=S.ONGOING, partitions=tuple(sorted(wanted | set(value.partitions))),
+                            last_update_ms=now_ms, start_ms=start_ms)
+        return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
+
+    def _end_transaction(self, request: EndTransaction, now_ms: int) -> CoordinatorResult:
+        metadata, error = self._check_producer(request.transactional_id, request.producer_id, request.producer_epoch)
+        if metadata is None:
+            return CoordinatorResult.answer(TxnAnswer(error))
+        value, commit = metadata.value, request.commit
+        if value.state is S.ONGOING:
+            new_value = replace(value, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, last_update_ms=now_ms)
+            return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
+        same = {S.COMPLETE_COMMIT: commit, S.COMPLETE_ABORT: not commit,
+                S.PREPARE_COMMIT: commit, S.PREPARE_ABORT: not commit}.get(value.state)
+        if same is None or not same:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
+        if value.state in PREPARE_STATES:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+        return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))  # a retry of a finished EndTxn
+
+    def _complete_transaction(self, request: CompleteTransaction, now_ms: int) -> CoordinatorResult:
+        metadata = self.transactions.get(request.transactional_id)
+        expected_state = S.PREPARE_COMMIT if request.commit else S.PREPARE_ABORT
+        if (metadata is None or metadata.value.state is not expected_state
+                or metadata.value.producer_id != request.producer_id
+                or metadata.value.producer_epoch != request.producer_epoch):
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))  # already completed (a stale job)
+        new_value = replace(metadata.value, state=S.COMPLETE_COMMIT if request.commit else S.COMPLETE_ABORT,
+                            partitions=(), last_update_ms=now_ms)
+        return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
+
+    def _describe(self, transactional_id: str) -> TransactionView:
+        if not transactional_id:
+            return TransactionView(transactional_id, ErrorCode.INVALID_REQUEST)
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None:
+            return TransactionView(transactional_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+        value = metadata.value
+        return TransactionView(transactional_id, ErrorCode.NONE, value.state, value.producer_id,
+                               value.producer_epoch, value.timeout_ms, value.start_ms, value.partitions)
+
+    def _list(self, request: ListTransactions, now_ms: int) -> list[TransactionView]:
+        views = []
+        for transactional_id, metadata in self.transactions.items():
+            value = metadata.value
+            if request.states and value.state not in request.states:
+                continue
+            if request.producer_ids and value.producer_id not in request.producer_ids:
+                continue
+            if request.duration_ms >= 0 and (value.start_ms < 0 or now_ms - value.start_ms <= request.duration_ms):
+                continue
+            views.append(self._describe(transactional_id))
+        return views
