@@ -13,6 +13,7 @@ import os
 import sys
 
 from groupcoord.records import describe_record
+from txn.records import describe_record as describe_transaction_record
 from partitions.dump import (
     IndexDump,
     batch_json,
@@ -37,6 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--offsets-decoder", action="store_true",
                         help="decode records as __consumer_offsets records (offset commits, group metadata); "
                              "implies --records")
+    parser.add_argument("--transaction-log-decoder", action="store_true",
+                        help="decode records as __transaction_state records (transaction metadata); implies --records")
     parser.set_defaults(run=run)
     return parser
 
@@ -90,14 +93,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dump_log_file(path: str, data: bytes, args: argparse.Namespace, json_items: list[dict]) -> None:
-    decode = getattr(args, "offsets_decoder", False)
+    describe = None
+    if getattr(args, "offsets_decoder", False):
+        describe = describe_record
+    elif getattr(args, "transaction_log_decoder", False):
+        describe = describe_transaction_record
+    decode = describe is not None
     result = dump_log(data, with_records=args.records or decode)
     if args.json:
         for batch in result.batches:
             item = {"file": path, **batch_json(batch)}
             if decode and not batch.is_control:
                 for record, shown in zip(batch.records or (), item.get("records", ())):
-                    shown["decoded"] = describe_record(record.key, record.value)
+                    shown["decoded"] = describe(record.key, record.value)
             json_items.append(item)
         if result.error:
             json_items.append({"file": path, "error": result.error, "position": result.error_position})
@@ -106,8 +114,10 @@ def _dump_log_file(path: str, data: bytes, args: argparse.Namespace, json_items:
     for batch in result.batches:
         print(batch_line(batch))
         for record in batch.records or ():
-            if decode and not batch.is_control:
+            if describe is describe_record and not batch.is_control:
                 print(offsets_record_line(record))
+            elif decode and not batch.is_control:
+                print(transaction_record_line(record))
             else:
                 print(record_line(record))
     if result.error:
@@ -123,6 +133,15 @@ def offsets_record_line(record) -> str:
     value = "<tombstone>" if decoded["value"] is None else json.dumps(
         {k: v for k, v in decoded["value"].items() if k != "type"}, sort_keys=False)
     return f"| offset: {record.offset} key: {decoded['key']['type']}::{key} payload: {value}"
+
+
+def transaction_record_line(record) -> str:
+    """A __transaction_state record as Kafka's --transaction-log-decoder shows it."""
+    decoded = describe_transaction_record(record.key, record.value)
+    if "error" in decoded:
+        return f"| offset: {record.offset} undecodable: {decoded['error']}"
+    value = "<DELETE>" if decoded["value"] is None else json.dumps(decoded["value"], sort_keys=False)
+    return f"| offset: {record.offset} key: transaction_metadata::transactionalId={decoded['key']['transactional_id']} payload: {value}"
 
 
 def _print_index(path: str, result: IndexDump, args: argparse.Namespace, json_items: list[dict]) -> None:

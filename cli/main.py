@@ -19,6 +19,7 @@ _SUBCOMMAND_MODULES = (
     "cli.quorum",
     "cli.data",
     "cli.groups",
+    "cli.transactions",
     "cli.dump_log",
     "cli.simulate",
 )
