@@ -42,14 +42,15 @@ from metadata.requests import (
 )
 from net.protocol import messages
 from net.protocol.codec import ApiKey
-from partitions.errors import ErrorCode, KafkaError
-from partitions.log import PartitionLog
+from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from partitions.log import AppendOrigin, PartitionLog
 from partitions.log_config import LogConfig
 from partitions.replica import EpochEndOffset, Partition
 from partitions.storage import Storage, read_file, write_file_atomically
 from partitions.batch import iter_batches
+from partitions.records import ABORT, COMMIT, build_control_batch
 from txn.producer_ids import ProducerIdManager
-from txn.producer_state import ProducerStateManager
+from txn.producer_state import ProducerStateManager, markers_in
 
 LOGS_DIRECTORY = "logs"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -252,8 +253,10 @@ class BrokerCore:
         checkpointed = self._hw_checkpoint.get(key)
         if checkpointed is not None:
             replica.set_high_watermark_on_restart(checkpointed)
-        producer_state = ProducerStateManager(self.storage, directory)
+        producer_state = ProducerStateManager(self.storage, directory,
+                                              segment_bases=lambda: [segment.base_offset for segment in log.segments])
         producer_state.rebuild(log, now_ms)
+        replica.set_last_stable_offset_hook(producer_state.last_stable_offset)
         hosted = HostedPartition(local.topic_id, replica, log, log_config, producer_state)
         self.partitions[key] = hosted
         return hosted
@@ -348,7 +351,9 @@ class BrokerCore:
                 hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
             hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:
-                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.high_watermark)
+                # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
+                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.last_stable_offset)
+            hosted.producer_state.aborted_index.sync()
             self.dirty_partitions.add(key)
 
     def close(self) -> None:
@@ -424,6 +429,32 @@ class BrokerCore:
     def take_controller_requests(self) -> list[ControllerCall]:
         calls, self._controller_calls = self._controller_calls, []
         return calls
+
+    # ------------------------------------------------------------------ transaction markers
+
+    def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                         coordinator_epoch: int, committed: bool, now_ms: int) -> int:
+        """Append a COMMIT or ABORT marker for the producer's transaction as this partition's leader (a
+        control batch; acks=all rules: refused below min.insync.replicas). Returns the marker's offset; the
+        caller waits for the high watermark to pass it. Raises UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, TRANSACTION_COORDINATOR_FENCED (a deposed coordinator),
+        INVALID_PRODUCER_EPOCH (an older producer epoch), as KafkaError."""
+        hosted = self.hosted(topic, partition)
+        if hosted is None:
+            if topic in self.image.topics.by_name:
+                raise NotLeaderOrFollowerError(f"{topic}-{partition}: not a replica here")
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition}: unknown")
+        if not hosted.replica.is_leader:
+            raise NotLeaderOrFollowerError(f"{topic}-{partition}: not the leader here")
+        hosted.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = build_control_batch(COMMIT if committed else ABORT, producer_id, producer_epoch,
+                                    coordinator_epoch, now_ms)
+        result = hosted.replica.append_records(bytearray(batch), -1, now_ms, origin=AppendOrigin.COORDINATOR)
+        if result.append_info is not None:
+            headers = result.append_info.batch_headers
+            hosted.producer_state.update(headers, {headers[0].base_offset: (committed, coordinator_epoch)})
+        self.dirty_partitions.add((topic, partition))
+        return result.last_offset
 
     # ------------------------------------------------------------------ the outbox
 
@@ -668,9 +699,11 @@ class BrokerCore:
                 hosted.needs_epoch_check = True
             else:
                 if not outcome.ignored and records:
+                    headers = [h for _, h in iter_batches(records) if h.base_offset >= log_end_offset]
                     hosted.producer_state.update(
-                        [h for _, h in iter_batches(records) if h.base_offset >= log_end_offset])
+                        headers, markers_in(records) if any(h.is_control for h in headers) else None)
                 hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
+                hosted.producer_state.last_stable_offset(replica.high_watermark)  # prunes decided transactions
             self.dirty_partitions.add(key)
             return
         if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:

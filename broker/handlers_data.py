@@ -288,7 +288,16 @@ class DataPlaneApis:
         data.high_watermark = result.high_watermark
         data.log_start_offset = result.log_start_offset
         data.last_stable_offset = result.last_stable_offset
-        data.aborted_transactions = [] if isolation == IsolationLevel.READ_COMMITTED else None
+        data.aborted_transactions = None
+        if isolation == IsolationLevel.READ_COMMITTED:
+            # The aborted transactions overlapping the records returned (Kafka's collectAbortedTransactions).
+            upper = fetch_partition.fetch_offset
+            for _, header in iter_batches(data.records):
+                upper = header.next_offset
+            aborted = hosted.producer_state.aborted_index.collect(fetch_partition.fetch_offset, upper) \
+                if upper > fetch_partition.fetch_offset else []
+            data.aborted_transactions = [messages.FetchResponse.AbortedTransaction(producer_id=p, first_offset=o)
+                                         for p, o in aborted]
 
     def _list_offsets(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.ListOffsetsResponse

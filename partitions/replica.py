@@ -100,7 +100,7 @@ class PartitionLogPort(Protocol):
     latest_epoch: int | None
     epoch_cache: LeaderEpochCache
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> Any: ...
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, origin: Any = ...) -> Any: ...
     def append_as_follower(self, records: bytes, now_ms: int) -> Any: ...
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True) -> Any: ...
     def truncate_to(self, offset: int) -> None: ...
@@ -425,7 +425,7 @@ class Partition:
 
     # ------------------------------------------------------------------ produce
 
-    def append_records(self, records: bytes, required_acks: int, now_ms: int) -> AppendResult:
+    def append_records(self, records: bytes, required_acks: int, now_ms: int, origin: Any = None) -> AppendResult:
         """Append a produce request's batches on the leader.
         Raises InvalidRequiredAcksError (acks not in -1/0/1), NotLeaderOrFollowerError (not the leader),
         NotEnoughReplicasError (acks=all while the ISR is below min.insync.replicas: checked before the
@@ -438,7 +438,9 @@ class Partition:
                 f"{self.topic}-{self.partition}: isr={list(self.isr)} below min.insync.replicas="
                 f"{self.effective_min_isr}"
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        # `origin` (partitions.log.AppendOrigin) lets a coordinator write control batches; clients may not.
+        info = (self.log.append_as_leader(records, self.leader_epoch, now_ms) if origin is None
+                else self.log.append_as_leader(records, self.leader_epoch, now_ms, origin))
         # With the leader alone in the ISR the high watermark follows the LEO at once.
         self._maybe_increment_leader_hw(now_ms)
         self._check_invariants()

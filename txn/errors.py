@@ -17,6 +17,8 @@ OutOfOrderSequenceError = _error_class("OutOfOrderSequenceError", ErrorCode.OUT_
 InvalidProducerEpochError = _error_class("InvalidProducerEpochError", ErrorCode.INVALID_PRODUCER_EPOCH)
 UnknownProducerIdError = _error_class("UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID)
 InvalidTxnStateError = _error_class("InvalidTxnStateError", ErrorCode.INVALID_TXN_STATE)
+TransactionCoordinatorFencedError = _error_class("TransactionCoordinatorFencedError",
+                                                 ErrorCode.TRANSACTION_COORDINATOR_FENCED)
 # InitProducerId answers this while a broker waits for its next producer-id block (Kafka does the same:
 # older clients treat REQUEST_TIMED_OUT as fatal, COORDINATOR_LOAD_IN_PROGRESS as retriable).
 CoordinatorLoadInProgressError = _error_class("CoordinatorLoadInProgressError", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)

@@ -25,10 +25,14 @@ always matches one of them:
 Invariants: at most 5 cached batches per producer, all of the entry's epoch; state reflects exactly the
 batches below `map_end_offset` (Kafka's mapEndOffset), and updates arrive in log order.
 
-Transactions (later): `current_txn_first_offset` is remembered per producer when a transactional batch opens
-a transaction, and a control batch (commit/abort marker) closes it and is returned as a `CompletedTxn`. The
-last stable offset, the aborted-transaction index and coordinator-epoch fencing of markers are NOT done here
-yet: they need the marker's record (type, coordinator epoch), which the transaction work will decode.
+Transactions (KIP-98): `current_txn_first_offset` is remembered per producer when a transactional batch
+opens a transaction, and a control batch (commit/abort marker) closes it and is returned as a `CompletedTxn`.
+Markers reach `update` with their decoded type and coordinator epoch (`markers_in(buffer)`); the entry keeps
+the coordinator epoch so that a deposed coordinator's late marker is refused (`check_marker`). The last
+stable offset (`last_stable_offset(high_watermark)`, Kafka's firstUnstableOffset) is the first offset of the
+earliest open transaction or of a decided one whose marker the high watermark has not passed yet, else the
+high watermark. Aborted transactions go to the partition's `.txnindex` files (txn/transaction_index.py),
+which follow recovery, truncation and retention with the producer state.
 
 This module never imports I/O modules: files go through the Storage port, time comes in as `now_ms`.
 """
@@ -42,16 +46,22 @@ from dataclasses import dataclass, replace
 import cbor2
 import crc32c
 
+from collections import deque
+from typing import Callable
+
 from partitions.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, iter_batches
-from partitions.errors import InvalidRecordError
+from partitions.errors import InvalidRecordError, KafkaError
 from partitions.log import PartitionLog
+from partitions.records import COMMIT, decode_batch, parse_control_record
 from partitions.storage import Storage, StorageError, read_file, write_file_atomically
 from txn.errors import (
     CorruptProducerSnapshotError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
+from txn.transaction_index import AbortedTxn, AbortedTxnIndex
 
 PRODUCER_BATCHES_RETAINED = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (max.in.flight per connection)
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000  # producer.id.expiration.ms
@@ -113,10 +123,11 @@ class ProducerStateEntry:
                        batches=(kept + (batch,))[-PRODUCER_BATCHES_RETAINED:],
                        last_timestamp=header.max_timestamp, current_txn_first_offset=txn_first_offset)
 
-    def with_end_txn_marker(self, header: BatchHeader) -> ProducerStateEntry:
+    def with_end_txn_marker(self, header: BatchHeader, coordinator_epoch: int | None = None) -> ProducerStateEntry:
         """This entry after the commit/abort marker `header`: the transaction is over."""
         kept = self.batches if header.producer_epoch == self.producer_epoch else ()
-        return replace(self, producer_epoch=header.producer_epoch, batches=kept,
+        epoch = self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch
+        return replace(self, producer_epoch=header.producer_epoch, batches=kept, coordinator_epoch=epoch,
                        last_timestamp=header.max_timestamp, current_txn_first_offset=None)
 
 
@@ -134,12 +145,32 @@ class AppendCheck:
 
 @dataclass(frozen=True, slots=True)
 class CompletedTxn:
-    """A transaction closed by a marker (hook for the LSO / aborted-transaction index; whether it committed
-    or aborted is in the marker's record, which the transaction work decodes)."""
+    """A transaction closed by a marker."""
 
     producer_id: int
     first_offset: int
     last_offset: int  # the marker's offset
+    committed: bool | None = None  # None when the marker's record was not decoded
+
+
+Markers = dict[int, tuple[bool, int]]  # a marker batch's base offset -> (committed, coordinator epoch)
+
+
+def markers_in(buffer: bytes | bytearray | memoryview) -> Markers:
+    """The transaction markers among the batches of `buffer`: only control batches are decoded. A control
+    record that is not a well-formed marker is left out (the producer's transaction then closes undecided)."""
+    found: Markers = {}
+    view = memoryview(buffer)
+    for position, header in iter_batches(view):
+        if not header.is_control or header.records_count <= 0:
+            continue
+        try:
+            record = decode_batch(view[position:position + header.size]).records[0]
+            kind, coordinator_epoch = parse_control_record(record)
+        except (KafkaError, IndexError):
+            continue
+        found[header.base_offset] = (kind == COMMIT, coordinator_epoch)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +221,17 @@ class ProducerStateManager:
     directory: snapshots sit beside the segments, as in Kafka). Not thread-safe: one owner."""
 
     def __init__(self, storage: Storage, directory: str,
-                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT) -> None:
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+                 segment_bases: Callable[[], list[int]] | None = None) -> None:
         assert producer_id_expiration_ms >= 0, f"producer_id_expiration_ms={producer_id_expiration_ms}"
         self.storage = storage
         self.directory = directory
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
+        # Decided transactions whose marker the high watermark has not passed yet (Kafka's unreplicatedTxns).
+        self.unreplicated: deque[CompletedTxn] = deque()
+        self.aborted_index = AbortedTxnIndex(storage, directory, segment_bases or (lambda: [0]))
 
     # ---- reading state
 
@@ -206,6 +241,34 @@ class ProducerStateManager:
     def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
         """Kafka's isProducerExpired: no open transaction and the last batch is expiration.ms old."""
         return entry.current_txn_first_offset is None and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of an open transaction or of a decided one not yet below the high watermark."""
+        offsets = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset is not None]
+        offsets += [txn.first_offset for txn in self.unreplicated]
+        return min(offsets) if offsets else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The partition's LSO for `high_watermark` (the replica's hook): decided transactions whose marker
+        is below it stop holding it back."""
+        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated.popleft()
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's checks of a marker on the leader: a deposed coordinator (older coordinator epoch) is
+        refused with TRANSACTION_COORDINATOR_FENCED, an older producer epoch with INVALID_PRODUCER_EPOCH."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker of coordinator epoch {coordinator_epoch} for producer {producer_id}, which saw "
+                f"{entry.coordinator_epoch}")
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker of producer {producer_id} epoch {producer_epoch} is older than {entry.producer_epoch}")
 
     def snapshot(self) -> ProducerStateSnapshot:
         return ProducerStateSnapshot(self.map_end_offset, tuple(self.producers[key] for key in sorted(self.producers)))
@@ -240,10 +303,12 @@ class ProducerStateManager:
 
     # ---- the one place state changes
 
-    def update(self, headers: list[BatchHeader] | tuple[BatchHeader, ...]) -> list[CompletedTxn]:
+    def update(self, headers: list[BatchHeader] | tuple[BatchHeader, ...],
+               markers: Markers | None = None) -> list[CompletedTxn]:
         """Apply batches as appended to the log (offsets assigned), in log order: leader after an append
         (`AppendInfo.batch_headers`), follower after a fetch append, recovery while scanning. No validation:
-        the log is the truth. Returns the transactions closed by control batches (hook for the LSO)."""
+        the log is the truth. `markers` holds the decoded markers among them (`markers_in`); an aborted
+        transaction goes to the index. Returns the transactions closed by control batches."""
         completed = []
         for header in headers:
             assert header.last_offset >= self.map_end_offset, (
@@ -258,13 +323,27 @@ class ProducerStateManager:
                 if header.records_count == 0:
                     continue  # a marker emptied by compaction: its transaction is gone from the log
                 first_offset = entry.current_txn_first_offset
-                completed.append(CompletedTxn(producer_id, header.base_offset if first_offset is None else first_offset,
-                                              header.base_offset))
-                entry = entry.with_end_txn_marker(header)
+                marker = (markers or {}).get(header.base_offset)
+                txn = CompletedTxn(producer_id, header.base_offset if first_offset is None else first_offset,
+                                   header.base_offset, None if marker is None else marker[0])
+                completed.append(txn)
+                entry = entry.with_end_txn_marker(header, None if marker is None else marker[1])
+                self.producers[producer_id] = entry
+                self.unreplicated.append(txn)
+                if txn.committed is False:
+                    first_unstable = self.first_unstable_offset_excluding(txn)
+                    self.aborted_index.add(AbortedTxn(producer_id, txn.first_offset, txn.last_offset,
+                                                      txn.last_offset + 1 if first_unstable is None else first_unstable))
+                continue
             else:
                 entry = entry.with_data_batch(header)
             self.producers[producer_id] = entry
         return completed
+
+    def first_unstable_offset_excluding(self, txn: CompletedTxn) -> int | None:
+        offsets = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset is not None]
+        offsets += [t.first_offset for t in self.unreplicated if t is not txn]
+        return min(offsets) if offsets else None
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms (Kafka's removeExpiredProducers; producers
@@ -291,6 +370,7 @@ class ProducerStateManager:
         offset = self.map_end_offset if offset is None else offset
         assert offset >= self.map_end_offset, f"snapshot offset {offset} below map_end_offset={self.map_end_offset}"
         self.map_end_offset = offset
+        self.aborted_index.flush()  # a snapshot never covers an index entry a power loss could drop
         write_file_atomically(self.storage, self.snapshot_path(offset), encode_snapshot(self.snapshot()))
         offsets = self.snapshot_offsets()
         for old in offsets[: max(0, len(offsets) - SNAPSHOTS_RETAINED)]:
@@ -320,7 +400,10 @@ class ProducerStateManager:
         the log end offset; then expired producers are dropped. Out-of-range or corrupt snapshots are
         deleted. Raises StorageError, CorruptRecordError (a log the log itself would not have accepted)."""
         self.producers = {}
+        self.unreplicated.clear()
         self.map_end_offset = log.log_start_offset
+        if not self.aborted_index.load(log.log_start_offset, log.log_end_offset):
+            use_snapshot = False  # a corrupt .txnindex: rebuild it from the whole log
         if use_snapshot:
             snapshot = load_latest_snapshot(self.storage, self.directory, log.log_start_offset, log.log_end_offset)
             if snapshot is not None:
@@ -336,7 +419,7 @@ class ProducerStateManager:
             headers = [header for _, header in iter_batches(data) if header.last_offset >= offset]
             if not headers:
                 break  # nothing at or past `offset` (a trailing gap): the state is complete
-            self.update(headers)
+            self.update(headers, markers_in(data) if any(h.is_control for h in headers) else None)
             offset = headers[-1].next_offset
         self.map_end_offset = max(self.map_end_offset, end_offset)
 
@@ -346,6 +429,8 @@ class ProducerStateManager:
         end_offset = log.log_end_offset
         assert end_offset <= offset, f"log end offset {end_offset} past the truncation offset {offset}"
         self._delete_snapshots_after(end_offset)
+        self.aborted_index.truncate_to(end_offset)
+        self.unreplicated = deque(t for t in self.unreplicated if t.last_offset < end_offset)
         if self.map_end_offset != end_offset:
             self.rebuild(log, now_ms)
 
@@ -354,6 +439,8 @@ class ProducerStateManager:
         `offset`."""
         self.delete_snapshots_before(INT64_MAX)
         self.producers = {}
+        self.unreplicated.clear()
+        self.aborted_index.clear()
         self.map_end_offset = offset
 
     def on_log_start_offset(self, offset: int) -> None:
@@ -361,6 +448,7 @@ class ProducerStateManager:
         producer must not look unknown because its old batches were deleted), older snapshots go."""
         self.delete_snapshots_before(offset)
         self.map_end_offset = max(self.map_end_offset, offset)
+        self.aborted_index.sync()
 
 
 # ---- snapshot files: CRC-32C (4 bytes, big-endian) of the CBOR body, then the body:

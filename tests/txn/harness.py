@@ -6,7 +6,7 @@ from __future__ import annotations
 from partitions.batch import parse_header
 from partitions.log import AppendOrigin, PartitionLog
 from partitions.log_config import LogConfig
-from partitions.records import COMMIT, build_batch, build_control_batch
+from partitions.records import ABORT, COMMIT, build_batch, build_control_batch
 from partitions.storage import MemoryStorage
 from txn.producer_state import ProducerStateManager
 
@@ -30,8 +30,11 @@ class Partition:
         self.storage = MemoryStorage() if storage is None else storage
         self.config = LogConfig(**config)
         self.log = PartitionLog.open(self.storage, DIRECTORY, self.config, now_ms)
-        self.state = ProducerStateManager(self.storage, DIRECTORY)
+        self.state = ProducerStateManager(self.storage, DIRECTORY, segment_bases=self.segment_bases)
         self.state.rebuild(self.log, now_ms)
+
+    def segment_bases(self) -> list[int]:
+        return [segment.base_offset for segment in self.log.segments]
 
     def produce(self, *batches: bytes, now_ms: int = NOW_MS) -> tuple[int, int]:
         """(first offset, last offset) the broker answers: the original ones for a duplicate.
@@ -43,15 +46,19 @@ class Partition:
         self.state.update(info.batch_headers)
         return info.first_offset, info.last_offset
 
-    def write_marker(self, producer_id: int, producer_epoch: int, now_ms: int = NOW_MS):
-        """A commit marker written by the transaction coordinator: (its offset, what update returned)."""
-        marker = build_control_batch(COMMIT, producer_id, producer_epoch, coordinator_epoch=0, timestamp=now_ms)
+    def write_marker(self, producer_id: int, producer_epoch: int, now_ms: int = NOW_MS, committed: bool = True,
+                     coordinator_epoch: int = 0):
+        """A marker written by the transaction coordinator: (its offset, what update returned)."""
+        marker = build_control_batch(COMMIT if committed else ABORT, producer_id, producer_epoch,
+                                     coordinator_epoch=coordinator_epoch, timestamp=now_ms)
         info = self.log.append_as_leader(marker, LEADER_EPOCH, now_ms, origin=AppendOrigin.COORDINATOR)
-        return info.first_offset, self.state.update(info.batch_headers)
+        headers = info.batch_headers
+        return info.first_offset, self.state.update(headers, {headers[0].base_offset: (committed, coordinator_epoch)})
 
     def reopened_state(self, now_ms: int = NOW_MS, use_snapshot: bool = True) -> ProducerStateManager:
         """The state a restarted broker rebuilds from this partition's files."""
         log = PartitionLog.open(self.storage, DIRECTORY, self.config, now_ms)
-        state = ProducerStateManager(self.storage, DIRECTORY)
+        state = ProducerStateManager(self.storage, DIRECTORY,
+                                     segment_bases=lambda: [segment.base_offset for segment in log.segments])
         state.rebuild(log, now_ms, use_snapshot=use_snapshot)
         return state

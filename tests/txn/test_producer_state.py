@@ -196,7 +196,7 @@ def test_transactional_batch_opens_a_transaction_and_a_marker_closes_it():
     with pytest.raises(InvalidTxnStateError):
         partition.produce(producer_batch(PRODUCER + 1, 0, 3))
     marker, completed = partition.write_marker(PRODUCER + 1, 0)
-    assert completed == [CompletedTxn(PRODUCER + 1, 1, marker)]
+    assert completed == [CompletedTxn(PRODUCER + 1, 1, marker, committed=True)]
     entry = partition.state.entry(PRODUCER + 1)
     assert entry.current_txn_first_offset is None and entry.last_sequence == 2
     assert partition.produce(producer_batch(PRODUCER + 1, 0, 3)) == (marker + 1, marker + 1)

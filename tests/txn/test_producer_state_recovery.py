@@ -14,6 +14,7 @@ from partitions.batch import parse_header
 from tests.txn.harness import DIRECTORY, NOW_MS, Partition, producer_batch
 from txn.errors import CorruptProducerSnapshotError, InvalidProducerEpochError, OutOfOrderSequenceError
 from txn.producer_state import (
+    markers_in,
     PRODUCER_BATCHES_RETAINED,
     SNAPSHOTS_RETAINED,
     BatchMetadata,
@@ -109,8 +110,8 @@ def test_truncation_then_rebuild_equals_the_state_of_the_surviving_batches(opera
     # The expected state: a fresh partition fed only the surviving batches, as a follower would be.
     survivor = Partition()
     if end_offset:
-        survivor.state.update(survivor.log.append_as_follower(partition.log.read(0, 1 << 30).records, NOW_MS)
-                              .batch_headers)
+        records = partition.log.read(0, 1 << 30).records
+        survivor.state.update(survivor.log.append_as_follower(records, NOW_MS).batch_headers, markers_in(records))
     assert partition.state.producers == survivor.state.producers
     assert partition.state.map_end_offset == end_offset
 
