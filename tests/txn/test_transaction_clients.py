@@ -1,0 +1,249 @@
+"""Transactions with real clients against a real three-node cluster (issue #11's acceptance): a confluent-kafka
+transactional producer committing and aborting across partitions of two topics; read_committed consumers
+(confluent-kafka and kafka-python) see exactly the committed records in order, read_uncommitted ones every
+record; zombie fencing; a transaction left open by a killed producer is aborted after its timeout and the
+last stable offset moves on; `flotilla transactions` and `flotilla producers` show and abort transactions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, wait_for_quorum
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRANSACTIONS = 1_000
+RECORDS_PER_TRANSACTION = 10
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("txn")), nodes=3, broker={
+        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
+    cluster.start()
+    wait_for_quorum(cluster)
+    yield cluster
+    cluster.stop()
+
+
+def producer(cluster: LocalCluster, transactional_id: str, **config):
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": transactional_id,
+                     "linger.ms": 5, **config})
+
+
+def consume_confluent(cluster: LocalCluster, topics: dict[str, int], isolation: str, expected: int,
+                      seconds: float = 60) -> dict[tuple[str, int], list[tuple[int, str]]]:
+    """(topic, partition) -> [(offset, value)] read with assign() from offset 0 until `expected` records."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"reader-{isolation}",
+                        "isolation.level": isolation, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(t, p, 0) for t, n in topics.items() for p in range(n)])
+    got: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    count, deadline = 0, time.monotonic() + seconds
+    try:
+        while count < expected and time.monotonic() < deadline:
+            for message in consumer.consume(500, 0.5):
+                if message.error():
+                    continue
+                got.setdefault((message.topic(), message.partition()), []).append(
+                    (message.offset(), message.value().decode()))
+                count += 1
+        # A little longer: nothing beyond what is expected may arrive.
+        for message in consumer.consume(500, 1.0):
+            if not message.error():
+                got.setdefault((message.topic(), message.partition()), []).append(
+                    (message.offset(), message.value().decode()))
+    finally:
+        consumer.close()
+    return got
+
+
+def test_commits_and_aborts_across_two_topics_are_seen_exactly_by_read_committed(cluster):
+    create_topic(cluster, "txn-a", 2, 3)
+    create_topic(cluster, "txn-b", 1, 3)
+    targets = [("txn-a", 0), ("txn-a", 1), ("txn-b", 0)]
+    p = producer(cluster, "acceptance-1")
+    p.init_transactions(30)
+    committed: dict[tuple[str, int], list[str]] = {}
+    started = time.monotonic()
+    for t in range(TRANSACTIONS):
+        p.begin_transaction()
+        values = []
+        for r in range(RECORDS_PER_TRANSACTION):
+            topic, partition = targets[r % len(targets)]
+            value = f"t{t}-r{r}"
+            p.produce(topic, value=value.encode(), partition=partition)
+            values.append(((topic, partition), value))
+        if t % 5 == 4:
+            p.flush(30)  # the records reach the log before the abort (else librdkafka purges them unsent)
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+            for key, value in values:
+                committed.setdefault(key, []).append(value)
+    elapsed = time.monotonic() - started
+    print(f"\n{TRANSACTIONS} transactions of {RECORDS_PER_TRANSACTION} records in {elapsed:.1f} s "
+          f"({TRANSACTIONS / elapsed:.0f} transactions/s)")
+    total_committed = sum(len(v) for v in committed.values())
+    assert total_committed == TRANSACTIONS * RECORDS_PER_TRANSACTION * 4 // 5
+
+    read = consume_confluent(cluster, {"txn-a": 2, "txn-b": 1}, "read_committed", total_committed)
+    assert {key: [v for _, v in rows] for key, rows in read.items()} == committed  # exactly, in order
+
+    everything = consume_confluent(cluster, {"txn-a": 2, "txn-b": 1}, "read_uncommitted",
+                                   TRANSACTIONS * RECORDS_PER_TRANSACTION)
+    assert sum(len(rows) for rows in everything.values()) == TRANSACTIONS * RECORDS_PER_TRANSACTION
+    for rows in everything.values():
+        offsets = [offset for offset, _ in rows]
+        gaps = [b - a for a, b in zip(offsets, offsets[1:]) if b - a != 1]
+        assert gaps and set(gaps) == {2}  # each marker takes one offset, which consumers skip
+
+    # kafka-python's read_committed consumer sees the same committed records.
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, isolation_level="read_committed",
+                             enable_auto_commit=False, consumer_timeout_ms=3_000)
+    partitions = [TopicPartition(t, p) for t, p in targets]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
+    seen: dict[tuple[str, int], list[str]] = {}
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in seen.values()) < total_committed and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=500).items():
+            seen.setdefault((tp.topic, tp.partition), []).extend(r.value.decode() for r in records)
+    consumer.close()
+    assert seen == committed
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(cluster):
+    from confluent_kafka import KafkaException
+
+    create_topic(cluster, "txn-fence", 1, 3)
+    first = producer(cluster, "zombie")
+    first.init_transactions(30)
+    first.begin_transaction()
+    first.produce("txn-fence", value=b"zombie-1", partition=0)
+    first.flush(30)
+    second = producer(cluster, "zombie")
+    second.init_transactions(30)  # aborts the first one's open transaction and bumps the epoch
+    second.begin_transaction()
+    second.produce("txn-fence", value=b"new-1", partition=0)
+    second.commit_transaction(30)
+    with pytest.raises(KafkaException) as fenced:
+        first.produce("txn-fence", value=b"zombie-2", partition=0)
+        first.commit_transaction(30)
+    error = fenced.value.args[0]
+    assert error.fatal() and error.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), error
+    read = consume_confluent(cluster, {"txn-fence": 1}, "read_committed", 1, seconds=20)
+    assert [v for _, v in read[("txn-fence", 0)]] == ["new-1"]
+
+
+PRODUCE_AND_DIE = """
+import sys, os, signal
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": sys.argv[2], "transaction.timeout.ms": 4000})
+p.init_transactions(30)
+p.begin_transaction()
+for i in range(5):
+    p.produce(sys.argv[3], value=b"open-%d" % i, partition=0)
+p.flush(30)
+print("produced", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeout(cluster):
+    create_topic(cluster, "txn-timeout", 1, 3)
+    died = subprocess.run([sys.executable, "-c", PRODUCE_AND_DIE, cluster.bootstrap_servers, "doomed", "txn-timeout"],
+                          capture_output=True, text=True, timeout=60)
+    assert "produced" in died.stdout, died.stderr
+    # While it is open, the LSO holds read_committed consumers below its records; committed data after it
+    # becomes visible once the coordinator aborts it (4 s timeout).
+    after = producer(cluster, "after-the-dead")
+    after.init_transactions(30)
+    after.begin_transaction()
+    after.produce("txn-timeout", value=b"committed-after", partition=0)
+    after.commit_transaction(30)
+    started = time.monotonic()
+    read = consume_confluent(cluster, {"txn-timeout": 1}, "read_committed", 1, seconds=40)
+    waited = time.monotonic() - started
+    assert [v for _, v in read.get(("txn-timeout", 0), [])] == ["committed-after"]
+    print(f"\nthe open transaction was aborted and the record after it read in {waited:.1f} s")
+    described = json.loads(cli("transactions", "describe", "doomed", "-b", cluster.bootstrap_servers, "--json").stdout)
+    assert described["state"] in ("CompleteAbort", "PrepareAbort") and described["producer_epoch"] >= 1
+
+
+def test_flotilla_transactions_list_describe_and_producers_describe(cluster):
+    create_topic(cluster, "txn-cli", 1, 3)
+    p = producer(cluster, "cli-shown", **{"transaction.timeout.ms": 60_000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("txn-cli", value=b"x", partition=0)
+    p.flush(30)
+    bootstrap = ("-b", cluster.bootstrap_servers)
+
+    def ongoing():
+        listed = json.loads(cli("transactions", "list", *bootstrap, "--json").stdout)
+        return [t for t in listed if t["transactional_id"] == "cli-shown" and t["state"] == "Ongoing"]
+
+    [row] = eventually(ongoing, 20)
+    described = json.loads(cli("transactions", "describe", "cli-shown", *bootstrap, "--json").stdout)
+    assert described["partitions"] == ["txn-cli-0"] and described["state"] == "Ongoing"
+    producers = json.loads(cli("producers", "describe", "txn-cli", "0", *bootstrap, "--json").stdout)
+    assert [(q["producer_id"], q["current_txn_start_offset"]) for q in producers] == [(row["producer_id"], 0)]
+    table = cli("transactions", "list", *bootstrap).stdout
+    assert "TRANSACTIONAL-ID" in table and "cli-shown" in table
+    p.commit_transaction(30)
+    assert eventually(lambda: json.loads(cli("transactions", "describe", "cli-shown", *bootstrap, "--json").stdout)
+                      ["state"] == "CompleteCommit", 20)
+    missing = cli("transactions", "describe", "no-such-id", *bootstrap)
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr.upper().replace(" ", "_")
+
+
+def test_find_hanging_and_abort_a_planted_hanging_transaction(cluster):
+    """A transactional batch from a producer id no coordinator knows (as a lost coordinator leaves behind):
+    the LSO is stuck until `flotilla transactions abort` writes its ABORT marker."""
+    import trio
+
+    from net.client.aio import KafkaClient
+    from partitions.records import build_batch
+    from partitions.records import Record
+
+    create_topic(cluster, "txn-hang", 1, 3)
+    planted_producer_id = 987_654_321
+
+    async def plant() -> int:
+        async with KafkaClient(cluster.bootstrap_servers, "planter") as client:
+            batch = build_batch([Record(0, int(time.time() * 1000) - 120_000, b"k", b"hanging")],
+                                producer_id=planted_producer_id, producer_epoch=0, base_sequence=0,
+                                is_transactional=True)
+            return await client.produce("txn-hang", 0, batch)
+
+    assert trio.run(plant) == 0
+    after = producer(cluster, "after-hang")
+    after.init_transactions(30)
+    after.begin_transaction()
+    after.produce("txn-hang", value=b"visible-after-abort", partition=0)
+    after.commit_transaction(30)
+    assert consume_confluent(cluster, {"txn-hang": 1}, "read_committed", 1, seconds=5) == {}  # stuck at the LSO
+
+    leader = json.loads(cli("topics", "describe", "txn-hang", "-b", cluster.bootstrap_servers, "--json").stdout)
+    leader_id = leader["partitions"][0]["leader"]
+    found = json.loads(cli("transactions", "find-hanging", "--broker", str(leader_id), "--max-transaction-timeout",
+                           "1", "-b", cluster.bootstrap_servers, "--json").stdout)
+    assert [(h["topic"], h["producer_id"], h["start_offset"]) for h in found] == [("txn-hang", planted_producer_id, 0)]
+    aborted = cli("transactions", "abort", "--topic", "txn-hang", "--partition", "0", "--start-offset", "0",
+                  "-b", cluster.bootstrap_servers)
+    assert aborted.returncode == 0, aborted.stderr
+    read = consume_confluent(cluster, {"txn-hang": 1}, "read_committed", 1, seconds=20)
+    assert [v for _, v in read[("txn-hang", 0)]] == ["visible-after-abort"]
