@@ -12,7 +12,7 @@ by a `CoordinatorService` (broker/coordinators.py), as groups live in `__consume
   (UNKNOWN_TOPIC_OR_PARTITION for them, OPERATION_NOT_ATTEMPTED for the others), as Kafka answers.
 - Markers (`TransactionMarkers`): on every poll, each loaded shard's `markers_due(high watermark)` lists
   the transactions whose PrepareCommit/PrepareAbort is committed; a WriteTxnMarkers request goes through the
-  outbox to the leader of each of their partitions (this broker included: one path), retried every
+  outbox to the leader of each of their partitions (appended directly when this broker leads them), retried every
   `MARKER_RETRY_MS` on a retriable error or a leader change, until every partition answered; then the shard
   is asked to write Complete*. A partition whose topic is gone counts as done. The coordinator epoch of a
   marker is the leader epoch the shard was loaded under, so a deposed coordinator's late markers are
@@ -29,7 +29,7 @@ Old clients get INVALID_PRODUCER_EPOCH where PRODUCER_FENCED did not exist yet (
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from broker.apis import Deferred
 from broker.coordinators import CoordinatorApis, CoordinatorService
@@ -89,10 +89,11 @@ class _MarkerWrite:
     """A WriteTxnMarkers request waiting for the high watermark to pass the markers it wrote."""
 
     request_id: int
-    header: RequestHeader
+    header: RequestHeader | None
     deadline_ms: int
     results: list  # [(producer_id, [(topic, [(partition, code)])])]
     waiting: dict = field(default_factory=dict)  # (topic, partition) -> last marker offset
+    on_done: Callable[[Any, int], None] | None = None  # markers of this broker's own coordinator
 
 
 class TransactionApis:
@@ -313,7 +314,16 @@ class TransactionApis:
     # --- the partition leader's side -----------------------------------------------------------------------
 
     def _write_txn_markers(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        write = _MarkerWrite(0, header, now_ms + MARKER_WRITE_TIMEOUT_MS, [])
+        write = self._append_markers(request, header, None, now_ms)
+        if not write.waiting:
+            return self._marker_response(write, ErrorCode.NONE)
+        write.request_id = self.apis.defer()
+        return Deferred(write.request_id)
+
+    def _append_markers(self, request: Any, header: RequestHeader | None, on_done, now_ms: int) -> _MarkerWrite:
+        """Append every marker of a WriteTxnMarkers request. A write with markers `waiting` for the high
+        watermark is answered by `poll`; one without is the caller's to answer at once."""
+        write = _MarkerWrite(0, header, now_ms + MARKER_WRITE_TIMEOUT_MS, [], on_done=on_done)
         for marker in request.markers:
             topics = []
             for topic in marker.topics:
@@ -331,14 +341,12 @@ class TransactionApis:
                     write.waiting[key] = max(write.waiting.get(key, -1), offset)
                 topics.append((topic.name, codes))
             write.results.append((marker.producer_id, topics))
-        if not write.waiting:
-            return self._marker_response(write, ErrorCode.NONE)
-        write.request_id = self.apis.defer()
-        self._writes.append(write)
-        return Deferred(write.request_id)
+        if write.waiting:
+            self._writes.append(write)
+        return write
 
     def _complete_marker_writes(self, now_ms: int) -> None:
-        still = []
+        still, done = [], []
         for write in self._writes:
             for key, offset in list(write.waiting.items()):
                 hosted = self.broker.hosted(*key)
@@ -349,11 +357,16 @@ class TransactionApis:
             lost = {key for key, offset in write.waiting.items() if offset is None}
             if not write.waiting or lost or now_ms >= write.deadline_ms:
                 code = ErrorCode.NOT_LEADER_OR_FOLLOWER if lost else ErrorCode.REQUEST_TIMED_OUT
-                self.apis.completed.append((write.request_id, write.header,
-                                            self._marker_response(write, code if write.waiting else ErrorCode.NONE)))
+                response = self._marker_response(write, code if write.waiting else ErrorCode.NONE)
+                if write.on_done is not None:
+                    done.append((write.on_done, response))
+                else:
+                    self.apis.completed.append((write.request_id, write.header, response))
             else:
                 still.append(write)
         self._writes = still
+        for on_done, response in done:
+            on_done(response, now_ms)
 
     @staticmethod
     def _marker_response(write: _MarkerWrite, pending_code: ErrorCode) -> Any:
@@ -444,8 +457,14 @@ class TransactionApis:
                 coordinator_epoch=progress.coordinator_epoch,
                 topics=[messages.WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
                         for t, ps in sorted(by_topic.items())])])
-            self.broker.send_to_broker(leader, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request,
-                                       self._marker_callback(progress, partitions), now_ms)
+            callback = self._marker_callback(progress, partitions)
+            if leader == self.broker.node_id:  # this broker leads them: no round trip through the network
+                write = self._append_markers(request, None, callback, now_ms)
+                if not write.waiting:
+                    callback(self._marker_response(write, ErrorCode.NONE), now_ms)
+            else:
+                self.broker.send_to_broker(leader, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request,
+                                           callback, now_ms)
 
     def _marker_callback(self, progress: _MarkerProgress, partitions: list[tuple[str, int]]):
         def on_response(response: Any, now_ms: int) -> None:
