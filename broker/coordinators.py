@@ -76,6 +76,9 @@ class CoordinatorPartitionsPort:
         if hosted.replica.leader_epoch != leader_epoch:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{partition}: leader epoch {hosted.replica.leader_epoch}, the shard's is {leader_epoch}")
+        if transactional is not None:
+            # A fenced producer's late TxnOffsetCommit must not open a transaction its marker already closed.
+            hosted.producer_state.check_transactional_epoch(transactional.producer_id, transactional.producer_epoch)
         result = hosted.replica.append_records(bytearray(coordinator_batch(records, transactional, now_ms)), -1, now_ms)
         if result.append_info is not None:
             hosted.producer_state.update(result.append_info.batch_headers)

@@ -177,6 +177,7 @@ class BrokerCore:
         # Test-only planted bugs for the simulator's checkers (see partitions/replica.py); never configured.
         self.bug_hw_from_leader_leo = False
         self.bug_truncate_to_own_hw = False
+        self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
 
     # ------------------------------------------------------------------ metadata
 
@@ -256,6 +257,7 @@ class BrokerCore:
         producer_state = ProducerStateManager(self.storage, directory,
                                               segment_bases=lambda: [segment.base_offset for segment in log.segments])
         producer_state.rebuild(log, now_ms)
+        producer_state.bug_lso_ignores_open_transactions = self.bug_lso_ignores_open_transactions
         replica.set_last_stable_offset_hook(producer_state.last_stable_offset)
         hosted = HostedPartition(local.topic_id, replica, log, log_config, producer_state)
         self.partitions[key] = hosted

@@ -25,7 +25,8 @@ offset (`_Context.next_offset`); its own writes, the load and others' markers al
 
 A failed append answers the request (and the parked requests the result would have released) with
 Kafka's mapping of append errors to coordinator errors, and reloads the shard, because `handle` may have
-moved volatile state ahead of the log. Held answers survive a reload: their records are in the log.
+moved volatile state ahead of the log (a shard whose `handle` never changes state says so with
+`handle_changes_state = False` and is kept as it is). Held answers survive a reload: their records are in the log.
 
 Invariants: answers leave in offset order per shard; `next_offset` only grows within one load; a shard's
 last written offset is below the log end offset; at most `held_answers_max` answers are held per shard
@@ -63,6 +64,7 @@ APPEND_ERROR_TO_COORDINATOR_ERROR = {
     ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
     ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.INVALID_PRODUCER_EPOCH: ErrorCode.INVALID_PRODUCER_EPOCH,  # a fenced transactional write
 }
 
 
@@ -257,6 +259,8 @@ class CoordinatorRuntime:
         if request_id is not None:
             self._answers.append((request_id, code))
         self._answers.extend((parked_id, code) for parked_id, _ in result.completions)
+        if not getattr(context.shard, "handle_changes_state", True):
+            return  # a shard whose `handle` changes nothing (transactions) has nothing to roll back
         # Volatile state may be ahead of the log: rebuild the shard from the log, keeping what is held.
         old = context.shard
         self._answers.extend((parked_id, ErrorCode.NOT_COORDINATOR) for parked_id in old.parked_request_ids()

@@ -342,10 +342,13 @@ class NodeProcess:
         status = self._guard(self.raft.status)
         if status.is_leader:
             checkers.observe_raft_leader(self.node_id, status.term)
+        observe_stable = getattr(checkers, "observe_last_stable_offset", None)
         for key in sorted(self.broker.partitions):
             replica = self.broker.partitions[key].replica
             checkers.observe_replica(self.node_id, self.incarnation, key, replica.high_watermark,
                                      replica.is_leader, replica.leader_epoch)
+            if observe_stable is not None and replica.is_leader:
+                observe_stable(self.node_id, self.incarnation, key, replica.leader_epoch, replica.last_stable_offset)
         for raft_index, records in self.state.metadata_log[-64:]:
             if raft_index > self._seen_metadata_index:
                 self._seen_metadata_index = raft_index

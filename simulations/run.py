@@ -29,6 +29,7 @@ WORKLOADS: dict[str, str] = {
     "raft": "simulations.raft_sim",
     "cluster": "simulations.cluster_sim",
     "groups": "simulations.groups_sim",
+    "transactions": "simulations.txn_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

@@ -165,6 +165,8 @@ class TransactionConfig:
 class TransactionCoordinatorShard:
     """The transactions of one `__transaction_state` partition (see the module docstring)."""
 
+    handle_changes_state = False  # `handle` is a pure function of the replayed state: a failed write needs no reload
+
     def __init__(self, partition: int, config: TransactionConfig | None = None) -> None:
         self.partition = partition
         self.config = config or TransactionConfig()

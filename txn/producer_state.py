@@ -232,6 +232,8 @@ class ProducerStateManager:
         # Decided transactions whose marker the high watermark has not passed yet (Kafka's unreplicatedTxns).
         self.unreplicated: deque[CompletedTxn] = deque()
         self.aborted_index = AbortedTxnIndex(storage, directory, segment_bases or (lambda: [0]))
+        # Test-only planted bug for the transactions simulation: the LSO ignores open transactions.
+        self.bug_lso_ignores_open_transactions = False
 
     # ---- reading state
 
@@ -253,6 +255,8 @@ class ProducerStateManager:
         is below it stop holding it back."""
         while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
             self.unreplicated.popleft()
+        if self.bug_lso_ignores_open_transactions:
+            return high_watermark
         first = self.first_unstable_offset()
         return high_watermark if first is None else min(first, high_watermark)
 
@@ -269,6 +273,15 @@ class ProducerStateManager:
         if producer_epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
                 f"marker of producer {producer_id} epoch {producer_epoch} is older than {entry.producer_epoch}")
+
+    def check_transactional_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """A coordinator's transactional write (TxnOffsetCommit) carries the producer's epoch: an epoch older
+        than the partition knows (a marker bumped it when the transaction was fenced) is refused with
+        INVALID_PRODUCER_EPOCH, as Kafka's ProducerAppendInfo does for every origin."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {producer_epoch} is older than the current {entry.producer_epoch}")
 
     def snapshot(self) -> ProducerStateSnapshot:
         return ProducerStateSnapshot(self.map_end_offset, tuple(self.producers[key] for key in sorted(self.producers)))

@@ -1,0 +1,242 @@
+"""The transactions workload: the whole-cluster simulation plus exactly-once pipelines under faults.
+
+Theory of operation. Everything of the cluster workload (simulations/cluster_sim.py: three real nodes,
+producers writing the input topic `sim`, a reader, every node and network fault) runs as it does there; on
+top, two consume-transform-produce pipelines (simulations/txn_clients.py) read the input partitions they own,
+write each record to `out-a` and `out-b` (the same partition number) and commit their input offsets in the
+same transaction through the real transaction coordinator (`__transaction_state`) and group coordinator
+(`__consumer_offsets`), whose shards live on those same nodes, so coordinator failover, partition leader
+failover, truncation and power loss all happen to them. A read_committed reader reads the outputs. The
+pipelines have faults of their own (`TXN_FAULT_RATES`, per 100 ms of the fault phase): crash mid-transaction
+(restarted later; its open transaction is aborted by the next InitProducerId or its timeout) and pause (a
+stalled process; a pause longer than the transaction timeout gets it fenced).
+
+Checkers: the cluster's, plus simulations/txn_checkers.py. Liveness also waits until the pipelines are idle
+(everything they own consumed and committed), the outputs converged, and the reader has read every output
+partition to its end (so the last stable offset reached the log end: no transaction left open).
+
+Planted bugs (`--bugs`): "lso_ignores_open_txn" (the last stable offset is the high watermark, open
+transactions or not) and "markers_before_prepare_committed" (the coordinator writes markers as soon as the
+PrepareCommit/PrepareAbort record is written, before the high watermark passes it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.keys import partition_for_key
+from partitions.batch import iter_batches
+from partitions.records import decode_batch, parse_control_record, COMMIT
+from simulations import cluster_sim
+from simulations.cluster_sim import CLIENT_ID_BASE, MIN_INSYNC_REPLICAS, PARTITIONS, REPLICATION_FACTOR, TOPIC, \
+    ClusterSimulation
+from simulations.kafka_clients import TopicCreator
+from simulations.loop import US_PER_MS
+from simulations.run import RunConfig, RunResult
+from simulations.txn_checkers import TxnCheckers
+from simulations.txn_clients import OUTPUT_TOPICS, SimTxnPipeline, SimTxnReader
+
+GROUP = "txn-group"
+INTERNAL_PARTITIONS = 3
+PIPELINES = (("pipe-0", [0, 2]), ("pipe-1", [1]))
+TXN_FAULT_STEP_MS = 100
+TXN_FAULT_RATES = {"crash": 0.003, "pause": 0.004}
+PIPELINE_DOWN_MS_MIN, PIPELINE_DOWN_MS_MAX = 500, 6_000
+TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
+            "markers_before_prepare_committed": "bug_markers_before_prepare_committed"}
+FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
+
+
+class TransactionsSimulation(ClusterSimulation):
+    """The cluster simulation with exactly-once pipelines (see the module docstring)."""
+
+    checkers_class = TxnCheckers
+    extra_bugs = TXN_BUGS
+    broker_settings_extra = {
+        "offsets_topic_num_partitions": INTERNAL_PARTITIONS,
+        "transaction_state_log_num_partitions": INTERNAL_PARTITIONS,
+    }
+
+    def configure_node(self, state: Any) -> None:
+        if "lso_ignores_open_txn" in self.workload_bugs:
+            state.broker.bug_lso_ignores_open_transactions = True
+        if "markers_before_prepare_committed" in self.workload_bugs:
+            service = state.coordinators.services[1]
+            make_shard = service.runtime.shard_factory
+
+            def buggy_shard(partition: int) -> Any:
+                shard = make_shard(partition)
+                shard.bug_markers_before_prepare_committed = True
+                return shard
+
+            service.runtime.shard_factory = buggy_shard
+
+    def _build_clients(self) -> None:
+        super()._build_clients()
+        configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, len(self.node_ids))), "flush.messages": "1"}
+        replication_factor = min(REPLICATION_FACTOR, len(self.node_ids))
+        self.output_admins = [TopicCreator(self, CLIENT_ID_BASE + 30 + i, topic, PARTITIONS, replication_factor, configs)
+                              for i, topic in enumerate(OUTPUT_TOPICS)]
+        self.pipelines = [SimTxnPipeline(self, CLIENT_ID_BASE + 40 + i, name, name, GROUP, TOPIC, PARTITIONS, owned,
+                                         self.checkers) for i, (name, owned) in enumerate(PIPELINES)]
+        self.txn_reader = SimTxnReader(self, CLIENT_ID_BASE + 49, "txn-reader", OUTPUT_TOPICS, PARTITIONS,
+                                       self.checkers.observe_output_record)
+        self.clients = [*self.clients, *self.output_admins, *self.pipelines, self.txn_reader]
+        self._txn_rng = self.loop.derive_rng("txn-faults")
+        self._pipelines_down: set[int] = set()
+
+    def _start_clients(self) -> None:
+        super()._start_clients()
+        for client in (*self.output_admins, self.txn_reader):
+            client.start()
+        self.loop.call_later(1_000 * US_PER_MS, self._start_pipelines)
+        if self._faults_on:
+            self.loop.call_later(TXN_FAULT_STEP_MS * US_PER_MS, self._txn_fault_step)
+
+    def _start_pipelines(self) -> None:
+        if not all(admin.created for admin in self.output_admins):
+            self.loop.call_later(200 * US_PER_MS, self._start_pipelines)
+            return
+        for pipeline in self.pipelines:
+            if not pipeline.running or pipeline.state == "find_txn":
+                pipeline.start()
+
+    # --- the pipelines' faults -------------------------------------------------------------------------------
+
+    def _txn_fault_step(self) -> None:
+        if not self._fault_phase:
+            return
+        rng = self._txn_rng
+        for kind, rate in TXN_FAULT_RATES.items():
+            if rng.random() < rate:
+                candidates = [i for i, p in enumerate(self.pipelines) if p.running and not p.paused]
+                if candidates:
+                    self._pipeline_fault(kind, rng.choice(candidates))
+        self.loop.call_later(TXN_FAULT_STEP_MS * US_PER_MS, self._txn_fault_step)
+
+    def _pipeline_fault(self, kind: str, index: int) -> None:
+        pipeline = self.pipelines[index]
+        down_us = self._txn_rng.randint(PIPELINE_DOWN_MS_MIN, PIPELINE_DOWN_MS_MAX) * US_PER_MS
+        if kind == "pause":
+            pipeline.pause()
+            self.loop.call_later(down_us, self._resume_pipeline, index)
+            return
+        pipeline.crash()
+        self._pipelines_down.add(index)
+        self.loop.call_later(down_us, self._restart_pipeline, index)
+
+    def _resume_pipeline(self, index: int) -> None:
+        if self.pipelines[index].paused:
+            self.pipelines[index].resume()
+
+    def _restart_pipeline(self, index: int) -> None:
+        if index in self._pipelines_down:
+            self._pipelines_down.discard(index)
+            self.pipelines[index].restart()
+
+    def _heal_everything(self) -> None:
+        super()._heal_everything()
+        for index, pipeline in enumerate(self.pipelines):
+            if pipeline.paused:
+                pipeline.resume()
+            if index in self._pipelines_down:
+                self._pipelines_down.discard(index)
+                pipeline.restart()
+
+    # --- convergence and final checks ------------------------------------------------------------------------
+
+    def _lagging(self) -> str | None:
+        lagging = super()._lagging()
+        if lagging is not None:
+            return lagging
+        for pipeline in self.pipelines:
+            if not pipeline.running or not pipeline.idle():
+                return f"pipeline {pipeline.name} in state {pipeline.state}, committed {pipeline.committed}, " \
+                       f"input end {pipeline.input_end}"
+        ends = {}
+        for topic in OUTPUT_TOPICS:
+            for partition in range(PARTITIONS):
+                key = (topic, partition)
+                replicas = {n: p.broker.partitions.get(key) for n, p in sorted(self.processes.items())}
+                leaders = [n for n, h in replicas.items() if h is not None and h.replica.is_leader]
+                if len(leaders) != 1:
+                    return f"{topic}-{partition} has leaders {leaders}"
+                leader = replicas[leaders[0]].replica
+                for node_id in leader.replicas:
+                    hosted = replicas.get(node_id)
+                    if hosted is None or hosted.log.log_end_offset != leader.log_end_offset \
+                            or hosted.replica.high_watermark != leader.log_end_offset:
+                        return f"{topic}-{partition} replica {node_id} not caught up"
+                ends[key] = leader.log_end_offset
+        return self.txn_reader.caught_up(ends)
+
+    def _final_checks(self) -> None:
+        super()._final_checks()
+        self.checkers.check_final_transactions(self._committed_view(), self._committed_inputs(), OUTPUT_TOPICS)
+
+    def _leader_hosted(self, key: tuple[str, int]) -> Any:
+        for process in self.processes.values():
+            hosted = process.broker.partitions.get(key)
+            if hosted is not None and hosted.replica.is_leader:
+                return hosted
+        return None
+
+    def _committed_view(self) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+        """The committed records of each output partition, from its leader's log: an independent oracle of
+        read_committed (data of a producer held until its COMMIT marker, dropped at its ABORT marker)."""
+        view = {}
+        for topic in OUTPUT_TOPICS:
+            for partition in range(PARTITIONS):
+                hosted = self._leader_hosted((topic, partition))
+                committed: list[tuple[int, bytes]] = []
+                open_txns: dict[int, list[tuple[int, bytes]]] = {}
+                offset = hosted.log.log_start_offset if hosted is not None else 0
+                end = hosted.log.log_end_offset if hosted is not None else 0
+                while offset < end:
+                    records = hosted.log.read(offset, FINAL_READ_BYTES_MAX).records
+                    if not records:
+                        break
+                    for position, header in iter_batches(records):
+                        if header.last_offset < offset:
+                            continue
+                        batch = decode_batch(records[position:position + header.size])
+                        if header.is_control:
+                            kind, _ = parse_control_record(batch.records[0])
+                            done = open_txns.pop(header.producer_id, [])
+                            if kind == COMMIT:
+                                committed += done
+                        elif header.is_transactional:
+                            open_txns.setdefault(header.producer_id, []).extend(
+                                (r.offset, bytes(r.value or b"")) for r in batch.records)
+                        else:
+                            committed += [(r.offset, bytes(r.value or b"")) for r in batch.records]
+                        offset = header.last_offset + 1
+                view[(topic, partition)] = sorted(committed)
+        return view
+
+    def _committed_inputs(self) -> dict[int, int]:
+        """The group's committed input offsets, read from the shard that coordinates it now."""
+        shard_partition = partition_for_key(GROUP, INTERNAL_PARTITIONS)
+        for process in self.processes.values():
+            shard = process.state.coordinators.services[0].runtime.shard(shard_partition)
+            if shard is not None:
+                offsets = shard.offsets.committed.get(GROUP, {})
+                found = {partition: value.offset for (topic, partition), value in offsets.items() if topic == TOPIC}
+                return {p: found.get(p, 0) for p in range(PARTITIONS)}
+        return {p: 0 for p in range(PARTITIONS)}
+
+    def _result(self) -> RunResult:
+        result = super()._result()
+        result.stats.update({
+            "txn_committed": sum(p.committed_txns for p in self.pipelines),
+            "txn_aborted": sum(p.aborted_txns for p in self.pipelines),
+            "txn_fenced": len(self.checkers.fenced_keys),
+            "txn_reader_records": self.txn_reader.records,
+            "producer_inits": self.checkers.inits,
+        })
+        return result
+
+
+def run(config: RunConfig) -> RunResult:
+    """One transactions simulation of `config` (see the module docstring). Raises ValueError for an unknown bug."""
+    return cluster_sim.run(config, simulation_class=TransactionsSimulation)
