@@ -65,14 +65,15 @@ def topic_partitions(client: SyncKafkaClient, topics: list[str] | None) -> dict[
     return found
 
 
-def list_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]], timestamp: int) -> dict[str, dict[int, int]]:
+def list_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]], timestamp: int,
+                 isolation_level: int = 0) -> dict[str, dict[int, int]]:
     """topic -> partition -> offset for `timestamp` (EARLIEST_TIMESTAMP: log start offset, LATEST_TIMESTAMP:
-    high watermark, else the first offset with a timestamp >= it, -1 when none). Raises the partitions' typed
-    errors, NetworkError."""
+    high watermark, or the last stable offset with isolation_level 1, else the first offset with a timestamp
+    >= it, -1 when none). Raises the partitions' typed errors, NetworkError."""
     offsets: dict[str, dict[int, int]] = {}
     for topic, ids in sorted(partitions.items()):
         if ids:
-            answers = client.list_offsets(topic, ids, timestamp)
+            answers = client.list_offsets(topic, ids, timestamp, isolation_level=isolation_level)
             offsets[topic] = {partition: answer.offset for partition, answer in answers.items()}
     return offsets
 
@@ -81,8 +82,9 @@ def earliest_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]]) 
     return list_offsets(client, partitions, EARLIEST_TIMESTAMP)
 
 
-def latest_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]]) -> dict[str, dict[int, int]]:
-    return list_offsets(client, partitions, LATEST_TIMESTAMP)
+def latest_offsets(client: SyncKafkaClient, partitions: dict[str, list[int]],
+                   isolation_level: int = 0) -> dict[str, dict[int, int]]:
+    return list_offsets(client, partitions, LATEST_TIMESTAMP, isolation_level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +95,14 @@ class RawFetch:
     high_watermark: int
     log_start_offset: int
     error: KafkaError | None  # OFFSET_OUT_OF_RANGE and other errors new metadata cannot fix
+    aborted: tuple[tuple[int, int], ...] = ()  # read_committed: (first_offset, producer_id), sorted
 
 
-def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, bytes_max: int) -> RawFetch:
-    """Fetch `topic`-`partition` from `offset` (read_uncommitted), routed to the leader, retried over leader
-    changes. Raises NetworkError, the partition's error once FETCH_ATTEMPTS_MAX attempts fail."""
+def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, bytes_max: int,
+              isolation_level: int = 0) -> RawFetch:
+    """Fetch `topic`-`partition` from `offset` (read_uncommitted, or read_committed with isolation_level 1:
+    up to the last stable offset, with the aborted transactions of the range), routed to the leader, retried
+    over leader changes. Raises NetworkError, the partition's error once FETCH_ATTEMPTS_MAX attempts fail."""
     request_class = messages.FetchRequest
     for attempt in range(FETCH_ATTEMPTS_MAX):
         leader = client.leader_for(topic, partition)
@@ -105,7 +110,7 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
             partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=offset,
             log_start_offset=-1, partition_max_bytes=bytes_max)
         request = request_class(
-            replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=bytes_max, isolation_level=0,
+            replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=bytes_max, isolation_level=isolation_level,
             session_id=0, session_epoch=-1, topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])])
         response = client.send(leader.leader, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
         code = response.error_code
@@ -113,7 +118,8 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
         if data is not None:
             code = data.error_code
         if code == ErrorCode.NONE:
-            return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None)
+            aborted = tuple(sorted((a.first_offset, a.producer_id) for a in (data.aborted_transactions or ())))
+            return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, aborted)
         context = f"fetch {topic}-{partition} at offset {offset}"
         if code not in LEADER_CHANGE_CODES:
             return RawFetch(b"", -1, -1, error_from_code(code, context))

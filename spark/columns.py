@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from partitions.batch import HEADER_SIZE, iter_batches, validate_batch
 from partitions.compression import decompress
 from partitions.errors import CorruptRecordError, InvalidRecordError
-from partitions.records import VARINT_BYTES_MAX, VARLONG_BYTES_MAX, read_varint
+from partitions.records import ABORT, VARINT_BYTES_MAX, VARLONG_BYTES_MAX, decode_batch, parse_control_record, read_varint
 
 try:  # numpy decodes every field but the record lengths in bulk (spark/vectorized.py); optional
     import numpy as np
@@ -82,17 +82,30 @@ class ColumnBuilder:
         """Bytes of keys and values accumulated so far (to bound the size of one Arrow batch)."""
         return self.keys.total + self.values.total
 
-    def add_fetched(self, records_field: bytes | memoryview) -> int:
+    def add_fetched(self, records_field: bytes | memoryview, aborted: tuple[tuple[int, int], ...] = ()) -> int:
         """Add every whole batch of a fetched records field; returns the offset after the last whole batch
-        (the next fetch offset). Raises CorruptRecordError (CRC, framing), InvalidRecordError,
-        UnsupportedCompressionTypeError, RecordTooLargeError."""
+        (the next fetch offset). `aborted` ((first_offset, producer_id), sorted: a read_committed fetch's
+        aborted transactions) drops those transactions' batches up to their ABORT marker, as Kafka's consumer
+        does. Raises CorruptRecordError (CRC, framing), InvalidRecordError, UnsupportedCompressionTypeError,
+        RecordTooLargeError."""
         view = memoryview(records_field)
+        aborting: set[int] = set()
+        next_aborted = 0
         for position, header in iter_batches(view):
+            while next_aborted < len(aborted) and aborted[next_aborted][0] <= header.last_offset:
+                aborting.add(aborted[next_aborted][1])
+                next_aborted += 1
             if header.next_offset <= self.next_offset or header.base_offset >= self.end_offset:
                 continue  # a batch before the fetch offset (brokers answer from the batch start) or past the end
             validate_batch(view[position: position + header.size])
             self.next_offset = header.next_offset
-            if header.is_control or header.records_count == 0:
+            if header.is_control:
+                if header.producer_id in aborting and header.records_count > 0:
+                    records = decode_batch(view[position: position + header.size]).records
+                    if records and parse_control_record(records[0])[0] == ABORT:
+                        aborting.discard(header.producer_id)
+                continue
+            if header.records_count == 0 or (header.is_transactional and header.producer_id in aborting):
                 continue
             section = view[position + HEADER_SIZE: position + header.size]
             if header.compression:

@@ -43,6 +43,7 @@ class SourceOptions:
     fetch_bytes_max: int = FETCH_BYTES_MAX_DEFAULT
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
     request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT
+    isolation_level: int = 0  # 1: read_committed (up to the last stable offset, aborted records dropped)
 
     def matches(self, topic: str) -> bool:
         """Whether the subscription covers `topic` (for subscribe and subscribePattern)."""
@@ -167,11 +168,9 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
     """Check and parse a reader's options (streaming or batch). Raises FlotillaOptionError naming the option."""
     lowered = _lower(options)
     isolation = lowered.get("kafka.isolation.level", "read_uncommitted").strip().lower()
-    if isolation == "read_committed":
-        raise FlotillaOptionError("option 'kafka.isolation.level' = read_committed is not supported yet (it needs "
-                                  "transactions and the last stable offset); use read_uncommitted")
-    if isolation != "read_uncommitted":
-        raise FlotillaOptionError(f"option 'kafka.isolation.level' must be read_uncommitted, not {isolation!r}")
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise FlotillaOptionError(f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, "
+                                  f"not {isolation!r}")
     starting = _offsets_option(lowered, "startingOffsets", "latest" if streaming else "earliest", (EARLIEST, LATEST))
     ending = _offsets_option(lowered, "endingOffsets", "latest", (LATEST,))
     if streaming and "endingoffsets" in lowered:
@@ -205,6 +204,7 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
         fetch_bytes_max=_positive_int(lowered, "fetch.bytes.max", FETCH_BYTES_MAX_DEFAULT),
         arrow_batch_rows_max=_positive_int(lowered, "arrow.batch.rows.max", ARROW_BATCH_ROWS_MAX_DEFAULT),
         request_timeout_ms=_positive_int(lowered, "kafka.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
+        isolation_level=1 if isolation == "read_committed" else 0,
     )
 
 

@@ -138,6 +138,7 @@ class FlotillaInputPartition(InputPartition):
     arrow_batch_rows_max: int
     request_timeout_ms: int
     start_is_earliest: bool = False  # a partition found after the query started: its log start is not loss
+    isolation_level: int = 0  # 1: read_committed
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ class _Planner:
 
     def _resolve(self, partitions: dict[str, list[int]], spec: str | dict, option: str) -> dict[str, dict[int, int]]:
         earliest = cluster.earliest_offsets(self.client, partitions)
-        latest = cluster.latest_offsets(self.client, partitions)
+        latest = cluster.latest_offsets(self.client, partitions, self.options.isolation_level)
         if spec == "earliest":
             return earliest
         if spec == "latest":
@@ -249,7 +250,8 @@ class _Planner:
         options = self.options
         return FlotillaInputPartition(topic, partition, begin, stop, options.bootstrap_servers,
                                       options.fail_on_data_loss, options.include_headers, options.fetch_bytes_max,
-                                      options.arrow_batch_rows_max, options.request_timeout_ms, is_new)
+                                      options.arrow_batch_rows_max, options.request_timeout_ms, is_new,
+                                      options.isolation_level)
 
     def data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:
@@ -329,7 +331,7 @@ class FlotillaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _available(self) -> dict[str, dict[int, int]]:
         partitions = self._planner.subscribed_partitions(strict=False)
-        return cluster.latest_offsets(self._planner.client, partitions)
+        return cluster.latest_offsets(self._planner.client, partitions, self._planner.options.isolation_level)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_offsets = offsets_from_json_dict(start)
@@ -410,7 +412,7 @@ def _read_with(fetcher: "_Fetcher", client, split: FlotillaInputPartition, schem
         if answer.error is not None:
             raise answer.error
         fetcher.prefetch(next_fetch_offset(answer.records, offset))  # the broker works while we decode
-        next_offset = builder.add_fetched(answer.records)
+        next_offset = builder.add_fetched(answer.records, answer.aborted)
         if next_offset <= offset:
             empty_fetches += 1
             if empty_fetches > EMPTY_FETCHES_MAX:
@@ -445,7 +447,8 @@ class _Fetcher:
 
     def _fetch_now(self, offset: int) -> cluster.RawFetch:
         split = self._split
-        return cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max)
+        return cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max,
+                                 split.isolation_level)
 
     def fetch(self, offset: int) -> cluster.RawFetch:
         pending, self._pending = self._pending, None

@@ -32,7 +32,7 @@ BOOTSTRAP = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
     ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
     ({"subscribe": "a", "minPartitions": "many"}, "minPartitions"),
-    ({"subscribe": "a", "kafka.isolation.level": "read_committed"}, "kafka.isolation.level"),
+    ({"subscribe": "a", "kafka.isolation.level": "serializable"}, "kafka.isolation.level"),
     ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp"),
     ({"subscribe": "a", "endingOffsets": "latest"}, "endingOffsets"),
 ])

@@ -227,7 +227,7 @@ def test_stream_picks_up_new_partitions_and_new_topics(spark_session, flotilla_c
     ({}, "exactly one of the options", False),
     ({"subscribe": "ranges", "startingOffsets": '{"ranges": {"0": 1'}, "option 'startingOffsets' is not valid JSON",
      True),
-    ({"subscribe": "ranges", "kafka.isolation.level": "read_committed"}, "read_committed is not supported", False),
+    ({"subscribe": "ranges", "kafka.isolation.level": "dirty"}, "must be read_uncommitted or read_committed", False),
 ])
 def test_invalid_options_fail_at_start_naming_the_option(spark_session, flotilla_cluster, admin, options, message,
                                                          also_stream):
@@ -280,3 +280,48 @@ def test_readme_aggregation_counts_per_key_per_minute(spark_session, flotilla_cl
         slot = (timestamp - timestamp % minute_ms, key.decode())
         expected[slot] = expected.get(slot, 0) + 1
     assert got == expected
+
+
+def test_read_committed_returns_only_committed_records_batch_and_stream(spark_session, flotilla_cluster, admin, tmp_path):
+    """kafka.isolation.level=read_committed (Spark's option): never an aborted record, never one above the last
+    stable offset, in a batch query and in a stream; read_uncommitted sees every record."""
+    from confluent_kafka import Producer
+
+    topic = "spark-txn"
+    create_topic_if_missing(admin, topic, 2)
+    producer = Producer({"bootstrap.servers": flotilla_cluster.bootstrap_servers, "transactional.id": "spark-txn"})
+    producer.init_transactions(30)
+    committed = set()
+    for t in range(6):
+        producer.begin_transaction()
+        values = [f"t{t}-{i}" for i in range(20)]
+        for i, value in enumerate(values):
+            producer.produce(topic, value=value.encode(), partition=i % 2)
+        producer.flush(30)
+        if t % 3 == 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            committed.update(values)
+    # An open transaction: its records are below the high watermark but above the last stable offset.
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=f"open-{i}".encode(), partition=i % 2)
+    producer.flush(30)
+
+    def values_of(rows) -> list[str]:
+        return [bytes(r.value).decode() for r in rows]
+
+    batch = reader(spark_session, flotilla_cluster, subscribe=topic, **{"kafka.isolation.level": "read_committed"})
+    assert sorted(values_of(batch.load().collect())) == sorted(committed)
+    everything = reader(spark_session, flotilla_cluster, subscribe=topic).load().collect()
+    assert len(everything) == 6 * 20 + 10
+
+    sink = str(tmp_path / "committed")
+    query = (stream_reader(spark_session, flotilla_cluster, subscribe=topic, startingOffsets="earliest",
+                           **{"kafka.isolation.level": "read_committed"})
+             .writeStream.format("parquet").option("path", sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert sorted(values_of(spark_session.read.parquet(sink).collect())) == sorted(committed)
+    producer.abort_transaction(30)
