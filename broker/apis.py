@@ -74,6 +74,10 @@ class KafkaApis:
         # The address of the client whose request is being handled ("/127.0.0.1", as Kafka writes it), set
         # by the runtime that knows the connection; coordinators record it as a member's client host.
         self.client_host = ""
+        # KIP-890 part 1: `verify(transactional_id, producer_id, producer_epoch, partitions, on_done, now_ms)`
+        # asks the transaction coordinator whether the partitions are in the producer's ongoing transaction;
+        # `on_done({partition: ErrorCode}, now_ms)`. Installed by broker/transactions.py; None without it.
+        self.transaction_verifier: Callable[..., None] | None = None
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}

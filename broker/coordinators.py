@@ -163,10 +163,11 @@ class _Gather:
     """A Kafka request whose answer waits for one or more shard answers."""
 
     request_id: int  # KafkaApis' id of the deferred answer
-    header: RequestHeader
+    header: RequestHeader | None
     answers: list
     remaining: int
     build: Callable[[list], Any]
+    on_done: Callable[[Any, int], None] | None = None  # an internal request: build's result goes here
 
 
 class CoordinatorApis:
@@ -190,6 +191,20 @@ class CoordinatorApis:
         """Hand each (service, partition, request) to its shard; the response is `build(answers)`, with one
         answer per item in order: the shard's answer, or the ErrorCode that stopped it (absent or loading
         shard, failed write). Returned at once when no shard took a request, else as a Deferred."""
+        gather = self._submit(header, items, build, None, now_ms)
+        return gather if not isinstance(gather, _Gather) else Deferred(gather.request_id)
+
+    def submit_internal(self, items: list[tuple[CoordinatorService, int, Any]], build: Callable[[list], Any],
+                        on_done: Callable[[Any, int], None], now_ms: int) -> None:
+        """As submit_all, for a request of the broker itself (a produce's transaction verification):
+        `on_done(build(answers), now_ms)` once every shard answered, at once when none took its request."""
+        gather = self._submit(None, items, build, on_done, now_ms)
+        if not isinstance(gather, _Gather):
+            on_done(gather, now_ms)
+
+    def _submit(self, header: RequestHeader | None, items: list[tuple[CoordinatorService, int, Any]],
+                build: Callable[[list], Any], on_done: Callable[[Any, int], None] | None, now_ms: int) -> Any:
+        """A _Gather waiting for shard answers, or build(answers) when no shard took a request."""
         answers: list = [None] * len(items)
         taken = []
         for slot, (service, partition, request) in enumerate(items):
@@ -200,10 +215,10 @@ class CoordinatorApis:
             taken.append((slot, service.key_type, service.runtime.submit(partition, request, now_ms)))
         if not taken:
             return build(answers)
-        gather = _Gather(self.apis.defer(), header, answers, len(taken), build)
+        gather = _Gather(self.apis.defer(), header, answers, len(taken), build, on_done)
         for slot, key_type, runtime_id in taken:
             self._waiting[(key_type, runtime_id)] = (gather, slot)
-        return Deferred(gather.request_id)
+        return gather
 
     def poll(self, now_ms: int) -> None:
         for key_type, service in self.services.items():
@@ -215,7 +230,10 @@ class CoordinatorApis:
                 gather.answers[slot] = answer
                 gather.remaining -= 1
                 if gather.remaining == 0:
-                    self.apis.completed.append((gather.request_id, gather.header, gather.build(gather.answers)))
+                    if gather.on_done is not None:
+                        gather.on_done(gather.build(gather.answers), now_ms)
+                    else:
+                        self.apis.completed.append((gather.request_id, gather.header, gather.build(gather.answers)))
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (s.runtime.next_deadline_ms() for s in self.services.values()) if d is not None]

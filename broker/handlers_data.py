@@ -84,13 +84,61 @@ class DataPlaneApis:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        acks = request.acks
         request_id = self.apis.defer()
+        verify = self.apis.transaction_verifier
+        unverified = self._unverified(request) if verify is not None and request.transactional_id else None
+        if unverified:
+            # KIP-890 part 1: the first transactional batch of a producer on a partition waits until the
+            # coordinator confirms the partition is in its ongoing transaction; a partition never added
+            # (a hanging transaction in the making) is refused.
+            producer_id, producer_epoch, keys = unverified
+
+            def on_verified(codes: dict, now: int) -> None:
+                refused = {key: code for key, code in codes.items() if code != ErrorCode.NONE}
+                result = self._produce_now(header, request, request_id, now, refused)
+                if result is not None and not isinstance(result, Deferred):
+                    self.apis.completed.append((request_id, header, result))
+
+            verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms)
+            return Deferred(request_id) if request.acks != 0 else None
+        return self._produce_now(header, request, request_id, now_ms, {})
+
+    def _unverified(self, request: Any) -> tuple[int, int, list[tuple[str, int]]] | None:
+        """(producer id, epoch, partitions) whose transactional batches open a transaction here, or None."""
+        keys, producer = [], None
+        for topic_data in request.topic_data:
+            for partition_data in topic_data.partition_data:
+                key = (topic_data.name, partition_data.index)
+                hosted = self.broker.hosted(*key)
+                if hosted is None or not hosted.replica.is_leader or partition_data.records is None:
+                    continue
+                try:
+                    headers = [h for _, h in iter_batches(partition_data.records) if h.is_transactional]
+                except KafkaError:
+                    continue  # refused by the append itself, with its own error
+                if not headers:
+                    continue
+                first = headers[0]
+                entry = hosted.producer_state.entry(first.producer_id)
+                if entry is None or entry.current_txn_first_offset is None or entry.producer_epoch != first.producer_epoch:
+                    keys.append(key)
+                    producer = (first.producer_id, first.producer_epoch)
+        return (*producer, keys) if keys else None
+
+    def _produce_now(self, header: RequestHeader, request: Any, request_id: int, now_ms: int,
+                     refused: dict[tuple[str, int], ErrorCode]) -> Any:
+        acks = request.acks
         responses: dict[tuple[str, int], Any] = {}
         waiting: set[tuple[str, int]] = set()
         for topic_data in request.topic_data:
             for partition_data in topic_data.partition_data:
                 key = (topic_data.name, partition_data.index)
+                if key in refused:
+                    responses[key] = messages.ProduceResponse.PartitionProduceResponse(
+                        index=key[1], error_code=refused[key], base_offset=-1, log_append_time_ms=-1,
+                        log_start_offset=-1, record_errors=[], error_message="the partition is not in the transaction"
+                        if refused[key] == ErrorCode.INVALID_TXN_STATE else None)
+                    continue
                 partition_response, required_offset = self._produce_partition(key, partition_data.records, acks, now_ms)
                 responses[key] = partition_response
                 if required_offset is not None:

@@ -108,6 +108,7 @@ class TransactionApis:
         self.group_service = group_service
         self._markers: dict[tuple, _MarkerProgress] = {}
         self._writes: list[_MarkerWrite] = []
+        apis.transaction_verifier = self.verify
 
     def api_handlers(self):
         return [
@@ -310,6 +311,62 @@ class TransactionApis:
             response_class.TransactionState(transactional_id=v.transactional_id, producer_id=v.producer_id,
                                              transaction_state=v.state.name_for_clients)
             for v in sorted(listed, key=lambda v: v.transactional_id)])
+
+    # --- KIP-890 part 1: a partition leader verifies a transaction's first produce ----------------------------
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               partitions: list[tuple[str, int]], on_done: Callable[[dict, int], None], now_ms: int) -> None:
+        """Ask the coordinator of `transactional_id` whether `partitions` are in the producer's ongoing
+        transaction (AddPartitionsToTxn v4 with VerifyOnly, locally when this broker is the coordinator).
+        `on_done({partition: code}, now_ms)`: NONE (verified), INVALID_TXN_STATE (not in the transaction),
+        INVALID_PRODUCER_EPOCH (an older epoch), or NOT_ENOUGH_REPLICAS while the coordinator cannot answer
+        (retriable for the producer, as Kafka answers)."""
+        def answer_all(code: ErrorCode) -> dict:
+            return {key: code for key in partitions}
+
+        def client_code(code: ErrorCode) -> ErrorCode:
+            if code in (ErrorCode.NONE, ErrorCode.INVALID_TXN_STATE):
+                return code
+            if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                return ErrorCode.INVALID_PRODUCER_EPOCH
+            if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
+                return ErrorCode.INVALID_TXN_STATE
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+
+        code, coordinator = self.service.coordinator_for(transactional_id)
+        if code != ErrorCode.NONE:
+            on_done(answer_all(ErrorCode.NOT_ENOUGH_REPLICAS), now_ms)
+            return
+        if coordinator == self.broker.node_id:
+            request = AddPartitions(transactional_id, producer_id, producer_epoch, tuple(sorted(partitions)),
+                                    verify_only=True)
+            self.coordinators.submit_internal(
+                [(self.service, self.service.partition_for(transactional_id), request)],
+                lambda answers: answer_all(client_code(answers[0].error if isinstance(answers[0], TxnAnswer)
+                                                       else answers[0])),
+                on_done, now_ms)
+            return
+        request_class = messages.AddPartitionsToTxnRequest
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        request = request_class(transactions=[request_class.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=True, topics=[request_class.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                                      for t, ps in by_topic.items()])])
+
+        def on_response(response: Any, now: int) -> None:
+            if isinstance(response, KafkaError):
+                on_done(answer_all(ErrorCode.NOT_ENOUGH_REPLICAS), now)
+                return
+            codes = answer_all(ErrorCode.NOT_ENOUGH_REPLICAS)
+            for result in response.results_by_transaction:
+                for topic in result.topic_results:
+                    for row in topic.results_by_partition:
+                        codes[(topic.name, row.partition_index)] = client_code(ErrorCode(row.partition_error_code))
+            on_done(codes, now)
+
+        self.broker.send_to_broker(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, 4, request, on_response, now_ms)
 
     # --- the partition leader's side -----------------------------------------------------------------------
 

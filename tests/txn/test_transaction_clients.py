@@ -247,3 +247,60 @@ def test_find_hanging_and_abort_a_planted_hanging_transaction(cluster):
     assert aborted.returncode == 0, aborted.stderr
     read = consume_confluent(cluster, {"txn-hang": 1}, "read_committed", 1, seconds=20)
     assert [v for _, v in read[("txn-hang", 0)]] == ["visible-after-abort"]
+
+
+def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(cluster):
+    """EndTxn without a transaction, a timeout above the maximum, unknown transactional ids, a transactional
+    produce to a partition never added to the transaction (KIP-890 verification), a produce with a stale
+    epoch: each its Kafka error, and the log end offset does not move."""
+    import trio
+
+    from net.client.aio import KafkaClient
+    from net.client.transactions import find_transaction_coordinator
+    from net.protocol import messages
+    from net.protocol.codec import ApiKey
+    from partitions.errors import ErrorCode
+    from partitions.records import build_batch
+
+    create_topic(cluster, "txn-bad", 1, 3)
+
+    async def scenario() -> None:
+        async with KafkaClient(cluster.bootstrap_servers, "bad-input") as client:
+            coordinator = await find_transaction_coordinator(client, "bad-input")
+
+            async def init(timeout_ms: int = 10_000):
+                return await client.send(coordinator, ApiKey.INIT_PRODUCER_ID, messages.InitProducerIdRequest(
+                    transactional_id="bad-input", transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1))
+
+            too_long = await init(timeout_ms=10_000_000)
+            assert too_long.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+            answer = await init()
+            assert answer.error_code == ErrorCode.NONE
+            pid, epoch = answer.producer_id, answer.producer_epoch
+            end_txn = await client.send(coordinator, ApiKey.END_TXN, messages.EndTxnRequest(
+                transactional_id="bad-input", producer_id=pid, producer_epoch=epoch, committed=True))
+            assert end_txn.error_code == ErrorCode.INVALID_TXN_STATE
+            other = await find_transaction_coordinator(client, "no-such-transactional-id")
+            unknown = await client.send(other, ApiKey.END_TXN, messages.EndTxnRequest(
+                transactional_id="no-such-transactional-id", producer_id=pid, producer_epoch=epoch, committed=True))
+            assert unknown.error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            leader = (await client.leader_for("txn-bad", 0)).leader
+            end_before = (await client.list_offsets("txn-bad", [0]))[0].offset
+
+            async def produce(producer_epoch: int, sequence: int):
+                batch = build_batch([(None, b"never")], producer_id=pid, producer_epoch=producer_epoch,
+                                    base_sequence=sequence, is_transactional=True)
+                request_class = messages.ProduceRequest
+                response = await client.send(leader, ApiKey.PRODUCE, request_class(
+                    transactional_id="bad-input", acks=-1, timeout_ms=10_000, topic_data=[
+                        request_class.TopicProduceData(name="txn-bad", partition_data=[
+                            request_class.PartitionProduceData(index=0, records=batch)])]))
+                return response.responses[0].partition_responses[0].error_code
+
+            assert await produce(epoch, 0) == ErrorCode.INVALID_TXN_STATE  # never added to the transaction
+            newer = await init()  # bumps the epoch
+            assert newer.producer_epoch == epoch + 1
+            assert await produce(epoch, 0) == ErrorCode.INVALID_PRODUCER_EPOCH  # the older epoch
+            assert (await client.list_offsets("txn-bad", [0]))[0].offset == end_before
+
+    trio.run(scenario)
