@@ -34,8 +34,12 @@ class OffsetStore:
 
     # --- replay -------------------------------------------------------------------------------------------
 
+    # Test-only planted bug for the transactions simulation: transactional offsets count as committed at once
+    # (before their transaction's marker), so an aborted transaction still moves the group's offsets.
+    bug_txn_offsets_visible_early: bool = False
+
     def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None, producer_id: int) -> None:
-        if producer_id >= 0:
+        if producer_id >= 0 and not self.bug_txn_offsets_visible_early:
             self.pending.setdefault(producer_id, {})[(key.group, key.topic, key.partition)] = value
             return
         self._apply(key.group, (key.topic, key.partition), value)

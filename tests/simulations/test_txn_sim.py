@@ -1,0 +1,105 @@
+"""The transactions workload: the whole-cluster simulation with exactly-once pipelines (simulations/txn_sim.py).
+
+Its checkers are shown to fail on hand-fed violations; each planted bug fails a transaction checker at a named
+seed (the first failing seed of `flotilla simulate --workload transactions --seeds 300 --duration 20
+--bugs <BUG>` under the default fault mix), replays to the same trace, and passes with the bug off."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulations.faults import DEFAULT_FAULTS
+from simulations.run import RunConfig, run_one, sweep
+from simulations.txn_checkers import TxnCheckers, parse_output
+
+TEETH_DURATION_S = 20.0
+# lso_ignores_open_txn: the reader reads an open transaction's records, which its abort then discards.
+LSO_IGNORES_OPEN_TXN_SEED = 1
+# txn_offsets_visible_early: an aborted transaction's input offsets become the group's anyway; its inputs are
+# never processed again, so their outputs are missing.
+TXN_OFFSETS_VISIBLE_EARLY_SEED = 3
+TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
+                "fenced_never_commits"}
+
+
+def _config(seed: int, duration_s: float = 20.0, faults: str = "none", bugs: frozenset[str] = frozenset()) -> RunConfig:
+    return RunConfig(seed=seed, nodes=3, duration_s=duration_s, faults=faults, workload="transactions",
+                     bugs_live=bugs)
+
+
+def _failed(result) -> dict[str, str]:
+    return {v.name: v.detail for v in result.checkers if not v.ok}
+
+
+def test_a_fault_free_run_commits_transactions_and_passes_every_checker():
+    result = run_one(_config(seed=2))
+    assert result.ok, _failed(result)
+    assert result.stats["txn_committed"] > 10 and result.stats["txn_aborted"] > 0
+    assert result.stats["txn_reader_records"] > 0
+
+
+def _value(key: str, partition: int, offset: int) -> bytes:
+    return f"{key}|{partition}:{offset}".encode()
+
+
+def test_no_aborted_read_fails_on_reading_an_aborted_transaction_or_one_not_committed_at_the_end():
+    checkers = TxnCheckers()
+    checkers.observe_txn_aborted("p|0|1")
+    checkers.observe_output_record(("out-a", 0), 5, _value("p|0|1", 0, 3), 10)
+    assert "aborted" in checkers.violations["no_aborted_read"]
+    later = TxnCheckers()
+    later.observe_output_record(("out-a", 0), 5, _value("p|0|2", 0, 3), 10)
+    later.check_final_transactions({("out-a", 0): []}, {}, ("out-a",))
+    assert "not committed at the end" in later.violations["no_aborted_read"]
+
+
+def test_reads_below_lso_and_lso_monotonic_fail_on_their_violations():
+    checkers = TxnCheckers()
+    checkers.observe_output_record(("out-a", 0), 10, _value("p|0|1", 0, 0), 10)
+    assert "at or above the last stable offset 10" in checkers.violations["reads_below_lso"]
+    checkers.observe_last_stable_offset(1, 1, ("out-a", 0), 4, 20)
+    checkers.observe_last_stable_offset(1, 2, ("out-a", 0), 4, 5)  # a restarted process: allowed
+    assert "lso_monotonic" not in checkers.violations
+    checkers.observe_last_stable_offset(1, 2, ("out-a", 0), 4, 3)
+    assert "from 5 back to 3" in checkers.violations["lso_monotonic"]
+
+
+def test_torn_exactly_once_and_fenced_checks_on_a_final_view():
+    checkers = TxnCheckers()
+    checkers.observe_txn_begin("p|0|1", 0, [0, 1], {("out-a", 0): 2, ("out-b", 0): 2})
+    checkers.observe_txn_begin("p|0|2", 0, [2], {("out-a", 0): 1, ("out-b", 0): 1})
+    checkers.observe_txn_fenced("p|0|2")
+    view = {("out-a", 0): [(0, _value("p|0|1", 0, 0)), (1, _value("p|0|1", 0, 1)), (3, _value("p|0|2", 0, 2))],
+            ("out-b", 0): [(0, _value("p|0|1", 0, 0))]}
+    checkers.check_final_transactions(view, {0: 3}, ("out-a", "out-b"))
+    assert "p|0|1" in checkers.violations["no_torn_transaction"]
+    assert "p|0|2" in checkers.violations["fenced_never_commits"]
+    assert checkers.violations["exactly_once"].startswith("out-b")  # out-a holds inputs 0-2, out-b only 0
+    assert "missing [1, 2]" in checkers.violations["exactly_once"]
+    assert parse_output(_value("pipe-0|3|7", 2, 41)) == ("pipe-0|3|7", 2, 41)
+
+
+def _assert_teeth(bug: str, seed: int) -> None:
+    buggy = _config(seed, TEETH_DURATION_S, DEFAULT_FAULTS, frozenset({bug}))
+    first = run_one(buggy)
+    failed = _failed(first)
+    assert set(failed) & TXN_CHECKERS and "no_node_error" not in failed, failed
+    assert run_one(buggy).trace_sha256 == first.trace_sha256
+    fixed = run_one(_config(seed, TEETH_DURATION_S, DEFAULT_FAULTS))
+    assert fixed.ok, _failed(fixed)
+
+
+@pytest.mark.slow
+def test_lso_ignores_open_txn_fails_a_transaction_checker_at_its_known_seed():
+    _assert_teeth("lso_ignores_open_txn", LSO_IGNORES_OPEN_TXN_SEED)
+
+
+@pytest.mark.slow
+def test_txn_offsets_visible_early_fails_a_transaction_checker_at_its_known_seed():
+    _assert_teeth("txn_offsets_visible_early", TXN_OFFSETS_VISIBLE_EARLY_SEED)
+
+
+@pytest.mark.slow
+def test_transactions_sweep_with_every_fix_in_place_finds_no_failure():
+    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)))
+    assert not summary.failed_seeds, summary.format()
