@@ -16,8 +16,10 @@ only by `replay`; every transition writes the whole metadata of its id, as Kafka
   caller must be the current producer.
 - AddPartitions (AddPartitionsToTxn, and AddOffsetsToTxn with the group's `__consumer_offsets` partition):
   Ongoing with the union of partitions; the start time is set when the transaction begins.
-- EndTransaction: Ongoing -> Prepare*; the answer leaves once the Prepare record is committed (the runtime
-  holds it until the high watermark passes). Retries of a finished transaction are answered as Kafka does.
+- EndTransaction: Ongoing -> Prepare*. The answer is parked until the transaction is Complete* (every marker
+  written), later than Kafka's answer after the Prepare record: a client's next AddPartitionsToTxn then never
+  meets CONCURRENT_TRANSACTIONS and its retry backoff (tens of ms per transaction with librdkafka). A retry
+  of a Prepare* decision parks too; retries of a finished transaction are answered as Kafka does.
 - Markers: `markers_due(high_watermark)` lists the Prepare* transactions whose Prepare record is committed;
   the broker writes their markers on every partition and then submits `CompleteTransaction`, which writes
   Complete* with the partition set cleared. A shard loaded with a Prepare* transaction lists it again, so
@@ -46,6 +48,7 @@ PRODUCER_EPOCH_MAX = (1 << 15) - 1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 TRANSACTIONAL_ID_BYTES_MAX = 32_767
+PARKED_PER_ID_MAX = 16  # EndTxn retries waiting for one transaction's markers; more get CONCURRENT_TRANSACTIONS
 
 S = TransactionState
 PREPARE_STATES = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
@@ -171,6 +174,7 @@ class TransactionCoordinatorShard:
         self.partition = partition
         self.config = config or TransactionConfig()
         self.transactions: dict[str, TransactionMetadata] = {}
+        self.parked: dict[str, list[int]] = {}  # volatile: EndTxn requests waiting for Complete*
         # Test-only planted bug for the simulator's checkers: markers are listed as soon as the Prepare record
         # is written, before the high watermark passes it (a failover can then lose the decision).
         self.bug_markers_before_prepare_committed = False
@@ -183,7 +187,7 @@ class TransactionCoordinatorShard:
         if isinstance(request, AddPartitions):
             return self._add_partitions(request, now_ms)
         if isinstance(request, EndTransaction):
-            return self._end_transaction(request, now_ms)
+            return self._end_transaction(request_id, request, now_ms)
         if isinstance(request, CompleteTransaction):
             return self._complete_transaction(request, now_ms)
         if isinstance(request, DescribeTransactions):
@@ -232,7 +236,7 @@ class TransactionCoordinatorShard:
         pass  # every deadline and marker job derives from durable state
 
     def parked_request_ids(self) -> list[int]:
-        return []
+        return [request_id for waiting in self.parked.values() for request_id in waiting]
 
     # --- read-only views for the broker ----------------------------------------------------------------
 
@@ -332,20 +336,24 @@ class TransactionCoordinatorShard:
                             last_update_ms=now_ms, start_ms=start_ms)
         return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
 
-    def _end_transaction(self, request: EndTransaction, now_ms: int) -> CoordinatorResult:
+    def _end_transaction(self, request_id: int, request: EndTransaction, now_ms: int) -> CoordinatorResult:
         metadata, error = self._check_producer(request.transactional_id, request.producer_id, request.producer_epoch)
         if metadata is None:
             return CoordinatorResult.answer(TxnAnswer(error))
         value, commit = metadata.value, request.commit
         if value.state is S.ONGOING:
             new_value = replace(value, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, last_update_ms=now_ms)
-            return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
+            self.parked.setdefault(request.transactional_id, []).append(request_id)
+            return CoordinatorResult(records=[self._record(request.transactional_id, new_value)])
         same = {S.COMPLETE_COMMIT: commit, S.COMPLETE_ABORT: not commit,
                 S.PREPARE_COMMIT: commit, S.PREPARE_ABORT: not commit}.get(value.state)
         if same is None or not same:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
         if value.state in PREPARE_STATES:
-            return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+            if len(self.parked.get(request.transactional_id, ())) >= PARKED_PER_ID_MAX:
+                return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+            self.parked.setdefault(request.transactional_id, []).append(request_id)
+            return CoordinatorResult()  # answered with the first one, when the markers are written
         return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))  # a retry of a finished EndTxn
 
     def _complete_transaction(self, request: CompleteTransaction, now_ms: int) -> CoordinatorResult:
@@ -357,7 +365,10 @@ class TransactionCoordinatorShard:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))  # already completed (a stale job)
         new_value = replace(metadata.value, state=S.COMPLETE_COMMIT if request.commit else S.COMPLETE_ABORT,
                             partitions=(), last_update_ms=now_ms)
-        return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
+        result = self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
+        result.completions = [(parked, TxnAnswer(ErrorCode.NONE))
+                              for parked in self.parked.pop(request.transactional_id, [])]
+        return result
 
     def _describe(self, transactional_id: str) -> TransactionView:
         if not transactional_id:

@@ -72,15 +72,22 @@ def test_init_add_end_commit_and_markers_wait_for_the_prepare_record_to_commit()
     assert answer == TxnAnswer(ErrorCode.NONE, 1000, 0)
     assert coordinator.call(AddPartitions("t", 1000, 0, (("out", 0), ("out", 1))), 10).error == ErrorCode.NONE
     assert coordinator.state() is S.ONGOING
-    # EndTxn: the answer and the markers both wait for the PrepareCommit record to be committed.
-    assert coordinator.call(EndTransaction("t", 1000, 0, True), 20, commit=False) is None
+    # EndTxn: the markers wait for the PrepareCommit record to be committed, the answer for Complete*.
+    end_id = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, True), 20)
+    assert coordinator.runtime.poll(20) == []
     assert coordinator.state() is S.PREPARE_COMMIT
+    retry_id = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, True), 21)  # a retry parks too
     assert coordinator.shard.markers_due(coordinator.port.high_watermark(0)) == []
     coordinator.port.commit_all()
     jobs = coordinator.shard.markers_due(coordinator.port.high_watermark(0))
     assert [(j.producer_id, j.producer_epoch, j.commit, j.partitions) for j in jobs] == \
         [(1000, 0, True, (("out", 0), ("out", 1)))]
-    assert coordinator.call(CompleteTransaction("t", 1000, 0, True), 30).error == ErrorCode.NONE
+    assert coordinator.port.high_watermark(0) > 0
+    complete_id = coordinator.runtime.submit(0, CompleteTransaction("t", 1000, 0, True), 30)
+    coordinator.port.commit_all()
+    answers = dict(coordinator.runtime.poll(30))
+    assert answers == {complete_id: TxnAnswer(ErrorCode.NONE), end_id: TxnAnswer(ErrorCode.NONE),
+                       retry_id: TxnAnswer(ErrorCode.NONE)}
     assert coordinator.state() is S.COMPLETE_COMMIT
     assert coordinator.shard.metadata("t").value.partitions == ()
     assert coordinator.shard.markers_due(10**9) == []
