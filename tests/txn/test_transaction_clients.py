@@ -304,3 +304,91 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
             assert (await client.list_offsets("txn-bad", [0]))[0].offset == end_before
 
     trio.run(scenario)
+
+
+INPUT_RECORDS = 50_000
+
+
+def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_output_leader(cluster, tmp_path):
+    """confluent-kafka consume-transform-produce with send_offsets_to_transaction: every input record appears
+    exactly once in the committed output while (a) the transaction coordinator's node, (b) the pipeline process
+    and (c) the leader of an output partition are SIGKILLed and restarted."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topic(cluster, "eos-in", 3, 3)
+    create_topic(cluster, "eos-out", 3, 3)
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(INPUT_RECORDS):
+        feeder.produce("eos-in", value=b"in-%d" % i, partition=i % 3)
+        if i % 10_000 == 0:
+            feeder.poll(0)
+    assert feeder.flush(60) == 0
+    progress_path = str(tmp_path / "progress")
+    log = open(tmp_path / "pipeline.log", "ab")
+
+    def start_pipeline() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "tests.txn.eos_pipeline_process", cluster.bootstrap_servers,
+                                 "eos-in", "eos-out", "eos-group", "eos-pipeline", progress_path],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def committed_transactions() -> int:
+        try:
+            with open(progress_path) as progress:
+                return sum(int(line) for line in progress if line.strip())
+        except FileNotFoundError:
+            return 0
+
+    def wait_progress(records: int, seconds: float = 120) -> None:
+        try:
+            eventually(lambda: committed_transactions() >= records, seconds,
+                       what=f"{records} records through the pipeline")
+        except AssertionError as stalled:
+            state = [cli(*command, "-b", cluster.bootstrap_servers, "--json").stdout for command in (
+                ("transactions", "describe", "eos-pipeline"), ("groups", "describe", "eos-group"),
+                ("producers", "describe", "eos-out", "0"))]
+            raise AssertionError(f"{stalled}; after {events}: {state}") from None
+
+    def node_of(command: str, *args: str) -> int:
+        return json.loads(cli("transactions", command, *args, "-b", cluster.bootstrap_servers, "--json").stdout)["coordinator"]
+
+    pipeline = start_pipeline()
+    events = []
+    try:
+        wait_progress(5_000)
+        coordinator = node_of("describe", "eos-pipeline")
+        cluster.kill(coordinator)
+        events.append(f"killed the coordinator node {coordinator} at {committed_transactions()}")
+        time.sleep(3)
+        cluster.start_node(coordinator)
+        wait_progress(committed_transactions() + 5_000)
+        pipeline.kill()
+        pipeline.wait(10)
+        events.append(f"killed the pipeline at {committed_transactions()}")
+        pipeline = start_pipeline()
+        wait_progress(committed_transactions() + 5_000)
+        leader = json.loads(cli("topics", "describe", "eos-out", "-b", cluster.bootstrap_servers, "--json").stdout)[
+            "partitions"][0]["leader"]
+        cluster.kill(leader)
+        events.append(f"killed node {leader}, leader of eos-out-0, at {committed_transactions()}")
+        time.sleep(3)
+        cluster.start_node(leader)
+
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "eos-check",
+                             "isolation.level": "read_committed", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("eos-out", p, 0) for p in range(3)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 240
+        while len(values) < INPUT_RECORDS and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.consume(10_000, 0.5) if not m.error()]
+        values += [m.value() for m in consumer.consume(10_000, 3.0) if not m.error()]  # nothing more may come
+        consumer.close()
+    finally:
+        pipeline.kill()
+        pipeline.wait(10)
+        for node_id in cluster.kafka_ports:
+            if not cluster.is_running(node_id):
+                cluster.start_node(node_id)
+    print("\n" + "; ".join(events) + f"; {committed_transactions()} records committed by the pipeline")
+    duplicates = len(values) - len(set(values))
+    missing = {b"in-%d" % i for i in range(INPUT_RECORDS)} - set(values)
+    assert duplicates == 0 and not missing, f"{duplicates} duplicates, {len(missing)} missing"
