@@ -128,6 +128,16 @@ def main() -> None:
     runs = [run(args.records) for _ in range(args.repeat)]
     for index, result in enumerate(runs, 1):
         print(f"run {index}: {json.dumps(result)}")
+        base, big, small = (result["idempotent_acks_all"], result["transactional_1000_per_txn"],
+                            result["transactional_10_per_txn"])
+        print(f"RESULT produce: transactional 1,000/txn {big['records_per_s']:,} records/s, 10/txn "
+              f"{small['records_per_s']:,} records/s ({small['transactions_per_s']} txn/s), idempotent acks=all "
+              f"{base['records_per_s']:,} records/s; ratios {big['ratio_to_idempotent']} and "
+              f"{small['ratio_to_idempotent']} (target >= 0.5 at 1,000/txn)")
+        print(f"RESULT commit latency (10/txn): p50 {small['commit_p50_ms']} ms, p99 {small['commit_p99_ms']} ms")
+        print(f"RESULT consume: read_committed {result['read_committed']['records_per_s']:,} records/s vs "
+              f"read_uncommitted {result['read_uncommitted']['records_per_s']:,}; ratio "
+              f"{result['read_committed']['ratio_to_read_uncommitted']} (target >= 0.9)")
     if len(runs) > 1:
         def median(path):
             values = sorted(r[path[0]][path[1]] for r in runs)
