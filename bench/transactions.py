@@ -8,7 +8,7 @@ Figures:
   commit      p50/p99 of commit_transaction() (EndTxn until the PrepareCommit record is committed, after the
               transaction's records were flushed) over the 10-record transactions.
   consume     records/s of a read_committed confluent-kafka consumer reading the transactional topic from the
-              start, vs a read_uncommitted one on the same data. Target: >= 90%.
+              start (timed from its first records), vs a read_uncommitted one on the same data. Target: >= 90%.
 
     python bench/transactions.py [--records 200000] [--repeat 1]
 """
@@ -82,10 +82,13 @@ def consume(bootstrap: str, topic: str, expected: int, isolation: str) -> dict:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{isolation}-{time.time()}",
                          "isolation.level": isolation, "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    count, started, deadline = 0, time.perf_counter(), time.monotonic() + 300
+    count, started, deadline = 0, None, time.monotonic() + 300
     while count < expected and time.monotonic() < deadline:
-        count += sum(1 for m in consumer.consume(10_000, 0.5) if not m.error())
-    elapsed = time.perf_counter() - started
+        got = sum(1 for m in consumer.consume(10_000, 0.5) if not m.error())
+        if got and started is None:
+            started = time.perf_counter()  # from the first records: connection set-up is not the rate
+        count += got
+    elapsed = time.perf_counter() - (started or time.perf_counter())
     consumer.close()
     return {"records": count, "seconds": round(elapsed, 2), "records_per_s": round(count / elapsed)}
 

@@ -239,6 +239,7 @@ class CoordinatorRuntime:
     # --- internals -----------------------------------------------------------------------------------------
 
     def _apply(self, context: _Context, request_id: int | None, result: CoordinatorResult, now_ms: int) -> None:
+        written_before = context.last_written_offset
         if result.records:
             try:
                 last = self.port.append(context.partition, context.leader_epoch, result.records,
@@ -249,10 +250,14 @@ class CoordinatorRuntime:
             assert last >= context.last_written_offset + len(result.records), (last, context.last_written_offset)
             context.last_written_offset = last
             self._replay_available(context)
+        # Held answers stay in offset order: completions released before this result's records go first.
+        completions_offset = written_before if result.completions_precede_records else context.last_written_offset
+        if result.completions_precede_records:
+            context.held.extend(_Held(parked_id, completions_offset, answer) for parked_id, answer in result.completions)
         if request_id is not None and result.response is not None:
             context.held.append(_Held(request_id, context.last_written_offset, result.response))
-        for parked_id, answer in result.completions:
-            context.held.append(_Held(parked_id, context.last_written_offset, answer))
+        if not result.completions_precede_records:
+            context.held.extend(_Held(parked_id, completions_offset, answer) for parked_id, answer in result.completions)
 
     def _append_failed(self, context: _Context, request_id: int | None, result: CoordinatorResult,
                        code: ErrorCode) -> None:

@@ -78,6 +78,9 @@ class CoordinatorResult:
     response: Any = None
     completions: list[tuple[int, Any]] = field(default_factory=list)  # (request_id, response)
     transactional: TransactionalWrite | None = None
+    # The completions report nothing this result's records add (a transaction's markers are written; its
+    # Complete record is bookkeeping): they wait only for the shard's earlier writes.
+    completions_precede_records: bool = False
 
     @staticmethod
     def answer(response: Any, records: list[CoordinatorRecord] | None = None) -> "CoordinatorResult":

@@ -368,6 +368,9 @@ class TransactionCoordinatorShard:
         result = self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
         result.completions = [(parked, TxnAnswer(ErrorCode.NONE))
                               for parked in self.parked.pop(request.transactional_id, [])]
+        # The outcome was durable with the Prepare record and every marker is written: the client need not
+        # wait for the Complete record (a new coordinator would redo the markers and complete it).
+        result.completions_precede_records = True
         return result
 
     def _describe(self, transactional_id: str) -> TransactionView:
