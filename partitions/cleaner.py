@@ -19,15 +19,21 @@ Theory of operation (Kafka's design, one pass):
    the log's recovery; no reader ever sees a half-cleaned segment because the in-memory segment list
    changes only after the swap.
 
-Simplifications (documented, safe: they retain more than Kafka would, never less): transactional and
-control batches are copied verbatim and their keys do not shadow older records (aborted-transaction
-removal needs the transaction index); an emptied batch of an idempotent producer is kept empty (producer
-state) even when Kafka could drop it.
+Transactions (the cleanable range ends at the last stable offset, so every transaction in it is decided):
+the data batches of aborted transactions (the caller's `aborted` list, from the partition's transaction
+index) are removed whole, and their keys never enter the offset map; committed transactional records are
+compacted like any other, keeping the batch's transactional flag.
+
+Simplifications (documented, safe: they retain more than Kafka would, never less): transaction markers are
+kept (Kafka removes one once its transaction has no data left and its delete horizon passed); an emptied
+batch of an idempotent or transactional producer is kept empty (producer state) even when Kafka could drop
+it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from partitions.batch import NO_PRODUCER_ID, BatchHeader, parse_header
 from partitions.index import RELATIVE_OFFSET_MAX
@@ -57,7 +63,8 @@ class CleanerStats:
     earliest_delete_horizon_ms: int | None = None  # of the tombstones kept; a pass is due then
 
 
-def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: bool) -> CleanerStats:
+def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
+                aborted: list[tuple[int, int, int]] = ()) -> CleanerStats:
     """One compaction pass over `log` (a PartitionLog). Raises CorruptRecordError (or another record
     decoding error) for a batch that cannot be decoded; the log is left unchanged then."""
     stats = CleanerStats()
@@ -76,11 +83,12 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
     if not (force or horizon_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
         stats.skipped_reason = f"dirty ratio {dirty_bytes / max(total_bytes, 1):.2f} below min.cleanable.dirty.ratio"
         return stats
-    offset_map, cleanable = _build_offset_map(cleanable, first_dirty)
+    is_aborted = _aborted_test(aborted)
+    offset_map, cleanable = _build_offset_map(cleanable, first_dirty, is_aborted)
     stats.first_dirty_offset = first_dirty
     stats.end_offset = cleanable[-1].next_offset
     for group in _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max):
-        _clean_group(log, group, offset_map, now_ms, stats)
+        _clean_group(log, group, offset_map, now_ms, stats, is_aborted)
     log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
     log.save_cleaner_checkpoint()
     log.earliest_delete_horizon_ms = stats.earliest_delete_horizon_ms
@@ -107,14 +115,29 @@ def _iter_decoded(segment: LogSegment):
         yield header, segment.read_batch(position, header)
 
 
-def _build_offset_map(cleanable: list[LogSegment], first_dirty: int) -> tuple[dict[bytes, int], list[LogSegment]]:
+def _aborted_test(aborted) -> Callable[[BatchHeader], bool]:
+    """header -> whether it is a data batch of an aborted transaction (producer id, first..marker offset)."""
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first_offset, last_offset in aborted:
+        by_producer.setdefault(producer_id, []).append((first_offset, last_offset))
+
+    def is_aborted(header: BatchHeader) -> bool:
+        if not header.is_transactional or header.is_control:
+            return False
+        return any(first <= header.base_offset <= last for first, last in by_producer.get(header.producer_id, ()))
+
+    return is_aborted
+
+
+def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, is_aborted
+                      ) -> tuple[dict[bytes, int], list[LogSegment]]:
     """key -> last offset over the dirty records; the cleanable list is cut where the map fills up."""
     offset_map: dict[bytes, int] = {}
     for slot, segment in enumerate(cleanable):
         if segment.next_offset <= first_dirty:
             continue
         for header, data in _iter_decoded(segment):
-            if header.last_offset < first_dirty or header.is_control or header.is_transactional:
+            if header.last_offset < first_dirty or header.is_control or is_aborted(header):
                 continue
             for record in decode_batch(data).records:
                 if record.key is not None and record.offset >= first_dirty:
@@ -140,7 +163,8 @@ def _groups(segments: list[LogSegment], segment_bytes: int, index_entries_max: i
     return groups
 
 
-def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now_ms: int, stats: CleanerStats) -> None:
+def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now_ms: int, stats: CleanerStats,
+                 is_aborted) -> None:
     cleaned = log.segment_object(group[0].base_offset, CLEANED_SUFFIX)
     try:
         cleaned.log.truncate(0)
@@ -149,6 +173,9 @@ def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now
             stats.segments_read += 1
             stats.bytes_read += segment.size
             for header, data in _iter_decoded(segment):
+                if is_aborted(header):
+                    stats.batches_dropped += 1  # an aborted transaction's data: never visible, removed
+                    continue
                 output = _retained_batch(header, data, offset_map, now_ms, log.config.delete_retention_ms, stats)
                 if output is not None:
                     _append_batch(cleaned, output)
@@ -169,7 +196,7 @@ def _append_batch(segment: LogSegment, batch: bytes) -> None:
 def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, int], now_ms: int,
                     delete_retention_ms: int, stats: CleanerStats) -> bytes | None:
     """The batch to write in place of `data`: itself, a re-encoded subset, or None (dropped)."""
-    if header.is_control or header.is_transactional:
+    if header.is_control:
         stats.batches_copied += 1
         return data
     records = decode_batch(data).records
@@ -202,6 +229,7 @@ def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, in
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
+        is_transactional=header.is_transactional,
         log_append_time=header.is_log_append_time,
         partition_leader_epoch=header.partition_leader_epoch,
         delete_horizon_ms=horizon_ms,

@@ -766,12 +766,14 @@ class PartitionLog:
 
     # ---- compaction
 
-    def compact(self, now_ms: int, first_uncleanable_offset: int | None = None, force: bool = False) -> CleanerStats:
+    def compact(self, now_ms: int, first_uncleanable_offset: int | None = None, force: bool = False,
+                aborted: list[tuple[int, int, int]] | None = None) -> CleanerStats:
         """Compact closed segments below `first_uncleanable_offset` (the caller passes the last stable offset
         or high watermark) when cleanup.policy has "compact" and the dirty ratio reaches
-        min.cleanable.dirty.ratio (or `force`); see partitions/cleaner.py. Returns CleanerStats."""
+        min.cleanable.dirty.ratio (or `force`); `aborted` lists the aborted transactions as (producer id,
+        first offset, marker offset), whose data is removed. See partitions/cleaner.py. Returns CleanerStats."""
         self._now(now_ms)
-        stats = compact_log(self, now_ms, first_uncleanable_offset, force)
+        stats = compact_log(self, now_ms, first_uncleanable_offset, force, aborted or [])
         self.delete_due_files(now_ms)
         return stats
 

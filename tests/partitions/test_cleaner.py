@@ -198,3 +198,39 @@ def test_cleaner_checkpoint_survives_reopen_so_a_clean_log_is_not_recleaned():
     reopened = compacted_log(storage, min_cleanable_dirty_ratio=0.5, segment_bytes=10**6)
     assert reopened.cleaner_checkpoint == 10
     assert reopened.compact(now_ms=3_000).skipped_reason == "nothing dirty to clean"
+
+
+def test_compaction_removes_aborted_transactions_and_compacts_committed_ones_keeping_markers():
+    """The cleanable range ends at the last stable offset, so every transaction in it is decided: an aborted
+    one's data goes whole (its keys never shadow older records), a committed one's records compact by key and
+    keep their transactional flag, markers stay."""
+    from partitions.log import AppendOrigin
+    from partitions.records import ABORT, COMMIT, build_control_batch
+
+    log = compacted_log(segment_bytes=10**6)
+
+    def txn(producer_id, sequence, pairs):
+        batch = build_batch(pairs, base_timestamp=1_000, producer_id=producer_id, producer_epoch=0,
+                            base_sequence=sequence, is_transactional=True)
+        return log.append_as_leader(batch, 0, 1_000).first_offset
+
+    def marker(producer_id, kind):
+        batch = build_control_batch(kind, producer_id, 0, 0, 1_000)
+        return log.append_as_leader(batch, 0, 1_000, origin=AppendOrigin.COORDINATOR).first_offset
+
+    append_pairs(log, [(b"a", b"plain-1"), (b"b", b"plain-1")])                 # 0, 1
+    aborted_first = txn(7, 0, [(b"a", b"aborted"), (b"c", b"aborted")])        # 2-3
+    aborted_marker = marker(7, ABORT)                                           # 4
+    txn(8, 0, [(b"b", b"committed-old"), (b"d", b"committed")])                 # 5-6
+    marker(8, COMMIT)                                                           # 7
+    txn(8, 2, [(b"b", b"committed-new")])                                       # 8
+    marker(8, COMMIT)                                                           # 9
+    log.roll(1_000)
+    log.compact(now_ms=2_000, aborted=[(7, aborted_first, aborted_marker)])
+    batches = list(decode_batches(read_all(log)))
+    data = [(r.offset, r.key, r.value) for b in batches if not b.header.is_control for r in b.records]
+    assert data == [(0, b"a", b"plain-1"), (6, b"d", b"committed"), (8, b"b", b"committed-new")]
+    assert [b.header.base_offset for b in batches if b.header.is_control] == [4, 7, 9]
+    assert all(b.header.is_transactional for b in batches if b.header.producer_id == 8)
+    assert not any(b.header.producer_id == 7 and not b.header.is_control for b in batches)
+    assert log.log_end_offset == 10
