@@ -415,19 +415,35 @@ class ClusterSimulation(NodeFaultsMixin):
             if producer.pending_records():
                 return f"producer {producer.name} has {producer.pending_records()} records unacknowledged"
         for partition in range(PARTITIONS):
-            key = (TOPIC, partition)
-            replicas = {n: p.broker.partitions.get(key) for n, p in sorted(self.processes.items())}
-            leaders = [n for n, h in replicas.items() if h is not None and h.replica.is_leader]
-            if len(leaders) != 1:
-                return f"{TOPIC}-{partition} has leaders {leaders}"
-            leader = replicas[leaders[0]].replica
-            for node_id in leader.replicas:
-                hosted = replicas.get(node_id)
-                if hosted is None or hosted.log.log_end_offset != leader.log_end_offset \
-                        or hosted.replica.high_watermark != leader.log_end_offset:
-                    return f"{TOPIC}-{partition} replica {node_id} not caught up with leader {leaders[0]}"
-            if self.consumer.position(partition) < leader.high_watermark:
-                return f"{TOPIC}-{partition} consumer at {self.consumer.position(partition)} < {leader.high_watermark}"
+            lagging = self._replicas_lagging(TOPIC, partition)
+            if lagging is not None:
+                return lagging
+            high_watermark = self._leader_replica(TOPIC, partition).high_watermark
+            if self.consumer.position(partition) < high_watermark:
+                return f"{TOPIC}-{partition} consumer at {self.consumer.position(partition)} < {high_watermark}"
+        return None
+
+    def _leader_replica(self, topic: str, partition: int) -> Any:
+        for _, process in sorted(self.processes.items()):
+            hosted = process.broker.partitions.get((topic, partition))
+            if hosted is not None and hosted.replica.is_leader:
+                return hosted.replica
+        return None
+
+    def _replicas_lagging(self, topic: str, partition: int) -> str | None:
+        """None when the partition has one leader and every replica holds its log with the high watermark at
+        its end, else what is missing."""
+        key = (topic, partition)
+        replicas = {n: p.broker.partitions.get(key) for n, p in sorted(self.processes.items())}
+        leaders = [n for n, h in replicas.items() if h is not None and h.replica.is_leader]
+        if len(leaders) != 1:
+            return f"{topic}-{partition} has leaders {leaders}"
+        leader = replicas[leaders[0]].replica
+        for node_id in leader.replicas:
+            hosted = replicas.get(node_id)
+            if hosted is None or hosted.log.log_end_offset != leader.log_end_offset \
+                    or hosted.replica.high_watermark != leader.log_end_offset:
+                return f"{topic}-{partition} replica {node_id} not caught up with leader {leaders[0]}"
         return None
 
     def _final_logs(self) -> dict[tuple[str, int], list[ReplicaLog]]:

@@ -137,17 +137,11 @@ class GroupsSimulation(ClusterSimulation):
             return f"partitions owned {owned}"
         for member in members:
             for partition in member.assignment:
-                high_watermark = self._high_watermark(partition)
+                replica = self._leader_replica(TOPIC, partition)
+                high_watermark = replica.high_watermark if replica is not None else 0
                 if member.positions.get(partition, 0) < high_watermark:
                     return f"{member.name} at {member.positions.get(partition)} of {TOPIC}-{partition} < {high_watermark}"
         return None
-
-    def _high_watermark(self, partition: int) -> int:
-        for process in self.processes.values():
-            hosted = process.broker.partitions.get((TOPIC, partition))
-            if hosted is not None and hosted.replica.is_leader:
-                return hosted.replica.high_watermark
-        return 0
 
     def _final_checks(self) -> None:
         super()._final_checks()

@@ -170,30 +170,15 @@ class TransactionsSimulation(ClusterSimulation):
         ends = {}
         for topic in OUTPUT_TOPICS:
             for partition in range(PARTITIONS):
-                key = (topic, partition)
-                replicas = {n: p.broker.partitions.get(key) for n, p in sorted(self.processes.items())}
-                leaders = [n for n, h in replicas.items() if h is not None and h.replica.is_leader]
-                if len(leaders) != 1:
-                    return f"{topic}-{partition} has leaders {leaders}"
-                leader = replicas[leaders[0]].replica
-                for node_id in leader.replicas:
-                    hosted = replicas.get(node_id)
-                    if hosted is None or hosted.log.log_end_offset != leader.log_end_offset \
-                            or hosted.replica.high_watermark != leader.log_end_offset:
-                        return f"{topic}-{partition} replica {node_id} not caught up"
-                ends[key] = leader.log_end_offset
+                lagging = self._replicas_lagging(topic, partition)
+                if lagging is not None:
+                    return lagging
+                ends[(topic, partition)] = self._leader_replica(topic, partition).log_end_offset
         return self.txn_reader.caught_up(ends)
 
     def _final_checks(self) -> None:
         super()._final_checks()
         self.checkers.check_final_transactions(self._committed_view(), self._committed_inputs(), OUTPUT_TOPICS)
-
-    def _leader_hosted(self, key: tuple[str, int]) -> Any:
-        for process in self.processes.values():
-            hosted = process.broker.partitions.get(key)
-            if hosted is not None and hosted.replica.is_leader:
-                return hosted
-        return None
 
     def _committed_view(self) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
         """The committed records of each output partition, from its leader's log: an independent oracle of
@@ -201,13 +186,13 @@ class TransactionsSimulation(ClusterSimulation):
         view = {}
         for topic in OUTPUT_TOPICS:
             for partition in range(PARTITIONS):
-                hosted = self._leader_hosted((topic, partition))
+                replica = self._leader_replica(topic, partition)
                 committed: list[tuple[int, bytes]] = []
                 open_txns: dict[int, list[tuple[int, bytes]]] = {}
-                offset = hosted.log.log_start_offset if hosted is not None else 0
-                end = hosted.log.log_end_offset if hosted is not None else 0
+                offset = replica.log.log_start_offset if replica is not None else 0
+                end = replica.log.log_end_offset if replica is not None else 0
                 while offset < end:
-                    records = hosted.log.read(offset, FINAL_READ_BYTES_MAX).records
+                    records = replica.log.read(offset, FINAL_READ_BYTES_MAX).records
                     if not records:
                         break
                     for position, header in iter_batches(records):
