@@ -536,6 +536,8 @@ class SimTxnPipeline(MultiTopicClient):
             self.state = "consume"
 
         self._to_txn_coordinator(ApiKey.END_TXN, END_TXN_VERSION, request, on_answer)
+        if self.inflight and self.txn_coordinator is not None:
+            self.host.end_txn_sent(self, self.txn_coordinator)  # the workload may kill the coordinator now
 
 
 class SimTxnReader(MultiTopicClient):

@@ -44,6 +44,13 @@ INTERNAL_PARTITIONS = 3
 PIPELINES = (("pipe-0", [0, 2]), ("pipe-1", [1]))
 TXN_FAULT_STEP_MS = 100
 TXN_FAULT_RATES = {"crash": 0.003, "pause": 0.004}
+# Per EndTxn sent: SIGKILL the coordinator's node 0-2 ms later (inside its Prepare write, its markers or its
+# Complete write), as a Jepsen nemesis aims at the commit protocol; the node restarts after an episode. Half
+# the time the pipeline dies with it, so the decision is not simply retried: its transaction must then end
+# the same way on every partition whatever the next coordinator finds.
+KILL_COORDINATOR_AT_END_TXN_RATE = 0.05
+KILL_DELAY_US_MAX = 2_000
+KILL_PIPELINE_TOO_SHARE = 0.5
 PIPELINE_DOWN_MS_MIN, PIPELINE_DOWN_MS_MAX = 500, 6_000
 TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
             "markers_before_prepare_committed": "bug_markers_before_prepare_committed",
@@ -138,6 +145,28 @@ class TransactionsSimulation(ClusterSimulation):
         pipeline.crash()
         self._pipelines_down.add(index)
         self.loop.call_later(down_us, self._restart_pipeline, index)
+
+    def end_txn_sent(self, pipeline: SimTxnPipeline, coordinator: int) -> None:
+        """A pipeline sent EndTxn to `coordinator` (called by SimTxnPipeline)."""
+        if not self._faults_on or not self._fault_phase or self._txn_rng.random() >= KILL_COORDINATOR_AT_END_TXN_RATE:
+            return
+        if any(not self.is_up(n) for n in self.node_ids):
+            return  # one node down at a time for this fault: the others keep the quorum and the ISR
+        delay_us = self._txn_rng.randint(0, KILL_DELAY_US_MAX)
+        with_pipeline = self._txn_rng.random() < KILL_PIPELINE_TOO_SHARE
+        self.loop.call_later(delay_us, self._kill_coordinator, coordinator,
+                             self.pipelines.index(pipeline) if with_pipeline else None)
+
+    def _kill_coordinator(self, node_id: int, pipeline_index: int | None) -> None:
+        if not self._fault_phase or not self.is_up(node_id):
+            return
+        self.extra_fault_counts["kill_coordinator_at_end_txn"] = self.extra_fault_counts.get(
+            "kill_coordinator_at_end_txn", 0) + 1
+        self.trace("fault.kill_coordinator_at_end_txn", node_id, "-" if pipeline_index is None else pipeline_index)
+        self.crash(node_id)
+        self._restart_later(node_id)
+        if pipeline_index is not None and self.pipelines[pipeline_index].running:
+            self._pipeline_fault("crash", pipeline_index)
 
     def _resume_pipeline(self, index: int) -> None:
         if self.pipelines[index].paused:

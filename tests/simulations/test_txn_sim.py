@@ -17,7 +17,11 @@ TEETH_DURATION_S = 20.0
 LSO_IGNORES_OPEN_TXN_SEED = 1
 # txn_offsets_visible_early: an aborted transaction's input offsets become the group's anyway; its inputs are
 # never processed again, so their outputs are missing.
-TXN_OFFSETS_VISIBLE_EARLY_SEED = 3
+TXN_OFFSETS_VISIBLE_EARLY_SEED = 2
+# markers_before_prepare_committed: the coordinator's node is killed (with the pipeline) after its COMMIT marker
+# reached another leader but before its PrepareCommit record was replicated; the next coordinator aborts the
+# transaction, so one output partition committed it and the other aborted it.
+MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 8
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                 "fenced_never_commits"}
 
@@ -97,6 +101,11 @@ def test_lso_ignores_open_txn_fails_a_transaction_checker_at_its_known_seed():
 @pytest.mark.slow
 def test_txn_offsets_visible_early_fails_a_transaction_checker_at_its_known_seed():
     _assert_teeth("txn_offsets_visible_early", TXN_OFFSETS_VISIBLE_EARLY_SEED)
+
+
+@pytest.mark.slow
+def test_markers_before_prepare_committed_fails_a_transaction_checker_at_its_known_seed():
+    _assert_teeth("markers_before_prepare_committed", MARKERS_BEFORE_PREPARE_COMMITTED_SEED)
 
 
 @pytest.mark.slow
