@@ -191,3 +191,24 @@ def test_idle_transactional_ids_expire_by_tombstone():
     coordinator.port.commit_all()
     assert coordinator.shard.metadata("t") is None
     assert Coordinator(port=coordinator.port).shard.metadata("t") is None
+
+
+def test_dump_log_transaction_log_decoder_prints_transaction_metadata(tmp_path, capsys):
+    import json
+
+    from cli import main as cli
+    from coordinator.batches import coordinator_batch
+    from coordinator.shard import CoordinatorRecord
+
+    value = TransactionLogValue(7, 2, 60_000, S.PREPARE_COMMIT, (("orders", 0), ("orders", 4)), 1_000, 900)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(coordinator_batch([CoordinatorRecord(encode_key("payments"), encode_value(value)),
+                                        CoordinatorRecord(encode_key("old"), None)], None, 1_000))
+    assert cli.main(["dump-log", "--transaction-log-decoder", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "transaction_metadata::transactionalId=payments payload:" in out
+    assert '"state": "PrepareCommit"' in out and '"partitions": ["orders-0", "orders-4"]' in out
+    assert "transactionalId=old payload: <DELETE>" in out
+    assert cli.main(["dump-log", "--transaction-log-decoder", "--json", str(path)]) == 0
+    dumped = json.loads(capsys.readouterr().out)
+    assert dumped[0]["records"][0]["decoded"]["value"]["producer_epoch"] == 2
