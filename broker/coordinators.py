@@ -73,6 +73,8 @@ class CoordinatorPartitionsPort:
     def append(self, partition: int, leader_epoch: int, records: list[CoordinatorRecord],
                transactional: TransactionalWrite | None, now_ms: int) -> int:
         hosted = self._hosted(partition)
+        if not self.broker.serving:  # this incarnation is not unfenced yet: it writes nothing (BrokerCore.serving)
+            raise NotLeaderOrFollowerError(f"{self.topic}-{partition}: this broker does not serve yet")
         if hosted.replica.leader_epoch != leader_epoch:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{partition}: leader epoch {hosted.replica.leader_epoch}, the shard's is {leader_epoch}")

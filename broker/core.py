@@ -155,6 +155,11 @@ class BrokerCore:
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
         self.broker_epoch: int | None = None
         self.is_fenced = True
+        # Kafka's BrokerServer enables request processing only once this incarnation is unfenced: a broker
+        # restarted before the controller noticed still finds itself leader in its replayed metadata, and
+        # serving there in the old leader epoch would let two incarnations write different batches at the same
+        # offsets and epoch (found by the transactions simulation, seed 189). Until then it leads nothing.
+        self.serving = False
         self.metadata_offset = 0
         self.shutdown_requested_ms: int | None = None
         self.shutdown_granted = False
@@ -447,7 +452,7 @@ class BrokerCore:
             if topic in self.image.topics.by_name:
                 raise NotLeaderOrFollowerError(f"{topic}-{partition}: not a replica here")
             raise UnknownTopicOrPartitionError(f"{topic}-{partition}: unknown")
-        if not hosted.replica.is_leader:
+        if not hosted.replica.is_leader or not self.serving:
             raise NotLeaderOrFollowerError(f"{topic}-{partition}: not the leader here")
         hosted.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
         batch = build_control_batch(COMMIT if committed else ABORT, producer_id, producer_epoch,
@@ -530,6 +535,8 @@ class BrokerCore:
         if response.error_code != ErrorCode.NONE:
             return
         self.is_fenced = response.is_fenced
+        if not response.is_fenced:
+            self.serving = True
         if response.should_shut_down:
             self.shutdown_granted = True
 

@@ -110,7 +110,7 @@ class DataPlaneApis:
             for partition_data in topic_data.partition_data:
                 key = (topic_data.name, partition_data.index)
                 hosted = self.broker.hosted(*key)
-                if hosted is None or not hosted.replica.is_leader or partition_data.records is None:
+                if hosted is None or not hosted.replica.is_leader or not self.broker.serving or partition_data.records is None:
                     continue
                 try:
                     headers = [h for _, h in iter_batches(partition_data.records) if h.is_transactional]
@@ -164,7 +164,7 @@ class DataPlaneApis:
             record_errors=[], error_message=None,
         )
         hosted = self.broker.hosted(*key)
-        if hosted is None or not hosted.replica.is_leader:
+        if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
             partition_response.error_code = self._partition_error(*key)
             return partition_response, None
         if records is None:
@@ -283,7 +283,7 @@ class DataPlaneApis:
             records=b"",
         )
         hosted = self.broker.hosted(topic, fetch_partition.partition)
-        if hosted is None or not hosted.replica.is_leader:
+        if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
             data.error_code = self._partition_error(topic, fetch_partition.partition)
             return data
         max_bytes = min(fetch_partition.partition_max_bytes, remaining)
@@ -362,7 +362,7 @@ class DataPlaneApis:
             leader_epoch=-1,
         )
         hosted = self.broker.hosted(topic, request_partition.partition_index)
-        if hosted is None or not hosted.replica.is_leader:
+        if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
             result.error_code = self._partition_error(topic, request_partition.partition_index)
             return result
         replica = hosted.replica
@@ -402,7 +402,7 @@ class DataPlaneApis:
                     error_code=ErrorCode.NONE, partition=partition_request.partition, leader_epoch=-1, end_offset=-1
                 )
                 hosted = self.broker.hosted(topic_request.topic, partition_request.partition)
-                if hosted is None or not hosted.replica.is_leader:
+                if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     result.error_code = self._partition_error(topic_request.topic, partition_request.partition)
                 else:
                     try:
@@ -426,7 +426,7 @@ class DataPlaneApis:
                     partition_index=partition_request.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
                 )
                 hosted = self.broker.hosted(topic_request.name, partition_request.partition_index)
-                if hosted is None or not hosted.replica.is_leader:
+                if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     result.error_code = self._partition_error(topic_request.name, partition_request.partition_index)
                 else:
                     high_watermark = hosted.replica.high_watermark

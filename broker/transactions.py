@@ -407,7 +407,7 @@ class TransactionApis:
         for write in self._writes:
             for key, offset in list(write.waiting.items()):
                 hosted = self.broker.hosted(*key)
-                if hosted is None or not hosted.replica.is_leader:
+                if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     write.waiting[key] = None  # leadership lost before the marker committed
                 elif hosted.replica.high_watermark > offset:
                     del write.waiting[key]
@@ -447,7 +447,7 @@ class TransactionApis:
             partitions = []
             for partition in topic.partition_indexes:
                 hosted = self.broker.hosted(topic.name, partition)
-                if hosted is None or not hosted.replica.is_leader:
+                if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     known = topic.name in self.broker.image.topics.by_name
                     code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     partitions.append(response_class.PartitionResponse(

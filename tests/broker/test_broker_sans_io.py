@@ -34,6 +34,7 @@ class Cluster:
         self.apis = {}
         self.images = {}
         self.completed = {}  # broker id -> deferred responses answered so far
+        self.log = []  # every committed entry: (records, provenance), for a broker replaying from scratch
         for broker_id in range(1, broker_count + 1):
             broker = BrokerCore(broker_id, "127.0.0.1", 9000 + broker_id, ("broker",), MemoryStorage(),
                                 incarnation_id=bytes([broker_id]) * 16, default_min_insync_replicas=min_isr)
@@ -48,6 +49,11 @@ class Cluster:
         for broker_id, broker in self.brokers.items():
             self.commit(BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=broker.broker_epoch,
                                                current_metadata_offset=self.raft_index))
+        for broker_id, broker in self.brokers.items():  # each learns it is unfenced: it serves from now on
+            broker._on_heartbeat(self.commit(BrokerHeartbeatRequest(
+                broker_id=broker_id, broker_epoch=broker.broker_epoch, current_metadata_offset=self.raft_index)),
+                self.now_ms)
+            assert broker.serving
 
     def commit(self, request):
         """handle -> commit (one entry) -> replay on the controller and on every broker."""
@@ -55,6 +61,7 @@ class Cluster:
         if result.records:
             self.raft_index += 1
             provenance = Provenance(self.raft_index, 1)
+            self.log.append((result.records, provenance))
             self.controller.replay_batch(result.records, provenance)
             for broker_id, broker in self.brokers.items():
                 delta = MetadataDelta(self.images[broker_id])
@@ -271,3 +278,26 @@ def test_list_offsets_special_timestamps_answer_as_kafka_does(cluster):  # KIP-7
     assert listed(-4) == (ErrorCode.NONE, 0, -1)  # earliest local: the log start, nothing is tiered
     assert listed(-5) == (ErrorCode.NONE, -1, -1)  # latest tiered: nothing is
     assert listed(-6)[0] == ErrorCode.INVALID_REQUEST
+
+
+def test_a_restarted_broker_serves_nothing_until_this_incarnation_is_unfenced(cluster):
+    """Kafka's BrokerServer enables request processing after the initial unfence: a broker restarted before the
+    controller noticed replays metadata that still names it leader in the old epoch; writing there would let
+    two incarnations put different batches at the same offset and epoch."""
+    leader = leader_of(cluster, 0)
+    old = cluster.brokers[leader]
+    restarted = BrokerCore(leader, "127.0.0.1", old.port, ("broker",), old.storage,
+                           incarnation_id=b"\x09" * 16, default_min_insync_replicas=2)
+    delta = MetadataDelta(MetadataImage())
+    for records, provenance in cluster.log:  # the restarted node replays its metadata log
+        for record in records:
+            delta.replay(record, provenance)
+    restarted.apply_metadata(delta, delta.apply(), cluster.now_ms)
+    cluster.brokers[leader] = restarted
+    cluster.apis[leader] = KafkaApis(restarted, "test", lambda: 1)
+    assert restarted.hosted("t", 0) is not None and restarted.hosted("t", 0).replica.is_leader
+    answer = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"x"], acks=1))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0))
+    assert fetched.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert not restarted.serving
