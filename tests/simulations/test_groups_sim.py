@@ -14,12 +14,12 @@ from simulations.group_clients import decode_assignment, encode_assignment, rang
 from simulations.run import RunConfig, run_one, sweep
 
 TEETH_DURATION_S = 30.0
-# commit_before_hw answers group writes before they are committed: a failover loses a generation's
-# assignment that members were told, and the next coordinator hands the same generation out again.
-COMMIT_BEFORE_HW_SEED = 22
+# commit_before_hw answers group writes before they are committed: a failover loses an acknowledged commit
+# (the coordinator's offset at the end is below what a member was told was committed).
+COMMIT_BEFORE_HW_SEED = 39
 # stale_generation_commit accepts a commit of an older generation: a member paused past its session resumes
 # and moves the group's offset back below what the partition's new owner had committed.
-STALE_GENERATION_SEED = 31
+STALE_GENERATION_SEED = 236
 GROUP_CHECKERS = {"generation_exclusive", "commit_kept", "group_delivery"}
 
 

@@ -17,7 +17,7 @@ TEETH_DURATION_S = 20.0
 LSO_IGNORES_OPEN_TXN_SEED = 1
 # txn_offsets_visible_early: an aborted transaction's input offsets become the group's anyway; its inputs are
 # never processed again, so their outputs are missing.
-TXN_OFFSETS_VISIBLE_EARLY_SEED = 2
+TXN_OFFSETS_VISIBLE_EARLY_SEED = 1
 # markers_before_prepare_committed: the coordinator's node is killed (with the pipeline) after its COMMIT marker
 # reached another leader but before its PrepareCommit record was replicated; the next coordinator aborts the
 # transaction, so one output partition committed it and the other aborted it.
