@@ -25,7 +25,7 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transa
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
-                         "transaction.timeout.ms": 10_000})
+                         "transaction.timeout.ms": 30_000})
     producer.init_transactions(60)
     consumer.subscribe([input_topic])
     with open(progress_path, "a") as progress:

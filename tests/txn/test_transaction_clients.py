@@ -338,10 +338,17 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
         except FileNotFoundError:
             return 0
 
+    def supervised_progress(records: int) -> bool:
+        """As a supervisor would: a pipeline that exited (a fatal error: it was fenced) is started again."""
+        nonlocal pipeline
+        if pipeline.poll() is not None:
+            events.append(f"the pipeline exited with {pipeline.returncode} at {committed_transactions()}; restarted")
+            pipeline = start_pipeline()
+        return committed_transactions() >= records
+
     def wait_progress(records: int, seconds: float = 120) -> None:
         try:
-            eventually(lambda: committed_transactions() >= records, seconds,
-                       what=f"{records} records through the pipeline")
+            eventually(lambda: supervised_progress(records), seconds, what=f"{records} records through the pipeline")
         except AssertionError as stalled:
             state = [cli(*command, "-b", cluster.bootstrap_servers, "--json").stdout for command in (
                 ("transactions", "describe", "eos-pipeline"), ("groups", "describe", "eos-group"),
@@ -380,6 +387,7 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
         deadline = time.monotonic() + 240
         while len(values) < INPUT_RECORDS and time.monotonic() < deadline:
             values += [m.value() for m in consumer.consume(10_000, 0.5) if not m.error()]
+            supervised_progress(INPUT_RECORDS)
         values += [m.value() for m in consumer.consume(10_000, 3.0) if not m.error()]  # nothing more may come
         consumer.close()
     finally:
