@@ -202,7 +202,10 @@ class BrokerCore:
                 hosted.replica.become_leader(local.leader_epoch, local.partition_epoch, local.replicas, local.isr, now_ms)
                 hosted.needs_epoch_check = False
                 self.dirty_partitions.add((local.topic_name, local.partition))
-                self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, True, now_ms)
+                # A stale leadership (the replica already knows a newer epoch: a restarted node replaying its
+                # metadata log) is ignored by the replica; listeners hear only of a leadership it holds.
+                if hosted.replica.is_leader and hosted.replica.leader_epoch == local.leader_epoch:
+                    self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, True, now_ms)
         for local in changes.followers:
             was_leading = self._is_leading(local.topic_name, local.partition)
             hosted = self._ensure_partition(local, now_ms)

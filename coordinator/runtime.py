@@ -145,7 +145,11 @@ class CoordinatorRuntime:
             return
         if context is not None:
             self._fail_waiting(context, ErrorCode.NOT_COORDINATOR)
-        self._contexts[partition] = self._loading_context(partition, leader_epoch, deque())
+            del self._contexts[partition]
+        try:
+            self._contexts[partition] = self._loading_context(partition, leader_epoch, deque())
+        except KafkaError:
+            pass  # the partition is not readable as leader after all: no shard, NOT_COORDINATOR
 
     def on_resigned(self, partition: int, now_ms: int) -> None:
         """Drop shard `partition`; everything it holds or parked is answered NOT_COORDINATOR."""
@@ -270,8 +274,12 @@ class CoordinatorRuntime:
         old = context.shard
         self._answers.extend((parked_id, ErrorCode.NOT_COORDINATOR) for parked_id in old.parked_request_ids()
                              if parked_id != request_id)
-        self._contexts[context.partition] = self._loading_context(context.partition, context.leader_epoch,
-                                                                  context.held)
+        try:
+            self._contexts[context.partition] = self._loading_context(context.partition, context.leader_epoch,
+                                                                      context.held)
+        except KafkaError:  # no longer the leader: what was held is answered as on resignation
+            del self._contexts[context.partition]
+            self._answers.extend((held.request_id, ErrorCode.NOT_COORDINATOR) for held in context.held)
 
     def _advance_load(self, context: _Context, now_ms: int) -> None:
         budget = self.load_bytes_per_poll
