@@ -309,10 +309,6 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
 INPUT_RECORDS = 50_000
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known liveness defect: in both full-suite runs (machine under load) the pipeline stopped consuming one "
-    "input partition after the node kills (33,000 of 50,000 records committed, no duplicates); in isolation "
-    "6 of 7 runs passed. Exactly-once held in every run; the stall is under investigation (issue #11)."))
 def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_output_leader(cluster, tmp_path):
     """confluent-kafka consume-transform-produce with send_offsets_to_transaction: every input record appears
     exactly once in the committed output while (a) the transaction coordinator's node, (b) the pipeline process
@@ -403,4 +399,8 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
     print("\n" + "; ".join(events) + f"; {committed_transactions()} records committed by the pipeline")
     duplicates = len(values) - len(set(values))
     missing = {b"in-%d" % i for i in range(INPUT_RECORDS)} - set(values)
-    assert duplicates == 0 and not missing, f"{duplicates} duplicates, {len(missing)} missing"
+    assert duplicates == 0, f"{duplicates} duplicates"  # exactly-once safety: never relaxed
+    if missing:
+        # Known liveness defect (issue #11): under load the pipeline has stopped consuming one input partition
+        # after the kills (33,000 of 50,000 committed, twice in the full suite; 6 of 7 isolated runs passed).
+        pytest.xfail(f"{len(missing)} input records never went through the pipeline: {events}")
