@@ -36,7 +36,14 @@ from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError
 from partitions.records import build_batch
-from simulations.kafka_clients import FETCH_VERSION, PRODUCE_VERSION, KafkaClientBase, PartitionLeader
+from simulations.kafka_clients import (
+    FETCH_VERSION,
+    METADATA_VERSION,
+    PRODUCE_VERSION,
+    RETRIABLE_PRODUCE_ERRORS,
+    KafkaClientBase,
+    PartitionLeader,
+)
 from simulations.loop import US_PER_MS
 
 TICK_MS = 50
@@ -46,7 +53,6 @@ RECORDS_PER_TXN_MAX = 500
 ABORT_SHARE = 0.1
 FETCH_MAX_WAIT_MS = 100
 PARTITION_BYTES_MAX = 128 * 1024
-METADATA_VERSION = 8
 FIND_COORDINATOR_VERSION = 2
 INIT_PRODUCER_ID_VERSION = 3
 ADD_PARTITIONS_VERSION = 3
@@ -61,12 +67,7 @@ COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR
                                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 RETRIABLE_TXN_ERRORS = COORDINATOR_ERRORS | {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.REQUEST_TIMED_OUT,
                                              ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_SERVER_ERROR}
-RETRIABLE_PRODUCE_ERRORS = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.CORRUPT_MESSAGE, ErrorCode.NETWORK_EXCEPTION,
-})
+
 
 
 class MultiTopicClient(KafkaClientBase):
