@@ -33,11 +33,11 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.security_config import ConfigError, Listener, SecuritySettings, parse_listeners, parse_security
+
 ROLES = ("broker", "controller")
-
-
-class ConfigError(Exception):
-    """The config file is unusable; the message names the file and the key."""
+__all__ = ["ConfigError", "ClusterConfig", "NodeConfig", "Listener", "SecuritySettings", "load_config",
+           "parse_config", "default_config"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,13 @@ class NodeConfig:
     controller_port: int
     roles: tuple[str, ...]
     data_dir: str  # absolute
+    # The Kafka listeners; `kafka_port` is the inter-broker one's port (the first listener unless
+    # security.inter_broker_listener_name names another).
+    listeners: tuple[Listener, ...] = ()
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        return next(listener for listener in self.listeners if listener.port == self.kafka_port)
 
     @property
     def is_broker(self) -> bool:
@@ -98,6 +105,7 @@ class ClusterConfig:
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     secret: bytes | None = None
     source: str = "<embedded default>"
+    security: SecuritySettings = field(default_factory=SecuritySettings)
 
     def node(self, node_id: int) -> NodeConfig:
         for node in self.nodes:
@@ -114,8 +122,8 @@ class ClusterConfig:
         return tuple(n for n in self.nodes if n.is_broker)
 
 
-_TOP_KEYS = {"cluster_id", "secret", "nodes", "topic_defaults", "broker"}
-_NODE_KEYS = {"id", "host", "kafka_port", "controller_port", "roles", "data_dir"}
+_TOP_KEYS = {"cluster_id", "secret", "nodes", "topic_defaults", "broker", "security"}
+_NODE_KEYS = {"id", "host", "kafka_port", "listeners", "controller_port", "roles", "data_dir"}
 
 
 def load_config(path: str) -> ClusterConfig:
@@ -145,7 +153,8 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
     raw_nodes = document.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise ConfigError(f"{source}: key 'nodes' must be a non-empty array of tables ([[nodes]])")
-    nodes = tuple(_parse_node(raw, index, source, base_dir) for index, raw in enumerate(raw_nodes))
+    security = parse_security(document, source, base_dir)
+    nodes = tuple(_parse_node(raw, index, source, base_dir, security) for index, raw in enumerate(raw_nodes))
     _check_unique(nodes, source)
     if not any(node.is_controller for node in nodes):
         raise ConfigError(f"{source}: key 'nodes[].roles': at least one node needs the 'controller' role")
@@ -166,10 +175,11 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
         broker=broker,
         secret=secret_text.encode() if secret_text else None,
         source=source,
+        security=security,
     )
 
 
-def _parse_node(raw: Any, index: int, source: str, base_dir: str) -> NodeConfig:
+def _parse_node(raw: Any, index: int, source: str, base_dir: str, security: SecuritySettings) -> NodeConfig:
     where = f"nodes[{index}]."
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: key 'nodes[{index}]' must be a table")
@@ -178,7 +188,7 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str) -> NodeConfig:
     if node_id < 0:
         raise ConfigError(f"{source}: key '{where}id' must be >= 0")
     host = _typed(raw, "host", str, source, where, required=False) or "127.0.0.1"
-    kafka_port = _port(raw, "kafka_port", source, where)
+    listeners, kafka_port = _node_listeners(raw, host, security, source, where)
     controller_port = _port(raw, "controller_port", source, where)
     roles = raw.get("roles")
     if roles is None:
@@ -193,7 +203,28 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str) -> NodeConfig:
         controller_port=controller_port,
         roles=tuple(dict.fromkeys(roles)),
         data_dir=os.path.normpath(os.path.join(base_dir, data_dir)),
+        listeners=listeners,
     )
+
+
+def _node_listeners(raw: dict[str, Any], host: str, security: SecuritySettings, source: str,
+                    where: str) -> tuple[tuple[Listener, ...], int]:
+    """The node's listeners and the inter-broker listener's port (`kafka_port` means one PLAINTEXT listener)."""
+    if "listeners" in raw and "kafka_port" in raw:
+        raise ConfigError(f"{source}: keys '{where}kafka_port' and '{where}listeners' exclude each other "
+                          f"(kafka_port = N is listeners = [\"PLAINTEXT://host:N\"])")
+    if "listeners" not in raw:
+        port = _port(raw, "kafka_port", source, where)
+        return (Listener("PLAINTEXT", host, port, "PLAINTEXT"),), port
+    listeners = parse_listeners(raw["listeners"], host, security, source, where)
+    name = security.inter_broker_listener_name
+    if name is None:
+        return listeners, listeners[0].port
+    for listener in listeners:
+        if listener.name == name:
+            return listeners, listener.port
+    raise ConfigError(f"{source}: key '{where}listeners' has no listener named {name!r} "
+                      f"(security.inter_broker_listener_name)")
 
 
 def _check_unique(nodes: tuple[NodeConfig, ...], source: str) -> None:
@@ -203,7 +234,9 @@ def _check_unique(nodes: tuple[NodeConfig, ...], source: str) -> None:
         if node.id in seen_ids:
             raise ConfigError(f"{source}: key 'nodes[{index}].id': duplicate node id {node.id}")
         seen_ids.add(node.id)
-        for key, port in (("kafka_port", node.kafka_port), ("controller_port", node.controller_port)):
+        listener_key = "kafka_port" if len(node.listeners) == 1 and node.listeners[0].name == "PLAINTEXT" else "listeners"
+        ports = [(listener_key, listener.port) for listener in node.listeners] + [("controller_port", node.controller_port)]
+        for key, port in ports:
             if (node.host, port) in seen_ports:
                 raise ConfigError(f"{source}: key 'nodes[{index}].{key}': port {port} on {node.host} is used twice")
             seen_ports.add((node.host, port))

@@ -71,8 +71,12 @@ from metadata.records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from metadata import security_control
 from metadata.requests import (
     PRODUCER_ID_BLOCK_SIZE,
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterableConfig,
@@ -204,6 +208,9 @@ class QuorumController:
             AlterPartitionRequest: self._handle_alter_partition,
             AllocateProducerIdsRequest: self._handle_allocate_producer_ids,
             ElectLeadersRequest: self._handle_elect_leaders,
+            CreateAclsRequest: self._handle_create_acls,
+            DeleteAclsRequest: self._handle_delete_acls,
+            AlterUserScramCredentialsRequest: self._handle_alter_scram,
         }
 
     # ---- state -------------------------------------------------------------------------------------------
@@ -679,6 +686,19 @@ class QuorumController:
         for part in (position, *parts):
             hasher.update(len(part).to_bytes(4, "big") + part)
         return hasher.digest()
+
+    # ---- ACLs and SCRAM credentials (metadata/security_control.py) -------------------------------------------
+
+    def _handle_create_acls(self, request: CreateAclsRequest, now_ms: int) -> ControllerResult:
+        records, response = security_control.create_acls(
+            self._image, request, lambda binding: self._digest(b"acl_id", binding))
+        return ControllerResult(records, response)
+
+    def _handle_delete_acls(self, request: DeleteAclsRequest, now_ms: int) -> ControllerResult:
+        return ControllerResult(*security_control.delete_acls(self._image, request))
+
+    def _handle_alter_scram(self, request: AlterUserScramCredentialsRequest, now_ms: int) -> ControllerResult:
+        return ControllerResult(*security_control.alter_scram_credentials(self._image, request))
 
     def _handle_delete_topics(self, request: DeleteTopicsRequest, now_ms: int) -> ControllerResult:
         pending = _Pending(self._image)

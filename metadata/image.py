@@ -24,6 +24,10 @@ from typing import Any, TypeVar
 
 from metadata.records import (
     NO_LEADER,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
+    RemoveUserScramCredentialRecord,
+    UserScramCredentialRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -218,6 +222,20 @@ class FeaturesImage:
 
 
 @_frozen
+class AclsImage:
+    """Every ACL binding, by id (the records as replayed)."""
+
+    by_id: FrozenMap[bytes, AccessControlEntryRecord] = EMPTY_MAP
+
+
+@_frozen
+class ScramImage:
+    """SCRAM credentials by (user name, ScramMechanism)."""
+
+    credentials: FrozenMap[tuple[str, int], UserScramCredentialRecord] = EMPTY_MAP
+
+
+@_frozen
 class MetadataImage:
     provenance: Provenance = Provenance()
     cluster: ClusterImage = ClusterImage()
@@ -225,6 +243,8 @@ class MetadataImage:
     configs: ConfigsImage = ConfigsImage()
     producer_ids: ProducerIdsImage = ProducerIdsImage()
     features: FeaturesImage = FeaturesImage()
+    acls: AclsImage = AclsImage()
+    scram: ScramImage = ScramImage()
 
 
 EMPTY_IMAGE = MetadataImage()
@@ -266,6 +286,8 @@ class MetadataDelta:
         self._configs: dict[tuple[int, str], dict[str, str | None]] = {}  # None: deleted
         self._next_producer_id: int | None = None
         self._features: dict[str, int] = {}  # level 0: removed
+        self._acls: dict[bytes, AccessControlEntryRecord | None] = {}  # None: removed
+        self._scram: dict[tuple[str, int], UserScramCredentialRecord | None] = {}  # None: removed
 
     @property
     def image(self) -> MetadataImage:
@@ -367,6 +389,22 @@ class MetadataDelta:
     def _replay_no_op(self, record: NoOpRecord) -> None:
         pass
 
+    def _replay_acl(self, record: AccessControlEntryRecord) -> None:
+        assert self.acl(record.id) is None, f"ACL {record.id.hex()} exists"
+        self._acls[record.id] = record
+
+    def _replay_remove_acl(self, record: RemoveAccessControlEntryRecord) -> None:
+        assert self.acl(record.id) is not None, f"ACL {record.id.hex()} does not exist"
+        self._acls[record.id] = None
+
+    def _replay_scram(self, record: UserScramCredentialRecord) -> None:
+        self._scram[(record.name, record.mechanism)] = record
+
+    def _replay_remove_scram(self, record: RemoveUserScramCredentialRecord) -> None:
+        key = (record.name, record.mechanism)
+        assert self.scram_credential(*key) is not None, f"no SCRAM credential {key}"
+        self._scram[key] = None
+
     # ---- the state as of the records replayed so far --------------------------------------------------------
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
@@ -417,6 +455,27 @@ class MetadataDelta:
                 merged[name] = value
         return merged
 
+    def acl(self, acl_id: bytes) -> AccessControlEntryRecord | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self._image.acls.by_id.get(acl_id)
+
+    def acls(self) -> dict[bytes, AccessControlEntryRecord]:
+        """Every ACL as of the records replayed so far."""
+        merged = dict(self._image.acls.by_id)
+        for acl_id, record in self._acls.items():
+            if record is None:
+                merged.pop(acl_id, None)
+            else:
+                merged[acl_id] = record
+        return merged
+
+    def scram_credential(self, name: str, mechanism: int) -> UserScramCredentialRecord | None:
+        key = (name, mechanism)
+        if key in self._scram:
+            return self._scram[key]
+        return self._image.scram.credentials.get(key)
+
     def next_producer_id(self) -> int:
         if self._next_producer_id is not None:
             return self._next_producer_id
@@ -433,7 +492,25 @@ class MetadataDelta:
             configs=self._apply_configs(),
             producer_ids=self._apply_producer_ids(),
             features=self._apply_features(),
+            acls=self._apply_acls(),
+            scram=self._apply_scram(),
         )
+
+    def _apply_acls(self) -> AclsImage:
+        if not self._acls:
+            return self._image.acls
+        return AclsImage(FrozenMap(sorted(self.acls().items())))
+
+    def _apply_scram(self) -> ScramImage:
+        if not self._scram:
+            return self._image.scram
+        credentials = dict(self._image.scram.credentials)
+        for key, record in self._scram.items():
+            if record is None:
+                credentials.pop(key, None)
+            else:
+                credentials[key] = record
+        return ScramImage(FrozenMap(sorted(credentials.items())))
 
     def _apply_cluster(self) -> ClusterImage:
         if not self._brokers:
@@ -564,6 +641,10 @@ _REPLAY_HANDLERS = {
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     FeatureLevelRecord: MetadataDelta._replay_feature_level,
     NoOpRecord: MetadataDelta._replay_no_op,
+    AccessControlEntryRecord: MetadataDelta._replay_acl,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
+    UserScramCredentialRecord: MetadataDelta._replay_scram,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram,
 }
 
 
@@ -581,6 +662,8 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         records.extend(ConfigRecord(resource_type, resource_name, n, v) for n, v in configs.items())
     if image.producer_ids.next_producer_id > 0:
         records.append(ProducerIdsRecord(-1, -1, image.producer_ids.next_producer_id))
+    records.extend(image.acls.by_id.values())
+    records.extend(image.scram.credentials.values())
     return records
 
 

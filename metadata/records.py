@@ -164,6 +164,51 @@ class NoOpRecord:
     version: int = _version()
 
 
+@_record
+class AccessControlEntryRecord:
+    """An ACL binding was created (Kafka's AccessControlEntryRecord); `id` names it for removal."""
+
+    id: bytes
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+    version: int = _version()
+
+
+@_record
+class RemoveAccessControlEntryRecord:
+    """An ACL binding was deleted."""
+
+    id: bytes
+    version: int = _version()
+
+
+@_record
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism was set (salted: never the password)."""
+
+    name: str
+    mechanism: int  # security.sasl.ScramMechanism
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+    version: int = _version()
+
+
+@_record
+class RemoveUserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism was deleted."""
+
+    name: str
+    mechanism: int
+    version: int = _version()
+
+
 RECORD_TYPES: tuple[type, ...] = (
     RegisterBrokerRecord,
     BrokerRegistrationChangeRecord,
@@ -176,6 +221,10 @@ RECORD_TYPES: tuple[type, ...] = (
     ProducerIdsRecord,
     FeatureLevelRecord,
     NoOpRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
 )
 
 MetadataRecord = (
@@ -190,6 +239,10 @@ MetadataRecord = (
     | ProducerIdsRecord
     | FeatureLevelRecord
     | NoOpRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 
 _CODEC = Codec(RECORD_TYPES, CorruptRecordError)

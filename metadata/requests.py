@@ -83,6 +83,47 @@ class TopicPartitions:
     partitions: tuple[int, ...]
 
 
+@_part
+class AclEntry:
+    """An ACL binding (the fields of security.acl.AclBinding)."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@_part
+class AclFilterEntry:
+    """An ACL filter (security.acl.AclFilter): None and the ANY values match everything."""
+
+    resource_type: int
+    resource_name: str | None
+    pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission_type: int
+
+
+@_part
+class ScramDeletion:
+    name: str
+    mechanism: int
+
+
+@_part
+class ScramUpsertion:
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
 # ---- requests -------------------------------------------------------------------------------------------
 
 
@@ -174,6 +215,25 @@ class AllocateProducerIdsRequest:
 class ElectLeadersRequest:
     election_type: int = ElectionType.PREFERRED
     partitions: tuple[TopicPartitions, ...] | None = None  # None: every partition
+    version: int = _version()
+
+
+@_message
+class CreateAclsRequest:
+    creations: tuple[AclEntry, ...]
+    version: int = _version()
+
+
+@_message
+class DeleteAclsRequest:
+    filters: tuple[AclFilterEntry, ...]
+    version: int = _version()
+
+
+@_message
+class AlterUserScramCredentialsRequest:
+    deletions: tuple[ScramDeletion, ...] = ()
+    upsertions: tuple[ScramUpsertion, ...] = ()
     version: int = _version()
 
 
@@ -295,6 +355,44 @@ class ElectLeadersResponse:
     version: int = _version()
 
 
+@_part
+class AclResult:
+    error_code: int
+    message: str = ""
+
+
+@_message
+class CreateAclsResponse:
+    results: tuple[AclResult, ...]
+    version: int = _version()
+
+
+@_part
+class DeleteAclsFilterResult:
+    error_code: int
+    message: str = ""
+    matching: tuple[AclEntry, ...] = ()
+
+
+@_message
+class DeleteAclsResponse:
+    results: tuple[DeleteAclsFilterResult, ...]
+    version: int = _version()
+
+
+@_part
+class UserResult:
+    user: str
+    error_code: int
+    message: str = ""
+
+
+@_message
+class AlterUserScramCredentialsResponse:
+    results: tuple[UserResult, ...]
+    version: int = _version()
+
+
 REQUEST_TYPES: tuple[type, ...] = (
     BrokerRegistrationRequest,
     BrokerHeartbeatRequest,
@@ -307,6 +405,9 @@ REQUEST_TYPES: tuple[type, ...] = (
     AlterPartitionRequest,
     AllocateProducerIdsRequest,
     ElectLeadersRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    AlterUserScramCredentialsRequest,
 )
 
 RESPONSE_TYPES: tuple[type, ...] = (
@@ -320,6 +421,9 @@ RESPONSE_TYPES: tuple[type, ...] = (
     AlterPartitionResponse,
     AllocateProducerIdsResponse,
     ElectLeadersResponse,
+    CreateAclsResponse,
+    DeleteAclsResponse,
+    AlterUserScramCredentialsResponse,
 )
 
 _REQUESTS = Codec(REQUEST_TYPES, InvalidRequestError)

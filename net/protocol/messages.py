@@ -80,6 +80,20 @@ DescribeTransactionsRequest = build_message_class(specs.DESCRIBE_TRANSACTIONS_RE
 DescribeTransactionsResponse = build_message_class(specs.DESCRIBE_TRANSACTIONS_RESPONSE)
 ListTransactionsRequest = build_message_class(specs.LIST_TRANSACTIONS_REQUEST)
 ListTransactionsResponse = build_message_class(specs.LIST_TRANSACTIONS_RESPONSE)
+SaslHandshakeRequest = build_message_class(specs.SASL_HANDSHAKE_REQUEST)
+SaslHandshakeResponse = build_message_class(specs.SASL_HANDSHAKE_RESPONSE)
+SaslAuthenticateRequest = build_message_class(specs.SASL_AUTHENTICATE_REQUEST)
+SaslAuthenticateResponse = build_message_class(specs.SASL_AUTHENTICATE_RESPONSE)
+DescribeAclsRequest = build_message_class(specs.DESCRIBE_ACLS_REQUEST)
+DescribeAclsResponse = build_message_class(specs.DESCRIBE_ACLS_RESPONSE)
+CreateAclsRequest = build_message_class(specs.CREATE_ACLS_REQUEST)
+CreateAclsResponse = build_message_class(specs.CREATE_ACLS_RESPONSE)
+DeleteAclsRequest = build_message_class(specs.DELETE_ACLS_REQUEST)
+DeleteAclsResponse = build_message_class(specs.DELETE_ACLS_RESPONSE)
+DescribeUserScramCredentialsRequest = build_message_class(specs.DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST)
+DescribeUserScramCredentialsResponse = build_message_class(specs.DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE)
+AlterUserScramCredentialsRequest = build_message_class(specs.ALTER_USER_SCRAM_CREDENTIALS_REQUEST)
+AlterUserScramCredentialsResponse = build_message_class(specs.ALTER_USER_SCRAM_CREDENTIALS_RESPONSE)
 
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:

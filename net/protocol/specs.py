@@ -955,3 +955,173 @@ LIST_TRANSACTIONS_RESPONSE = response(
         )),
     ),
 )
+
+SASL_HANDSHAKE_REQUEST = request(
+    17, 'SaslHandshakeRequest', valid="0-1", flexible='none', fields=(
+        field('Mechanism', 'string', '0+'),
+    ),
+)
+
+SASL_HANDSHAKE_RESPONSE = response(
+    17, 'SaslHandshakeResponse', valid="0-1", flexible='none', fields=(
+        field('ErrorCode', 'int16', '0+'),
+        field('Mechanisms', '[]string', '0+'),
+    ),
+)
+
+SASL_AUTHENTICATE_REQUEST = request(
+    36, 'SaslAuthenticateRequest', valid="0-2", flexible='2+', fields=(
+        field('AuthBytes', 'bytes', '0+'),
+    ),
+)
+
+SASL_AUTHENTICATE_RESPONSE = response(
+    36, 'SaslAuthenticateResponse', valid="0-2", flexible='2+', fields=(
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('AuthBytes', 'bytes', '0+'),
+        field('SessionLifetimeMs', 'int64', '1+', default=0),
+    ),
+)
+
+DESCRIBE_ACLS_REQUEST = request(
+    29, 'DescribeAclsRequest', valid="0-3", flexible='2+', fields=(
+        field('ResourceTypeFilter', 'int8', '0+'),
+        field('ResourceNameFilter', 'string', '0+', nullable='0+'),
+        field('PatternTypeFilter', 'int8', '1+', default=3),
+        field('PrincipalFilter', 'string', '0+', nullable='0+'),
+        field('HostFilter', 'string', '0+', nullable='0+'),
+        field('Operation', 'int8', '0+'),
+        field('PermissionType', 'int8', '0+'),
+    ),
+)
+
+DESCRIBE_ACLS_RESPONSE = response(
+    29, 'DescribeAclsResponse', valid="0-3", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('Resources', '[]DescribeAclsResource', '0+', fields=(
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+            field('PatternType', 'int8', '1+', default=3),
+            field('Acls', '[]AclDescription', '0+', fields=(
+                field('Principal', 'string', '0+'),
+                field('Host', 'string', '0+'),
+                field('Operation', 'int8', '0+'),
+                field('PermissionType', 'int8', '0+'),
+            )),
+        )),
+    ),
+)
+
+CREATE_ACLS_REQUEST = request(
+    30, 'CreateAclsRequest', valid="0-3", flexible='2+', fields=(
+        field('Creations', '[]AclCreation', '0+', fields=(
+            field('ResourceType', 'int8', '0+'),
+            field('ResourceName', 'string', '0+'),
+            field('ResourcePatternType', 'int8', '1+', default=3),
+            field('Principal', 'string', '0+'),
+            field('Host', 'string', '0+'),
+            field('Operation', 'int8', '0+'),
+            field('PermissionType', 'int8', '0+'),
+        )),
+    ),
+)
+
+CREATE_ACLS_RESPONSE = response(
+    30, 'CreateAclsResponse', valid="0-3", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Results', '[]AclCreationResult', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
+DELETE_ACLS_REQUEST = request(
+    31, 'DeleteAclsRequest', valid="0-3", flexible='2+', fields=(
+        field('Filters', '[]DeleteAclsFilter', '0+', fields=(
+            field('ResourceTypeFilter', 'int8', '0+'),
+            field('ResourceNameFilter', 'string', '0+', nullable='0+'),
+            field('PatternTypeFilter', 'int8', '1+', default=3),
+            field('PrincipalFilter', 'string', '0+', nullable='0+'),
+            field('HostFilter', 'string', '0+', nullable='0+'),
+            field('Operation', 'int8', '0+'),
+            field('PermissionType', 'int8', '0+'),
+        )),
+    ),
+)
+
+DELETE_ACLS_RESPONSE = response(
+    31, 'DeleteAclsResponse', valid="0-3", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('FilterResults', '[]DeleteAclsFilterResult', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+            field('MatchingAcls', '[]DeleteAclsMatchingAcl', '0+', fields=(
+                field('ErrorCode', 'int16', '0+'),
+                field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+                field('ResourceType', 'int8', '0+'),
+                field('ResourceName', 'string', '0+'),
+                field('PatternType', 'int8', '1+', default=3),
+                field('Principal', 'string', '0+'),
+                field('Host', 'string', '0+'),
+                field('Operation', 'int8', '0+'),
+                field('PermissionType', 'int8', '0+'),
+            )),
+        )),
+    ),
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = request(
+    50, 'DescribeUserScramCredentialsRequest', valid="0", flexible='0+', fields=(
+        field('Users', '[]UserName', '0+', nullable='0+', fields=(
+            field('Name', 'string', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE = response(
+    50, 'DescribeUserScramCredentialsResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('Results', '[]DescribeUserScramCredentialsResult', '0+', fields=(
+            field('User', 'string', '0+'),
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+            field('CredentialInfos', '[]CredentialInfo', '0+', fields=(
+                field('Mechanism', 'int8', '0+'),
+                field('Iterations', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_USER_SCRAM_CREDENTIALS_REQUEST = request(
+    51, 'AlterUserScramCredentialsRequest', valid="0", flexible='0+', fields=(
+        field('Deletions', '[]ScramCredentialDeletion', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Mechanism', 'int8', '0+'),
+        )),
+        field('Upsertions', '[]ScramCredentialUpsertion', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Mechanism', 'int8', '0+'),
+            field('Iterations', 'int32', '0+'),
+            field('Salt', 'bytes', '0+'),
+            field('SaltedPassword', 'bytes', '0+'),
+        )),
+    ),
+)
+
+ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = response(
+    51, 'AlterUserScramCredentialsResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Results', '[]AlterUserScramCredentialsResult', '0+', fields=(
+            field('User', 'string', '0+'),
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)

@@ -48,6 +48,16 @@ RECORD_STRATEGIES = {
     r.ProducerIdsRecord: st.builds(r.ProducerIdsRecord, int32, int64, int64),
     r.FeatureLevelRecord: st.builds(r.FeatureLevelRecord, text, st.integers(0, 32767)),
     r.NoOpRecord: st.builds(r.NoOpRecord),
+    r.AccessControlEntryRecord: st.builds(
+        r.AccessControlEntryRecord, ids, st.integers(0, 7), text, st.integers(0, 4), text, text,
+        st.integers(0, 15), st.integers(0, 3),
+    ),
+    r.RemoveAccessControlEntryRecord: st.builds(r.RemoveAccessControlEntryRecord, ids),
+    r.UserScramCredentialRecord: st.builds(
+        r.UserScramCredentialRecord, text, st.integers(1, 2), st.binary(max_size=64), st.binary(max_size=64),
+        st.binary(max_size=64), st.integers(4096, 16384),
+    ),
+    r.RemoveUserScramCredentialRecord: st.builds(r.RemoveUserScramCredentialRecord, text, st.integers(1, 2)),
 }
 
 any_record = st.one_of(*RECORD_STRATEGIES.values())

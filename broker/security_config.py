@@ -1,0 +1,227 @@
+"""The `[security]` table and the nodes' `listeners` (Kafka's listener and security settings, in TOML).
+
+Layout (Kafka's names in snake case; every key optional; no `[security]` table = plaintext, no authorizer):
+
+    [[nodes]]
+    id = 1
+    listeners = ["SASL_SSL://127.0.0.1:9093", "INTERNAL://127.0.0.1:9094"]  # instead of kafka_port
+    ...
+    [security]
+    listener_security_protocol_map = { INTERNAL = "SSL" }   # names other than the four protocols
+    inter_broker_listener_name = "INTERNAL"                  # default: each node's first listener
+    sasl_enabled_mechanisms = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
+    ssl_certfile = "certs/node-{id}.pem"                     # {id}: the node id; relative to the file
+    ssl_keyfile = "certs/node-{id}.key"
+    ssl_cafile = "certs/ca.pem"                              # trusted for client certificates
+    ssl_client_auth = "none"                                 # none | requested | required
+    authorizer = true                                        # Kafka's StandardAuthorizer on
+    super_users = ["User:admin"]
+    allow_everyone_if_no_acl_found = false
+    connection_failed_authentication_delay_ms = 100
+    [security.plain_users]                                   # SASL/PLAIN users (development)
+    admin = "admin-secret"
+    [security.inter_broker]                                  # how brokers authenticate to each other
+    sasl_mechanism = "PLAIN"
+    username = "admin"
+    password = "admin-secret"
+
+Every problem raises ConfigError naming the file and the key (see broker/config.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from security.sasl import MECHANISMS, PLAIN
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+CLIENT_AUTH_MODES = ("none", "requested", "required")
+_LISTENER = re.compile(r"^([A-Za-z0-9_]+)://([^:/\s]*):(\d+)$")
+
+
+class ConfigError(Exception):
+    """The config file is unusable; the message names the file and the key (re-exported by broker.config)."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class InterBrokerCredentials:
+    sasl_mechanism: str = PLAIN
+    username: str = ""
+    password: str = ""
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
+    inter_broker_listener_name: str | None = None
+    sasl_enabled_mechanisms: tuple[str, ...] = MECHANISMS
+    ssl_certfile: str | None = None  # absolute, may contain {id}
+    ssl_keyfile: str | None = None
+    ssl_cafile: str | None = None
+    ssl_client_auth: str = "none"
+    authorizer: bool = False
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
+    connection_failed_authentication_delay_ms: int = 100
+    plain_users: dict[str, str] = field(default_factory=dict)
+    inter_broker: InterBrokerCredentials = InterBrokerCredentials()
+
+    def protocol_of(self, listener_name: str) -> str | None:
+        if listener_name in self.listener_security_protocol_map:
+            return self.listener_security_protocol_map[listener_name]
+        return listener_name if listener_name in SECURITY_PROTOCOLS else None
+
+    def ssl_files(self, node_id: int) -> tuple[str | None, str | None, str | None]:
+        """(certificate, key, CA) paths of one node."""
+        def fill(path: str | None) -> str | None:
+            return None if path is None else path.replace("{id}", str(node_id))
+        return fill(self.ssl_certfile), fill(self.ssl_keyfile), fill(self.ssl_cafile)
+
+
+_KEYS = {
+    "listener_security_protocol_map", "inter_broker_listener_name", "sasl_enabled_mechanisms", "ssl_certfile",
+    "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "authorizer", "super_users", "allow_everyone_if_no_acl_found",
+    "connection_failed_authentication_delay_ms", "plain_users", "inter_broker",
+}
+
+
+def parse_security(document: dict[str, Any], source: str, base_dir: str) -> SecuritySettings:
+    raw = document.get("security", {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: key 'security' must be a table")
+    for key in raw:
+        if key not in _KEYS:
+            raise ConfigError(f"{source}: unknown key 'security.{key}' (allowed: {', '.join(sorted(_KEYS))})")
+    values: dict[str, Any] = {}
+    protocol_map = _table(raw, "listener_security_protocol_map", source)
+    for name, protocol in protocol_map.items():
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"{source}: key 'security.listener_security_protocol_map.{name}' must be one of "
+                              f"{list(SECURITY_PROTOCOLS)}, got {protocol!r}")
+    values["listener_security_protocol_map"] = dict(protocol_map)
+    for key in ("inter_broker_listener_name", "ssl_certfile", "ssl_keyfile", "ssl_cafile", "ssl_client_auth"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise ConfigError(f"{source}: key 'security.{key}' must be a non-empty string, got {raw[key]!r}")
+            values[key] = raw[key]
+    for key in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
+        if key in values:
+            values[key] = os.path.normpath(os.path.join(base_dir, values[key]))
+    if values.get("ssl_client_auth", "none") not in CLIENT_AUTH_MODES:
+        raise ConfigError(f"{source}: key 'security.ssl_client_auth' must be one of {list(CLIENT_AUTH_MODES)}")
+    mechanisms = _strings(raw, "sasl_enabled_mechanisms", source)
+    if mechanisms is not None:
+        unknown = [m for m in mechanisms if m not in MECHANISMS]
+        if unknown or not mechanisms:
+            raise ConfigError(f"{source}: key 'security.sasl_enabled_mechanisms' must list some of {list(MECHANISMS)}, "
+                              f"got {mechanisms!r}")
+        values["sasl_enabled_mechanisms"] = tuple(mechanisms)
+    super_users = _strings(raw, "super_users", source)
+    if super_users is not None:
+        bad = [p for p in super_users if ":" not in p]
+        if bad:
+            raise ConfigError(f"{source}: key 'security.super_users' entries are principals like 'User:admin', got {bad}")
+        values["super_users"] = tuple(super_users)
+    for key in ("authorizer", "allow_everyone_if_no_acl_found"):
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise ConfigError(f"{source}: key 'security.{key}' must be true or false, got {raw[key]!r}")
+            values[key] = raw[key]
+    delay = raw.get("connection_failed_authentication_delay_ms")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 60_000:
+            raise ConfigError(f"{source}: key 'security.connection_failed_authentication_delay_ms' must be an "
+                              f"integer between 0 and 60000, got {delay!r}")
+        values["connection_failed_authentication_delay_ms"] = delay
+    users = _table(raw, "plain_users", source)
+    for user, password in users.items():
+        if not isinstance(password, str) or not password:
+            raise ConfigError(f"{source}: key 'security.plain_users.{user}' must be a non-empty password string")
+    values["plain_users"] = dict(users)
+    values["inter_broker"] = _inter_broker(raw, source)
+    settings = SecuritySettings(**values)
+    if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
+        raise ConfigError(f"{source}: keys 'security.ssl_certfile' and 'security.ssl_keyfile' go together")
+    if settings.ssl_client_auth != "none" and settings.ssl_cafile is None:
+        raise ConfigError(f"{source}: key 'security.ssl_cafile' is needed to verify client certificates "
+                          f"(ssl_client_auth = {settings.ssl_client_auth!r})")
+    return settings
+
+
+def _inter_broker(raw: dict[str, Any], source: str) -> InterBrokerCredentials:
+    table = _table(raw, "inter_broker", source)
+    allowed = {"sasl_mechanism", "username", "password"}
+    for key, value in table.items():
+        if key not in allowed:
+            raise ConfigError(f"{source}: unknown key 'security.inter_broker.{key}' (allowed: {', '.join(sorted(allowed))})")
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: key 'security.inter_broker.{key}' must be a string, got {value!r}")
+    credentials = InterBrokerCredentials(**table)
+    if credentials.sasl_mechanism not in MECHANISMS:
+        raise ConfigError(f"{source}: key 'security.inter_broker.sasl_mechanism' must be one of {list(MECHANISMS)}")
+    return credentials
+
+
+def parse_listeners(raw: Any, host: str, security: SecuritySettings, source: str, where: str) -> tuple[Listener, ...]:
+    """The node's `listeners` ("NAME://host:port", Kafka's format; an empty host means the node's host)."""
+    if not isinstance(raw, list) or not raw or not all(isinstance(item, str) for item in raw):
+        raise ConfigError(f"{source}: key '{where}listeners' must be a non-empty list of \"NAME://host:port\" strings")
+    listeners = []
+    for item in raw:
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ConfigError(f"{source}: key '{where}listeners': {item!r} is not of the form NAME://host:port")
+        name, listener_host, port_text = match.groups()
+        port = int(port_text)
+        if not 0 < port < 65536:
+            raise ConfigError(f"{source}: key '{where}listeners': port {port} of {item!r} is not between 1 and 65535")
+        protocol = security.protocol_of(name)
+        if protocol is None:
+            raise ConfigError(f"{source}: key '{where}listeners': listener name {name!r} is not a security protocol; "
+                              f"map it in 'security.listener_security_protocol_map'")
+        if any(listener.name == name for listener in listeners):
+            raise ConfigError(f"{source}: key '{where}listeners': listener name {name!r} appears twice")
+        listeners.append(Listener(name, listener_host or host, port, protocol))
+    for listener in listeners:
+        if listener.uses_tls and security.ssl_certfile is None:
+            raise ConfigError(f"{source}: key '{where}listeners': {listener} uses TLS but 'security.ssl_certfile' and "
+                              f"'security.ssl_keyfile' are not set")
+    return tuple(listeners)
+
+
+def _table(raw: dict[str, Any], key: str, source: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: key 'security.{key}' must be a table")
+    return value
+
+
+def _strings(raw: dict[str, Any], key: str, source: str) -> list[str] | None:
+    if key not in raw:
+        return None
+    value = raw[key]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{source}: key 'security.{key}' must be a list of strings, got {value!r}")
+    return value

@@ -1,0 +1,153 @@
+"""SASL server mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and SCRAM credentials, sans-IO.
+
+Theory of operation: a `SaslExchange` is one authentication on one connection: the dispatcher feeds it the
+client's SaslAuthenticate bytes (`step`) and sends back what it returns, until `principal` is set (success)
+or `step` raises `AuthenticationFailed` (the connection answers SASL_AUTHENTICATION_FAILED and closes).
+- PLAIN (RFC 4616: `authzid NUL authcid NUL password`) checks a password from the node's config file: for
+  development, as Kafka's PlainLoginModule with users in the JAAS file;
+- SCRAM (RFC 5802, through the `scramp` library) checks against credentials stored in the metadata log as
+  Kafka stores them: salt, StoredKey, ServerKey and iteration count, never the password.
+`scram_credential` turns what AlterUserScramCredentials carries (salt, SaltedPassword, iterations) into the
+stored form, and `salted_password` computes SaltedPassword on the client side (the CLI).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import scramp
+
+PLAIN = "PLAIN"
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+SCRAM_ITERATIONS_MIN = 4096  # Kafka's ScramMechanism.minIterations
+SCRAM_ITERATIONS_MAX = 16384  # Kafka's ScramMechanism.maxIterations
+SCRAM_ITERATIONS_DEFAULT = 8192
+SCRAM_SALT_BYTES = 32
+SASL_MESSAGE_BYTES_MAX = 64 * 1024  # far above any real PLAIN or SCRAM message
+
+
+class ScramMechanism(enum.IntEnum):
+    """Kafka's ScramMechanism wire values (DescribeUserScramCredentials, AlterUserScramCredentials)."""
+
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        return {1: SCRAM_SHA_256, 2: SCRAM_SHA_512}[int(self)]
+
+    @property
+    def hash_name(self) -> str:
+        return {1: "sha256", 2: "sha512"}[int(self)]
+
+
+SCRAM_BY_NAME = {SCRAM_SHA_256: ScramMechanism.SCRAM_SHA_256, SCRAM_SHA_512: ScramMechanism.SCRAM_SHA_512}
+
+
+class AuthenticationFailed(Exception):
+    """The client failed to authenticate; the message is safe to send back (it names no secret)."""
+
+
+@dataclass(frozen=True)
+class ScramCredential:
+    """Kafka's ScramCredential: what the server stores for one user and mechanism."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+def salted_password(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's SaltedPassword := Hi(Normalize(password), salt, i) (the client side of a credential upsert)."""
+    return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode(), salt, iterations)
+
+
+def scram_credential(mechanism: ScramMechanism, salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
+    """The stored form of a SaltedPassword (RFC 5802: StoredKey = H(HMAC(SaltedPassword, "Client Key")),
+    ServerKey = HMAC(SaltedPassword, "Server Key"))."""
+    client_key = hmac.new(salted, b"Client Key", mechanism.hash_name).digest()
+    stored_key = hashlib.new(mechanism.hash_name, client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", mechanism.hash_name).digest()
+    return ScramCredential(salt, stored_key, server_key, iterations)
+
+
+def new_scram_upsert(mechanism: ScramMechanism, password: str,
+                     iterations: int = SCRAM_ITERATIONS_DEFAULT) -> tuple[bytes, bytes]:
+    """(salt, SaltedPassword) for an AlterUserScramCredentials upsertion of `password`."""
+    salt = os.urandom(SCRAM_SALT_BYTES)
+    return salt, salted_password(mechanism, password, salt, iterations)
+
+
+class SaslExchange:
+    """One SASL authentication (see the module docstring)."""
+
+    def __init__(self, mechanism: str, plain_users: dict[str, str],
+                 scram_lookup: Callable[[str, ScramMechanism], ScramCredential | None]) -> None:
+        assert mechanism in MECHANISMS, mechanism
+        self.mechanism = mechanism
+        self.principal: str | None = None
+        self._plain_users = plain_users
+        self._scram_lookup = scram_lookup
+        self._scram: scramp.core.ScramServer | None = None
+        self._user = ""
+
+    def step(self, client_bytes: bytes) -> bytes:
+        """The server's answer to the client's next message. Raises AuthenticationFailed."""
+        assert self.principal is None, "the exchange is complete"
+        if len(client_bytes) > SASL_MESSAGE_BYTES_MAX:
+            raise AuthenticationFailed("SASL message too large")
+        if self.mechanism == PLAIN:
+            return self._plain(client_bytes)
+        return self._scram_step(client_bytes)
+
+    def _plain(self, client_bytes: bytes) -> bytes:
+        parts = client_bytes.split(b"\x00")
+        if len(parts) != 3:
+            raise AuthenticationFailed("Authentication failed: invalid SASL/PLAIN message")
+        try:
+            authzid, user, password = (part.decode() for part in parts)
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("Authentication failed: invalid SASL/PLAIN message") from None
+        if authzid and authzid != user:
+            raise AuthenticationFailed("Authentication failed: the authorization id must match the user")
+        expected = self._plain_users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise AuthenticationFailed("Authentication failed: Invalid username or password")
+        self.principal = f"User:{user}"
+        return b""
+
+    def _scram_step(self, client_bytes: bytes) -> bytes:
+        try:
+            text = client_bytes.decode()
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("Authentication failed: invalid SCRAM message") from None
+        mechanism = SCRAM_BY_NAME[self.mechanism]
+        try:
+            if self._scram is None:
+                self._scram = scramp.ScramMechanism(self.mechanism).make_server(self._auth_info)
+                self._scram.set_client_first(text)
+                return self._scram.get_server_first().encode()
+            self._scram.set_client_final(text)
+            final = self._scram.get_server_final()
+        except scramp.ScramException:
+            raise AuthenticationFailed(
+                f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                f"{mechanism.mechanism_name}") from None
+        self.principal = f"User:{self._user}"
+        return final.encode()
+
+    def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        credential = self._scram_lookup(username, SCRAM_BY_NAME[self.mechanism])
+        if credential is None:
+            raise scramp.ScramException("unknown user")
+        self._user = username
+        return credential.salt, credential.stored_key, credential.server_key, credential.iterations
