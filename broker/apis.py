@@ -24,6 +24,8 @@ from typing import Any, Callable, Protocol
 
 from broker.core import BrokerCore
 from net.protocol.codec import SUPPORTED, RequestHeader
+from security.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from security.session import Session, anonymous_session
 
 Handler = Callable[[RequestHeader, Any, int], Any]
 
@@ -74,6 +76,14 @@ class KafkaApis:
         # The address of the client whose request is being handled ("/127.0.0.1", as Kafka writes it), set
         # by the runtime that knows the connection; coordinators record it as a member's client host.
         self.client_host = ""
+        # The security session of the request being handled (set by the dispatcher; anonymous without one),
+        # and Kafka's standard authorizer over the image's ACLs, or None when no authorizer is configured
+        # (then every request is allowed, as Kafka without authorizer.class.name).
+        self.session: Session = anonymous_session()
+        self.authorizer: Authorizer | None = None
+        # broker id -> {listener name: (host, port)} from the cluster file, when nodes have several listeners;
+        # empty: every broker is advertised at its registered endpoint.
+        self.listener_endpoints: dict[int, dict[str, tuple[str, int]]] = {}
         # KIP-890 part 1: `verify(transactional_id, producer_id, producer_epoch, partitions, on_done, now_ms)`
         # asks the transaction coordinator whether the partitions are in the producer's ongoing transaction;
         # `on_done({partition: ErrorCode}, now_ms)`. Installed by broker/transactions.py; None without it.
@@ -101,6 +111,41 @@ class KafkaApis:
     def handle(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         """The response message, None (no response), or a Deferred. Callers check `is_supported` first."""
         return self._handlers[header.api_key](header, request, now_ms)
+
+    # ---- authorization (security/acl.py) ------------------------------------------------------------------
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the current request's principal may do `operation` on the resource."""
+        if self.authorizer is None:
+            return True
+        self.authorizer.update(self.broker.image.acls.by_id)
+        return self.authorizer.authorize(self.session.principal, self.session.host, operation, resource_type, name)
+
+    def authorize_cluster(self, operation: AclOperation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the principal may do `operation` on some resource of the type (Kafka's
+        authorizeByResourceType, used for idempotent producers without IDEMPOTENT_WRITE)."""
+        if self.authorizer is None:
+            return True
+        self.authorizer.update(self.broker.image.acls.by_id)
+        return self.authorizer.authorize_any(self.session.principal, self.session.host, operation, resource_type)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int | None:
+        """KIP-430's bitfield for the principal, or None when no authorizer is on (every operation)."""
+        if self.authorizer is None:
+            return None
+        self.authorizer.update(self.broker.image.acls.by_id)
+        return self.authorizer.authorized_operations(self.session.principal, self.session.host, resource_type, name)
+
+    def advertised_endpoint(self, registration: Any) -> tuple[str, int] | None:
+        """Where clients of the current request's listener reach the broker (None: it has no such listener,
+        and is left out, as Kafka does)."""
+        endpoints = self.listener_endpoints.get(registration.broker_id)
+        if not endpoints:
+            return registration.host, registration.port
+        return endpoints.get(self.session.listener_name)
 
     def defer(self) -> int:
         """A request id for a Deferred answer."""

@@ -36,6 +36,7 @@ from coordinator.shard import CoordinatorRecord, CoordinatorShard, LoadedRecord,
 from metadata.requests import ConfigEntry, CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
+from security.acl import AclOperation, ResourceType
 from partitions.errors import ErrorCode, NotLeaderOrFollowerError
 
 if TYPE_CHECKING:
@@ -268,8 +269,15 @@ class CoordinatorApis:
         if not key or len(key.encode()) > KEY_BYTES_MAX:
             code = ErrorCode.INVALID_GROUP_ID if key_type == COORDINATOR_KEY_TYPE_GROUP else ErrorCode.INVALID_REQUEST
             return code, "an empty or over-long key", -1, "", -1
+        if key_type == COORDINATOR_KEY_TYPE_GROUP:
+            if not self.apis.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+                return ErrorCode.GROUP_AUTHORIZATION_FAILED, None, -1, "", -1
+        elif not self.apis.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1, "", -1
         code, node_id = service.coordinator_for(key)
         if code != ErrorCode.NONE:
             return code, None, -1, "", -1
-        broker = self.broker.image.cluster.brokers[node_id]
-        return ErrorCode.NONE, None, node_id, broker.host, broker.port
+        endpoint = self.apis.advertised_endpoint(self.broker.image.cluster.brokers[node_id])
+        if endpoint is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, -1, "", -1
+        return ErrorCode.NONE, None, node_id, *endpoint

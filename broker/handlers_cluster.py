@@ -1,5 +1,9 @@
 """Cluster APIs (sans-IO): ApiVersions (exactly what the registry serves), Metadata (with auto topic creation
-forwarded to the controller) and DescribeCluster, answered from the metadata image."""
+forwarded to the controller) and DescribeCluster, answered from the metadata image.
+
+Authorization (Kafka's): Metadata lists only the topics the principal may DESCRIBE (a named topic it may not
+gets TOPIC_AUTHORIZATION_FAILED), auto-creation needs CREATE on the cluster or the topic, DescribeCluster
+needs DESCRIBE on the cluster. Brokers are advertised at the endpoint of the listener the request came in on."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from metadata.requests import CreatableTopic, CreateTopicsRequest as ControllerC
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, api_versions_response
 from partitions.errors import ErrorCode, KafkaError
+from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
@@ -48,18 +53,27 @@ class ClusterApis:
     def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         return api_versions_response(ErrorCode.NONE, self.apis.supported_apis)
 
-    def _active_brokers(self):
-        return [b for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles]
+    def _active_brokers(self) -> list[tuple[Any, str, int]]:
+        """(registration, host, port) of each active broker, at the endpoint of the request's listener."""
+        active = []
+        for b in sorted(self.broker.image.cluster.brokers.values(), key=lambda b: b.broker_id):
+            if not b.fenced and "broker" in b.roles:
+                endpoint = self.apis.advertised_endpoint(b)
+                if endpoint is not None:
+                    active.append((b, *endpoint))
+        return active
+
+    def _operations(self, resource_type: ResourceType, name: str, default: int) -> int:
+        bits = self.apis.authorized_operations(resource_type, name)
+        return default if bits is None else bits
 
     def _metadata(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.MetadataResponse
         image = self.broker.image
-        brokers = [
-            response_class.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(self._active_brokers(), key=lambda b: b.broker_id)
-        ]
+        brokers = [response_class.MetadataResponseBroker(node_id=b.broker_id, host=host, port=port, rack=b.rack)
+                   for b, host, port in self._active_brokers()]
         if request.topics is None or (header.api_version == 0 and not request.topics):
-            names = sorted(image.topics.by_name)
+            names = [name for name in sorted(image.topics.by_name) if self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, name)]
         else:
             names = [topic.name for topic in request.topics]
         allow_auto_create = self.apis.auto_create_topics_enable and (header.api_version < 4 or request.allow_auto_topic_creation)
@@ -67,32 +81,44 @@ class ClusterApis:
         if getattr(request, "include_topic_authorized_operations", False):
             for topic in topics:
                 if topic.error_code == ErrorCode.NONE:
-                    topic.topic_authorized_operations = TOPIC_OPERATIONS
+                    topic.topic_authorized_operations = self._operations(ResourceType.TOPIC, topic.name, TOPIC_OPERATIONS)
         return response_class(
             throttle_time_ms=0,
             brokers=brokers,
             cluster_id=self.apis.cluster_id,
             controller_id=self.apis.controller_id(),
             topics=topics,
-            cluster_authorized_operations=CLUSTER_OPERATIONS
+            cluster_authorized_operations=self._cluster_operations()
             if getattr(request, "include_cluster_authorized_operations", False) else AUTHORIZED_OPERATIONS_OMITTED,
         )
+
+    def _cluster_operations(self) -> int:
+        from security.acl import CLUSTER_RESOURCE_NAME
+
+        return self._operations(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, CLUSTER_OPERATIONS)
 
     def _metadata_topic(self, name: str, auto_create: bool, now_ms: int) -> Any:
         response_class = messages.MetadataResponse
         topic = self.broker.image.topics.by_name.get(name)
+        if not self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, name):
+            return response_class.MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name,
+                                                        partitions=[])
         if topic is None:
             try:
                 validate_topic_name(name)
             except KafkaError as error:
                 return response_class.MetadataResponseTopic(error_code=error.code, name=name, partitions=[])
+            if auto_create and not (self.apis.authorize_cluster(Op.CREATE)
+                                    or self.apis.authorize(Op.CREATE, ResourceType.TOPIC, name)):
+                return response_class.MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                            name=name, partitions=[])
             if auto_create:
                 self._auto_create(name)
                 return response_class.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name,
                                                             partitions=[])
             return response_class.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
                                                         partitions=[])
-        active = {b.broker_id for b in self._active_brokers()}
+        active = {b.broker_id for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles}
         partitions = []
         for index, state in sorted(topic.partitions.items()):
             partitions.append(
@@ -122,6 +148,10 @@ class ClusterApis:
 
     def _describe_cluster(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.DescribeClusterResponse
+        if not self.apis.authorize_cluster(Op.DESCRIBE):
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                  error_message="Cluster authorization failed.", cluster_id=self.apis.cluster_id,
+                                  controller_id=-1, brokers=[], cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
         return response_class(
             throttle_time_ms=0,
             error_code=ErrorCode.NONE,
@@ -129,9 +159,9 @@ class ClusterApis:
             cluster_id=self.apis.cluster_id,
             controller_id=self.apis.controller_id(),
             brokers=[
-                response_class.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                for b in sorted(self._active_brokers(), key=lambda b: b.broker_id)
+                response_class.DescribeClusterBroker(broker_id=b.broker_id, host=host, port=port, rack=b.rack)
+                for b, host, port in self._active_brokers()
             ],
-            cluster_authorized_operations=CLUSTER_OPERATIONS
+            cluster_authorized_operations=self._cluster_operations()
             if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
         )

@@ -6,6 +6,12 @@ Produce appends on the leader and answers at once (acks 0/1) or when the high wa
 per producer are answered with their original offsets. Fetch reads up to the high watermark (consumers) or
 the log end (followers, which also move the ISR and the high watermark) and waits for min_bytes or
 max_wait_ms (a delayed fetch, woken when one of its partitions is marked dirty).
+
+Authorization (Kafka's): Produce needs WRITE on each topic (and on the transactional id for transactional
+batches), a consumer Fetch READ, ListOffsets and OffsetForLeaderEpoch DESCRIBE, DeleteRecords DELETE; a
+follower Fetch needs CLUSTER_ACTION. A refused partition answers TOPIC_AUTHORIZATION_FAILED (or
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); the others of the request are served. Decided when the request
+arrives: a delayed fetch does not re-check.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from net.protocol.codec import ApiKey, RequestHeader
 from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.replica import IsolationLevel
+from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
@@ -45,6 +52,7 @@ class _DelayedFetch:
     request: Any
     deadline_ms: int
     partitions: frozenset[tuple[str, int]]
+    denied: frozenset[str]  # topics the principal may not read (decided when the request arrived)
 
 
 class DataPlaneApis:
@@ -83,10 +91,27 @@ class DataPlaneApis:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
+    def _denied_topics(self, topics: list[str], operation: Op) -> frozenset[str]:
+        if self.apis.authorizer is None:
+            return frozenset()
+        return frozenset(t for t in set(topics) if not self.apis.authorize(operation, ResourceType.TOPIC, t))
+
+    def _produce_denied(self, request: Any) -> dict[tuple[str, int], ErrorCode]:
+        """Partitions the principal may not write, with the error each answers."""
+        if self.apis.authorizer is None:
+            return {}
+        keys = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
+        if request.transactional_id and not self.apis.authorize(Op.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                                request.transactional_id):
+            return {key: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for key in keys}
+        denied = self._denied_topics([t.name for t in request.topic_data], Op.WRITE)
+        return {key: ErrorCode.TOPIC_AUTHORIZATION_FAILED for key in keys if key[0] in denied}
+
     def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         request_id = self.apis.defer()
+        denied = self._produce_denied(request)
         verify = self.apis.transaction_verifier
-        unverified = self._unverified(request) if verify is not None and request.transactional_id else None
+        unverified = self._unverified(request, denied) if verify is not None and request.transactional_id else None
         if unverified:
             # KIP-890 part 1: the first transactional batch of a producer on a partition waits until the
             # coordinator confirms the partition is in its ongoing transaction; a partition never added
@@ -94,23 +119,24 @@ class DataPlaneApis:
             producer_id, producer_epoch, keys = unverified
 
             def on_verified(codes: dict, now: int) -> None:
-                refused = {key: code for key, code in codes.items() if code != ErrorCode.NONE}
+                refused = {key: code for key, code in codes.items() if code != ErrorCode.NONE} | denied
                 result = self._produce_now(header, request, request_id, now, refused)
                 if result is not None and not isinstance(result, Deferred):
                     self.apis.completed.append((request_id, header, result))
 
             verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms)
             return Deferred(request_id) if request.acks != 0 else None
-        return self._produce_now(header, request, request_id, now_ms, {})
+        return self._produce_now(header, request, request_id, now_ms, denied)
 
-    def _unverified(self, request: Any) -> tuple[int, int, list[tuple[str, int]]] | None:
+    def _unverified(self, request: Any, denied: dict) -> tuple[int, int, list[tuple[str, int]]] | None:
         """(producer id, epoch, partitions) whose transactional batches open a transaction here, or None."""
         keys, producer = [], None
         for topic_data in request.topic_data:
             for partition_data in topic_data.partition_data:
                 key = (topic_data.name, partition_data.index)
                 hosted = self.broker.hosted(*key)
-                if hosted is None or not hosted.replica.is_leader or not self.broker.serving or partition_data.records is None:
+                if (hosted is None or not hosted.replica.is_leader or not self.broker.serving
+                        or partition_data.records is None or key in denied):
                     continue
                 try:
                     headers = [h for _, h in iter_batches(partition_data.records) if h.is_transactional]
@@ -238,26 +264,36 @@ class DataPlaneApis:
                 self._partition_answered(request_id, delayed, key)
 
     def _fetch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        response, size, has_error = self._read_fetch(header, request, now_ms)
+        denied = self._fetch_denied(request)
+        response, size, has_error = self._read_fetch(header, request, now_ms, denied)
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
         if max_wait_ms == 0 or size >= request.min_bytes or has_error:
             return response
         request_id = self.apis.defer()
         partitions = frozenset((t.topic, p.partition) for t in request.topics for p in t.partitions)
-        self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, partitions)
+        self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, partitions, denied)
         return Deferred(request_id)
+
+    def _fetch_denied(self, request: Any) -> frozenset[str]:
+        if self.apis.authorizer is None:
+            return frozenset()
+        topics = [t.topic for t in request.topics]
+        if request.replica_id >= 0:
+            return frozenset() if self.apis.authorize_cluster(Op.CLUSTER_ACTION) else frozenset(topics)
+        return self._denied_topics(topics, Op.READ)
 
     def _complete_fetches(self, dirty: set[tuple[str, int]], now_ms: int) -> None:
         for request_id, delayed in list(self._fetches.items()):
             expired = now_ms >= delayed.deadline_ms
             if not expired and not (delayed.partitions & dirty):
                 continue
-            response, size, has_error = self._read_fetch(delayed.header, delayed.request, now_ms)
+            response, size, has_error = self._read_fetch(delayed.header, delayed.request, now_ms, delayed.denied)
             if expired or size >= delayed.request.min_bytes or has_error:
                 del self._fetches[request_id]
                 self.apis.completed.append((request_id, delayed.header, response))
 
-    def _read_fetch(self, header: RequestHeader, request: Any, now_ms: int) -> tuple[Any, int, bool]:
+    def _read_fetch(self, header: RequestHeader, request: Any, now_ms: int,
+                    denied: frozenset[str]) -> tuple[Any, int, bool]:
         response_class = messages.FetchResponse
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
         size, has_error = 0, False
@@ -265,7 +301,10 @@ class DataPlaneApis:
         for fetch_topic in request.topics:
             partitions = []
             for fetch_partition in fetch_topic.partitions:
-                data = self._read_fetch_partition(request, fetch_topic.topic, fetch_partition, remaining, now_ms)
+                if fetch_topic.topic in denied:
+                    data = self._refused_fetch_partition(fetch_partition.partition)
+                else:
+                    data = self._read_fetch_partition(request, fetch_topic.topic, fetch_partition, remaining, now_ms)
                 records_size = len(data.records) if data.records else 0
                 remaining -= records_size
                 size += records_size
@@ -274,6 +313,13 @@ class DataPlaneApis:
             topics.append(response_class.FetchableTopicResponse(topic=fetch_topic.topic, partitions=partitions))
         response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
         return response, size, has_error
+
+    @staticmethod
+    def _refused_fetch_partition(partition: int) -> Any:
+        return messages.FetchResponse.PartitionData(
+            partition_index=partition, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, high_watermark=-1,
+            last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
+            records=b"")
 
     def _read_fetch_partition(self, request: Any, topic: str, fetch_partition: Any, remaining: int, now_ms: int) -> Any:
         response_class = messages.FetchResponse
@@ -350,7 +396,14 @@ class DataPlaneApis:
     def _list_offsets(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.ListOffsetsResponse
         topics = []
+        denied = self._denied_topics([t.name for t in request.topics], Op.DESCRIBE)
         for list_topic in request.topics:
+            if list_topic.name in denied:
+                partitions = [response_class.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, timestamp=-1,
+                    offset=-1, leader_epoch=-1) for p in list_topic.partitions]
+                topics.append(response_class.ListOffsetsTopicResponse(name=list_topic.name, partitions=partitions))
+                continue
             partitions = [self._list_offset(list_topic.name, p, request.isolation_level) for p in list_topic.partitions]
             topics.append(response_class.ListOffsetsTopicResponse(name=list_topic.name, partitions=partitions))
         return response_class(throttle_time_ms=0, topics=topics)
@@ -395,6 +448,10 @@ class DataPlaneApis:
     def _offset_for_leader_epoch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.OffsetForLeaderEpochResponse
         topics = []
+        if getattr(request, "replica_id", -1) >= 0 and not self.apis.authorize_cluster(Op.CLUSTER_ACTION):
+            denied = frozenset(t.topic for t in request.topics)
+        else:
+            denied = self._denied_topics([t.topic for t in request.topics], Op.DESCRIBE)
         for topic_request in request.topics:
             partitions = []
             for partition_request in topic_request.partitions:
@@ -402,7 +459,9 @@ class DataPlaneApis:
                     error_code=ErrorCode.NONE, partition=partition_request.partition, leader_epoch=-1, end_offset=-1
                 )
                 hosted = self.broker.hosted(topic_request.topic, partition_request.partition)
-                if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
+                if topic_request.topic in denied:
+                    result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     result.error_code = self._partition_error(topic_request.topic, partition_request.partition)
                 else:
                     try:
@@ -419,6 +478,7 @@ class DataPlaneApis:
     def _delete_records(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.DeleteRecordsResponse
         topics = []
+        denied = self._denied_topics([t.name for t in request.topics], Op.DELETE)
         for topic_request in request.topics:
             partitions = []
             for partition_request in topic_request.partitions:
@@ -426,7 +486,9 @@ class DataPlaneApis:
                     partition_index=partition_request.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
                 )
                 hosted = self.broker.hosted(topic_request.name, partition_request.partition_index)
-                if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
+                if topic_request.name in denied:
+                    result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     result.error_code = self._partition_error(topic_request.name, partition_request.partition_index)
                 else:
                     high_watermark = hosted.replica.high_watermark

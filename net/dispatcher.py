@@ -5,6 +5,13 @@ Decoding failures close the connection (garbage bytes, truncated or hostile fram
 of a version we do not implement gets KIP-511's v0 answer with our version list; any other API or version we
 do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
 node completes after each event.
+
+Security: each connection has a `security.session.Session` (listener, client address, principal). On a SASL
+listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served before the session has
+authenticated (anything else closes the connection, as Kafka does), frames stay below
+`PRE_AUTH_REQUEST_BYTES_MAX`, and a failed authentication is answered SASL_AUTHENTICATION_FAILED after
+`connection_failed_authentication_delay_ms`, then the connection closes. The session of the request being
+handled is `apis.session`, which the handlers' authorization checks read.
 """
 
 from __future__ import annotations
@@ -22,28 +29,49 @@ from net.protocol.codec import (
     encode_api_versions_fallback,
     encode_response,
 )
-from net.server import CLOSE_REPLY, NO_REPLY, CloseConnection, PendingReply
-from partitions.errors import KafkaError
+from net.protocol import messages
+from net.server import CLOSE_REPLY, NO_REPLY, PRE_AUTH_REQUEST_BYTES_MAX, CloseAfter, CloseConnection, PendingReply
+from partitions.errors import ErrorCode, KafkaError
+from security.sasl import ScramCredential, ScramMechanism
+from security.session import Session, anonymous_session
+
+_PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+SASL_HANDSHAKE_VERSION = 1  # v0 (raw SASL tokens after the handshake) is not served
 
 
 class KafkaDispatcher:
     """Implements `net.server.Dispatcher` over a `KafkaApis`."""
 
     def __init__(self, apis: KafkaApis, now_ms: Callable[[], int], after_event: Callable[[], None],
-                 admin_handler: Callable[[dict], dict] | None = None) -> None:
+                 admin_handler: Callable[[dict], dict] | None = None, security: Any = None) -> None:
         self.apis = apis
         self.admin_handler = admin_handler
         self.now_ms = now_ms
         self.after_event = after_event
+        self.security = security  # broker.security_config.SecuritySettings, or None (plaintext only)
         self.log = get_logger(component="kafka-dispatcher")
         self._pending: dict[int, tuple[PendingReply, RequestHeader, int]] = {}
         self._client_hosts: dict[int, str] = {}
+        self._sessions: dict[int, Session] = {}
+        self._anonymous = anonymous_session()
 
-    def connection_opened(self, connection_id: int, peer_host: str) -> None:
-        """Remember the client's address: coordinators record it as a member's host ("/127.0.0.1", Kafka's way)."""
+    def connection_opened(self, connection_id: int, peer_host: str, listener: Any = None,
+                          certificate: bytes | None = None) -> None:
+        """Remember the client's address (coordinators record it as a member's host, "/127.0.0.1" as Kafka
+        writes it) and open its security session (`listener`: broker.config.Listener; `certificate`: the
+        verified client certificate in DER)."""
         self._client_hosts[connection_id] = f"/{peer_host}" if peer_host else ""
+        name, protocol = (listener.name, listener.security_protocol) if listener is not None else ("PLAINTEXT",) * 2
+        self._sessions[connection_id] = Session.open(name, protocol, peer_host, _subject(certificate))
+
+    def request_bytes_max(self, connection_id: int) -> int:
+        session = self._sessions.get(connection_id)
+        return PRE_AUTH_REQUEST_BYTES_MAX if session is not None and not session.authenticated else 2**31 - 1
 
     def handle_frame(self, connection_id: int, frame: bytes) -> Any:
+        session = self._sessions.get(connection_id, self._anonymous)
+        if not session.authenticated:
+            return self._unauthenticated(connection_id, session, frame)
         if self.admin_handler is not None and peek_api_key(frame) == ADMIN_API_KEY:
             return self._admin(connection_id, frame)
         try:
@@ -56,6 +84,7 @@ class KafkaDispatcher:
         if not self.apis.is_supported(header.api_key, header.api_version):
             return self._unsupported(header)
         self.apis.client_host = self._client_hosts.get(connection_id, "")
+        self.apis.session = session
         result = self.apis.handle(header, request, self.now_ms())
         if isinstance(result, Deferred):
             pending = PendingReply()
@@ -71,6 +100,49 @@ class KafkaDispatcher:
             self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
                            error=error.message)
             raise CloseConnection(error.message) from None
+
+    def _unauthenticated(self, connection_id: int, session: Session, frame: bytes) -> Any:
+        """ApiVersions, SaslHandshake v1 and SaslAuthenticate only (KIP-152); anything else closes."""
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedRequestVersionError as error:
+            if error.header.api_key == ApiKey.API_VERSIONS:
+                return self._unsupported(error.header)
+            raise CloseConnection("unsupported request before authentication") from None
+        except KafkaError as error:
+            self.log.info("malformed_request", connection_id=connection_id, error=error.message)
+            raise CloseConnection(error.message) from None
+        if header.api_key not in _PRE_AUTH_APIS:
+            self.log.info("request_before_authentication", connection_id=connection_id, api_key=header.api_key)
+            raise CloseConnection(f"api_key={header.api_key} before authentication")
+        if header.api_key == ApiKey.API_VERSIONS:
+            return encode_response(header, self.apis.handle(header, request, self.now_ms()))
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            if header.api_version != SASL_HANDSHAKE_VERSION:
+                raise CloseConnection("SaslHandshake v0 is not served")
+            answer = session.sasl_handshake(request.mechanism, self.security.sasl_enabled_mechanisms)
+            response = messages.SaslHandshakeResponse(error_code=answer.error_code,
+                                                      mechanisms=list(self.security.sasl_enabled_mechanisms))
+        else:
+            answer = session.sasl_authenticate(bytes(request.auth_bytes), self.security.plain_users, self._scram_lookup)
+            response = messages.SaslAuthenticateResponse(error_code=answer.error_code, error_message=answer.error_message,
+                                                         auth_bytes=answer.auth_bytes, session_lifetime_ms=0)
+            if answer.error_code == ErrorCode.NONE and session.authenticated:
+                self.log.info("authenticated", connection_id=connection_id, principal=session.principal,
+                              mechanism=session.mechanism)
+        reply = encode_response(header, response)
+        if not answer.close:
+            return reply
+        self.log.info("authentication_failed", connection_id=connection_id, error=answer.error_message,
+                      client=session.host)
+        delay_ms = self.security.connection_failed_authentication_delay_ms
+        return CloseAfter(reply, delay_ms / 1000 if answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED else 0.0)
+
+    def _scram_lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        record = self.apis.broker.image.scram.credentials.get((user, int(mechanism)))
+        if record is None:
+            return None
+        return ScramCredential(record.salt, record.stored_key, record.server_key, record.iterations)
 
     def _admin(self, connection_id: int, frame: bytes) -> bytes:
         try:
@@ -100,7 +172,17 @@ class KafkaDispatcher:
 
     def connection_closed(self, connection_id: int) -> None:
         self._client_hosts.pop(connection_id, None)
+        self._sessions.pop(connection_id, None)
         # Deferred requests of a closed connection still complete in the core (the produce is appended
         # either way); their replies are simply dropped when they arrive.
         for request_id in [r for r, (_, _, c) in self._pending.items() if c == connection_id]:
             del self._pending[request_id]
+
+
+def _subject(certificate: bytes | None) -> str | None:
+    """The certificate's subject as an RFC 2253 distinguished name (Kafka's default SSL principal)."""
+    if not certificate:
+        return None
+    from cryptography import x509
+
+    return x509.load_der_x509_certificate(certificate).subject.rfc4514_string()

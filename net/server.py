@@ -14,15 +14,23 @@ At most `inflight_requests_max` replies may be outstanding per connection: when 
 stops reading, which is TCP backpressure on that client alone. A connection idle for `idle_ms_max` is closed.
 Anything the dispatcher cannot parse raises `CloseConnection`: garbage bytes get a closed connection, never
 a crashed node.
+
+TLS listeners wrap each connection in a `trio.SSLStream` and finish the handshake (bounded by
+`TLS_HANDSHAKE_S_MAX`) before the first frame; a peer that sends anything but a TLS ClientHello, or a client
+certificate the CA does not vouch for, is closed without a word. The dispatcher learns the listener and the
+verified client certificate's subject in `connection_opened`. Before a connection has authenticated
+(`dispatcher.request_bytes_max(connection_id)`) frames are limited to `PRE_AUTH_REQUEST_BYTES_MAX`, and an
+answer can be `CloseAfter`: sent after a delay (a failed authentication), then the connection closes.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import ssl
 import struct
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -30,6 +38,10 @@ from net.logs import get_logger
 
 FRAME_LENGTH = struct.Struct(">i")
 RECEIVE_BYTES_MAX = 1024 * 1024
+PRE_AUTH_REQUEST_BYTES_MAX = 512 * 1024  # Kafka's sasl.server.max.receive.size
+TLS_HANDSHAKE_S_MAX = 10.0
+# Connection ids are unique across every listener of the process (one dispatcher serves them all).
+_CONNECTION_IDS = itertools.count(1)
 
 
 class CloseConnection(Exception):
@@ -52,6 +64,14 @@ class _CloseReply:
 # A deferred reply that could not be built: the writer closes the connection (the client retries elsewhere)
 # instead of leaving it waiting for an answer that will never come.
 CLOSE_REPLY = _CloseReply()
+
+
+@dataclass(frozen=True)
+class CloseAfter:
+    """Send `reply` after `delay_s`, then close the connection; nothing more is read from it."""
+
+    reply: bytes
+    delay_s: float = 0.0
 
 
 class PendingReply:
@@ -78,7 +98,7 @@ class PendingReply:
         return self._reply
 
 
-Reply = bytes | _NoReply | PendingReply
+Reply = bytes | _NoReply | PendingReply | CloseAfter
 
 
 class Dispatcher(Protocol):
@@ -102,13 +122,15 @@ class ServerLimits:
 class FrameServer:
     """Serves length-framed requests on host:port with `dispatcher`."""
 
-    def __init__(self, host: str, port: int, dispatcher: Dispatcher, limits: ServerLimits, name: str = "kafka"):
+    def __init__(self, host: str, port: int, dispatcher: Dispatcher, limits: ServerLimits, name: str = "kafka",
+                 ssl_context: ssl.SSLContext | None = None, listener: Any = None):
         self.host = host
         self.port = port
         self.dispatcher = dispatcher
         self.limits = limits
         self.log = get_logger(listener=name)
-        self._connection_ids = itertools.count(1)
+        self.ssl_context = ssl_context
+        self.listener = listener  # handed to the dispatcher with each connection (broker.config.Listener)
         self.bound_port: int | None = None
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -118,14 +140,21 @@ class FrameServer:
             task_status.started(self.bound_port)
             await trio.serve_listeners(self._serve_connection, listeners, handler_nursery=nursery)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        connection_id = next(self._connection_ids)
+    async def _serve_connection(self, socket_stream: trio.SocketStream) -> None:
+        connection_id = next(_CONNECTION_IDS)
+        try:
+            peer_host = socket_stream.socket.getpeername()[0]
+        except OSError:
+            peer_host = ""
+        stream: Any = socket_stream
+        certificate = None
+        if self.ssl_context is not None:
+            stream, certificate = await self._tls_handshake(connection_id, socket_stream)
+            if stream is None:
+                return
         opened = getattr(self.dispatcher, "connection_opened", None)
         if opened is not None:
-            try:
-                opened(connection_id, stream.socket.getpeername()[0])
-            except OSError:
-                opened(connection_id, "")
+            opened(connection_id, peer_host, self.listener, certificate)
         send_slots, receive_slots = trio.open_memory_channel[Reply](self.limits.inflight_requests_max)
         try:
             async with stream, trio.open_nursery() as nursery:
@@ -139,6 +168,19 @@ class FrameServer:
             self.log.info("connection_error", connection_id=connection_id, error=str(group.exceptions[0]))
         finally:
             self.dispatcher.connection_closed(connection_id)
+
+    async def _tls_handshake(self, connection_id: int, socket_stream: trio.SocketStream) -> tuple[Any, bytes | None]:
+        """(the TLS stream, the client certificate in DER or None), or (None, None) after closing the connection."""
+        stream = trio.SSLStream(socket_stream, self.ssl_context, server_side=True)
+        try:
+            with trio.fail_after(TLS_HANDSHAKE_S_MAX):
+                await stream.do_handshake()
+            return stream, stream.getpeercert(binary_form=True)
+        except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as error:
+            cause = error.__cause__ if isinstance(error, trio.BrokenResourceError) and error.__cause__ else error
+            self.log.info("tls_handshake_failed", connection_id=connection_id, error=str(cause) or type(cause).__name__)
+            await trio.aclose_forcefully(socket_stream)
+            return None, None
 
     async def _read_requests(self, connection_id: int, stream: trio.SocketStream, slots) -> None:
         idle_seconds = self.limits.idle_ms_max / 1000
@@ -162,7 +204,7 @@ class FrameServer:
             position = 0
             while len(buffer) - position >= 4:
                 (length,) = FRAME_LENGTH.unpack_from(buffer, position)
-                if length < 0 or length > self.limits.request_bytes_max:
+                if length < 0 or length > self._request_bytes_max(connection_id, length):
                     self.log.info("request_too_large", connection_id=connection_id, size=length)
                     raise CloseConnection(f"frame length {length}")
                 if len(buffer) - position - 4 < length:
@@ -172,7 +214,15 @@ class FrameServer:
                 reply = self.dispatcher.handle_frame(connection_id, frame)
                 idle.deadline = math.inf  # a deferred reply or a full pipeline is not idleness
                 await slots.send(reply)
+                if isinstance(reply, CloseAfter):
+                    return
             del buffer[:position]
+
+    def _request_bytes_max(self, connection_id: int, length: int) -> int:
+        if length <= PRE_AUTH_REQUEST_BYTES_MAX:
+            return self.limits.request_bytes_max
+        limit = getattr(self.dispatcher, "request_bytes_max", None)
+        return self.limits.request_bytes_max if limit is None else min(limit(connection_id), self.limits.request_bytes_max)
 
     async def _write_replies(self, stream: trio.SocketStream, slots, cancel_scope: trio.CancelScope) -> None:
         try:
@@ -183,6 +233,10 @@ class FrameServer:
                     if reply is NO_REPLY:
                         continue
                     if reply is CLOSE_REPLY:
+                        return
+                    if isinstance(reply, CloseAfter):
+                        await trio.sleep(reply.delay_s)
+                        await stream.send_all(reply.reply)
                         return
                     await stream.send_all(reply)
         finally:
