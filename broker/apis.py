@@ -67,6 +67,7 @@ class KafkaApis:
         from broker.handlers_admin import AdminApis
         from broker.handlers_cluster import ClusterApis
         from broker.handlers_data import DataPlaneApis
+        from broker.handlers_security import SecurityApis
 
         self.broker = broker
         self.cluster_id = cluster_id
@@ -92,7 +93,8 @@ class KafkaApis:
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}
         self._groups: list[HandlerGroup] = []
-        for group in (ClusterApis(self), DataPlaneApis(self), AdminApis(self)):
+        admin = AdminApis(self)
+        for group in (ClusterApis(self), DataPlaneApis(self), admin, SecurityApis(self, admin)):
             self.register(group)
 
     def register(self, group: HandlerGroup) -> None:
@@ -114,12 +116,15 @@ class KafkaApis:
 
     # ---- authorization (security/acl.py) ------------------------------------------------------------------
 
-    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
-        """Whether the current request's principal may do `operation` on the resource."""
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str,
+                  session: Session | None = None) -> bool:
+        """Whether the current request's principal (or `session`'s, for an answer built later) may do
+        `operation` on the resource."""
         if self.authorizer is None:
             return True
+        session = session or self.session
         self.authorizer.update(self.broker.image.acls.by_id)
-        return self.authorizer.authorize(self.session.principal, self.session.host, operation, resource_type, name)
+        return self.authorizer.authorize(session.principal, session.host, operation, resource_type, name)
 
     def authorize_cluster(self, operation: AclOperation) -> bool:
         return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
@@ -132,12 +137,13 @@ class KafkaApis:
         self.authorizer.update(self.broker.image.acls.by_id)
         return self.authorizer.authorize_any(self.session.principal, self.session.host, operation, resource_type)
 
-    def authorized_operations(self, resource_type: ResourceType, name: str) -> int | None:
+    def authorized_operations(self, resource_type: ResourceType, name: str, session: Session | None = None) -> int | None:
         """KIP-430's bitfield for the principal, or None when no authorizer is on (every operation)."""
         if self.authorizer is None:
             return None
+        session = session or self.session
         self.authorizer.update(self.broker.image.acls.by_id)
-        return self.authorizer.authorized_operations(self.session.principal, self.session.host, resource_type, name)
+        return self.authorizer.authorized_operations(session.principal, session.host, resource_type, name)
 
     def advertised_endpoint(self, registration: Any) -> tuple[str, int] | None:
         """Where clients of the current request's listener reach the broker (None: it has no such listener,

@@ -9,6 +9,12 @@ COORDINATOR_LOAD_IN_PROGRESS, and one before `__consumer_offsets` exists COORDIN
 API's own error response (`*_error` below). DescribeGroups and DeleteGroups name several groups: each group is
 its own shard request, and the response is assembled when all have answered. ListGroups reads the loaded
 shards directly (answered at once; COORDINATOR_LOAD_IN_PROGRESS while a shard here is loading).
+
+Authorization (Kafka's): the group APIs need READ on the group (OffsetFetch and DescribeGroups DESCRIBE,
+OffsetDelete and DeleteGroups DELETE) or answer GROUP_AUTHORIZATION_FAILED; TxnOffsetCommit also WRITE on the
+transactional id. Offsets of topics the principal may not READ (DESCRIBE for OffsetFetch) answer
+TOPIC_AUTHORIZATION_FAILED per partition while the others go to the shard. ListGroups lists every group with
+DESCRIBE on the cluster, else the groups the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from groupcoord.shard import GroupRequest
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.errors import ErrorCode
+from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
@@ -38,17 +45,17 @@ class GroupApis:
 
     def api_handlers(self):
         return [
-            (ApiKey.JOIN_GROUP, 0, 5, self._single(lambda r, c: join_error(c, r.member_id))),
-            (ApiKey.SYNC_GROUP, 0, 3, self._single(lambda r, c: sync_error(c))),
+            (ApiKey.JOIN_GROUP, 0, 5, self._single(lambda r, c: join_error(c, r.member_id), Op.READ)),
+            (ApiKey.SYNC_GROUP, 0, 3, self._single(lambda r, c: sync_error(c), Op.READ)),
             (ApiKey.HEARTBEAT, 0, 3, self._single(
-                lambda r, c: messages.HeartbeatResponse(throttle_time_ms=0, error_code=c))),
+                lambda r, c: messages.HeartbeatResponse(throttle_time_ms=0, error_code=c), Op.READ)),
             (ApiKey.LEAVE_GROUP, 0, 3, self._single(
-                lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]))),
-            (ApiKey.OFFSET_COMMIT, 2, 7, self._single(offset_commit_error)),
-            (ApiKey.TXN_OFFSET_COMMIT, 0, 3, self._single(txn_offset_commit_error)),
-            (ApiKey.OFFSET_FETCH, 1, 7, self._single(_offset_fetch_error)),
+                lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]), Op.READ)),
+            (ApiKey.OFFSET_COMMIT, 2, 7, self._single(offset_commit_error, Op.READ, Op.READ)),
+            (ApiKey.TXN_OFFSET_COMMIT, 0, 3, self._single(txn_offset_commit_error, Op.READ, Op.READ)),
+            (ApiKey.OFFSET_FETCH, 1, 7, self._single(_offset_fetch_error, Op.DESCRIBE, Op.DESCRIBE)),
             (ApiKey.OFFSET_DELETE, 0, 0, self._single(
-                lambda r, c: messages.OffsetDeleteResponse(throttle_time_ms=0, error_code=c, topics=[]))),
+                lambda r, c: messages.OffsetDeleteResponse(throttle_time_ms=0, error_code=c, topics=[]), Op.DELETE)),
             (ApiKey.DESCRIBE_GROUPS, 0, 4, self._describe_groups),
             (ApiKey.LIST_GROUPS, 0, 5, self._list_groups),
             (ApiKey.DELETE_GROUPS, 0, 1, self._delete_groups),
@@ -64,25 +71,71 @@ class GroupApis:
         return GroupRequest(header.api_key, header.api_version, message, header.client_id or "",
                             self.apis.client_host)
 
-    def _single(self, error_response):
-        """A handler for an API about one group (its `group_id`)."""
+    def _single(self, error_response, group_operation: Op, topic_operation: Op | None = None):
+        """A handler for an API about one group (its `group_id`), authorized with `group_operation` on the
+        group and, for the offset APIs, `topic_operation` on each topic of the request."""
 
         def handle(header: RequestHeader, request: Any, now_ms: int) -> Any:
+            refused = self._refused(header, request, group_operation)
+            if refused is not None:
+                return error_response(request, refused)
+            denied = self._deny_topics(request, topic_operation) if topic_operation is not None else []
+            if denied and not request.topics:
+                return _with_denied_topics(error_response(request, ErrorCode.NONE), denied)
             partition = self.service.partition_for(request.group_id) if request.group_id else 0
             if partition is None:
-                return error_response(request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                return _with_denied_topics(error_response(request, ErrorCode.COORDINATOR_NOT_AVAILABLE), denied)
+
+            every_topic = header.api_key == ApiKey.OFFSET_FETCH and request.topics is None
+            session = self.apis.session  # the answer is built later, for this request's principal
+
+            def build(answers: list) -> Any:
+                answer = answers[0] if not isinstance(answers[0], ErrorCode) else error_response(request, answers[0])
+                if every_topic and self.apis.authorizer is not None:  # only the topics the principal may describe
+                    answer.topics = [t for t in answer.topics
+                                     if self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, t.name, session)]
+                return _with_denied_topics(answer, denied)
+
             return self.coordinators.submit_all(
-                header, [(self.service, partition, self._request(header, request))],
-                lambda answers: answers[0] if not isinstance(answers[0], ErrorCode) else error_response(request, answers[0]),
-                now_ms)
+                header, [(self.service, partition, self._request(header, request))], build, now_ms)
 
         return handle
 
-    def _per_group(self, header: RequestHeader, group_ids: list[str], build, now_ms: int) -> Any:
+    def _refused(self, header: RequestHeader, request: Any, group_operation: Op) -> ErrorCode | None:
+        if self.apis.authorizer is None:
+            return None
+        if header.api_key == ApiKey.TXN_OFFSET_COMMIT and not self.apis.authorize(
+                Op.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if not self.apis.authorize(group_operation, ResourceType.GROUP, request.group_id):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return None
+
+    def _deny_topics(self, request: Any, operation: Op) -> list[tuple[str, list[int]]]:
+        """Takes the topics the principal may not `operation` out of the request: (topic, partitions) of each."""
+        if self.apis.authorizer is None or not request.topics:
+            return []
+        denied, kept = [], []
+        for topic in request.topics:
+            if self.apis.authorize(operation, ResourceType.TOPIC, topic.name):
+                kept.append(topic)
+            else:
+                partitions = getattr(topic, "partition_indexes", None)
+                if partitions is None:
+                    partitions = [p.partition_index for p in topic.partitions]
+                denied.append((topic.name, list(partitions)))
+        request.topics = kept
+        return denied
+
+    def _per_group(self, header: RequestHeader, group_ids: list[str], build, now_ms: int,
+                   skip: set[str] = frozenset()) -> Any:
         """One shard request per group; `build(answers)` once every group has answered (an answer is the
-        shard's item or an ErrorCode)."""
+        shard's item or an ErrorCode). Groups in `skip` (refused) are not asked: GROUP_AUTHORIZATION_FAILED."""
         items, early = [], {}
         for index, group_id in enumerate(group_ids):
+            if group_id in skip:
+                early[index] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                continue
             partition = self.service.partition_for(group_id) if group_id else None
             if partition is None:
                 early[index] = ErrorCode.COORDINATOR_NOT_AVAILABLE if group_id else ErrorCode.INVALID_GROUP_ID
@@ -103,22 +156,29 @@ class GroupApis:
 
         include_operations = getattr(request, "include_authorized_operations", False)
 
+        denied = {g for g in group_ids if not self.apis.authorize(Op.DESCRIBE, ResourceType.GROUP, g)}
+        session = self.apis.session  # the answer is built later, for this request's principal
+
         def build(answers: list) -> Any:
             described = []
             for group_id, answer in zip(group_ids, answers):
+                if group_id in denied:
+                    answer = ErrorCode.GROUP_AUTHORIZATION_FAILED
                 if isinstance(answer, ErrorCode):
                     answer = response_class.DescribedGroup(error_code=answer, group_id=group_id, group_state="",
                                                            protocol_type="", protocol_data="", members=[])
-                elif include_operations:  # KIP-430, with no authorizer: every group operation
-                    answer.authorized_operations = GROUP_OPERATIONS
+                elif include_operations:  # KIP-430 (with no authorizer: every group operation)
+                    bits = self.apis.authorized_operations(ResourceType.GROUP, group_id, session)
+                    answer.authorized_operations = GROUP_OPERATIONS if bits is None else bits
                 described.append(answer)
             return response_class(throttle_time_ms=0, groups=described)
 
-        return self._per_group(header, group_ids, build, now_ms)
+        return self._per_group(header, group_ids, build, now_ms, skip=denied)
 
     def _delete_groups(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         group_ids = list(request.groups_names)
         response_class = messages.DeleteGroupsResponse
+        denied = {g for g in group_ids if not self.apis.authorize(Op.DELETE, ResourceType.GROUP, g)}
 
         def build(answers: list) -> Any:
             results = []
@@ -127,7 +187,7 @@ class GroupApis:
                 results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))
             return response_class(throttle_time_ms=0, results=results)
 
-        return self._per_group(header, group_ids, build, now_ms)
+        return self._per_group(header, group_ids, build, now_ms, skip=denied)
 
     def _list_groups(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.ListGroupsResponse
@@ -143,8 +203,44 @@ class GroupApis:
                                              group_state=group.state, group_type=group.group_type)
                   for group in sorted(listed, key=lambda g: g.group_id)
                   if (not states or group.state.lower() in states) and (not types or group.group_type in types)]
+        if self.apis.authorizer is not None and not self.apis.authorize_cluster(Op.DESCRIBE):
+            groups = [g for g in groups if self.apis.authorize(Op.DESCRIBE, ResourceType.GROUP, g.group_id)]
         code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
         return response_class(throttle_time_ms=0, error_code=code, groups=groups)
+
+
+def _with_denied_topics(answer: Any, denied: list[tuple[str, list[int]]]) -> Any:
+    """The answer of an offset API with TOPIC_AUTHORIZATION_FAILED partitions added for the refused topics."""
+    if denied:
+        answer.topics = list(answer.topics) + _error_rows(answer, denied)
+    return answer
+
+
+def _error_rows(answer: Any, denied: list[tuple[str, list[int]]]) -> list:
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if isinstance(answer, messages.OffsetFetchResponse):
+        return offset_fetch_response([(t, [(p, -1, -1, "", code) for p in ps]) for t, ps in denied]).topics
+    if isinstance(answer, messages.TxnOffsetCommitResponse):
+        return txn_offset_commit_error(_Topics(denied), code).topics
+    return offset_commit_error(_Topics(denied), code).topics
+
+
+class _Topics:
+    """The shape `offset_commit_error` reads: request.topics[].name / .partitions[].partition_index."""
+
+    def __init__(self, denied: list[tuple[str, list[int]]]) -> None:
+        self.topics = [_Topic(name, partitions) for name, partitions in denied]
+
+
+class _Topic:
+    def __init__(self, name: str, partitions: list[int]) -> None:
+        self.name = name
+        self.partitions = [_Partition(p) for p in partitions]
+
+
+class _Partition:
+    def __init__(self, partition_index: int) -> None:
+        self.partition_index = partition_index
 
 
 def _offset_fetch_error(request: Any, code: ErrorCode) -> Any:

@@ -1,6 +1,11 @@
 """Topic and config administration (sans-IO): CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
 IncrementalAlterConfigs (forwarded to the active controller, answered when it answers) and DescribeConfigs
-(answered from the metadata image)."""
+(answered from the metadata image).
+
+Authorization (Kafka's): CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
+CreatePartitions ALTER, AlterConfigs ALTER_CONFIGS and DescribeConfigs DESCRIBE_CONFIGS on the topic (on the
+cluster for broker resources). Refused resources answer TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED
+for brokers) and are not forwarded; the rest of the request is."""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.errors import ErrorCode, KafkaError
 from partitions.log_config import LogConfig
+from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
@@ -71,7 +77,7 @@ class AdminApis:
     def next_deadline_ms(self) -> int | None:
         return None
 
-    def _forward(self, header: RequestHeader, controller_requests: list[Any], build: Callable[[list[Any]], Any]) -> Any:
+    def forward(self, header: RequestHeader, controller_requests: list[Any], build: Callable[[list[Any]], Any]) -> Any:
         """Send `controller_requests` to the active controller; answer with build(results) once all are back
         (each result a controller response or a KafkaError)."""
         if not controller_requests:
@@ -92,7 +98,12 @@ class AdminApis:
             self.broker.call_controller(controller_request, on_response)
         return Deferred(request_id)
 
+    def _topic_denied(self, name: str, operation: Op) -> bool:
+        return not self.apis.authorize(operation, ResourceType.TOPIC, name)
+
     def _create_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        may_create_any = self.apis.authorize_cluster(Op.CREATE)
+        denied = [] if may_create_any else [t.name for t in request.topics if self._topic_denied(t.name, Op.CREATE)]
         topics = tuple(
             CreatableTopic(
                 name=topic.name,
@@ -104,9 +115,9 @@ class AdminApis:
                 ) or None,
                 configs=tuple(ConfigEntry(name=c.name, value=c.value) for c in topic.configs),
             )
-            for topic in request.topics
+            for topic in request.topics if topic.name not in denied
         )
-        names = [topic.name for topic in request.topics]
+        names = [topic.name for topic in request.topics if topic.name not in denied]
         controller_request = ControllerCreateTopics(topics=topics, validate_only=bool(request.validate_only))
 
         def build(results: list[Any]) -> Any:
@@ -117,23 +128,26 @@ class AdminApis:
                 topics=[
                     response_class.CreatableTopicResult(name=name, error_code=code, error_message=message or None)
                     for name, (code, message) in by_name.items()
-                ],
+                ] + [response_class.CreatableTopicResult(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                         error_message="Authorization failed.") for name in denied],
             )
 
-        return self._forward(header, [controller_request] if topics else [], build)
+        return self.forward(header, [controller_request] if topics else [], build)
 
     def _delete_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        names = list(request.topic_names)
+        denied = [n for n in request.topic_names if self._topic_denied(n, Op.DELETE)]
+        names = [n for n in request.topic_names if n not in denied]
 
         def build(results: list[Any]) -> Any:
             response_class = messages.DeleteTopicsResponse
             by_name = _results_by_name(results[0] if results else None, names, "topics")
+            by_name.update({name: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "") for name in denied})
             return response_class(
                 throttle_time_ms=0,
                 responses=[response_class.DeletableTopicResult(name=n, error_code=c) for n, (c, _) in by_name.items()],
             )
 
-        return self._forward(header, [ControllerDeleteTopics(names=tuple(names))] if names else [], build)
+        return self.forward(header, [ControllerDeleteTopics(names=tuple(names))] if names else [], build)
 
     def _create_partitions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         controller_requests = [
@@ -145,9 +159,10 @@ class AdminApis:
                 ),
                 validate_only=bool(request.validate_only),
             )
-            for topic in request.topics
+            for topic in request.topics if not self._topic_denied(topic.name, Op.ALTER)
         ]
-        names = [topic.name for topic in request.topics]
+        names = [request.topic for request in controller_requests]
+        denied = [topic.name for topic in request.topics if topic.name not in names]
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreatePartitionsResponse
@@ -156,9 +171,12 @@ class AdminApis:
                 code, message = _code_and_message(result)
                 entries.append(response_class.CreatePartitionsTopicResult(name=name, error_code=code,
                                                                          error_message=message or None))
+            entries += [response_class.CreatePartitionsTopicResult(
+                name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
+                for name in denied]
             return response_class(throttle_time_ms=0, results=entries)
 
-        return self._forward(header, controller_requests, build)
+        return self.forward(header, controller_requests, build)
 
     def _alter_configs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         return self._forward_config_change(header, request, incremental=False)
@@ -166,7 +184,17 @@ class AdminApis:
     def _incremental_alter_configs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         return self._forward_config_change(header, request, incremental=True)
 
+    def _config_denied(self, resource_type: int, resource_name: str, operation: Op) -> ErrorCode | None:
+        if resource_type == RESOURCE_TYPE_TOPIC:
+            return None if self.apis.authorize(operation, ResourceType.TOPIC, resource_name) \
+                else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if resource_type == RESOURCE_TYPE_BROKER:
+            return None if self.apis.authorize_cluster(operation) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return None
+
     def _forward_config_change(self, header: RequestHeader, request: Any, incremental: bool) -> Any:
+        denied = {(r.resource_type, r.resource_name): code for r in request.resources
+                  if (code := self._config_denied(r.resource_type, r.resource_name, Op.ALTER_CONFIGS)) is not None}
         resources = tuple(
             ConfigResource(
                 resource_type=resource.resource_type,
@@ -176,7 +204,7 @@ class AdminApis:
                     for c in resource.configs
                 ),
             )
-            for resource in request.resources
+            for resource in request.resources if (resource.resource_type, resource.resource_name) not in denied
         )
         request_type = ControllerIncrementalAlterConfigs if incremental else ControllerAlterConfigs
         controller_request = request_type(resources=resources, validate_only=bool(request.validate_only))
@@ -190,12 +218,15 @@ class AdminApis:
             if result is not None and not isinstance(result, KafkaError):
                 by_key = {(r.resource_type, r.resource_name): (r.error_code, r.message) for r in result.resources}
             for key in keys:
-                code, message = by_key[key] if key in by_key else _code_and_message(result)
+                if key in denied:
+                    code, message = denied[key], "Authorization failed."
+                else:
+                    code, message = by_key[key] if key in by_key else _code_and_message(result)
                 entries.append(response_type.AlterConfigsResourceResponse(
                     error_code=code, error_message=message or None, resource_type=key[0], resource_name=key[1]))
             return response_type(throttle_time_ms=0, responses=entries)
 
-        return self._forward(header, [controller_request] if resources else [], build)
+        return self.forward(header, [controller_request] if resources else [], build)
 
     def _describe_configs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.DescribeConfigsResponse
@@ -205,6 +236,11 @@ class AdminApis:
                 error_code=ErrorCode.NONE, error_message=None, resource_type=resource.resource_type,
                 resource_name=resource.resource_name, configs=[],
             )
+            refused = self._config_denied(resource.resource_type, resource.resource_name, Op.DESCRIBE_CONFIGS)
+            if refused is not None:
+                result.error_code, result.error_message = refused, "Authorization failed."
+                results.append(result)
+                continue
             if resource.resource_type == RESOURCE_TYPE_TOPIC:
                 entries = self._topic_config_entries(resource.resource_name)
             elif resource.resource_type == RESOURCE_TYPE_BROKER:

@@ -23,6 +23,7 @@ import cbor2
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import decode_record, encode_record
+from security.acl import Authorizer, AuthorizerSettings
 from broker.core import BrokerCore, BrokerRequest, ControllerCall
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome
@@ -121,6 +122,7 @@ class NodeState:
                 self.broker, config.cluster_id, self.controller_id_for_clients,
                 auto_create_topics_enable=settings.auto_create_topics_enable,
             )
+            self._install_security(config)
             self.coordinators = CoordinatorApis(self.apis)
             self.apis.register(self.coordinators)
             self._add_group_coordinator()
@@ -130,6 +132,17 @@ class NodeState:
             raft_config or RaftConfig(), bug_switches=raft_bug_switches,
         )
         self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
+
+    def _install_security(self, config: ClusterConfig) -> None:
+        """The authorizer (when [security] turns it on) and, with several listeners, each broker's endpoint
+        per listener name (Metadata and FindCoordinator answer with the listener the client came in on)."""
+        security = config.security
+        if security.authorizer:
+            self.apis.authorizer = Authorizer(AuthorizerSettings(frozenset(security.super_users),
+                                                                 security.allow_everyone_if_no_acl_found))
+        if any(len(node.listeners) > 1 or node.listeners[0].name != "PLAINTEXT" for node in config.brokers):
+            self.apis.listener_endpoints = {node.id: {l.name: (l.host, l.port) for l in node.listeners}
+                                            for node in config.brokers}
 
     def _add_group_coordinator(self) -> None:
         settings = self.config.broker

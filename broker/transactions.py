@@ -35,6 +35,7 @@ from broker.apis import Deferred
 from broker.coordinators import CoordinatorApis, CoordinatorService
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
+from security.acl import AclOperation as Op, ResourceType
 from partitions.errors import ErrorCode, KafkaError
 from txn.coordinator import (
     AddPartitions,
@@ -157,14 +158,21 @@ class TransactionApis:
                                   producer_id=answer.producer_id, producer_epoch=answer.producer_epoch)
 
         if request.transactional_id is None:
+            if not (self.apis.authorize_cluster(Op.IDEMPOTENT_WRITE) or self.apis.authorize_any(Op.WRITE, ResourceType.TOPIC)):
+                return respond(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
             producer_id = self.broker.producer_ids.next_id()
             if producer_id is None:  # the next block is on its way from the controller
                 return respond(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
             return respond(TxnAnswer(ErrorCode.NONE, producer_id, 0))
+        if not self._may_write(request.transactional_id):
+            return respond(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         message = InitProducerId(request.transactional_id, request.transaction_timeout_ms,
                                  self.broker.producer_ids.next_id,
                                  getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
         return self._submit(header, request.transactional_id, message, respond, now_ms)
+
+    def _may_write(self, transactional_id: str | None) -> bool:
+        return not transactional_id or self.apis.authorize(Op.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
     def _unknown_partitions(self, topics: list[tuple[str, list[int]]]) -> dict[tuple[str, int], ErrorCode]:
         """Kafka's check before AddPartitionsToTxn: any unknown partition fails the whole request."""
@@ -193,7 +201,9 @@ class TransactionApis:
             return response_class(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(
                 response_class, {(t, p): code for t, ps in topics for p in ps}))
 
-        unknown = self._unknown_partitions(topics)
+        if not self._may_write(request.v3_and_below_transactional_id):
+            return respond(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        unknown = self._unknown_partitions(topics) or self._unwritable_partitions(topics)
         if unknown:
             return response_class(throttle_time_ms=0,
                                   results_by_topic_v3_and_below=_topic_results(response_class, unknown))
@@ -202,9 +212,21 @@ class TransactionApis:
                                 tuple(sorted({(t, p) for t, ps in topics for p in ps})))
         return self._submit(header, request.v3_and_below_transactional_id, message, respond, now_ms)
 
+    def _unwritable_partitions(self, topics: list[tuple[str, list[int]]]) -> dict[tuple[str, int], ErrorCode]:
+        """Kafka's authorization before AddPartitionsToTxn: a topic the principal may not WRITE fails the
+        whole request (its partitions TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED)."""
+        denied = {t for t, _ in topics if not self.apis.authorize(Op.WRITE, ResourceType.TOPIC, t)}
+        if not denied:
+            return {}
+        return {(t, p): ErrorCode.TOPIC_AUTHORIZATION_FAILED if t in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for t, ps in topics for p in ps}
+
     def _add_partitions_batched(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         """v4 (brokers only, KIP-890): several transactions, each answered per partition."""
         response_class = messages.AddPartitionsToTxnResponse
+        if not self.apis.authorize_cluster(Op.CLUSTER_ACTION):
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                  results_by_transaction=[])
         transactions = list(request.transactions)
         items, early, partitions_of = [], {}, []
         for index, txn in enumerate(transactions):
@@ -247,6 +269,10 @@ class TransactionApis:
 
         if not request.group_id:
             return respond(ErrorCode.INVALID_GROUP_ID)
+        if not self._may_write(request.transactional_id):
+            return respond(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.apis.authorize(Op.READ, ResourceType.GROUP, request.group_id):
+            return respond(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         group_partition = self.group_service.partition_for(request.group_id)
         if group_partition is None:
             self.group_service.coordinator_for(request.group_id)  # creates __consumer_offsets
@@ -262,6 +288,8 @@ class TransactionApis:
             code = answer.error if isinstance(answer, TxnAnswer) else answer
             return response_class(throttle_time_ms=0, error_code=_fenced_for(header.api_version, 2, code))
 
+        if not self._may_write(request.transactional_id):
+            return respond(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         message = EndTransaction(request.transactional_id, request.producer_id, request.producer_epoch,
                                  bool(request.committed))
         return self._submit(header, request.transactional_id, message, respond, now_ms)
@@ -272,7 +300,9 @@ class TransactionApis:
         items, early = [], {}
         for index, transactional_id in enumerate(ids):
             partition = self.service.partition_for(transactional_id) if transactional_id else None
-            if partition is None:
+            if transactional_id and not self.apis.authorize(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+                early[index] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            elif partition is None:
                 early[index] = ErrorCode.INVALID_REQUEST if not transactional_id else ErrorCode.COORDINATOR_NOT_AVAILABLE
             else:
                 items.append((self.service, partition, DescribeTransactions((transactional_id,))))
@@ -307,6 +337,7 @@ class TransactionApis:
             for partition in runtime.loaded_partitions():
                 listed += runtime.shard(partition).handle(0, query, now_ms).response
         code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
+        listed = [v for v in listed if self.apis.authorize(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, v.transactional_id)]
         return response_class(throttle_time_ms=0, error_code=code, unknown_state_filters=unknown, transaction_states=[
             response_class.TransactionState(transactional_id=v.transactional_id, producer_id=v.producer_id,
                                              transaction_state=v.state.name_for_clients)
@@ -371,6 +402,13 @@ class TransactionApis:
     # --- the partition leader's side -----------------------------------------------------------------------
 
     def _write_txn_markers(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        if not self.apis.authorize_cluster(Op.CLUSTER_ACTION):
+            response_class = messages.WriteTxnMarkersResponse
+            return response_class(markers=[response_class.WritableTxnMarkerResult(
+                producer_id=marker.producer_id, topics=[response_class.WritableTxnMarkerTopicResult(
+                    name=topic.name, partitions=[response_class.WritableTxnMarkerPartitionResult(
+                        partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                        for p in topic.partition_indexes]) for topic in marker.topics]) for marker in request.markers])
         write = self._append_markers(request, header, None, now_ms)
         if not write.waiting:
             return self._marker_response(write, ErrorCode.NONE)
@@ -445,8 +483,14 @@ class TransactionApis:
         topics = []
         for topic in request.topics:
             partitions = []
+            readable = self.apis.authorize(Op.READ, ResourceType.TOPIC, topic.name)
             for partition in topic.partition_indexes:
                 hosted = self.broker.hosted(topic.name, partition)
+                if not readable:
+                    partitions.append(response_class.PartitionResponse(
+                        partition_index=partition, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None,
+                        active_producers=[]))
+                    continue
                 if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
                     known = topic.name in self.broker.image.topics.by_name
                     code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

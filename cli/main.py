@@ -20,6 +20,7 @@ _SUBCOMMAND_MODULES = (
     "cli.data",
     "cli.groups",
     "cli.transactions",
+    "cli.security",
     "cli.dump_log",
     "cli.simulate",
 )

@@ -17,6 +17,7 @@ import trio
 
 from net.client.aio import KafkaClient, parse_bootstrap_servers
 from net.client.errors import NoBrokersAvailableError
+from net.client.security import ClientSecurity, read_properties
 from broker.config import ClusterConfig, ConfigError, load_config
 from partitions.errors import KafkaError, UnknownTopicOrPartitionError
 
@@ -45,6 +46,9 @@ def cluster_options(json_output: bool = False) -> argparse.ArgumentParser:
                        help=f"brokers to bootstrap from (default {BOOTSTRAP_DEFAULT} without --config)")
     group.add_argument("--config", metavar="FILE", help="cluster config file (TOML): bootstrap from its brokers")
     group.add_argument("--request-timeout-ms", type=int, default=30_000, help="per-request timeout (ms)")
+    group.add_argument("--command-config", metavar="FILE",
+                       help="client properties for a secured cluster (security.protocol, sasl.mechanism, "
+                            "sasl.username, sasl.password, ssl.ca.location, ...), as Kafka's tools take them")
     if json_output:
         parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parent
@@ -83,13 +87,14 @@ def run_with_client(args: argparse.Namespace,
     try:
         config = load_cluster_config(args)
         servers = bootstrap_servers(args, config)
+        security = client_security(args)
     except UsageError as error:
         return fail(str(error), EXIT_USAGE)
 
     async def main() -> int:
         client = KafkaClient(servers, "flotilla-cli", args.request_timeout_ms,
                              connect_timeout_ms=CLI_CONNECT_TIMEOUT_MS,
-                             first_contact_retries_max=CLI_FIRST_CONTACT_RETRIES_MAX)
+                             first_contact_retries_max=CLI_FIRST_CONTACT_RETRIES_MAX, security=security)
         async with client:
             return await body(client, config)
 
@@ -103,6 +108,17 @@ def run_with_client(args: argparse.Namespace,
         return fail(str(error), EXIT_FAILED)
     except KafkaError as error:
         return fail(error.message.replace("\n", " "), EXIT_FAILED)
+
+
+def client_security(args: argparse.Namespace) -> ClientSecurity | None:
+    """The TLS/SASL settings of `--command-config FILE`, or None. Raises UsageError naming the file."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return None
+    try:
+        return ClientSecurity.from_properties(read_properties(path), source=path)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 async def partitions_of(client: KafkaClient, topic: str) -> list[int]:

@@ -16,6 +16,7 @@ handled is `apis.session`, which the handlers' authorization checks read.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable
 
 from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
@@ -36,7 +37,7 @@ from security.sasl import ScramCredential, ScramMechanism
 from security.session import Session, anonymous_session
 
 _PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-SASL_HANDSHAKE_VERSION = 1  # v0 (raw SASL tokens after the handshake) is not served
+_RAW_LENGTH = struct.Struct(">i")
 
 
 class KafkaDispatcher:
@@ -102,7 +103,10 @@ class KafkaDispatcher:
             raise CloseConnection(error.message) from None
 
     def _unauthenticated(self, connection_id: int, session: Session, frame: bytes) -> Any:
-        """ApiVersions, SaslHandshake v1 and SaslAuthenticate only (KIP-152); anything else closes."""
+        """ApiVersions, SaslHandshake and SaslAuthenticate only (KIP-152); anything else closes. After a
+        SaslHandshake v0 the client's next frames are raw SASL tokens, answered as raw length-framed tokens."""
+        if session.raw_tokens:
+            return self._raw_sasl_token(connection_id, session, frame)
         try:
             header, request = decode_request(frame)
         except UnsupportedRequestVersionError as error:
@@ -118,9 +122,8 @@ class KafkaDispatcher:
         if header.api_key == ApiKey.API_VERSIONS:
             return encode_response(header, self.apis.handle(header, request, self.now_ms()))
         if header.api_key == ApiKey.SASL_HANDSHAKE:
-            if header.api_version != SASL_HANDSHAKE_VERSION:
-                raise CloseConnection("SaslHandshake v0 is not served")
             answer = session.sasl_handshake(request.mechanism, self.security.sasl_enabled_mechanisms)
+            session.raw_tokens = header.api_version == 0 and answer.error_code == ErrorCode.NONE
             response = messages.SaslHandshakeResponse(error_code=answer.error_code,
                                                       mechanisms=list(self.security.sasl_enabled_mechanisms))
         else:
@@ -134,9 +137,21 @@ class KafkaDispatcher:
         if not answer.close:
             return reply
         self.log.info("authentication_failed", connection_id=connection_id, error=answer.error_message,
-                      client=session.host)
+                      detail=session.failure_detail, client=session.host)
         delay_ms = self.security.connection_failed_authentication_delay_ms
         return CloseAfter(reply, delay_ms / 1000 if answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED else 0.0)
+
+    def _raw_sasl_token(self, connection_id: int, session: Session, frame: bytes) -> Any:
+        answer = session.sasl_authenticate(bytes(frame), self.security.plain_users, self._scram_lookup)
+        if answer.close:
+            self.log.info("authentication_failed", connection_id=connection_id, error=answer.error_message,
+                          client=session.host)
+            return CloseAfter(b"", self.security.connection_failed_authentication_delay_ms / 1000)
+        if session.authenticated:
+            session.raw_tokens = False
+            self.log.info("authenticated", connection_id=connection_id, principal=session.principal,
+                          mechanism=session.mechanism)
+        return _RAW_LENGTH.pack(len(answer.auth_bytes)) + answer.auth_bytes
 
     def _scram_lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         record = self.apis.broker.image.scram.credentials.get((user, int(mechanism)))

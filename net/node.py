@@ -24,6 +24,7 @@ import fcntl
 import os
 import random
 import signal
+import ssl
 import sys
 import time
 from typing import Any
@@ -44,6 +45,7 @@ from net.filestorage import FileStorage
 from net.logs import get_logger
 from broker.node_state import RPC_KIND_CONTROLLER, NodeState
 from net.client.connection import ClientConnection, ConnectionState
+from net.client.security import ClientSecurity, sasl_authenticate
 from net.server import FrameServer, ServerLimits
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
@@ -78,7 +80,9 @@ class Node:
         self.controller_ids = self.state.controller_ids
         self.dispatcher: KafkaDispatcher | None = None
         if self.broker is not None:
-            self.dispatcher = KafkaDispatcher(self.state.apis, wall_clock_ms, self._after_kafka_event, self.handle_admin)
+            self.dispatcher = KafkaDispatcher(self.state.apis, wall_clock_ms, self._after_kafka_event, self.handle_admin,
+                                              security=config.security)
+        self.inter_broker_security = inter_broker_security(config, node_id)
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
@@ -203,7 +207,8 @@ class Node:
                 connection = None
                 try:
                     leader = self.config.node(leader_id)
-                    connection = await KafkaConnection.open(leader.host, leader.kafka_port, f"replica-{self.node_id}")
+                    connection = await KafkaConnection.open(leader.host, leader.kafka_port, f"replica-{self.node_id}",
+                                                            self.inter_broker_security)
                     await self._fetch_loop(leader_id, connection)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, KafkaError) as error:
                     self.log.debug("replica_fetcher_error", leader_id=leader_id, error=str(error))
@@ -252,7 +257,8 @@ class Node:
                     endpoint = self.broker.broker_endpoint(sent.destination)
                     if endpoint is None:
                         return KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
-                    connection = await KafkaConnection.open(*endpoint, f"broker-{self.node_id}")
+                    connection = await KafkaConnection.open(*endpoint, f"broker-{self.node_id}",
+                                                            self.inter_broker_security)
                     self._broker_connections[sent.destination] = connection
                 return await connection.request(sent.api_key, sent.api_version, sent.request)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
@@ -278,8 +284,13 @@ class Node:
                     inflight_requests_max=self.config.broker.inflight_requests_max,
                     idle_ms_max=self.config.broker.connections_idle_ms_max,
                 )
-                server = FrameServer(self.node_config.host, self.node_config.kafka_port, self.dispatcher, limits)
-                self.kafka_port = await nursery.start(server.run)
+                for listener in self.node_config.listeners:
+                    context = server_ssl_context(self.config, self.node_id) if listener.uses_tls else None
+                    server = FrameServer(listener.host, listener.port, self.dispatcher, limits, name=listener.name,
+                                         ssl_context=context, listener=listener)
+                    bound = await nursery.start(server.run)
+                    if listener.port == self.node_config.kafka_port:
+                        self.kafka_port = bound
             nursery.start_soon(self._ticker)
             self.log.info("node_started", kafka_port=self.kafka_port, controller_port=self.node_config.controller_port,
                           roles=list(self.node_config.roles))
@@ -327,13 +338,17 @@ class KafkaConnection:
     sans-IO `ClientConnection` (net/client/connection.py): versions negotiated once when it opens (ApiVersions,
     with KIP-511's fallback), then one request at a time at the version the caller names."""
 
-    def __init__(self, stream: trio.SocketStream, connection: ClientConnection) -> None:
+    def __init__(self, stream: Any, connection: ClientConnection) -> None:
         self.stream = stream
         self.connection = connection
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> "KafkaConnection":
-        stream = await trio.open_tcp_stream(host, port)
+    async def open(cls, host: str, port: int, client_id: str,
+                   security: ClientSecurity | None = None) -> "KafkaConnection":
+        """Connect (over TLS and authenticated with SASL when `security` says so) and negotiate versions."""
+        stream: Any = await trio.open_tcp_stream(host, port)
+        if security is not None and security.uses_tls:
+            stream = trio.SSLStream(stream, security.ssl_context(), server_hostname=host)
         opened = cls(stream, ClientConnection(client_id))
         try:
             await stream.send_all(opened.connection.initiate())
@@ -341,8 +356,10 @@ class KafkaConnection:
                 await opened._next_response()
                 if opened.connection.state is ConnectionState.NEW:  # KIP-511: try the version it offered
                     await stream.send_all(opened.connection.initiate())
+            if security is not None and security.uses_sasl:
+                await sasl_authenticate(lambda key, request, version: opened.request(key, version, request), security)
         except BaseException:
-            await stream.aclose()
+            await trio.aclose_forcefully(stream)
             raise
         return opened
 
@@ -364,7 +381,36 @@ class KafkaConnection:
             self.connection.receive_data(data)
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        await trio.aclose_forcefully(self.stream)
+
+
+def server_ssl_context(config: ClusterConfig, node_id: int) -> ssl.SSLContext:
+    """The TLS context of a node's TLS listeners: its certificate and key, TLS 1.2+, client certificates
+    verified against the CA when `ssl_client_auth` asks for them."""
+    security = config.security
+    certfile, keyfile, cafile = security.ssl_files(node_id)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    if cafile is not None:
+        context.load_verify_locations(cafile)
+    context.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                           "required": ssl.CERT_REQUIRED}[security.ssl_client_auth]
+    return context
+
+
+def inter_broker_security(config: ClusterConfig, node_id: int) -> ClientSecurity | None:
+    """How this node connects to other brokers' inter-broker listeners: their protocol, the credentials of
+    `[security.inter_broker]`, the CA, and this node's own certificate as the client certificate."""
+    node = config.node(node_id)
+    listener = node.inter_broker_listener if node.listeners else None
+    if listener is None or listener.security_protocol == "PLAINTEXT":
+        return None
+    certfile, keyfile, cafile = config.security.ssl_files(node_id)
+    credentials = config.security.inter_broker
+    return ClientSecurity(security_protocol=listener.security_protocol, sasl_mechanism=credentials.sasl_mechanism,
+                          username=credentials.username, password=credentials.password, ssl_cafile=cafile,
+                          ssl_certfile=certfile, ssl_keyfile=keyfile)
 
 
 EXIT_CONFIG = 2

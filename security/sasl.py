@@ -13,6 +13,8 @@ stored form, and `salted_password` computes SaltedPassword on the client side (t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hashlib
 import hmac
@@ -31,6 +33,7 @@ SCRAM_ITERATIONS_MAX = 16384  # Kafka's ScramMechanism.maxIterations
 SCRAM_ITERATIONS_DEFAULT = 8192
 SCRAM_SALT_BYTES = 32
 SASL_MESSAGE_BYTES_MAX = 64 * 1024  # far above any real PLAIN or SCRAM message
+CHANNEL_BINDING_NONE = ("biws", "eSws")  # base64 of the GS2 headers "n,," and "y,,"
 
 
 class ScramMechanism(enum.IntEnum):
@@ -99,6 +102,8 @@ class SaslExchange:
         self._scram_lookup = scram_lookup
         self._scram: scramp.core.ScramServer | None = None
         self._user = ""
+        self._credential: ScramCredential | None = None
+        self.failure_detail = ""  # why an exchange failed, for the server's log only (never sent)
 
     def step(self, client_bytes: bytes) -> bytes:
         """The server's answer to the client's next message. Raises AuthenticationFailed."""
@@ -131,23 +136,56 @@ class SaslExchange:
         except UnicodeDecodeError:
             raise AuthenticationFailed("Authentication failed: invalid SCRAM message") from None
         mechanism = SCRAM_BY_NAME[self.mechanism]
+        failed = AuthenticationFailed(f"Authentication failed during authentication due to invalid credentials with "
+                                      f"SASL mechanism {mechanism.mechanism_name}")
         try:
             if self._scram is None:
                 self._scram = scramp.ScramMechanism(self.mechanism).make_server(self._auth_info)
                 self._scram.set_client_first(text)
                 return self._scram.get_server_first().encode()
-            self._scram.set_client_final(text)
-            final = self._scram.get_server_final()
-        except scramp.ScramException:
-            raise AuthenticationFailed(
-                f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
-                f"{mechanism.mechanism_name}") from None
+        except scramp.ScramException as error:
+            self.failure_detail = str(error)
+            raise failed from None
+        try:
+            final = self._client_final(text, mechanism)
+        except ValueError as error:
+            self.failure_detail = str(error)
+            raise failed from None
         self.principal = f"User:{self._user}"
         return final.encode()
+
+    def _client_final(self, text: str, mechanism: ScramMechanism) -> str:
+        """Check the client-final-message's proof; the server-final-message. Raises ValueError.
+
+        Done here rather than in scramp because Kafka accepts a final nonce that only *ends with* the
+        server-first nonce (librdkafka sends the client nonce followed by the whole server nonce), where
+        RFC 5802 and scramp require equality; the proof is over the message as the client sent it.
+        """
+        without_proof, separator, proof_b64 = text.rpartition(",p=")
+        attributes = dict(part.split("=", 1) for part in without_proof.split(",") if "=" in part) if separator else {}
+        server = self._scram
+        if not separator or attributes.get("c") not in CHANNEL_BINDING_NONE:
+            raise ValueError("malformed client-final-message or channel binding requested")
+        if not attributes.get("r", "").endswith(str(server.nonce)):
+            raise ValueError("the final nonce does not end with the server nonce")
+        try:
+            proof = base64.b64decode(proof_b64, validate=True)
+        except (ValueError, binascii.Error):
+            raise ValueError("the proof is not base64") from None
+        auth_message = f"{server.client_first_bare},{server.server_first},{without_proof}".encode()
+        signature = hmac.new(self._credential.stored_key, auth_message, mechanism.hash_name).digest()
+        if len(proof) != len(signature):
+            raise ValueError("the proof has the wrong length")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        if not hmac.compare_digest(hashlib.new(mechanism.hash_name, client_key).digest(), self._credential.stored_key):
+            raise ValueError("the proof does not match the stored key")
+        server_signature = hmac.new(self._credential.server_key, auth_message, mechanism.hash_name).digest()
+        return "v=" + base64.b64encode(server_signature).decode()
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
         credential = self._scram_lookup(username, SCRAM_BY_NAME[self.mechanism])
         if credential is None:
             raise scramp.ScramException("unknown user")
         self._user = username
+        self._credential = credential
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations

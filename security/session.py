@@ -36,6 +36,8 @@ class Session:
     principal: str = ANONYMOUS_PRINCIPAL
     authenticated: bool = True
     mechanism: str | None = None
+    failure_detail: str = ""  # the mechanism's reason for a failed authentication (logged, never sent)
+    raw_tokens: bool = False  # after a SaslHandshake v0: the next frames are bare SASL tokens
     _exchange: SaslExchange | None = field(default=None, repr=False)
 
     @classmethod
@@ -62,6 +64,7 @@ class Session:
         try:
             answer = self._exchange.step(auth_bytes)
         except AuthenticationFailed as error:
+            self.failure_detail = self._exchange.failure_detail
             return SaslAnswer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(error), close=True)
         if self._exchange.principal is not None:
             self.principal = self._exchange.principal

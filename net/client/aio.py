@@ -47,6 +47,7 @@ from net.client.results import (
     PartitionMetadata,
     TopicMetadata,
 )
+from net.client.security import ClientSecurity
 from net.client.transport import BrokerConnection
 from net.protocol import messages
 from net.protocol.codec import ApiKey
@@ -112,6 +113,7 @@ class KafkaClient:
         retry_backoff_ms_max: int = RETRY_BACKOFF_MS_MAX_DEFAULT,
         inflight_requests_max: int = INFLIGHT_REQUESTS_MAX_DEFAULT,
         rng: random.Random | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         assert request_timeout_ms > 0 and connect_timeout_ms > 0, (request_timeout_ms, connect_timeout_ms)
         assert retries_max >= 0 and 0 < retry_backoff_ms <= retry_backoff_ms_max, (retries_max, retry_backoff_ms)
@@ -125,6 +127,7 @@ class KafkaClient:
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_ms_max = retry_backoff_ms_max
         self.inflight_requests_max = inflight_requests_max
+        self.security = security  # TLS and SASL (net/client/security.py); None: plaintext
         self._rng = rng or random.Random()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
@@ -170,7 +173,7 @@ class KafkaClient:
             connection = self._connections.get(key)
             if connection is not None and connection.alive:
                 return connection
-            connection = BrokerConnection(host, port, self.client_id, self.inflight_requests_max)
+            connection = BrokerConnection(host, port, self.client_id, self.inflight_requests_max, self.security)
             await connection.open(self._nursery, self.connect_timeout_ms / 1000)
             self._connections[key] = connection
             return connection

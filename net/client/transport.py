@@ -19,6 +19,7 @@ import trio
 
 from net.client.connection import ClientConnection, ClientProtocolError, ConnectionState
 from net.client.errors import ConnectError, NetworkError
+from net.client.security import ClientSecurity, sasl_authenticate
 from net.protocol.codec import ApiKey
 from net.protocol.schema import Message
 from partitions.errors import KafkaError, RequestTimedOutError
@@ -38,9 +39,11 @@ class _Slot:
 class BrokerConnection:
     """A connection to `host:port`. Use `open()` once, then `request()` from any number of tasks."""
 
-    def __init__(self, host: str, port: int, client_id: str | None, inflight_requests_max: int) -> None:
+    def __init__(self, host: str, port: int, client_id: str | None, inflight_requests_max: int,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
+        self.security = security
         self.protocol = ClientConnection(client_id, inflight_requests_max=inflight_requests_max)
         self._stream: trio.SocketStream | None = None
         self._send_lock = trio.Lock()
@@ -60,10 +63,17 @@ class BrokerConnection:
         try:
             with trio.fail_after(connect_timeout_s):
                 self._stream = await trio.open_tcp_stream(self.host, self.port)
+                if self.security is not None and self.security.uses_tls:
+                    self._stream = trio.SSLStream(self._stream, self.security.ssl_context(), server_hostname=self.host)
                 await self._negotiate()
+                if self.security is not None and self.security.uses_sasl:
+                    await sasl_authenticate(self._call_before_reading, self.security)
         except (OSError, trio.TooSlowError, trio.BrokenResourceError, NetworkError, ClientProtocolError) as error:
             await self.aclose()
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {_describe(error)}") from None
+        except KafkaError:  # refused authentication: the broker's own words
+            await self.aclose()
+            raise
         except BaseException:
             await self.aclose()
             raise
@@ -78,6 +88,19 @@ class BrokerConnection:
                     raise NetworkError("broker closed the connection during ApiVersions")
                 self.protocol.receive_data(data)
                 self.protocol.next_response()
+
+    async def _call_before_reading(self, api_key: int, request: Message, api_version: int) -> Message:
+        """One request and its response, before the reader task runs (the SASL exchange)."""
+        _, data = self.protocol.send_request(api_key, request, api_version)
+        await self._stream.send_all(data)
+        while True:
+            item = self.protocol.next_response()
+            if item is not None:
+                return item[1]
+            data = await self._stream.receive_some(RECEIVE_BYTES_MAX)
+            if not data:
+                raise NetworkError(f"{self.host}:{self.port} closed the connection during authentication")
+            self.protocol.receive_data(data)
 
     async def request(
         self, api_key: int, request: Message, timeout_s: float, api_version: int | None = None
@@ -148,9 +171,11 @@ class BrokerConnection:
         self.fail(self.failure or NetworkError(f"connection to {self.host}:{self.port} closed by the client"))
 
 
-def _close_now(stream: trio.SocketStream) -> None:
+def _close_now(stream) -> None:
     # Closing the socket synchronously wakes the reader task with ClosedResourceError; no await needed, so
     # fail() can run from any context (including a cancelled one).
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     try:
         stream.socket.close()
     except OSError:
