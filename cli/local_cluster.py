@@ -42,12 +42,27 @@ class LocalCluster:
     broker: dict = field(default_factory=dict)
     secret: str | None = None
     log_level: str = "info"
+    # A secured cluster: clients on a SASL_SSL listener (the `kafka_ports`), brokers replicating over their own
+    # SASL_SSL listener "INTERNAL" as the super user `admin` (SASL/PLAIN from the file), development
+    # certificates under <directory>/certs, ACLs on (`security` adds or overrides [security] keys).
+    secure: bool = False
+    security: dict = field(default_factory=dict)
+
+    ADMIN_USER = "admin"
+    ADMIN_PASSWORD = "admin-secret"
 
     def __post_init__(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
-        ports = free_ports(2 * self.nodes)
+        ports = free_ports(3 * self.nodes if self.secure else 2 * self.nodes)
         self.kafka_ports = {node_id: ports[node_id - 1] for node_id in range(1, self.nodes + 1)}
         self.controller_ports = {node_id: ports[self.nodes + node_id - 1] for node_id in range(1, self.nodes + 1)}
+        self.internal_ports = {node_id: ports[2 * self.nodes + node_id - 1]
+                               for node_id in range(1, self.nodes + 1)} if self.secure else {}
+        self.certs_dir = os.path.join(self.directory, "certs")
+        if self.secure:
+            from cli.security import write_dev_certificates
+
+            write_dev_certificates(self.certs_dir, list(self.kafka_ports), ["127.0.0.1", "localhost"])
         self.config_path = os.path.join(self.directory, "cluster.toml")
         self.processes: dict[int, subprocess.Popen] = {}
         self._write_config()
@@ -64,11 +79,16 @@ class LocalCluster:
         if self.secret:
             lines.append(f'secret = "{self.secret}"')
         for node_id in self.kafka_ports:
+            if self.secure:
+                endpoint = (f'listeners = ["SASL_SSL://127.0.0.1:{self.kafka_ports[node_id]}", '
+                            f'"INTERNAL://127.0.0.1:{self.internal_ports[node_id]}"]')
+            else:
+                endpoint = f"kafka_port = {self.kafka_ports[node_id]}"
             lines += [
                 "[[nodes]]",
                 f"id = {node_id}",
                 'host = "127.0.0.1"',
-                f"kafka_port = {self.kafka_ports[node_id]}",
+                endpoint,
                 f"controller_port = {self.controller_ports[node_id]}",
                 'roles = ["broker", "controller"]',
                 f'data_dir = "node-{node_id}"',
@@ -79,8 +99,45 @@ class LocalCluster:
             lines.append("[broker]")
             lines += [f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
                       for key, value in self.broker.items()]
+        if self.secure:
+            lines += self._security_lines()
         with open(self.config_path, "w") as config_file:
             config_file.write("\n".join(lines) + "\n")
+
+    def _security_lines(self) -> list[str]:
+        settings = {
+            "listener_security_protocol_map": '{ INTERNAL = "SASL_SSL" }',
+            "inter_broker_listener_name": '"INTERNAL"',
+            "ssl_certfile": '"certs/node-{id}.pem"',
+            "ssl_keyfile": '"certs/node-{id}.key"',
+            "ssl_cafile": '"certs/ca.pem"',
+            "ssl_client_auth": '"requested"',
+            "authorizer": "true",
+            "super_users": f'["User:{self.ADMIN_USER}"]',
+        }
+        settings.update(self.security)
+        lines = ["[security]"] + [f"{key} = {value}" for key, value in settings.items()]
+        lines += ["[security.plain_users]", f'{self.ADMIN_USER} = "{self.ADMIN_PASSWORD}"',
+                  "[security.inter_broker]", 'sasl_mechanism = "PLAIN"', f'username = "{self.ADMIN_USER}"',
+                  f'password = "{self.ADMIN_PASSWORD}"']
+        return lines
+
+    def client_properties(self, username: str | None = None, password: str | None = None,
+                          mechanism: str = "PLAIN") -> dict[str, str]:
+        """Kafka client properties (librdkafka names) for the secured listener (the admin by default)."""
+        assert self.secure, "client properties are for a secure cluster"
+        return {"bootstrap.servers": self.bootstrap_servers, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": mechanism, "sasl.username": username or self.ADMIN_USER,
+                "sasl.password": password or self.ADMIN_PASSWORD,
+                "ssl.ca.location": os.path.join(self.certs_dir, "ca.pem")}
+
+    def write_client_properties(self, name: str, **kwargs) -> str:
+        """The client properties as a file for `--command-config`; its path."""
+        path = os.path.join(self.directory, name)
+        with open(path, "w") as out:
+            out.writelines(f"{key}={value}\n" for key, value in self.client_properties(**kwargs).items()
+                           if key != "bootstrap.servers")
+        return path
 
     def start(self, wait: bool = True) -> "LocalCluster":
         for node_id in self.kafka_ports:
