@@ -24,6 +24,9 @@ from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import decode_record, encode_record
 from security.acl import Authorizer, AuthorizerSettings
+import dataclasses
+
+from metadata.records import UserScramCredentialRecord
 from broker.core import BrokerCore, BrokerRequest, ControllerCall
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome
@@ -274,14 +277,14 @@ class NodeState:
                 "node_id": self.node_id,
                 "raft_index": image.provenance.raft_index,
                 "raft_term": image.provenance.raft_term,
-                "records": [encode_record(r) for r in self.controller.snapshot()],
+                "records": [encode_record(redacted(r)) for r in self.controller.snapshot()],
                 "log": self._metadata_log() if request.get("log") else None,
             }
         return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"unknown request kind {kind!r}"}
 
     def _metadata_log(self) -> list[list]:
         """Committed metadata entries since this process started or loaded its last snapshot."""
-        return [[index, [encode_record(r) for r in records]] for index, records in self.metadata_log]
+        return [[index, [encode_record(redacted(r)) for r in records]] for index, records in self.metadata_log]
 
     def close(self) -> None:
         if self.broker is not None:
@@ -312,3 +315,10 @@ def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int) -> d
         "voters": voters,
         "observers": [],
     }
+
+
+def redacted(record: Any) -> Any:
+    """The record as the CLI may show it: SCRAM credentials without salt and keys (as Kafka's tools print them)."""
+    if isinstance(record, UserScramCredentialRecord):
+        return dataclasses.replace(record, salt=b"", stored_key=b"", server_key=b"")
+    return record

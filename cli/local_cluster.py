@@ -47,17 +47,26 @@ class LocalCluster:
     # certificates under <directory>/certs, ACLs on (`security` adds or overrides [security] keys).
     secure: bool = False
     security: dict = field(default_factory=dict)
+    client_listeners: tuple[str, ...] = ("SASL_SSL",)  # secure clusters: the first is `kafka_ports`
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
 
     def __post_init__(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
-        ports = free_ports(3 * self.nodes if self.secure else 2 * self.nodes)
+        extra = len(self.client_listeners) if self.secure else 0
+        ports = free_ports((2 + extra) * self.nodes)
         self.kafka_ports = {node_id: ports[node_id - 1] for node_id in range(1, self.nodes + 1)}
         self.controller_ports = {node_id: ports[self.nodes + node_id - 1] for node_id in range(1, self.nodes + 1)}
-        self.internal_ports = {node_id: ports[2 * self.nodes + node_id - 1]
-                               for node_id in range(1, self.nodes + 1)} if self.secure else {}
+        # listener name -> node id -> port: the client listeners (the first shares `kafka_ports`) and INTERNAL
+        self.listener_ports: dict[str, dict[int, int]] = {}
+        if self.secure:
+            names = list(self.client_listeners[1:]) + ["INTERNAL"]
+            for index, name in enumerate(names):
+                base = (2 + index) * self.nodes
+                self.listener_ports[name] = {n: ports[base + n - 1] for n in range(1, self.nodes + 1)}
+            self.listener_ports[self.client_listeners[0]] = dict(self.kafka_ports)
+        self.internal_ports = self.listener_ports.get("INTERNAL", {})
         self.certs_dir = os.path.join(self.directory, "certs")
         if self.secure:
             from cli.security import write_dev_certificates
@@ -80,8 +89,9 @@ class LocalCluster:
             lines.append(f'secret = "{self.secret}"')
         for node_id in self.kafka_ports:
             if self.secure:
-                endpoint = (f'listeners = ["SASL_SSL://127.0.0.1:{self.kafka_ports[node_id]}", '
-                            f'"INTERNAL://127.0.0.1:{self.internal_ports[node_id]}"]')
+                names = list(self.client_listeners) + ["INTERNAL"]
+                endpoint = "listeners = [" + ", ".join(
+                    f'"{name}://127.0.0.1:{self.listener_ports[name][node_id]}"' for name in names) + "]"
             else:
                 endpoint = f"kafka_port = {self.kafka_ports[node_id]}"
             lines += [
@@ -107,11 +117,11 @@ class LocalCluster:
     def _security_lines(self) -> list[str]:
         settings = {
             "listener_security_protocol_map": '{ INTERNAL = "SASL_SSL" }',
+            "ssl_client_auth": '"requested"',
             "inter_broker_listener_name": '"INTERNAL"',
             "ssl_certfile": '"certs/node-{id}.pem"',
             "ssl_keyfile": '"certs/node-{id}.key"',
             "ssl_cafile": '"certs/ca.pem"',
-            "ssl_client_auth": '"requested"',
             "authorizer": "true",
             "super_users": f'["User:{self.ADMIN_USER}"]',
         }

@@ -18,10 +18,12 @@ from metadata.image import Provenance, records_to_image
 from metadata.records import decode_record
 from broker.admin_api import decode_admin_response, encode_admin_request
 from cli.support import (
+    EXIT_FAILED,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     UsageError,
     bootstrap_servers,
+    client_security,
     cluster_options,
     fail,
     load_cluster_config,
@@ -33,6 +35,10 @@ RESPONSE_BYTES_MAX = 256 * 1024 * 1024
 
 class Unreachable(Exception):
     pass
+
+
+class Refused(Exception):
+    """The node answered, and refused (authorization): exit code 1."""
 
 
 def add_parser(subparsers) -> None:
@@ -56,8 +62,10 @@ def resolve_bootstrap(args: argparse.Namespace) -> list[tuple[str, int]]:
             (item.strip().rpartition(":") for item in bootstrap_servers(args, load_cluster_config(args)).split(","))]
 
 
-def admin_call(host: str, port: int, request: dict[str, Any]) -> dict[str, Any]:
-    """One request over the private admin API. Raises Unreachable."""
+def admin_call(host: str, port: int, request: dict[str, Any], security: Any = None) -> dict[str, Any]:
+    """One request over the private admin API (over TLS and SASL when `security` says so). Raises Unreachable."""
+    if security is not None and (security.uses_tls or security.uses_sasl):
+        return _secured_admin_call(host, port, request, security)
     try:
         with socket.create_connection((host, port), timeout=ADMIN_TIMEOUT_SECONDS) as connection:
             connection.sendall(encode_admin_request(1, "flotilla-cli", request))
@@ -68,6 +76,37 @@ def admin_call(host: str, port: int, request: dict[str, Any]) -> dict[str, Any]:
             return response
     except (OSError, ValueError) as error:
         raise Unreachable(f"{host}:{port}: {error}") from None
+
+
+def _secured_admin_call(host: str, port: int, request: dict[str, Any], security: Any) -> dict[str, Any]:
+    import trio
+
+    from net.node import KafkaConnection
+    from partitions.errors import KafkaError
+
+    async def call() -> dict[str, Any]:
+        with trio.fail_after(ADMIN_TIMEOUT_SECONDS):
+            connection = await KafkaConnection.open(host, port, "flotilla-cli", security)
+            try:
+                await connection.stream.send_all(encode_admin_request(1, "flotilla-cli", request))
+                buffer = bytearray()
+                while len(buffer) < 4 or len(buffer) < 4 + struct.unpack_from(">i", buffer)[0]:
+                    data = await connection.stream.receive_some(1 << 20)
+                    if not data:
+                        raise OSError("connection closed")
+                    buffer += data
+                    if len(buffer) >= 4 and not 0 <= struct.unpack_from(">i", buffer)[0] <= RESPONSE_BYTES_MAX:
+                        raise OSError("oversized answer")
+                return decode_admin_response(bytes(buffer[4:]))[1]
+            finally:
+                await connection.aclose()
+
+    try:
+        return trio.run(call)
+    except KafkaError as error:
+        raise Unreachable(f"{host}:{port}: {error.message}") from None
+    except (OSError, ValueError, trio.TooSlowError, trio.BrokenResourceError) as error:
+        raise Unreachable(f"{host}:{port}: {error or type(error).__name__}") from None
 
 
 def _receive_exactly(connection: socket.socket, size: int) -> bytes:
@@ -81,11 +120,14 @@ def _receive_exactly(connection: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def ask_any(servers: list[tuple[str, int]], request: dict[str, Any]) -> dict[str, Any]:
+def ask_any(servers: list[tuple[str, int]], request: dict[str, Any], security: Any = None) -> dict[str, Any]:
     errors = []
     for host, port in servers:
         try:
-            return admin_call(host, port, request)
+            answer = admin_call(host, port, request, security)
+            if "error" in answer and answer.get("error") == 31:  # CLUSTER_AUTHORIZATION_FAILED: same everywhere
+                raise Refused(f"{host}:{port}: {answer.get('message')} (DESCRIBE on the cluster is needed)")
+            return answer
         except Unreachable as error:
             errors.append(str(error))
     raise Unreachable("no node reachable (" + "; ".join(errors) + ")")
@@ -94,15 +136,18 @@ def ask_any(servers: list[tuple[str, int]], request: dict[str, Any]) -> dict[str
 def run_quorum_status(args: argparse.Namespace) -> int:
     try:
         servers = resolve_bootstrap(args)
-        answer = ask_any(servers, {"kind": "quorum_status"})
+        security = client_security(args)
+        answer = ask_any(servers, {"kind": "quorum_status"}, security)
         leader = answer.get("leader_kafka")
         if leader and answer["status"]["leader_id"] != answer.get("node_id"):
             try:
-                answer = admin_call(leader[0], leader[1], {"kind": "quorum_status"})
+                answer = admin_call(leader[0], leader[1], {"kind": "quorum_status"}, security)
             except Unreachable:
                 pass  # keep the follower's view: leader and commit index, no per-voter progress
     except UsageError as error:
         return fail(str(error), EXIT_USAGE)
+    except Refused as error:
+        return fail(str(error), EXIT_FAILED)
     except Unreachable as error:
         return fail(str(error), EXIT_UNREACHABLE)
     status = answer["status"]
@@ -123,9 +168,11 @@ def _text(value: Any) -> str:
 
 def run_metadata_dump(args: argparse.Namespace) -> int:
     try:
-        answer = ask_any(resolve_bootstrap(args), {"kind": "metadata", "log": bool(args.log)})
+        answer = ask_any(resolve_bootstrap(args), {"kind": "metadata", "log": bool(args.log)}, client_security(args))
     except UsageError as error:
         return fail(str(error), EXIT_USAGE)
+    except Refused as error:
+        return fail(str(error), EXIT_FAILED)
     except Unreachable as error:
         return fail(str(error), EXIT_UNREACHABLE)
     if args.log:

@@ -33,6 +33,7 @@ from net.protocol.codec import (
 from net.protocol import messages
 from net.server import CLOSE_REPLY, NO_REPLY, PRE_AUTH_REQUEST_BYTES_MAX, CloseAfter, CloseConnection, PendingReply
 from partitions.errors import ErrorCode, KafkaError
+from security.acl import AclOperation
 from security.sasl import ScramCredential, ScramMechanism
 from security.session import Session, anonymous_session
 
@@ -74,7 +75,7 @@ class KafkaDispatcher:
         if not session.authenticated:
             return self._unauthenticated(connection_id, session, frame)
         if self.admin_handler is not None and peek_api_key(frame) == ADMIN_API_KEY:
-            return self._admin(connection_id, frame)
+            return self._admin(connection_id, session, frame)
         try:
             header, request = decode_request(frame)
         except UnsupportedRequestVersionError as error:
@@ -159,12 +160,17 @@ class KafkaDispatcher:
             return None
         return ScramCredential(record.salt, record.stored_key, record.server_key, record.iterations)
 
-    def _admin(self, connection_id: int, frame: bytes) -> bytes:
+    def _admin(self, connection_id: int, session: Session, frame: bytes) -> bytes:
+        """Flotilla's private admin API (quorum status, the metadata image): DESCRIBE on the cluster."""
         try:
             header, request = decode_admin_request(frame)
         except KafkaError as error:
             self.log.info("malformed_admin_request", connection_id=connection_id, error=error.message)
             raise CloseConnection(error.message) from None
+        self.apis.session = session
+        if not self.apis.authorize_cluster(AclOperation.DESCRIBE):
+            return encode_admin_response(header, {"error": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                                                  "message": "Cluster authorization failed."})
         return encode_admin_response(header, self.admin_handler(request))
 
     def _unsupported(self, header: RequestHeader) -> bytes:
