@@ -30,6 +30,9 @@ def add_parser(subparsers) -> None:
     up = subparsers.add_parser("up", help="run every node of a config file (default: 3 local nodes)")
     up.add_argument("--config", help="cluster config file (TOML); without it an embedded 3-node default")
     up.add_argument("--log-level", default="info")
+    up.add_argument("--secure", action="store_true",
+                    help="the embedded cluster with SASL_SSL (generated certificates, an admin user); prints the "
+                         "client settings to copy")
     up.set_defaults(run=run_up)
 
 
@@ -56,7 +59,9 @@ def port_problems(config: ClusterConfig) -> list[str]:
     machines' nodes are not checked)."""
     problems = []
     for node in config.nodes:
-        for name, port in (("kafka_port", node.kafka_port), ("controller_port", node.controller_port)):
+        ports = [(f"listener {listener.name}" if len(node.listeners) > 1 else "kafka_port", listener.port)
+                 for listener in node.listeners] + [("controller_port", node.controller_port)]
+        for name, port in ports:
             probe = socket.socket()
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the node binds: TIME_WAIT is no holder
             try:
@@ -71,6 +76,10 @@ def port_problems(config: ClusterConfig) -> list[str]:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.secure and args.config:
+        print("flotilla: --secure is the embedded cluster; with --config, secure the file's [security] instead",
+              file=sys.stderr)
+        return EXIT_CONFIG
     try:
         config = _load(args.config)
     except ConfigError as error:
@@ -85,7 +94,10 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"flotilla: nothing started; {hint}", file=sys.stderr)
         return EXIT_CONFIG
     created_data = None if args.config or os.path.exists("flotilla-data") else os.path.abspath("flotilla-data")
-    config_path = args.config or _write_embedded_config(config)
+    if args.secure:
+        config_path, config = _write_secure_config(config)
+    else:
+        config_path = args.config or _write_embedded_config(config)
     children: list[subprocess.Popen] = []
     stopping = False
     exit_code = 0
@@ -101,13 +113,17 @@ def run_up(args: argparse.Namespace) -> int:
             command = [sys.executable, "-m", "cli.main", "node", "--config", config_path, "--id", str(node.id),
                        "--log-level", args.log_level]
             children.append(subprocess.Popen(command))
+            kafka = f"{node.host}:{node.kafka_port}" if len(node.listeners) == 1 else \
+                " ".join(str(listener) for listener in node.listeners)
             print(
-                f"node {node.id}: kafka {node.host}:{node.kafka_port}  controller {node.host}:{node.controller_port}"
+                f"node {node.id}: kafka {kafka}  controller {node.host}:{node.controller_port}"
                 f"  roles {','.join(node.roles)}  data {node.data_dir}",
                 flush=True,
             )
-        bootstrap = ",".join(f"{n.host}:{n.kafka_port}" for n in config.brokers)
+        bootstrap = ",".join(f"{n.host}:{n.listeners[0].port}" for n in config.brokers)
         print(f"bootstrap servers: {bootstrap}   (Ctrl-C stops the cluster)", flush=True)
+        if args.secure:
+            _print_client_settings(config_path, bootstrap)
         started = time.monotonic()
         while not stopping:
             exited = [c for c in children if c.poll() is not None]
@@ -140,6 +156,69 @@ def _stop_children(children: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+SECURE_INTERNAL_PORT_OFFSET = 200  # INTERNAL listeners on 9292-9294 beside the clients' 9092-9094
+
+
+def _write_secure_config(config: ClusterConfig) -> tuple[str, ClusterConfig]:
+    """The embedded cluster with SASL_SSL: development certificates and an admin password made once under
+    ./flotilla-data and kept; clients on the usual ports, brokers replicating over INTERNAL (SASL_SSL)."""
+    import secrets
+
+    from cli.security import write_dev_certificates
+
+    directory = os.path.abspath("flotilla-data")
+    certs = os.path.join(directory, "certs")
+    if not os.path.exists(os.path.join(certs, "ca.pem")):
+        write_dev_certificates(certs, [n.id for n in config.nodes], ["127.0.0.1", "localhost"])
+    password_path = os.path.join(directory, "admin.password")
+    if not os.path.exists(password_path):
+        with open(os.open(password_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
+            out.write(secrets.token_urlsafe(18))
+    with open(password_path) as handle:
+        password = handle.read().strip()
+    lines = [f'cluster_id = "{config.cluster_id}"', ""]
+    for node in config.nodes:
+        lines += [
+            "[[nodes]]",
+            f"id = {node.id}",
+            f'host = "{node.host}"',
+            f'listeners = ["SASL_SSL://{node.host}:{node.kafka_port}", '
+            f'"INTERNAL://{node.host}:{node.kafka_port + SECURE_INTERNAL_PORT_OFFSET}"]',
+            f"controller_port = {node.controller_port}",
+            "roles = [" + ", ".join(f'"{role}"' for role in node.roles) + "]",
+            f'data_dir = "{os.path.relpath(node.data_dir, directory)}"',
+            "",
+        ]
+    defaults = config.topic_defaults
+    lines += [
+        "[topic_defaults]", f"partitions = {defaults.partitions}",
+        f"replication_factor = {defaults.replication_factor}", f"min_insync_replicas = {defaults.min_insync_replicas}",
+        "", "[security]", 'listener_security_protocol_map = { INTERNAL = "SASL_SSL" }',
+        'inter_broker_listener_name = "INTERNAL"', 'ssl_certfile = "certs/node-{id}.pem"',
+        'ssl_keyfile = "certs/node-{id}.key"', 'ssl_cafile = "certs/ca.pem"', "authorizer = true",
+        'super_users = ["User:admin"]', "", "[security.plain_users]", f'admin = "{password}"', "",
+        "[security.inter_broker]", 'sasl_mechanism = "PLAIN"', 'username = "admin"', f'password = "{password}"',
+    ]
+    path = os.path.join(directory, "cluster.toml")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as config_file:
+        config_file.write("\n".join(lines) + "\n")
+    properties = os.path.join(directory, "admin.properties")
+    with open(os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                  f"sasl.password={password}\nssl.ca.location={os.path.join(certs, 'ca.pem')}\n")
+    return path, load_config(path)
+
+
+def _print_client_settings(config_path: str, bootstrap: str) -> None:
+    properties = os.path.join(os.path.dirname(config_path), "admin.properties")
+    with open(properties) as handle:
+        settings = handle.read()
+    print("client settings (the admin user; librdkafka, confluent-kafka and `kcat -F` read this format):", flush=True)
+    print(f"bootstrap.servers={bootstrap}\n{settings}", end="", flush=True)
+    print(f"the same in {properties}: flotilla topics list -b {bootstrap.split(',')[0]} "
+          f"--command-config {properties}", flush=True)
 
 
 def _write_embedded_config(config: ClusterConfig) -> str:
