@@ -5,6 +5,9 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
   1 node,  RF=1, acks=1   : 100-byte and 1 KiB records, produce records/s and MB/s, consume records/s
   3 nodes, RF=3, acks=all : 100-byte records, produce records/s, consume records/s
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
+  1 node,  RF=1, acks=1   : 1 KiB records over SASL_SSL (TLS 1.2+, SASL/PLAIN, the authorizer on) and over
+                            PLAINTEXT on the same node: produce and consume, and their ratio (--security-only
+                            runs just these rows)
 Baseline, same run: a raw loopback socket-to-file copy (one Python process receives on a TCP socket and
 writes to a file in the same directory as the nodes' data), MB/s. Every figure is printed with its ratio to
 the baseline. Loads are bounded by record count and by --max-seconds per phase.
@@ -69,7 +72,7 @@ def baseline_socket_to_file(directory: str, total_bytes: int, chunk_bytes: int =
 
 
 def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int, acks: str, max_seconds: float,
-            directory: str) -> dict:
+            directory: str, client_args: tuple[str, ...] = ()) -> dict:
     """One kcat (librdkafka in C) per partition sends `records` lines of `size` bytes from a file:
     a load generator fast enough that the broker is what limits the figure (a Python loop calling
     confluent-kafka tops out near 300,000 calls/s on this machine, below what the broker takes)."""
@@ -87,7 +90,8 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int
             ["kcat", "-b", bootstrap, "-P", "-t", topic, "-p", str(partition), "-l", path,
              "-X", f"acks={acks}", "-X", "linger.ms=5", "-X", "batch.size=1000000",
              "-X", "batch.num.messages=100000", "-X", "queue.buffering.max.messages=2000000",
-             "-X", "queue.buffering.max.kbytes=2097151", "-X", f"message.timeout.ms={int(max_seconds * 1000) + 30_000}"],
+             "-X", "queue.buffering.max.kbytes=2097151", "-X", f"message.timeout.ms={int(max_seconds * 1000) + 30_000}",
+             *client_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         ))
     errors = 0
@@ -100,14 +104,15 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int
             "rec_per_s": delivered / elapsed, "mb_per_s": delivered * size / elapsed / MB}
 
 
-def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: int, max_seconds: float) -> dict:
+def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: int, max_seconds: float,
+            client_args: tuple[str, ...] = ()) -> dict:
     """kcat (librdkafka in C) reads every partition from the beginning to the end: a consumer fast enough
     that the broker's fetch path is what is measured."""
     started = time.perf_counter()
     result = subprocess.run(
         ["kcat", "-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\\n",
          "-X", "fetch.max.bytes=52428800", "-X", "max.partition.fetch.bytes=10485760",
-         "-X", "queued.max.messages.kbytes=1048576"],
+         "-X", "queued.max.messages.kbytes=1048576", *client_args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=max_seconds + 60,
     )
     elapsed = time.perf_counter() - started
@@ -153,15 +158,57 @@ def report(name: str, value: float, unit: str, baseline_mb_per_s: float, mb_per_
     print(f"RESULT {name} {value:,.1f} {unit}{ratio} {extra}".rstrip(), flush=True)
 
 
+def security_rows(root: str, records: int, max_seconds: float, baseline: float, rounds: int = 3) -> None:
+    """1 KiB records over SASL_SSL and over PLAINTEXT on one node (both through the authorizer): the cost of
+    TLS and SASL as a ratio to plaintext measured in the same run."""
+    cluster = LocalCluster(os.path.join(root, "secure"), nodes=1, log_level="warning", secure=True,
+                           client_listeners=("SASL_SSL", "PLAINTEXT"),
+                           topic_defaults={"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+                           security={"allow_everyone_if_no_acl_found": "true"})
+    cluster.start()
+    try:
+        secure = cluster.client_properties()
+        tls_args = tuple(arg for key, value in secure.items() if key != "bootstrap.servers"
+                         for arg in ("-X", f"{key}={value}"))
+        plaintext = f"127.0.0.1:{cluster.listener_ports['PLAINTEXT'][1]}"
+        figures: dict[str, list] = {"plaintext": [], "sasl_ssl": []}
+        for round_number in range(rounds):  # alternating, so that drift on a shared machine hits both alike
+            for name, bootstrap, client_args in (("plaintext", plaintext, ()),
+                                                 ("sasl_ssl", cluster.bootstrap_servers, tls_args)):
+                topic = f"sec-{name}-{round_number}"
+                eventually(lambda: subprocess.run(["kcat", "-b", bootstrap, *client_args, "-L", "-t", topic],
+                                                  capture_output=True, timeout=30).returncode == 0, 60)
+                produced = produce(bootstrap, topic, 1, records, 1024, "1", max_seconds, root, client_args)
+                consumed = consume(bootstrap, topic, 1, produced["records"], 1024, max_seconds, client_args)
+                assert produced["errors"] == 0 and consumed["records"] == produced["records"], (produced, consumed)
+                figures[name].append((produced["mb_per_s"], consumed["mb_per_s"]))
+        for name, runs in figures.items():
+            for phase, index in (("produce", 0), ("consume", 1)):
+                values = [run[index] for run in runs]
+                median = statistics.median(values)
+                report(f"1node.{name}.{phase}.1024B.mb_per_s", median, "MB/s", baseline, median,
+                       f"runs={','.join(f'{v:.1f}' for v in values)} records_per_run={records}")
+        for phase, index in (("produce", 0), ("consume", 1)):
+            ratio = (statistics.median(run[index] for run in figures["sasl_ssl"])
+                     / statistics.median(run[index] for run in figures["plaintext"]))
+            print(f"RESULT 1node.sasl_ssl_vs_plaintext.{phase}.1024B ratio={ratio:.3f} (target >= 0.60)", flush=True)
+    finally:
+        cluster.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000, help="100-byte records per produce phase")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="bound per phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--security-only", action="store_true", help="only the SASL_SSL vs PLAINTEXT rows")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="flotilla-bench-", dir=os.environ.get("BENCH_DIR"))
     baseline = baseline_socket_to_file(root, 1 << 30)
     print(f"RESULT baseline.loopback_socket_to_file {baseline:,.1f} MB/s", flush=True)
+    if args.security_only:
+        security_rows(root, args.records // 4, args.max_seconds, baseline)
+        return 0
 
     cluster = start_cluster(os.path.join(root, "one"), 1)
     try:
@@ -194,6 +241,7 @@ def main() -> int:
               flush=True)
     finally:
         cluster.stop()
+    security_rows(root, args.records // 4, args.max_seconds, baseline)
     return 0
 
 

@@ -124,7 +124,7 @@ def _scram_change_error(image: MetadataImage, name: str, mechanism: int, upserti
     if not name:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
     if (name, mechanism) in seen:
-        return ErrorCode.DUPLICATE_RESOURCE, f"A user credential cannot be altered twice in the same request"
+        return ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"
     if mechanism not in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {mechanism}"
     if upsertion is None:

@@ -8,7 +8,8 @@ or `step` raises `AuthenticationFailed` (the connection answers SASL_AUTHENTICAT
 - SCRAM (RFC 5802, through the `scramp` library) checks against credentials stored in the metadata log as
   Kafka stores them: salt, StoredKey, ServerKey and iteration count, never the password.
 `scram_credential` turns what AlterUserScramCredentials carries (salt, SaltedPassword, iterations) into the
-stored form, and `salted_password` computes SaltedPassword on the client side (the CLI).
+stored form, and `salted_password` computes SaltedPassword on the client side (net/client/acls.py draws the
+salt).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import binascii
 import enum
 import hashlib
 import hmac
-import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -81,13 +81,6 @@ def scram_credential(mechanism: ScramMechanism, salt: bytes, salted: bytes, iter
     stored_key = hashlib.new(mechanism.hash_name, client_key).digest()
     server_key = hmac.new(salted, b"Server Key", mechanism.hash_name).digest()
     return ScramCredential(salt, stored_key, server_key, iterations)
-
-
-def new_scram_upsert(mechanism: ScramMechanism, password: str,
-                     iterations: int = SCRAM_ITERATIONS_DEFAULT) -> tuple[bytes, bytes]:
-    """(salt, SaltedPassword) for an AlterUserScramCredentials upsertion of `password`."""
-    salt = os.urandom(SCRAM_SALT_BYTES)
-    return salt, salted_password(mechanism, password, salt, iterations)
 
 
 class SaslExchange:

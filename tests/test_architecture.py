@@ -20,19 +20,21 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CORE_UNITS = ("partitions", "net.protocol", "metadata", "raftlog", "coordinator", "groupcoord", "txn", "broker")
+CORE_UNITS = ("partitions", "net.protocol", "security", "metadata", "raftlog", "coordinator", "groupcoord", "txn",
+              "broker")
 # Modules of a core unit that are allowed to do I/O: raftlog's trio shell is the edge of that package, and the
 # config loader reads the one file a node starts from.
-IO_EDGE_MODULES = {"raftlog/shell.py", "broker/config.py"}
+IO_EDGE_MODULES = {"raftlog/shell.py", "broker/config.py", "broker/security_config.py"}
 FORBIDDEN_IN_CORES = {"trio", "socket", "time", "random", "threading", "asyncio", "selectors", "os", "subprocess"}
-_BELOW_COORDINATORS = {"partitions", "net.protocol", "metadata", "coordinator"}
+_BELOW_COORDINATORS = {"partitions", "net.protocol", "security", "metadata", "coordinator"}
 _BELOW_BROKER = _BELOW_COORDINATORS | {"raftlog", "groupcoord", "txn"}
 _BELOW_NET = _BELOW_BROKER | {"broker"}
 _BELOW_TOP = _BELOW_NET | {"net"}
 ALLOWED_IMPORTS = {
     "partitions": set(),
     "net.protocol": {"partitions"},
-    "metadata": {"partitions"},
+    "security": {"partitions"},
+    "metadata": {"partitions", "security"},
     "raftlog": {"partitions"},
     "coordinator": {"partitions"},
     "groupcoord": _BELOW_COORDINATORS,

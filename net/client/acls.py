@@ -4,12 +4,21 @@ DescribeUserScramCredentials. Each raises KafkaError with the broker's code and 
 
 from __future__ import annotations
 
+import os
+
 from net.client.aio import KafkaClient
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclBinding, AclFilter
-from security.sasl import SCRAM_ITERATIONS_DEFAULT, ScramMechanism, new_scram_upsert
+from security.sasl import SCRAM_ITERATIONS_DEFAULT, SCRAM_SALT_BYTES, ScramMechanism, salted_password
+
+
+def new_scram_upsert(mechanism: ScramMechanism, password: str,
+                     iterations: int = SCRAM_ITERATIONS_DEFAULT) -> tuple[bytes, bytes]:
+    """(salt, SaltedPassword) for an AlterUserScramCredentials upsertion of `password` (a fresh random salt)."""
+    salt = os.urandom(SCRAM_SALT_BYTES)
+    return salt, salted_password(mechanism, password, salt, iterations)
 
 
 def _check(code: int, message: str | None, what: str) -> None:

@@ -18,7 +18,8 @@ from net.server import CloseAfter, CloseConnection
 from partitions.errors import ErrorCode
 from security.acl import AclOperation as Op, AclPermissionType as Perm, Authorizer, AuthorizerSettings, PatternType
 from security.acl import ResourceType as RT
-from security.sasl import ScramMechanism, new_scram_upsert
+from security.sasl import ScramMechanism
+from net.client.acls import new_scram_upsert
 from security.session import Session
 from tests.broker.test_broker_sans_io import Cluster, fetch_request, produce_request
 

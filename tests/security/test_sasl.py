@@ -13,9 +13,9 @@ from security.sasl import (
     AuthenticationFailed,
     SaslExchange,
     ScramMechanism,
-    new_scram_upsert,
     scram_credential,
 )
+from net.client.acls import new_scram_upsert
 from security.session import ANONYMOUS_PRINCIPAL, Session
 
 

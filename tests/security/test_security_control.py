@@ -15,7 +15,8 @@ from metadata.requests import (
 )
 from partitions.errors import ErrorCode
 from security.acl import AclOperation as Op, AclPermissionType as Perm, PatternType, ResourceType as RT
-from security.sasl import ScramMechanism, new_scram_upsert, salted_password, scram_credential
+from net.client.acls import new_scram_upsert
+from security.sasl import ScramMechanism, salted_password, scram_credential
 
 
 def controller():
