@@ -18,6 +18,7 @@ Layout (Kafka's names in snake case; every key optional; no `[security]` table =
     super_users = ["User:admin"]
     allow_everyone_if_no_acl_found = false
     connection_failed_authentication_delay_ms = 100
+    controller_tls = false                                   # the controller port over mutual TLS too
     [security.plain_users]                                   # SASL/PLAIN users (development)
     admin = "admin-secret"
     [security.inter_broker]                                  # how brokers authenticate to each other
@@ -85,6 +86,7 @@ class SecuritySettings:
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
     connection_failed_authentication_delay_ms: int = 100
+    controller_tls: bool = False
     plain_users: dict[str, str] = field(default_factory=dict)
     inter_broker: InterBrokerCredentials = InterBrokerCredentials()
 
@@ -103,7 +105,7 @@ class SecuritySettings:
 _KEYS = {
     "listener_security_protocol_map", "inter_broker_listener_name", "sasl_enabled_mechanisms", "ssl_certfile",
     "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "authorizer", "super_users", "allow_everyone_if_no_acl_found",
-    "connection_failed_authentication_delay_ms", "plain_users", "inter_broker",
+    "connection_failed_authentication_delay_ms", "plain_users", "inter_broker", "controller_tls",
 }
 
 
@@ -144,7 +146,7 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
         if bad:
             raise ConfigError(f"{source}: key 'security.super_users' entries are principals like 'User:admin', got {bad}")
         values["super_users"] = tuple(super_users)
-    for key in ("authorizer", "allow_everyone_if_no_acl_found"):
+    for key in ("authorizer", "allow_everyone_if_no_acl_found", "controller_tls"):
         if key in raw:
             if not isinstance(raw[key], bool):
                 raise ConfigError(f"{source}: key 'security.{key}' must be true or false, got {raw[key]!r}")
@@ -164,6 +166,9 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
     settings = SecuritySettings(**values)
     if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
         raise ConfigError(f"{source}: keys 'security.ssl_certfile' and 'security.ssl_keyfile' go together")
+    if settings.controller_tls and (settings.ssl_certfile is None or settings.ssl_cafile is None):
+        raise ConfigError(f"{source}: key 'security.controller_tls' needs 'security.ssl_certfile', "
+                          f"'security.ssl_keyfile' and 'security.ssl_cafile' (the nodes authenticate each other)")
     if settings.ssl_client_auth != "none" and settings.ssl_cafile is None:
         raise ConfigError(f"{source}: key 'security.ssl_cafile' is needed to verify client certificates "
                           f"(ssl_client_auth = {settings.ssl_client_auth!r})")

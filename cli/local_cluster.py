@@ -124,6 +124,7 @@ class LocalCluster:
             "ssl_cafile": '"certs/ca.pem"',
             "authorizer": "true",
             "super_users": f'["User:{self.ADMIN_USER}"]',
+            "controller_tls": "true",
         }
         settings.update(self.security)
         lines = ["[security]"] + [f"{key} = {value}" for key, value in settings.items()]

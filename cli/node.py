@@ -198,6 +198,7 @@ def _write_secure_config(config: ClusterConfig) -> tuple[str, ClusterConfig]:
         "", "[security]", 'listener_security_protocol_map = { INTERNAL = "SASL_SSL" }',
         'inter_broker_listener_name = "INTERNAL"', 'ssl_certfile = "certs/node-{id}.pem"',
         'ssl_keyfile = "certs/node-{id}.key"', 'ssl_cafile = "certs/ca.pem"', "authorizer = true",
+        "controller_tls = true",
         'super_users = ["User:admin"]', "", "[security.plain_users]", f'admin = "{password}"', "",
         "[security.inter_broker]", 'sasl_mechanism = "PLAIN"', 'username = "admin"', f'password = "{password}"',
     ]

@@ -83,6 +83,7 @@ class Node:
             self.dispatcher = KafkaDispatcher(self.state.apis, wall_clock_ms, self._after_kafka_event, self.handle_admin,
                                               security=config.security)
         self.inter_broker_security = inter_broker_security(config, node_id)
+        self.controller_tls = controller_tls_contexts(config, node_id) if config.security.controller_tls else None
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
@@ -160,6 +161,7 @@ class Node:
             leader.host, leader.controller_port, self.config.cluster_id, self.config.secret,
             {"kind": RPC_KIND_CONTROLLER, "request": encode_controller_request(request)},
             CONTROLLER_CALL_TIMEOUT_MS, node_id=self.node_id,
+            ssl_context=self.controller_tls[1] if self.controller_tls is not None else None,
         )
         if "error" in answer:
             raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
@@ -276,6 +278,7 @@ class Node:
             self.raft_shell = RaftShell(
                 self.raft, self.node_id, self.node_config.host, self.node_config.controller_port, peers,
                 self.config.cluster_id, self.config.secret, rpc_handler=self.handle_rpc, on_step=self._process,
+                tls=self.controller_tls,
             )
             await nursery.start(self.raft_shell.run)
             if self.broker is not None:
@@ -397,6 +400,19 @@ def server_ssl_context(config: ClusterConfig, node_id: int) -> ssl.SSLContext:
     context.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
                            "required": ssl.CERT_REQUIRED}[security.ssl_client_auth]
     return context
+
+
+def controller_tls_contexts(config: ClusterConfig, node_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts of the controller port: mutual TLS 1.2+ with the nodes' certificates."""
+    certfile, keyfile, cafile = config.security.ssl_files(node_id)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cafile)
+    server.minimum_version = ssl.TLSVersion.TLSv1_2
+    server.load_cert_chain(certfile, keyfile)
+    server.verify_mode = ssl.CERT_REQUIRED
+    client = ssl.create_default_context(cafile=cafile)
+    client.minimum_version = ssl.TLSVersion.TLSv1_2
+    client.load_cert_chain(certfile, keyfile)
+    return server, client
 
 
 def inter_broker_security(config: ClusterConfig, node_id: int) -> ClientSecurity | None:

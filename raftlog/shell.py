@@ -21,6 +21,9 @@ from an unauthenticated peer:
     proof = HMAC-SHA256(secret, role | cluster_id | kind | node_id | client nonce | server nonce), or 32
     zero bytes when no secret is configured (then only the cluster id is checked).
 
+With `tls` (the `[security] controller_tls` setting) every connection runs over TLS first, both ways
+authenticated by the nodes' certificates; the HMAC handshake then runs inside it unchanged.
+
 A peer with a wrong secret or cluster id is closed. "rpc" connections carry CBOR request/response frames
 for `rpc_handler` (broker registration, heartbeats, AlterPartition...); `call_rpc` is the client.
 This module is the only one in raftlog/ that imports trio, socket, time, random or os.
@@ -32,6 +35,7 @@ import hashlib
 import hmac
 import os
 import random
+import ssl
 import struct
 import time
 from typing import Any, Awaitable, Callable
@@ -186,7 +190,8 @@ class RaftShell:
                  peers: dict[int, tuple[str, int]], cluster_id: str, secret: bytes | None,
                  rpc_handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
                  on_committed: Callable[[int, bytes], None] | None = None,
-                 on_step: Callable[[], None] | None = None) -> None:
+                 on_step: Callable[[], None] | None = None,
+                 tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None) -> None:
         """`on_step`, when given, makes the caller the owner of the driver's completions and committed
         entries: after every driver step the shell only ships the outbox and then calls `on_step()`, which
         must drain `take_completions`/`take_committed` itself (the node's ControllerCore does). `propose`
@@ -201,6 +206,8 @@ class RaftShell:
         self.peers = dict(peers)
         self.cluster_id = cluster_id
         self.secret = secret
+        # (server context, client context): the controller port over TLS, under the HMAC handshake.
+        self.tls = tls
         self.rpc_handler = rpc_handler
         self._on_committed = on_committed
         self._on_step = on_step
@@ -355,6 +362,8 @@ class RaftShell:
         host, port = self.peers[peer_id]
         with trio.fail_after(connect_timeout_ms / 1000.0):
             stream = await trio.open_tcp_stream(host, port)
+        if self.tls is not None:
+            stream = trio.SSLStream(stream, self.tls[1], server_hostname=host)
         async with stream:
             framed = _FramedStream(stream)
             with trio.fail_after(handshake_timeout_ms / 1000.0):
@@ -389,6 +398,8 @@ class RaftShell:
 
     # -- incoming streams ------------------------------------------------------------------------------------------
     async def _handle_inbound(self, stream: trio.SocketStream) -> None:
+        if self.tls is not None:
+            stream = trio.SSLStream(stream, self.tls[0], server_side=True)
         async with stream:
             framed = _FramedStream(stream)
             try:
@@ -437,12 +448,14 @@ class RaftShell:
 
 
 async def call_rpc(host: str, port: int, cluster_id: str, secret: bytes | None, request: dict[str, Any],
-                   timeout_ms: int, node_id: int = -1) -> dict[str, Any]:
+                   timeout_ms: int, node_id: int = -1, ssl_context: ssl.SSLContext | None = None) -> dict[str, Any]:
     """Send one control RPC and return the response map. Raises RequestTimedOutError after `timeout_ms`,
     HandshakeError when the server rejects or fails authentication, ControlRpcError on a broken stream."""
     try:
         with trio.fail_after(timeout_ms / 1000.0):
             stream = await trio.open_tcp_stream(host, port)
+            if ssl_context is not None:
+                stream = trio.SSLStream(stream, ssl_context, server_hostname=host)
             async with stream:
                 framed = _FramedStream(stream)
                 await _client_handshake(framed, cluster_id, secret, KIND_RPC, node_id)

@@ -315,3 +315,33 @@ def test_kafka_python_over_sasl_plaintext_plain_and_over_ssl_with_a_client_certi
             sock.sendall(b"\x00\x00\x00\x00")
             assert sock.recv(10) == b""
             raise ConnectionError("closed")
+
+
+def test_the_controller_port_speaks_only_mutual_tls(cluster, tmp_path):
+    import trio
+
+    from net.node import controller_tls_contexts
+    from broker.config import load_config
+    from raftlog.shell import call_rpc
+
+    config = load_config(cluster.config_path)
+    port = cluster.controller_ports[1]
+    request = {"kind": "quorum_status"}
+
+    async def plain():
+        return await call_rpc("127.0.0.1", port, config.cluster_id, config.secret, request, 5_000)
+
+    async def mutual():
+        return await call_rpc("127.0.0.1", port, config.cluster_id, config.secret, request, 5_000,
+                              ssl_context=controller_tls_contexts(config, 2)[1])
+
+    async def without_client_certificate():
+        context = ssl.create_default_context(cafile=os.path.join(cluster.certs_dir, "ca.pem"))
+        return await call_rpc("127.0.0.1", port, config.cluster_id, config.secret, request, 5_000,
+                              ssl_context=context)
+
+    assert "status" in trio.run(mutual)
+    for attempt in (plain, without_client_certificate):
+        with pytest.raises(Exception) as info:
+            trio.run(attempt)
+        assert "status" not in repr(info.value)

@@ -48,6 +48,7 @@ def test_kafka_port_alone_is_one_plaintext_listener():
     ({}, {"plain_users": {"admin": 7}}, "security.plain_users.admin"),
     ({}, {"inter_broker": {"sasl_mechanism": "KERBEROS"}}, "security.inter_broker.sasl_mechanism"),
     ({}, {"bogus": 1}, "unknown key 'security.bogus'"),
+    ({}, {"controller_tls": True}, "'security.controller_tls' needs"),
     ({}, {"listener_security_protocol_map": {"X": "TLS"}}, "security.listener_security_protocol_map.X"),
 ])
 def test_bad_security_settings_name_the_file_and_the_key(node_extra, security, fragment):
