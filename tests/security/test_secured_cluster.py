@@ -209,6 +209,17 @@ def _exactly(sock, size: int) -> bytes:
     return data
 
 
+def watermarks(cluster: LocalCluster) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**client_config(cluster, "admin", "PLAIN"), "group.id": "watermarks"})
+    try:
+        return {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for topic in ("a", "b", "orders-eu") for p in range(3)}
+    finally:
+        consumer.close()
+
+
 def test_hostile_clients_are_refused_and_the_node_keeps_serving(cluster, tmp_path):
     from net.protocol import messages
     from net.protocol.codec import ApiKey, decode_response
@@ -243,6 +254,22 @@ def test_hostile_clients_are_refused_and_the_node_keeps_serving(cluster, tmp_pat
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         with _tls(cluster, str(tmp_path / "client.pem"), str(tmp_path / "client.key")) as sock:
             _request(sock, ApiKey.API_VERSIONS, 3, messages.ApiVersionsRequest())
+    # Hostile frames over real TLS connections before authentication: answered or closed, no log changes.
+    before = watermarks(cluster)
+    rng = __import__("random").Random(12)
+    for _ in range(300):
+        with _tls(cluster) as sock:
+            sock.settimeout(5)
+            try:
+                for _ in range(rng.randint(1, 4)):
+                    body = rng.randbytes(rng.randint(0, 64))
+                    if rng.random() < 0.5:  # a plausible header: a real api key, then garbage
+                        body = struct.pack(">hhi", rng.choice([0, 1, 3, 17, 36, 18, 19]), rng.randint(0, 9), 1) + body
+                    sock.sendall(struct.pack(">i", len(body)) + body)
+                sock.recv(1 << 16)
+            except (OSError, ssl.SSLError):
+                pass
+    assert watermarks(cluster) == before
     # Every node still serves authenticated clients.
     for node_id in cluster.kafka_ports:
         alive = subprocess.run(["kcat", "-b", f"127.0.0.1:{cluster.kafka_ports[node_id]}", "-X",
