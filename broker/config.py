@@ -284,10 +284,15 @@ def _port(table: dict[str, Any], key: str, source: str, where: str) -> int:
     return port
 
 
-def default_config(base_dir: str | None = None) -> ClusterConfig:
-    """The embedded default: 3 broker+controller nodes on 127.0.0.1, Kafka 9092-9094, controller 9192-9194,
-    data under ./flotilla-data."""
+EMBEDDED_NODES_MAX = 9  # Kafka ports 9092-9100, controller ports 9192-9200
+
+
+def default_config(base_dir: str | None = None, nodes: int = 3) -> ClusterConfig:
+    """The embedded default: `nodes` (3) broker+controller nodes on 127.0.0.1, Kafka ports from 9092,
+    controller ports from 9192, data under ./flotilla-data; replication factor min(nodes, 3)."""
+    assert 1 <= nodes <= EMBEDDED_NODES_MAX, nodes
     base_dir = os.path.abspath(base_dir or os.getcwd())
+    replication = min(nodes, 3)
     document = {
         "cluster_id": "local-dev",
         "nodes": [
@@ -299,8 +304,12 @@ def default_config(base_dir: str | None = None) -> ClusterConfig:
                 "roles": ["broker", "controller"],
                 "data_dir": f"flotilla-data/node-{node_id}",
             }
-            for node_id in (1, 2, 3)
+            for node_id in range(1, nodes + 1)
         ],
-        "topic_defaults": {"partitions": 3, "replication_factor": 3, "min_insync_replicas": 2},
+        "topic_defaults": {"partitions": 3, "replication_factor": replication,
+                           "min_insync_replicas": 1 if replication == 1 else 2},
+        "broker": {} if replication == 3 else {"offsets_topic_replication_factor": replication,
+                                               "transaction_state_log_replication_factor": replication,
+                                               "transaction_state_log_min_isr": min(replication, 2)},
     }
     return parse_config(document, source="<embedded default>", base_dir=base_dir)

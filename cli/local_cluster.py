@@ -31,6 +31,17 @@ def free_ports(count: int) -> list[int]:
             probe.close()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the process that started it dies (Linux's PR_SET_PDEATHSIG), so
+    a test run that is killed or crashes leaves no node behind. Elsewhere a no-op."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 @dataclass
 class LocalCluster:
     """A cluster of `nodes` broker+controller nodes under `directory`."""
@@ -168,6 +179,7 @@ class LocalCluster:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=_die_with_parent,
             )
         if wait:
             self.wait_listening(node_id)

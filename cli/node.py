@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from broker.config import ClusterConfig, ConfigError, default_config, load_config
+from broker.config import EMBEDDED_NODES_MAX, ClusterConfig, ConfigError, default_config, load_config
 
 EXIT_CONFIG = 2
 CHILD_STOP_SECONDS_MAX = 15
@@ -30,14 +30,16 @@ def add_parser(subparsers) -> None:
     up = subparsers.add_parser("up", help="run every node of a config file (default: 3 local nodes)")
     up.add_argument("--config", help="cluster config file (TOML); without it an embedded 3-node default")
     up.add_argument("--log-level", default="info")
+    up.add_argument("--nodes", type=int, default=3, metavar="N",
+                    help=f"nodes of the embedded cluster (default 3; 1 for development; at most {EMBEDDED_NODES_MAX})")
     up.add_argument("--secure", action="store_true",
                     help="the embedded cluster with SASL_SSL (generated certificates, an admin user); prints the "
                          "client settings to copy")
     up.set_defaults(run=run_up)
 
 
-def _load(path: str | None) -> ClusterConfig:
-    return load_config(path) if path else default_config()
+def _load(path: str | None, nodes: int = 3) -> ClusterConfig:
+    return load_config(path) if path else default_config(nodes=nodes)
 
 
 def run_node(args: argparse.Namespace) -> int:
@@ -80,8 +82,14 @@ def run_up(args: argparse.Namespace) -> int:
         print("flotilla: --secure is the embedded cluster; with --config, secure the file's [security] instead",
               file=sys.stderr)
         return EXIT_CONFIG
+    if args.nodes != 3 and args.config:
+        print("flotilla: --nodes shapes the embedded cluster; with --config, the file lists the nodes", file=sys.stderr)
+        return EXIT_CONFIG
+    if not 1 <= args.nodes <= EMBEDDED_NODES_MAX:
+        print(f"flotilla: --nodes must be between 1 and {EMBEDDED_NODES_MAX}, got {args.nodes}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
-        config = _load(args.config)
+        config = _load(args.config, args.nodes)
     except ConfigError as error:
         print(f"flotilla: {error}", file=sys.stderr)
         return EXIT_CONFIG
@@ -195,7 +203,7 @@ def _write_secure_config(config: ClusterConfig) -> tuple[str, ClusterConfig]:
     lines += [
         "[topic_defaults]", f"partitions = {defaults.partitions}",
         f"replication_factor = {defaults.replication_factor}", f"min_insync_replicas = {defaults.min_insync_replicas}",
-        "", "[security]", 'listener_security_protocol_map = { INTERNAL = "SASL_SSL" }',
+        *_broker_lines(config), "", "[security]", 'listener_security_protocol_map = { INTERNAL = "SASL_SSL" }',
         'inter_broker_listener_name = "INTERNAL"', 'ssl_certfile = "certs/node-{id}.pem"',
         'ssl_keyfile = "certs/node-{id}.key"', 'ssl_cafile = "certs/ca.pem"', "authorizer = true",
         "controller_tls = true",
@@ -222,6 +230,14 @@ def _print_client_settings(config_path: str, bootstrap: str) -> None:
           f"--command-config {properties}", flush=True)
 
 
+def _broker_lines(config: ClusterConfig) -> list[str]:
+    """The embedded cluster's internal-topic settings, which follow its size (one node: replication 1)."""
+    broker = config.broker
+    return ["", "[broker]", f"offsets_topic_replication_factor = {broker.offsets_topic_replication_factor}",
+            f"transaction_state_log_replication_factor = {broker.transaction_state_log_replication_factor}",
+            f"transaction_state_log_min_isr = {broker.transaction_state_log_min_isr}"]
+
+
 def _write_embedded_config(config: ClusterConfig) -> str:
     """Write the embedded default next to its data so the child processes read the very same config."""
     directory = os.path.abspath("flotilla-data")
@@ -245,7 +261,7 @@ def _write_embedded_config(config: ClusterConfig) -> str:
         f"partitions = {defaults.partitions}",
         f"replication_factor = {defaults.replication_factor}",
         f"min_insync_replicas = {defaults.min_insync_replicas}",
-    ]
+    ] + _broker_lines(config)
     with open(path, "w") as config_file:
         config_file.write("\n".join(lines) + "\n")
     return path

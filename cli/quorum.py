@@ -16,6 +16,7 @@ from typing import Any
 
 from metadata.image import Provenance, records_to_image
 from metadata.records import decode_record
+from partitions.errors import ErrorCode
 from broker.admin_api import decode_admin_response, encode_admin_request
 from cli.support import (
     EXIT_FAILED,
@@ -125,7 +126,7 @@ def ask_any(servers: list[tuple[str, int]], request: dict[str, Any], security: A
     for host, port in servers:
         try:
             answer = admin_call(host, port, request, security)
-            if "error" in answer and answer.get("error") == 31:  # CLUSTER_AUTHORIZATION_FAILED: same everywhere
+            if "error" in answer and answer.get("error") == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:  # same everywhere
                 raise Refused(f"{host}:{port}: {answer.get('message')} (DESCRIBE on the cluster is needed)")
             return answer
         except Unreachable as error:

@@ -44,7 +44,8 @@ ALLOWED_IMPORTS = {
     "simulations": _BELOW_TOP,
     "spark": _BELOW_TOP,
     "cli": _BELOW_TOP | {"simulations"},
-    "bench": _BELOW_TOP | {"simulations", "cli", "spark"},
+    "flotilla_testing": _BELOW_TOP | {"cli"},
+    "bench": _BELOW_TOP | {"simulations", "cli", "spark", "flotilla_testing"},
 }
 UNITS = set(ALLOWED_IMPORTS)
 
