@@ -47,6 +47,7 @@ from broker.node_state import RPC_KIND_CONTROLLER, NodeState
 from net.client.connection import ClientConnection, ConnectionState
 from net.client.security import ClientSecurity, sasl_authenticate
 from net.server import FrameServer, ServerLimits
+from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
 from raftlog.shell import RaftShell, call_rpc, monotonic_ms
@@ -381,7 +382,7 @@ class KafkaConnection:
             data = await self.stream.receive_some(1 << 20)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the peer")
-            self.connection.receive_data(data)
+            self.connection.receive_data(receive_available(self.stream, data, 1 << 20))
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import trio
 
 from net.logs import get_logger
+from net.tls import receive_available
 
 FRAME_LENGTH = struct.Struct(">i")
 RECEIVE_BYTES_MAX = 1024 * 1024
@@ -200,7 +201,7 @@ class FrameServer:
             data = await stream.receive_some(RECEIVE_BYTES_MAX)
             if not data:
                 return
-            buffer += data
+            buffer += receive_available(stream, data, RECEIVE_BYTES_MAX)
             position = 0
             while len(buffer) - position >= 4:
                 (length,) = FRAME_LENGTH.unpack_from(buffer, position)
