@@ -51,6 +51,7 @@ class NodeConfig:
     # The Kafka listeners; `kafka_port` is the inter-broker one's port (the first listener unless
     # security.inter_broker_listener_name names another).
     listeners: tuple[Listener, ...] = ()
+    metrics_port: int | None = None  # Prometheus text on http://host:metrics_port/metrics; off when unset
 
     @property
     def inter_broker_listener(self) -> Listener:
@@ -123,7 +124,7 @@ class ClusterConfig:
 
 
 _TOP_KEYS = {"cluster_id", "secret", "nodes", "topic_defaults", "broker", "security"}
-_NODE_KEYS = {"id", "host", "kafka_port", "listeners", "controller_port", "roles", "data_dir"}
+_NODE_KEYS = {"id", "host", "kafka_port", "listeners", "controller_port", "roles", "data_dir", "metrics_port"}
 
 
 def load_config(path: str) -> ClusterConfig:
@@ -204,6 +205,7 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str, security: Secu
         roles=tuple(dict.fromkeys(roles)),
         data_dir=os.path.normpath(os.path.join(base_dir, data_dir)),
         listeners=listeners,
+        metrics_port=_port(raw, "metrics_port", source, where) if "metrics_port" in raw else None,
     )
 
 
@@ -236,6 +238,8 @@ def _check_unique(nodes: tuple[NodeConfig, ...], source: str) -> None:
         seen_ids.add(node.id)
         listener_key = "kafka_port" if len(node.listeners) == 1 and node.listeners[0].name == "PLAINTEXT" else "listeners"
         ports = [(listener_key, listener.port) for listener in node.listeners] + [("controller_port", node.controller_port)]
+        if node.metrics_port is not None:
+            ports.append(("metrics_port", node.metrics_port))
         for key, port in ports:
             if (node.host, port) in seen_ports:
                 raise ConfigError(f"{source}: key 'nodes[{index}].{key}': port {port} on {node.host} is used twice")

@@ -28,6 +28,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from broker.metrics import BrokerMetrics
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.records import ConfigResourceType
 from metadata.requests import (
@@ -153,6 +154,7 @@ class BrokerCore:
         self.image = MetadataImage()
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
+        self.metrics = BrokerMetrics()  # counters for the metrics endpoint (broker/metrics.py)
         self.broker_epoch: int | None = None
         self.is_fenced = True
         # Kafka's BrokerServer enables request processing only once this incarnation is unfenced: a broker
@@ -199,6 +201,8 @@ class BrokerCore:
         for local in changes.leaders:
             hosted = self._ensure_partition(local, now_ms)
             if hosted is not None:
+                if hosted.replica.is_leader:  # an ISR change the controller made (a fenced broker dropped)
+                    self.metrics.record_isr_change(len(hosted.replica.isr), len(local.isr))
                 hosted.replica.become_leader(local.leader_epoch, local.partition_epoch, local.replicas, local.isr, now_ms)
                 hosted.needs_epoch_check = False
                 self.dirty_partitions.add((local.topic_name, local.partition))
@@ -422,6 +426,7 @@ class BrokerCore:
             if current is not hosted:
                 return
             if isinstance(response, AlterPartitionResponse) and response.error_code == ErrorCode.NONE:
+                self.metrics.record_isr_change(len(hosted.replica.isr), len(response.isr))
                 hosted.replica.apply_isr_change(response.isr, response.partition_epoch, now_ms,
                                                 leader_epoch=response.leader_epoch)
                 self.dirty_partitions.add((hosted.replica.topic, hosted.replica.partition))

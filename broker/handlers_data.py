@@ -215,6 +215,7 @@ class DataPlaneApis:
             return partition_response, None
         if result.append_info is not None:
             hosted.producer_state.update(result.append_info.batch_headers)
+            self.broker.metrics.record_produce(key[0], result.append_info.record_count, len(buffer))
         self.broker.dirty_partitions.add(key)
         partition_response.base_offset = result.first_offset
         partition_response.log_start_offset = result.log_start_offset
@@ -268,11 +269,20 @@ class DataPlaneApis:
         response, size, has_error = self._read_fetch(header, request, now_ms, denied)
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
         if max_wait_ms == 0 or size >= request.min_bytes or has_error:
+            self._count_fetched(request, response)
             return response
         request_id = self.apis.defer()
         partitions = frozenset((t.topic, p.partition) for t in request.topics for p in t.partitions)
         self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, partitions, denied)
         return Deferred(request_id)
+
+    def _count_fetched(self, request: Any, response: Any) -> None:
+        """Bytes out per topic, counted once per answered consumer fetch (replication is not client traffic)."""
+        if request.replica_id >= 0:
+            return
+        for topic in response.responses:
+            size = sum(len(p.records) for p in topic.partitions if p.records)
+            self.broker.metrics.record_fetch(topic.topic, size)
 
     def _fetch_denied(self, request: Any) -> frozenset[str]:
         if self.apis.authorizer is None:
@@ -290,6 +300,7 @@ class DataPlaneApis:
             response, size, has_error = self._read_fetch(delayed.header, delayed.request, now_ms, delayed.denied)
             if expired or size >= delayed.request.min_bytes or has_error:
                 del self._fetches[request_id]
+                self._count_fetched(delayed.request, response)
                 self.apis.completed.append((request_id, delayed.header, response))
 
     def _read_fetch(self, header: RequestHeader, request: Any, now_ms: int,

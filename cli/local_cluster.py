@@ -59,6 +59,7 @@ class LocalCluster:
     secure: bool = False
     security: dict = field(default_factory=dict)
     client_listeners: tuple[str, ...] = ("SASL_SSL",)  # secure clusters: the first is `kafka_ports`
+    metrics: bool = False  # serve Prometheus metrics on `metrics_ports`
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
@@ -78,6 +79,7 @@ class LocalCluster:
                 self.listener_ports[name] = {n: ports[base + n - 1] for n in range(1, self.nodes + 1)}
             self.listener_ports[self.client_listeners[0]] = dict(self.kafka_ports)
         self.internal_ports = self.listener_ports.get("INTERNAL", {})
+        self.metrics_ports = dict(zip(self.kafka_ports, free_ports(self.nodes))) if self.metrics else {}
         self.certs_dir = os.path.join(self.directory, "certs")
         if self.secure:
             from cli.security import write_dev_certificates
@@ -111,6 +113,7 @@ class LocalCluster:
                 'host = "127.0.0.1"',
                 endpoint,
                 f"controller_port = {self.controller_ports[node_id]}",
+                *([f"metrics_port = {self.metrics_ports[node_id]}"] if self.metrics else []),
                 'roles = ["broker", "controller"]',
                 f'data_dir = "node-{node_id}"',
             ]

@@ -17,10 +17,12 @@ handled is `apis.session`, which the handlers' authorization checks read.
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any, Callable
 
 from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
 from broker.apis import Deferred, KafkaApis
+from broker.metrics import response_error_codes
 from net.logs import get_logger
 from net.protocol.codec import (
     ApiKey,
@@ -52,7 +54,8 @@ class KafkaDispatcher:
         self.after_event = after_event
         self.security = security  # broker.security_config.SecuritySettings, or None (plaintext only)
         self.log = get_logger(component="kafka-dispatcher")
-        self._pending: dict[int, tuple[PendingReply, RequestHeader, int]] = {}
+        # request id -> (reply, header, connection, started (perf_counter s), acks label)
+        self._pending: dict[int, tuple[PendingReply, RequestHeader, int, float, str]] = {}
         self._client_hosts: dict[int, str] = {}
         self._sessions: dict[int, Session] = {}
         self._anonymous = anonymous_session()
@@ -87,15 +90,19 @@ class KafkaDispatcher:
             return self._unsupported(header)
         self.apis.client_host = self._client_hosts.get(connection_id, "")
         self.apis.session = session
+        started = time.perf_counter()
+        acks = str(request.acks) if header.api_key == ApiKey.PRODUCE else ""
         result = self.apis.handle(header, request, self.now_ms())
         if isinstance(result, Deferred):
             pending = PendingReply()
-            self._pending[result.request_id] = (pending, header, connection_id)
+            self._pending[result.request_id] = (pending, header, connection_id, started, acks)
             self.after_event()
             return pending
         self.after_event()
         if result is None:
+            self._record(header, acks, started, None)
             return NO_REPLY
+        self._record(header, acks, started, result)
         try:
             return encode_response(header, result)
         except KafkaError as error:
@@ -173,6 +180,12 @@ class KafkaDispatcher:
                                                   "message": "Cluster authorization failed."})
         return encode_admin_response(header, self.admin_handler(request))
 
+    def _record(self, header: RequestHeader, acks: str, started: float, response: Any) -> None:
+        """Count the request, its latency and the error codes of its response (broker/metrics.py)."""
+        name = _API_NAMES.get(header.api_key) or _api_name(header.api_key)
+        errors = response_error_codes(response) if response is not None else iter(())
+        self.apis.broker.metrics.record_request(name, acks, time.perf_counter() - started, errors)
+
     def _unsupported(self, header: RequestHeader) -> bytes:
         if header.api_key == ApiKey.API_VERSIONS:
             return encode_api_versions_fallback(header, self.apis.supported_apis)
@@ -184,6 +197,7 @@ class KafkaDispatcher:
             entry = self._pending.pop(request_id, None)
             if entry is None or entry[0].done:
                 continue
+            self._record(header, entry[4], entry[3], response)
             try:
                 entry[0].set(encode_response(header, response))
             except KafkaError as error:  # a response this version cannot carry: a bug, but one connection's
@@ -196,8 +210,20 @@ class KafkaDispatcher:
         self._sessions.pop(connection_id, None)
         # Deferred requests of a closed connection still complete in the core (the produce is appended
         # either way); their replies are simply dropped when they arrive.
-        for request_id in [r for r, (_, _, c) in self._pending.items() if c == connection_id]:
+        for request_id in [r for r, entry in self._pending.items() if entry[2] == connection_id]:
             del self._pending[request_id]
+
+
+_API_NAMES: dict[int, str] = {}
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        name = ApiKey(api_key).name.lower()
+    except ValueError:
+        name = str(api_key)
+    _API_NAMES[api_key] = name
+    return name
 
 
 def _subject(certificate: bytes | None) -> str | None:

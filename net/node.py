@@ -91,6 +91,7 @@ class Node:
         self._broker_connections: dict[int, KafkaConnection] = {}  # the outbox's, one per destination
         self._broker_locks: dict[int, trio.Lock] = {}
         self.kafka_port: int | None = None
+        self.metrics_port: int | None = None
         self.raft_shell: RaftShell | None = None
 
     # ------------------------------------------------------------------ the event step
@@ -295,6 +296,13 @@ class Node:
                     bound = await nursery.start(server.run)
                     if listener.port == self.node_config.kafka_port:
                         self.kafka_port = bound
+            if self.node_config.metrics_port is not None:
+                from net.metrics import MetricsServer, NodeCollector
+
+                collector = NodeCollector(self.node_id, self.broker.metrics if self.broker is not None else None,
+                                          self.state, wall_clock_ms)
+                self.metrics_port = await nursery.start(
+                    MetricsServer(self.node_config.host, self.node_config.metrics_port, collector).run)
             nursery.start_soon(self._ticker)
             self.log.info("node_started", kafka_port=self.kafka_port, controller_port=self.node_config.controller_port,
                           roles=list(self.node_config.roles))

@@ -1,0 +1,153 @@
+"""The metrics endpoint: Prometheus text format on a node's `metrics_port`, built with prometheus_client.
+
+Theory of operation: a custom collector turns the broker's counters (broker/metrics.py `BrokerMetrics`) and
+the gauges read from the node's state at that moment (`broker.metrics.gauges`) into metric families; the
+exposition is prometheus_client's own (`generate_latest`). The HTTP server is a few lines of trio inside the
+node's nursery, so a scrape reads the cores from the one thread that changes them: no locks, no torn
+reads. It answers `GET /metrics` (and `/`), refuses anything else with 404, bounds the request it reads and
+the time it waits for it, and closes the connection after each answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import trio
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from broker.metrics import BrokerMetrics, gauges
+from net.logs import get_logger
+
+REQUEST_BYTES_MAX = 8 * 1024
+REQUEST_TIMEOUT_S = 5.0
+
+GAUGE_HELP = {
+    "flotilla_under_replicated_partitions": "Partitions this broker leads whose ISR is smaller than the replica set",
+    "flotilla_under_min_isr_partitions": "Partitions this broker leads whose ISR is below min.insync.replicas",
+    "flotilla_offline_partitions": "Partitions of the cluster without a leader (as this broker's metadata says)",
+    "flotilla_leader_partitions": "Partitions this broker leads",
+    "flotilla_partitions": "Replicas this broker hosts",
+    "flotilla_log_size_bytes": "Bytes of a hosted partition's log",
+    "flotilla_log_segments": "Segments of a hosted partition's log",
+    "flotilla_log_end_offset": "Log end offset of a hosted partition",
+    "flotilla_partition_high_watermark": "High watermark of a partition this broker leads",
+    "flotilla_raft_leader": "Node id of the metadata quorum's leader (-1: none known)",
+    "flotilla_raft_term": "The metadata quorum's term",
+    "flotilla_raft_commit_index": "The metadata log's commit index on this node",
+    "flotilla_raft_log_end_index": "The metadata log's last index on this node",
+    "flotilla_raft_is_leader": "1 when this node leads the metadata quorum",
+    "flotilla_raft_voter_lag": "Entries a voter is behind the leader's log end (on the leader)",
+    "flotilla_group_members": "Members of a consumer group this broker coordinates",
+    "flotilla_group_state": "A consumer group's state (1 for its current state)",
+    "flotilla_group_lag": "A group's committed-offset lag (high watermark - committed) on a partition this coordinator hosts",
+    "flotilla_transactions": "Transactional ids this broker coordinates, by state",
+    "flotilla_transaction_oldest_open_seconds": "Age of the oldest ongoing transaction this broker coordinates",
+}
+
+
+class NodeCollector:
+    """prometheus_client collector over one node's counters and state."""
+
+    def __init__(self, node_id: int, metrics: BrokerMetrics | None, state: Any, now_ms: Callable[[], int]) -> None:
+        self.node_id = node_id
+        self.metrics = metrics
+        self.state = state
+        self.now_ms = now_ms
+
+    def collect(self) -> Iterator[Any]:
+        if self.metrics is not None:
+            yield from self._counters(self.metrics)
+        families: dict[str, GaugeMetricFamily] = {}
+        for sample in gauges(self.state, self.now_ms()):
+            family = families.get(sample.name)
+            if family is None:
+                labels = [name for name, _ in sample.labels]
+                family = families[sample.name] = GaugeMetricFamily(
+                    sample.name, GAUGE_HELP.get(sample.name, sample.name), labels=labels)
+            family.add_metric([value for _, value in sample.labels], sample.value)
+        yield from families.values()
+
+    @staticmethod
+    def _counters(metrics: BrokerMetrics) -> Iterator[Any]:
+        per_topic = (("flotilla_messages_in", "Records appended as leader", metrics.messages_in),
+                     ("flotilla_bytes_in", "Record-batch bytes appended as leader", metrics.bytes_in),
+                     ("flotilla_bytes_out", "Record bytes answered to consumer fetches", metrics.bytes_out))
+        for name, text, values in per_topic:
+            family = CounterMetricFamily(name, text, labels=["topic"])
+            for topic, value in sorted(values.items()):
+                family.add_metric([topic], value)
+            yield family
+        requests = CounterMetricFamily("flotilla_requests", "Kafka requests answered", labels=["api", "acks"])
+        for (api, acks), value in sorted(metrics.requests.items()):
+            requests.add_metric([api, acks], value)
+        yield requests
+        errors = CounterMetricFamily("flotilla_request_errors", "Error codes in Kafka responses (each partition's)",
+                                     labels=["api", "error"])
+        for (api, error), value in sorted(metrics.request_errors.items()):
+            errors.add_metric([api, error], value)
+        yield errors
+        latency = HistogramMetricFamily("flotilla_request_latency_seconds",
+                                        "Time from a request's arrival to its answer", labels=["api", "acks"])
+        for (api, acks), histogram in sorted(metrics.request_latency.items()):
+            buckets = [("+Inf" if bound == float("inf") else repr(bound), count)
+                       for bound, count in histogram.cumulative()]
+            latency.add_metric([api, acks], buckets, histogram.total)
+        yield latency
+        isr = CounterMetricFamily("flotilla_isr_changes", "ISR changes this broker committed as leader",
+                                  labels=["direction"])
+        isr.add_metric(["shrink"], metrics.isr_shrinks)
+        isr.add_metric(["expand"], metrics.isr_expands)
+        yield isr
+
+
+class MetricsServer:
+    """Serves `GET /metrics` on host:port (see the module docstring)."""
+
+    def __init__(self, host: str, port: int, collector: NodeCollector) -> None:
+        self.host = host
+        self.port = port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self.log = get_logger(component="metrics")
+        self.bound_port: int | None = None
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.bound_port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            task_status.started(self.bound_port)
+            await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                with trio.fail_after(REQUEST_TIMEOUT_S):
+                    request = await self._read_request(stream)
+                    try:
+                        answer = self._answer(request)
+                    except Exception as error:  # a metrics bug must never take the node down
+                        self.log.error("metrics_scrape_failed", error=repr(error))
+                        answer = b"HTTP/1.0 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    await stream.send_all(answer)
+            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+
+    @staticmethod
+    async def _read_request(stream: trio.SocketStream) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < REQUEST_BYTES_MAX:
+            chunk = await stream.receive_some(REQUEST_BYTES_MAX)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    def _answer(self, request: bytes) -> bytes:
+        line = request.split(b"\r\n", 1)[0].split()
+        if len(line) < 2 or line[0] != b"GET" or line[1].split(b"?")[0] not in (b"/metrics", b"/"):
+            return b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        body = generate_latest(self.registry)
+        head = (f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE_LATEST}\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n\r\n").encode()
+        return head + body
