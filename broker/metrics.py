@@ -64,7 +64,9 @@ class Histogram:
 class BrokerMetrics:
     """The counters of one broker (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        # Off (no metrics_port): the record_* calls return at once, so a node without metrics pays nothing.
+        self.enabled = enabled
         self.messages_in: dict[str, int] = defaultdict(int)  # topic -> records appended as leader
         self.bytes_in: dict[str, int] = defaultdict(int)  # topic -> record-batch bytes appended as leader
         self.bytes_out: dict[str, int] = defaultdict(int)  # topic -> record bytes fetched by consumers
@@ -75,11 +77,13 @@ class BrokerMetrics:
         self.isr_expands = 0
 
     def record_produce(self, topic: str, records: int, size: int) -> None:
+        if not self.enabled:
+            return
         self.messages_in[topic] += records
         self.bytes_in[topic] += size
 
     def record_fetch(self, topic: str, size: int) -> None:
-        if size:
+        if size and self.enabled:
             self.bytes_out[topic] += size
 
     def record_request(self, api: str, acks: str, latency_s: float, error_codes: Iterator[int]) -> None:
@@ -91,6 +95,8 @@ class BrokerMetrics:
                 self.request_errors[(api, _error_name(code))] += 1
 
     def record_isr_change(self, before: int, after: int) -> None:
+        if not self.enabled:
+            return
         if after < before:
             self.isr_shrinks += 1
         elif after > before:

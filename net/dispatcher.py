@@ -182,6 +182,8 @@ class KafkaDispatcher:
 
     def _record(self, header: RequestHeader, acks: str, started: float, response: Any) -> None:
         """Count the request, its latency and the error codes of its response (broker/metrics.py)."""
+        if not self.apis.broker.metrics.enabled:
+            return
         name = _API_NAMES.get(header.api_key) or _api_name(header.api_key)
         errors = response_error_codes(response) if response is not None else iter(())
         self.apis.broker.metrics.record_request(name, acks, time.perf_counter() - started, errors)

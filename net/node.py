@@ -84,6 +84,8 @@ class Node:
             self.dispatcher = KafkaDispatcher(self.state.apis, wall_clock_ms, self._after_kafka_event, self.handle_admin,
                                               security=config.security)
         self.inter_broker_security = inter_broker_security(config, node_id)
+        if self.broker is not None:
+            self.broker.metrics.enabled = self.node_config.metrics_port is not None
         self.controller_tls = controller_tls_contexts(config, node_id) if config.security.controller_tls else None
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._nursery: trio.Nursery | None = None
