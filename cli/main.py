@@ -21,6 +21,7 @@ _SUBCOMMAND_MODULES = (
     "cli.groups",
     "cli.transactions",
     "cli.security",
+    "cli.top",
     "cli.dump_log",
     "cli.simulate",
 )
