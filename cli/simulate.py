@@ -37,6 +37,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="comma-separated fixes to switch OFF to reproduce known bugs (raft workload: A,B,D,E)",
     )
     parser.add_argument("--trace", metavar="FILE", help="write the trace lines of a single run to FILE")
+    parser.add_argument("--html", metavar="FILE",
+                        help="draw a single run as one self-contained HTML page (cluster, groups and transactions)")
     parser.add_argument("--json", action="store_true", help="one JSON object per run on stdout")
     parser.add_argument("--stop-at-first-failure", action="store_true", help="end a sweep at its first failure")
     parser.add_argument(
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         workload=args.workload,
         bugs_live=frozenset(b.strip() for b in args.bugs.split(",") if b.strip()),
         trace_path=args.trace if args.seeds is None else None,
+        html_path=args.html if args.seeds is None else None,
     )
     try:
         base_config.validate()
@@ -64,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--seeds {args.seeds}: expected a positive count")
         if args.trace and args.seeds is not None:
             raise ValueError("--trace writes one run's trace: use it with --seed")
+        if args.html and args.seeds is not None:
+            raise ValueError("--html draws one run: use it with --seed")
+        if args.html and args.workload == "raft":
+            raise ValueError("--html draws the cluster, groups and transactions workloads, not raft")
     except ValueError as error:
         print(f"flotilla simulate: {error}", file=sys.stderr)
         return 2
@@ -80,6 +87,8 @@ def _run_single(simulations_run: Any, config: Any, args: argparse.Namespace) -> 
             print(f"replay: {simulations_run.replay_command(config)}", file=sys.stderr)
     else:
         print(simulations_run.format_result(result, config))
+    if config.html_path:
+        print(f"picture: {config.html_path}", file=sys.stderr if args.json else sys.stdout)
     return 0 if result.ok else 1
 
 
@@ -98,6 +107,9 @@ def _run_sweep(simulations_run: Any, base_config: Any, args: argparse.Namespace)
             if not args.json:
                 print(simulations_run.format_result(result, config), file=progress, flush=True)
             print(f"replay: {simulations_run.replay_command(config)}", file=progress, flush=True)
+            if config.workload != "raft":
+                print(f"picture: {simulations_run.replay_command(config)} --html seed-{result.seed}.html",
+                      file=progress, flush=True)
 
     summary = simulations_run.sweep(
         base_config, seeds, on_result, stop_at_first_failure=args.stop_at_first_failure,

@@ -168,6 +168,13 @@ class ClusterSimulation(NodeFaultsMixin):
         self._extra_rng = self.loop.derive_rng("cluster-faults")
         self._faults_on = faults_on
         self._fault_phase = True
+        self.timeline = None
+        if config.html_path is not None:
+            from simulations.picture import Timeline
+
+            self.timeline = Timeline(self.node_ids, TOPIC, PARTITIONS)
+            self.loop.trace.listener = self.timeline.on_trace
+            self.loop.observer = lambda now_us: self.timeline.observe(now_us, self)
 
     def _build_clients(self) -> None:
         configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, len(self.node_ids))), "flush.messages": "1"}
@@ -349,7 +356,13 @@ class ClusterSimulation(NodeFaultsMixin):
             self._final_checks()
         for client in self.clients:
             client.running = False
-        return self._result()
+        result = self._result()
+        if self.timeline is not None:
+            self.timeline.observe(self.loop.now_us, self)
+            title = f"flotilla simulate --seed {self.config.seed} --workload {self.config.workload}" + (
+                f" --bugs {','.join(sorted(self.config.bugs_live))}" if self.config.bugs_live else "")
+            self.timeline.write_html(self.config.html_path, title, result.checkers, self.loop.now_us // 1000)
+        return result
 
     def _start_clients(self) -> None:
         self.admin.start()

@@ -39,6 +39,8 @@ class Trace:
         self._hash = hashlib.sha256()
         self._sink = sink
         self.line_count = 0
+        # Hears every line (simulations/picture.py); it only watches, so the hash is the same without it.
+        self.listener: Callable[[int, str, tuple[Any, ...]], None] | None = None
 
     def append(self, time_us: int, kind: str, *fields: Any) -> None:
         """Record one line. Fields must be ints, strs or bools (their str() is stable across processes)."""
@@ -49,6 +51,8 @@ class Trace:
         self.line_count += 1
         if self._sink is not None:
             self._sink.write(line)
+        if self.listener is not None:
+            self.listener(time_us, kind, fields)
 
     def sha256(self) -> str:
         return self._hash.hexdigest()
@@ -72,6 +76,9 @@ class EventLoop:
         self._heap: list[tuple[int, int, Callable[..., Any], tuple[Any, ...]]] = []
         self._sequence = 0
         self._cancelled: set[int] = set()  # sequence numbers (ints hash to themselves: order-free use only)
+        # Called with the virtual time after each event (simulations/picture.py samples state from it); it
+        # must schedule nothing, so a run is the same with or without it.
+        self.observer: Callable[[int], None] | None = None
 
     @property
     def now_ms(self) -> int:
@@ -113,6 +120,8 @@ class EventLoop:
         if self.events_processed > EVENTS_PER_RUN_MAX:
             raise SimulationStalled(f"more than {EVENTS_PER_RUN_MAX} events at t={time_us}us")
         callback(*args)
+        if self.observer is not None:
+            self.observer(time_us)
         return True
 
     def run_until(self, time_us: int) -> None:

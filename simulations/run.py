@@ -52,6 +52,7 @@ class RunConfig:
     workload: str = "raft"
     bugs_live: frozenset[str] = frozenset()  # fixes switched off (workload-specific names, e.g. "A")
     trace_path: str | None = None
+    html_path: str | None = None  # draw the run (simulations/picture.py); cluster-based workloads only
 
     def fault_rates(self) -> dict[str, float]:
         return parse_faults(self.faults)
