@@ -28,9 +28,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from broker.config_sources import effective_topic_configs
 from broker.metrics import BrokerMetrics
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
-from metadata.records import ConfigResourceType
 from metadata.requests import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -151,6 +151,12 @@ class BrokerCore:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.base_log_config = LogConfig(flush_messages=log_flush_messages, flush_ms=log_flush_ms)
+        # The broker-level configs of the node's file (Kafka's STATIC_BROKER_CONFIG), by Kafka's names.
+        self.static_configs: dict[str, str] = {"min.insync.replicas": str(default_min_insync_replicas)}
+        if log_flush_messages is not None:
+            self.static_configs["log.flush.interval.messages"] = str(log_flush_messages)
+        if log_flush_ms is not None:
+            self.static_configs["log.flush.interval.ms"] = str(log_flush_ms)
         self.image = MetadataImage()
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
@@ -292,7 +298,9 @@ class BrokerCore:
         self.storage.delete_tree(partition_directory(topic, partition))
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
-        return dict(self.image.configs.get(ConfigResourceType.TOPIC, topic))
+        """The topic's override, else this broker's dynamic config, else the dynamic default, else the file
+        (broker/config_sources.py)."""
+        return effective_topic_configs(self.image, self.node_id, self.static_configs, topic)
 
     def _log_config(self, topic: str) -> LogConfig:
         try:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from broker.apis import Deferred
-from metadata.records import ConfigResourceType
 from metadata.requests import (
     AlterableConfig,
     AlterConfigsRequest as ControllerAlterConfigs,
@@ -29,14 +28,12 @@ from metadata.requests import (
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.errors import ErrorCode, KafkaError
-from partitions.log_config import LogConfig
+from broker import config_sources
 from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
 
-CONFIG_SOURCE_DYNAMIC_TOPIC = 1
-CONFIG_SOURCE_DEFAULT = 5
 RESOURCE_TYPE_TOPIC = 2
 RESOURCE_TYPE_BROKER = 4
 
@@ -244,7 +241,10 @@ class AdminApis:
             if resource.resource_type == RESOURCE_TYPE_TOPIC:
                 entries = self._topic_config_entries(resource.resource_name)
             elif resource.resource_type == RESOURCE_TYPE_BROKER:
-                entries = self._broker_config_entries()
+                entries = self._broker_config_entries(resource.resource_name)
+                if entries is None:
+                    result.error_code = ErrorCode.INVALID_REQUEST
+                    result.error_message = f"Broker resource name must be empty or a broker id, not {resource.resource_name!r}"
             else:
                 entries = None
                 result.error_code = ErrorCode.INVALID_REQUEST
@@ -253,35 +253,35 @@ class AdminApis:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 result.error_message = f"topic {resource.resource_name!r} does not exist"
             wanted = set(resource.configuration_keys) if resource.configuration_keys else None
-            for name, (value, is_dynamic) in sorted((entries or {}).items()):
-                if wanted is not None and name not in wanted:
+            synonyms = header.api_version >= 1 and bool(getattr(request, "include_synonyms", False))
+            for entry in entries or ():
+                if wanted is not None and entry.name not in wanted:
                     continue
                 result.configs.append(response_class.DescribeConfigsResourceResult(
-                    name=name, value=value, read_only=False,
-                    config_source=CONFIG_SOURCE_DYNAMIC_TOPIC if is_dynamic else CONFIG_SOURCE_DEFAULT,
-                    is_default=not is_dynamic, is_sensitive=False, synonyms=[],
+                    name=entry.name, value=entry.value, read_only=entry.read_only, config_source=entry.source,
+                    is_default=entry.source == config_sources.DEFAULT_CONFIG, is_sensitive=False,
+                    synonyms=[response_class.DescribeConfigsSynonym(name=n, value=v, source=source)
+                              for n, v, source in entry.synonyms] if synonyms else [],
                 ))
             results.append(result)
         return response_class(throttle_time_ms=0, results=results)
 
-    def _topic_config_entries(self, topic: str) -> dict[str, tuple[str, bool]] | None:
+    def _topic_config_entries(self, topic: str) -> list[config_sources.Entry] | None:
         if topic not in self.broker.image.topics.by_name:
             return None
-        entries = {name: (value, False) for name, value in LogConfig().to_topic_configs().items()}
-        entries["min.insync.replicas"] = (str(self.broker.default_min_insync_replicas), False)
-        entries["unclean.leader.election.enable"] = ("false", False)
-        entries["compression.type"] = ("producer", False)
-        for name, value in self.broker.image.configs.get(ConfigResourceType.TOPIC, topic).items():
-            entries[name] = (value, True)
-        return entries
+        return config_sources.describe_topic(self.broker.image, self.broker.node_id, self.broker.static_configs, topic)
 
-    def _broker_config_entries(self) -> dict[str, tuple[str, bool]]:
-        return {
-            "broker.id": (str(self.broker.node_id), False),
-            "auto.create.topics.enable": (str(self.auto_create_topics_enable).lower(), False),
-            "min.insync.replicas": (str(self.broker.default_min_insync_replicas), False),
-            "replica.lag.time.max.ms": (str(self.broker.replica_lag_time_max_ms), False),
+    def _broker_config_entries(self, resource_name: str) -> list[config_sources.Entry] | None:
+        """A broker's configs with their sources (Kafka's dynamic broker configs), or None for a bad name."""
+        if resource_name != config_sources.CLUSTER_DEFAULT and not resource_name.isdigit():
+            return None
+        read_only = {
+            "broker.id": resource_name or str(self.broker.node_id),
+            "auto.create.topics.enable": str(self.auto_create_topics_enable).lower(),
+            "replica.lag.time.max.ms": str(self.broker.replica_lag_time_max_ms),
         }
+        return config_sources.describe_broker(self.broker.image, self.broker.node_id, self.broker.static_configs,
+                                              resource_name, read_only)
 
 
 def _code_and_message(result: Any) -> tuple[int, str]:
