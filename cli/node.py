@@ -188,22 +188,9 @@ def _write_secure_config(config: ClusterConfig) -> tuple[str, ClusterConfig]:
         password = handle.read().strip()
     lines = [f'cluster_id = "{config.cluster_id}"', ""]
     for node in config.nodes:
-        lines += [
-            "[[nodes]]",
-            f"id = {node.id}",
-            f'host = "{node.host}"',
-            f'listeners = ["SASL_SSL://{node.host}:{node.kafka_port}", '
-            f'"INTERNAL://{node.host}:{node.kafka_port + SECURE_INTERNAL_PORT_OFFSET}"]',
-            f"controller_port = {node.controller_port}",
-            "roles = [" + ", ".join(f'"{role}"' for role in node.roles) + "]",
-            f'data_dir = "{os.path.relpath(node.data_dir, directory)}"',
-            "",
-        ]
-    defaults = config.topic_defaults
-    lines += [
-        "[topic_defaults]", f"partitions = {defaults.partitions}",
-        f"replication_factor = {defaults.replication_factor}", f"min_insync_replicas = {defaults.min_insync_replicas}",
-        *_broker_lines(config), "", "[security]", 'listener_security_protocol_map = { INTERNAL = "SASL_SSL" }',
+        lines += _node_lines(node, directory, f'listeners = ["SASL_SSL://{node.host}:{node.kafka_port}", '
+                             f'"INTERNAL://{node.host}:{node.kafka_port + SECURE_INTERNAL_PORT_OFFSET}"]')
+    lines += [*_topic_default_lines(config), *_broker_lines(config), "", "[security]", 'listener_security_protocol_map = { INTERNAL = "SASL_SSL" }',
         'inter_broker_listener_name = "INTERNAL"', 'ssl_certfile = "certs/node-{id}.pem"',
         'ssl_keyfile = "certs/node-{id}.key"', 'ssl_cafile = "certs/ca.pem"', "authorizer = true",
         "controller_tls = true",
@@ -230,6 +217,19 @@ def _print_client_settings(config_path: str, bootstrap: str) -> None:
           f"--command-config {properties}", flush=True)
 
 
+def _node_lines(node, directory: str, endpoint: str) -> list[str]:
+    """One [[nodes]] table of an embedded cluster file (`endpoint`: its kafka_port or listeners line)."""
+    return ["[[nodes]]", f"id = {node.id}", f'host = "{node.host}"', endpoint,
+            f"controller_port = {node.controller_port}", "roles = [" + ", ".join(f'"{r}"' for r in node.roles) + "]",
+            f'data_dir = "{os.path.relpath(node.data_dir, directory)}"', ""]
+
+
+def _topic_default_lines(config: ClusterConfig) -> list[str]:
+    defaults = config.topic_defaults
+    return ["[topic_defaults]", f"partitions = {defaults.partitions}",
+            f"replication_factor = {defaults.replication_factor}", f"min_insync_replicas = {defaults.min_insync_replicas}"]
+
+
 def _broker_lines(config: ClusterConfig) -> list[str]:
     """The embedded cluster's internal-topic settings, which follow its size (one node: replication 1)."""
     broker = config.broker
@@ -245,23 +245,8 @@ def _write_embedded_config(config: ClusterConfig) -> str:
     path = os.path.join(directory, "cluster.toml")
     lines = [f'cluster_id = "{config.cluster_id}"', ""]
     for node in config.nodes:
-        lines += [
-            "[[nodes]]",
-            f"id = {node.id}",
-            f'host = "{node.host}"',
-            f"kafka_port = {node.kafka_port}",
-            f"controller_port = {node.controller_port}",
-            "roles = [" + ", ".join(f'"{role}"' for role in node.roles) + "]",
-            f'data_dir = "{os.path.relpath(node.data_dir, directory)}"',
-            "",
-        ]
-    defaults = config.topic_defaults
-    lines += [
-        "[topic_defaults]",
-        f"partitions = {defaults.partitions}",
-        f"replication_factor = {defaults.replication_factor}",
-        f"min_insync_replicas = {defaults.min_insync_replicas}",
-    ] + _broker_lines(config)
+        lines += _node_lines(node, directory, f"kafka_port = {node.kafka_port}")
+    lines += _topic_default_lines(config) + _broker_lines(config)
     with open(path, "w") as config_file:
         config_file.write("\n".join(lines) + "\n")
     return path
