@@ -161,6 +161,7 @@ class BrokerCore:
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
         self.metrics = BrokerMetrics()  # counters for the metrics endpoint (broker/metrics.py)
+        self._following_cache: dict[int, list] | None = None  # see _following
         self.broker_epoch: int | None = None
         self.is_fenced = True
         # Kafka's BrokerServer enables request processing only once this incarnation is unfenced: a broker
@@ -196,6 +197,7 @@ class BrokerCore:
 
     def apply_metadata(self, delta: MetadataDelta, image: MetadataImage, now_ms: int) -> None:
         """React to a committed metadata delta (Kafka's ReplicaManager.applyDelta)."""
+        self._following_cache = None
         self.image = image
         self.metadata_offset = image.provenance.raft_index
         changes = delta.local_changes(self.node_id)
@@ -232,6 +234,7 @@ class BrokerCore:
             self._after_follower_truncation(hosted, log_end_offset, now_ms)
         self._apply_topic_configs(now_ms)
         self._apply_ineligible_replicas(now_ms)
+        self._following_cache = None  # replicas became leaders or followers above
 
     def add_leadership_listener(self, topic: str, listener: "LeadershipListener") -> None:
         """Call `listener(topic, partition, leader_epoch, is_leader, now_ms)` whenever this broker becomes
@@ -289,6 +292,7 @@ class BrokerCore:
             self.storage.delete_tree(directory)
 
     def remove_partition(self, topic: str, partition: int) -> None:
+        self._following_cache = None
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is not None:
             hosted.replica.become_follower(None, hosted.replica.leader_epoch + 1, hosted.replica.partition_epoch,
@@ -368,9 +372,11 @@ class BrokerCore:
         # Every replica applies retention on its own, as Kafka's LogManager does.
         for key, hosted in self.partitions.items():
             if hosted.log_config.delete:
+                log_start_offset = hosted.log.log_start_offset
                 hosted.log.apply_retention(now_ms)
-                hosted.replica.log_start_moved()
-                hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
+                if hosted.log.log_start_offset != log_start_offset:  # nothing deleted: nothing to follow
+                    hosted.replica.log_start_moved()
+                    hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
             hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
@@ -591,20 +597,25 @@ class BrokerCore:
 
     def replica_leaders(self) -> set[int]:
         """Brokers this broker currently fetches from."""
-        return {
-            hosted.replica.leader
-            for hosted in self.partitions.values()
-            if not hosted.replica.is_leader and hosted.replica.leader >= 0
-        }
+        return set(self._following())
+
+    def _following(self) -> dict[int, list[tuple[TopicPartition, HostedPartition]]]:
+        """leader id -> the partitions followed from it, in (topic, partition) order. Cached: who follows whom
+        changes only when metadata is applied or a replica is removed (both drop the cache), and the node
+        asks after every event."""
+        if self._following_cache is None:
+            following: dict[int, list[tuple[TopicPartition, HostedPartition]]] = {}
+            for key, hosted in sorted(self.partitions.items()):
+                if not hosted.replica.is_leader and hosted.replica.leader >= 0:
+                    following.setdefault(hosted.replica.leader, []).append((key, hosted))
+            self._following_cache = following
+        return self._following_cache
 
     def next_replica_request(self, leader_id: int, now_ms: int) -> ReplicaRequest | None:
         """The next request to `leader_id`: OffsetsForLeaderEpoch for partitions whose leader epoch is new,
         otherwise one Fetch for every partition it leads for us. None when there is nothing to ask."""
-        followed = [
-            (key, hosted) for key, hosted in sorted(self.partitions.items())
-            if hosted.replica.leader == leader_id and not hosted.replica.is_leader
-            and hosted.fetch_backoff_until_ms <= now_ms
-        ]
+        followed = [(key, hosted) for key, hosted in self._following().get(leader_id, ())
+                    if hosted.fetch_backoff_until_ms <= now_ms]
         if not followed:
             return None
         checks = [(key, hosted) for key, hosted in followed if hosted.needs_epoch_check]
