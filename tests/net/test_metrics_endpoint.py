@@ -62,9 +62,16 @@ def test_messages_and_bytes_in_are_exact_and_requests_are_counted(cluster):
     producer.flush(30)
     assert [e for e, _ in delivered if e is not None] == [] and len(delivered) == RECORDS
     assert total(cluster, "flotilla_messages_in_total", topic="m") == RECORDS
-    # bytes in are the record batches as appended: more than the values, and each partition's batches
+    # bytes in are the record batches as appended: exactly what the leaders' logs of m hold
     bytes_in = total(cluster, "flotilla_bytes_in_total", topic="m")
-    assert RECORDS * VALUE_BYTES < bytes_in < RECORDS * (VALUE_BYTES + 40) + 3 * 100
+    leader_log_bytes = 0.0
+    for node_id in cluster.kafka_ports:
+        samples = scrape(cluster, node_id)
+        led = {dict(k)["partition"] for k in samples.get("flotilla_partition_high_watermark", {})
+               if dict(k)["topic"] == "m"}
+        leader_log_bytes += sum(v for k, v in samples.get("flotilla_log_size_bytes", {}).items()
+                                if dict(k)["topic"] == "m" and dict(k)["partition"] in led)
+    assert bytes_in == leader_log_bytes and RECORDS * VALUE_BYTES < bytes_in
     assert total(cluster, "flotilla_requests_total", api="produce", acks="-1") >= 1
     assert total(cluster, "flotilla_request_latency_seconds_count", api="produce", acks="-1") == \
         total(cluster, "flotilla_requests_total", api="produce", acks="-1")
