@@ -65,6 +65,7 @@ class KafkaApis:
         auto_create_topics_enable: bool = True,
     ) -> None:
         from broker.handlers_admin import AdminApis
+        from broker.handlers_elastic import ElasticityApis
         from broker.handlers_cluster import ClusterApis
         from broker.handlers_data import DataPlaneApis
         from broker.handlers_security import SecurityApis
@@ -94,7 +95,7 @@ class KafkaApis:
         self.supported_apis: dict[int, tuple[int, int]] = {}
         self._groups: list[HandlerGroup] = []
         admin = AdminApis(self)
-        for group in (ClusterApis(self), DataPlaneApis(self), admin, SecurityApis(self, admin)):
+        for group in (ClusterApis(self), DataPlaneApis(self), admin, SecurityApis(self, admin), ElasticityApis(admin)):
             self.register(group)
 
     def register(self, group: HandlerGroup) -> None:

@@ -96,6 +96,9 @@ class BrokerSettings:
     transaction_state_log_min_isr: int = 2
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,10 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
         raise ConfigError(f"{source}: key 'nodes[].roles': at least one node needs the 'controller' role")
     topic_defaults = _parse_section(document, "topic_defaults", TopicDefaults, source)
     broker = _parse_section(document, "broker", BrokerSettings, source)
+    if not 0 <= broker.leader_imbalance_per_broker_percentage <= 100:
+        raise ConfigError(f"{source}: key 'broker.leader_imbalance_per_broker_percentage' must be between 0 and 100")
+    if broker.leader_imbalance_check_interval_seconds < 1:
+        raise ConfigError(f"{source}: key 'broker.leader_imbalance_check_interval_seconds' must be >= 1")
     if topic_defaults.partitions < 1:
         raise ConfigError(f"{source}: key 'topic_defaults.partitions' must be >= 1")
     if not 1 <= topic_defaults.min_insync_replicas <= max(topic_defaults.replication_factor, 1):

@@ -100,6 +100,9 @@ class NodeState:
                 broker_session_timeout_ms=settings.broker_session_timeout_ms,
                 default_num_partitions=defaults.partitions,
                 default_replication_factor=defaults.replication_factor,
+                auto_leader_rebalance_enable=settings.auto_leader_rebalance_enable,
+                leader_imbalance_per_broker_percentage=settings.leader_imbalance_per_broker_percentage,
+                leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_seconds * 1000,
             ),
             rng,
         )

@@ -16,6 +16,7 @@ import sys
 _SUBCOMMAND_MODULES = (
     "cli.node",
     "cli.topics",
+    "cli.reassign",
     "cli.quorum",
     "cli.data",
     "cli.groups",

@@ -35,8 +35,17 @@ from partitions.errors import ErrorCode, UnknownTopicOrPartitionError
 def add_parser(subparsers) -> None:
     common = cluster_options(json_output=True)
 
-    brokers = subparsers.add_parser("brokers", parents=[common], help="list the brokers of the cluster")
+    brokers = subparsers.add_parser("brokers", parents=[common],
+                                    help="list the brokers of the cluster; decommission one")
     brokers.set_defaults(run=run_brokers)
+    broker_actions = brokers.add_subparsers(dest="brokers_command", metavar="ACTION")
+    broker_list = broker_actions.add_parser("list", parents=[common], help="list the brokers (the default)")
+    broker_list.set_defaults(run=run_brokers)
+    decommission = broker_actions.add_parser(
+        "decommission", parents=[common],
+        help="remove a stopped broker that holds no replicas (move them with `flotilla reassign` first)")
+    decommission.add_argument("broker_id", type=int)
+    decommission.set_defaults(run=run_brokers_decommission)
 
     topics = subparsers.add_parser("topics", help="list, describe, create, delete and configure topics")
     actions = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -75,6 +84,18 @@ def run_brokers(args: argparse.Namespace) -> int:
         emit(args, rows, lambda: print_table(
             ["ID", "HOST", "PORT", "ROLES", "STATUS"],
             [[b["id"], b["host"], b["port"], ",".join(b["roles"]), b["status"]] for b in rows]))
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def run_brokers_decommission(args: argparse.Namespace) -> int:
+    from net.client.reassign import unregister_broker
+
+    async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
+        await unregister_broker(client, args.broker_id)
+        emit(args, {"broker": args.broker_id, "decommissioned": True},
+             lambda: print(f"Broker {args.broker_id} is decommissioned (its registration is removed)."))
         return EXIT_OK
 
     return run_with_client(args, body)

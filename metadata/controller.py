@@ -56,6 +56,7 @@ from metadata.image import (
 )
 from metadata.naming import collision_key, validate_topic_name
 from metadata.placement import assign_replicas
+from metadata import reassignment
 from metadata.records import (
     NO_LEADER,
     UUID_BYTES,
@@ -83,6 +84,8 @@ from metadata.requests import (
     AlterConfigOp,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -138,12 +141,17 @@ class ControllerConfig:
     default_replication_factor: int = 1  # Kafka's default.replication.factor
     unclean_leader_election_enable: bool = False
     producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
+    auto_leader_rebalance_enable: bool = True  # Kafka's auto.leader.rebalance.enable
+    leader_imbalance_per_broker_percentage: int = 10  # Kafka's leader.imbalance.per.broker.percentage
+    leader_imbalance_check_interval_ms: int = 300_000  # Kafka's leader.imbalance.check.interval.seconds
 
     def __post_init__(self) -> None:
         assert self.broker_session_timeout_ms > 0, f"broker_session_timeout_ms={self.broker_session_timeout_ms}"
         assert 1 <= self.default_num_partitions <= partitions_per_topic_max, f"{self.default_num_partitions}"
         assert 1 <= self.default_replication_factor <= replication_factor_max, f"{self.default_replication_factor}"
         assert self.producer_id_block_size >= 1, f"producer_id_block_size={self.producer_id_block_size}"
+        assert 0 <= self.leader_imbalance_per_broker_percentage <= 100, f"{self.leader_imbalance_per_broker_percentage}"
+        assert self.leader_imbalance_check_interval_ms > 0, f"{self.leader_imbalance_check_interval_ms}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,6 +166,7 @@ class ControllerResult:
 class TickResponse:
     fenced_broker_ids: tuple[int, ...] = ()
     elected_partitions: tuple[tuple[str, int], ...] = ()
+    balanced_partitions: tuple[tuple[str, int], ...] = ()  # preferred leaders elected by auto rebalance
 
 
 class _Pending:
@@ -169,9 +178,16 @@ class _Pending:
         self.records: list[MetadataRecord] = []
 
     def emit(self, record: MetadataRecord | None) -> None:
-        if record is not None:
-            self.delta.replay(record)
-            self.records.append(record)
+        """Decide on `record`. A change that brings a reassigned partition's target into the ISR is followed,
+        in the same batch, by the change completing the reassignment (as Kafka's PartitionChangeBuilder)."""
+        if record is None:
+            return
+        self.delta.replay(record)
+        self.records.append(record)
+        if isinstance(record, PartitionChangeRecord):
+            state = self.delta.partition(record.topic_id, record.partition)
+            if reassignment.is_reassigning(state):
+                self.emit(reassignment.completion_change(record.topic_id, record.partition, state, self.is_active))
 
     def is_active(self, broker_id: int) -> bool:
         registration = self.delta.broker(broker_id)
@@ -196,6 +212,7 @@ class QuorumController:
         self._sessions: dict[int, int] = {}  # broker_id -> last contact (ms); soft state
         self._active_since_ms: int | None = None
         self._registration_offsets: dict[int, int] = {}  # broker_id -> raft index of its registration
+        self._next_balance_ms: int | None = None  # soft state: the next automatic leader balance check
         self._handlers: dict[type, Callable] = {
             BrokerRegistrationRequest: self._handle_registration,
             BrokerHeartbeatRequest: self._handle_heartbeat,
@@ -208,6 +225,7 @@ class QuorumController:
             AlterPartitionRequest: self._handle_alter_partition,
             AllocateProducerIdsRequest: self._handle_allocate_producer_ids,
             ElectLeadersRequest: self._handle_elect_leaders,
+            AlterPartitionReassignmentsRequest: self._handle_alter_reassignments,
             CreateAclsRequest: self._handle_create_acls,
             DeleteAclsRequest: self._handle_delete_acls,
             AlterUserScramCredentialsRequest: self._handle_alter_scram,
@@ -254,6 +272,7 @@ class QuorumController:
         """This node is now the active controller: every registered broker gets a fresh session."""
         self._active_since_ms = now_ms
         self._sessions = {broker_id: now_ms for broker_id in self._image.cluster.brokers}
+        self._next_balance_ms = now_ms + self._config.leader_imbalance_check_interval_ms
 
     # ---- handle ------------------------------------------------------------------------------------------
 
@@ -277,7 +296,8 @@ class QuorumController:
                 fenced.append(broker_id)
                 self._fence(pending, broker_id)
         elected = self._elect_offline_partitions(pending)
-        return ControllerResult(pending.records, TickResponse(tuple(fenced), tuple(elected)))
+        balanced = self._maybe_balance_leaders(pending, now_ms)
+        return ControllerResult(pending.records, TickResponse(tuple(fenced), tuple(elected), tuple(balanced)))
 
     # ---- brokers -----------------------------------------------------------------------------------------
 
@@ -383,10 +403,27 @@ class QuorumController:
         if registration is None:
             code = ErrorCode.BROKER_ID_NOT_REGISTERED
             return ControllerResult([], UnregisterBrokerResponse(code, f"Broker {request.broker_id} is not registered"))
+        error = self._unregister_error(request.broker_id, registration)
+        if error is not None:
+            return ControllerResult([], UnregisterBrokerResponse(error.code, error.message))
         pending = _Pending(self._image)
         pending.emit(UnregisterBrokerRecord(request.broker_id, registration.broker_epoch))
         self._move_replicas_away(pending, request.broker_id)
         return ControllerResult(pending.records, UnregisterBrokerResponse(ErrorCode.NONE))
+
+    def _unregister_error(self, broker_id: int, registration) -> KafkaError | None:
+        """Decommissioning is refused while the broker runs (it would register again) or still holds
+        replicas (reassign them first): each would leave partitions pointing at a broker that is gone."""
+        if registration.is_active:
+            return InvalidRequestError(
+                f"Broker {broker_id} is still running (registered and unfenced): stop it before unregistering it")
+        hosted = sorted(f"{name}-{partition}" for name, _, partition, state in _Pending(self._image).partitions()
+                        if broker_id in state.replicas)
+        if hosted:
+            shown = ", ".join(hosted[:20]) + (f" and {len(hosted) - 20} more" if len(hosted) > 20 else "")
+            return InvalidRequestError(
+                f"Broker {broker_id} still holds replicas of {len(hosted)} partitions ({shown}): reassign them first")
+        return None
 
     def _broker_epoch_error(self, broker_id: int, broker_epoch: int) -> KafkaError | None:
         registration = self._image.cluster.broker(broker_id)
@@ -477,6 +514,69 @@ class QuorumController:
         pending.emit(change)
         return None
 
+    def _maybe_balance_leaders(self, pending: _Pending, now_ms: int) -> list[tuple[str, int]]:
+        """Automatic preferred leader election (Kafka's auto.leader.rebalance.enable): every check interval,
+        for each broker whose share of partitions led by someone else although it is their preferred
+        replica passes leader.imbalance.per.broker.percentage, elect it where it is in the ISR."""
+        config = self._config
+        if not config.auto_leader_rebalance_enable or self._next_balance_ms is None or now_ms < self._next_balance_ms:
+            return []
+        self._next_balance_ms = now_ms + config.leader_imbalance_check_interval_ms
+        preferred: dict[int, list[tuple[str, bytes, int, PartitionRegistration]]] = {}
+        for name, topic_id, partition, state in pending.partitions():
+            if not reassignment.is_reassigning(state):
+                preferred.setdefault(state.replicas[0], []).append((name, topic_id, partition, state))
+        balanced = []
+        for broker_id, partitions in sorted(preferred.items()):
+            imbalanced = [p for p in partitions if p[3].leader != broker_id]
+            if not imbalanced or 100 * len(imbalanced) <= config.leader_imbalance_per_broker_percentage * len(partitions):
+                continue
+            for name, topic_id, partition, state in imbalanced:
+                change = preferred_leader_change(topic_id, partition, state, pending.is_active)
+                if change is not None:
+                    pending.emit(change)
+                    balanced.append((name, partition))
+        return balanced
+
+    # ---- partition reassignment (metadata/reassignment.py) ---------------------------------------------------
+
+    def _handle_alter_reassignments(self, request: AlterPartitionReassignmentsRequest, now_ms: int) -> ControllerResult:
+        pending = _Pending(self._image)
+        results = []
+        for target in request.partitions:
+            try:
+                pending.emit(self._reassignment_change(pending, target))
+                results.append(PartitionResult(target.topic, target.partition, ErrorCode.NONE))
+            except KafkaError as error:
+                results.append(PartitionResult(target.topic, target.partition, error.code, str(error)))
+        return ControllerResult(pending.records, AlterPartitionReassignmentsResponse(ErrorCode.NONE, tuple(results)))
+
+    def _reassignment_change(self, pending: _Pending, target) -> PartitionChangeRecord | None:
+        topic_id = pending.delta.topic_id(target.topic)
+        state = None if topic_id is None else pending.delta.partition(topic_id, target.partition)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"Unknown partition {target.topic}-{target.partition}")
+        if target.replicas is None:
+            if not reassignment.is_reassigning(state):
+                raise KafkaError(f"No reassignment of {target.topic}-{target.partition} is in progress",
+                                 ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+            try:
+                return reassignment.cancel_change(topic_id, target.partition, state, pending.is_active,
+                                                  self._unclean_allowed(pending.delta, target.topic))
+            except ValueError as error:
+                raise KafkaError(f"Unable to revert the reassignment of {target.topic}-{target.partition}: {error}",
+                                 ErrorCode.INVALID_REPLICA_ASSIGNMENT) from None
+        replicas = tuple(target.replicas)
+        if not replicas:
+            raise KafkaError("The replica list is empty", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        if len(set(replicas)) != len(replicas):
+            raise KafkaError(f"The replica list {list(replicas)} contains a duplicate", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        unknown = [b for b in replicas if pending.delta.broker(b) is None]
+        if unknown:
+            raise KafkaError(f"The replica list {list(replicas)} names brokers that are not registered: {unknown}",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        return reassignment.start_change(topic_id, target.partition, state, replicas, pending.is_active)
+
     # ---- AlterPartition ------------------------------------------------------------------------------------
 
     def _handle_alter_partition(self, request: AlterPartitionRequest, now_ms: int) -> ControllerResult:
@@ -487,11 +587,11 @@ class QuorumController:
         if error is not None:
             response = AlterPartitionResponse(error.code, error.message, request.topic_id, request.partition)
             return ControllerResult([], response)
-        records: list[MetadataRecord] = []
+        pending = _Pending(self._image)
         if request.new_isr != state.isr:
-            change = PartitionChangeRecord(request.topic_id, request.partition, isr=request.new_isr)
-            records.append(change)
-            state = state.merge(change)
+            pending.emit(PartitionChangeRecord(request.topic_id, request.partition, isr=request.new_isr))
+            state = pending.delta.partition(request.topic_id, request.partition)  # a reassignment may complete
+        records = pending.records
         response = AlterPartitionResponse(
             ErrorCode.NONE,
             "",

@@ -218,6 +218,19 @@ class ElectLeadersRequest:
     version: int = _version()
 
 
+@_part
+class ReassignablePartition:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...] | None  # None: cancel the ongoing reassignment
+
+
+@_message
+class AlterPartitionReassignmentsRequest:
+    partitions: tuple[ReassignablePartition, ...]
+    version: int = _version()
+
+
 @_message
 class CreateAclsRequest:
     creations: tuple[AclEntry, ...]
@@ -355,6 +368,13 @@ class ElectLeadersResponse:
     version: int = _version()
 
 
+@_message
+class AlterPartitionReassignmentsResponse:
+    error_code: int
+    partitions: tuple[PartitionResult, ...] = ()
+    version: int = _version()
+
+
 @_part
 class AclResult:
     error_code: int
@@ -405,6 +425,7 @@ REQUEST_TYPES: tuple[type, ...] = (
     AlterPartitionRequest,
     AllocateProducerIdsRequest,
     ElectLeadersRequest,
+    AlterPartitionReassignmentsRequest,
     CreateAclsRequest,
     DeleteAclsRequest,
     AlterUserScramCredentialsRequest,
@@ -421,6 +442,7 @@ RESPONSE_TYPES: tuple[type, ...] = (
     AlterPartitionResponse,
     AllocateProducerIdsResponse,
     ElectLeadersResponse,
+    AlterPartitionReassignmentsResponse,
     CreateAclsResponse,
     DeleteAclsResponse,
     AlterUserScramCredentialsResponse,

@@ -95,6 +95,14 @@ DescribeUserScramCredentialsResponse = build_message_class(specs.DESCRIBE_USER_S
 AlterUserScramCredentialsRequest = build_message_class(specs.ALTER_USER_SCRAM_CREDENTIALS_REQUEST)
 AlterUserScramCredentialsResponse = build_message_class(specs.ALTER_USER_SCRAM_CREDENTIALS_RESPONSE)
 
+ElectLeadersRequest = build_message_class(specs.ELECT_LEADERS_REQUEST)
+ElectLeadersResponse = build_message_class(specs.ELECT_LEADERS_RESPONSE)
+AlterPartitionReassignmentsRequest = build_message_class(specs.ALTER_PARTITION_REASSIGNMENTS_REQUEST)
+AlterPartitionReassignmentsResponse = build_message_class(specs.ALTER_PARTITION_REASSIGNMENTS_RESPONSE)
+ListPartitionReassignmentsRequest = build_message_class(specs.LIST_PARTITION_REASSIGNMENTS_REQUEST)
+ListPartitionReassignmentsResponse = build_message_class(specs.LIST_PARTITION_REASSIGNMENTS_RESPONSE)
+UnregisterBrokerRequest = build_message_class(specs.UNREGISTER_BROKER_REQUEST)
+UnregisterBrokerResponse = build_message_class(specs.UNREGISTER_BROKER_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:
     table = {}

@@ -849,6 +849,103 @@ DESCRIBE_CLUSTER_RESPONSE = response(
 )
 
 
+ELECT_LEADERS_REQUEST = request(
+    43, 'ElectLeadersRequest', valid="0-2", flexible='2+', fields=(
+        field('ElectionType', 'int8', '1+', default=0),
+        field('TopicPartitions', '[]TopicPartitions', '0+', nullable='0+', default=None, fields=(
+            field('Topic', 'string', '0+'),
+            field('Partitions', '[]int32', '0+'),
+        )),
+        field('TimeoutMs', 'int32', '0+', default=60000),
+    ),
+)
+
+ELECT_LEADERS_RESPONSE = response(
+    43, 'ElectLeadersResponse', valid="0-2", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('ErrorCode', 'int16', '1+', default=0),
+        field('ReplicaElectionResults', '[]ReplicaElectionResult', '0+', fields=(
+            field('Topic', 'string', '0+'),
+            field('PartitionResult', '[]PartitionResult', '0+', fields=(
+                field('PartitionId', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+            )),
+        )),
+    ),
+)
+
+ALTER_PARTITION_REASSIGNMENTS_REQUEST = request(
+    45, 'AlterPartitionReassignmentsRequest', valid="0-0", flexible='0+', fields=(
+        field('TimeoutMs', 'int32', '0+', default=60000),
+        field('Topics', '[]ReassignableTopic', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]ReassignablePartition', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('Replicas', '[]int32', '0+', nullable='0+', default=None),
+            )),
+        )),
+    ),
+)
+
+ALTER_PARTITION_REASSIGNMENTS_RESPONSE = response(
+    45, 'AlterPartitionReassignmentsResponse', valid="0-0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('ErrorCode', 'int16', '0+', default=0),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('Responses', '[]ReassignableTopicResponse', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]ReassignablePartitionResponse', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+            )),
+        )),
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS_REQUEST = request(
+    46, 'ListPartitionReassignmentsRequest', valid="0-0", flexible='0+', fields=(
+        field('TimeoutMs', 'int32', '0+', default=60000),
+        field('Topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
+            field('Name', 'string', '0+'),
+            field('PartitionIndexes', '[]int32', '0+'),
+        )),
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS_RESPONSE = response(
+    46, 'ListPartitionReassignmentsResponse', valid="0-0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('ErrorCode', 'int16', '0+', default=0),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('Topics', '[]OngoingTopicReassignment', '0+', fields=(
+            field('Name', 'string', '0+'),
+            field('Partitions', '[]OngoingPartitionReassignment', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('Replicas', '[]int32', '0+'),
+                field('AddingReplicas', '[]int32', '0+'),
+                field('RemovingReplicas', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+UNREGISTER_BROKER_REQUEST = request(
+    64, 'UnregisterBrokerRequest', valid="0-0", flexible='0+', fields=(
+        field('BrokerId', 'int32', '0+'),
+    ),
+)
+
+UNREGISTER_BROKER_RESPONSE = response(
+    64, 'UnregisterBrokerResponse', valid="0-0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('ErrorCode', 'int16', '0+', default=0),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+    ),
+)
+
+
 WRITE_TXN_MARKERS_REQUEST = request(
     27, 'WriteTxnMarkersRequest', valid="0-1", flexible='1+', fields=(
         field('Markers', '[]WritableTxnMarker', '0+', fields=(

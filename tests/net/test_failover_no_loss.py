@@ -92,27 +92,30 @@ def test_acknowledged_writes_survive_the_leader_being_killed(tmp_path):
     assert_replicas_identical_up_to_high_watermark(cluster)
 
 
-def assert_replicas_identical_up_to_high_watermark(cluster):
+def assert_replicas_identical_up_to_high_watermark(cluster, topic: str = TOPIC,
+                                                   hosts: dict[int, list[int]] | None = None):
+    """Every replica of partitions 0-2 (on all three nodes, or `hosts[partition]`) holds the same batches below
+    the lowest checkpointed high watermark."""
     for partition in range(3):
         logs = {}
         high_watermarks = []
-        for node_id in (1, 2, 3):
+        for node_id in (hosts or {}).get(partition, (1, 2, 3)):
             root = os.path.join(cluster.directory, f"node-{node_id}")
             storage = FileStorage(root)
-            log = PartitionLog.open(storage, f"logs/{TOPIC}-{partition}", LogConfig(), 0)
+            log = PartitionLog.open(storage, f"logs/{topic}-{partition}", LogConfig(), 0)
             logs[node_id] = log
             checkpoint = open(os.path.join(root, "replication-offset-checkpoint")).read().split("\n")[2:]
             for line in checkpoint:
-                if line.startswith(f"{TOPIC} {partition} "):
+                if line.startswith(f"{topic} {partition} "):
                     high_watermarks.append(int(line.split()[2]))
         high_watermark = min(high_watermarks)
         assert high_watermark > 0
         contents = {node_id: _batches_below(log, high_watermark) for node_id, log in logs.items()}
         for log in logs.values():
             log.close()
-        reference = contents[1]
+        reference = next(iter(contents.values()))
         for node_id, batches in contents.items():
-            assert batches == reference, f"{TOPIC}-{partition}: node {node_id} differs below HW {high_watermark}"
+            assert batches == reference, f"{topic}-{partition}: node {node_id} differs below HW {high_watermark}"
 
 
 def _batches_below(log, high_watermark):

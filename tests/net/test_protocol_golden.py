@@ -174,3 +174,16 @@ def test_frame_reader_refuses_negative_or_oversized_lengths_before_buffering(pre
     reader = codec.FrameReader(frame_bytes_max=1024)
     with pytest.raises(codec.ProtocolDecodeError):
         reader.receive_data(bytes.fromhex(prefix))
+
+
+def test_unregister_broker_v0_golden_bytes():
+    # Kafka's UnregisterBroker JSON: v0 flexible. Request header v2: api_key 64, version 0, correlation_id 9,
+    # client_id "c", empty tag section; body BrokerId int32 4, empty tag section.
+    request = codec.encode_request(RequestHeader(64, 0, 9, "c"), messages.UnregisterBrokerRequest(broker_id=4))
+    assert request == bytes.fromhex("00000011" "0040" "0000" "00000009" "0001" "63" "00" "00000004" "00")
+    # Response header v1 (correlation id, tag section); ThrottleTimeMs, ErrorCode 42, ErrorMessage "x"
+    # (compact nullable string: length + 1), tag section.
+    response = messages.UnregisterBrokerResponse(throttle_time_ms=0, error_code=42, error_message="x")
+    frame = codec.encode_response(RequestHeader(64, 0, 9, "c"), response)
+    assert frame == bytes.fromhex("0000000e" "00000009" "00" "00000000" "002a" "02" "78" "00")
+    assert codec.decode_response(64, 0, frame[4:], strict=True) == (9, response)
