@@ -197,12 +197,15 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str, security: Secu
         raise ConfigError(f"{source}: key '{where}id' must be >= 0")
     host = _typed(raw, "host", str, source, where, required=False) or "127.0.0.1"
     listeners, kafka_port = _node_listeners(raw, host, security, source, where)
-    controller_port = _port(raw, "controller_port", source, where)
     roles = raw.get("roles")
     if roles is None:
         raise ConfigError(f"{source}: key '{where}roles' is missing (use [\"broker\", \"controller\"])")
     if not isinstance(roles, list) or not roles or any(role not in ROLES for role in roles):
         raise ConfigError(f"{source}: key '{where}roles' must be a non-empty list of {list(ROLES)}, got {roles!r}")
+    # A broker-only node (a KRaft observer) has no controller port: it fetches the metadata log from the
+    # controllers' ports.
+    controller_port = _port(raw, "controller_port", source, where) \
+        if "controller" in roles or "controller_port" in raw else 0
     data_dir = _typed(raw, "data_dir", str, source, where, required=False) or f"flotilla-data/node-{node_id}"
     return NodeConfig(
         id=node_id,
@@ -244,7 +247,9 @@ def _check_unique(nodes: tuple[NodeConfig, ...], source: str) -> None:
             raise ConfigError(f"{source}: key 'nodes[{index}].id': duplicate node id {node.id}")
         seen_ids.add(node.id)
         listener_key = "kafka_port" if len(node.listeners) == 1 and node.listeners[0].name == "PLAINTEXT" else "listeners"
-        ports = [(listener_key, listener.port) for listener in node.listeners] + [("controller_port", node.controller_port)]
+        ports = [(listener_key, listener.port) for listener in node.listeners]
+        if node.controller_port:
+            ports.append(("controller_port", node.controller_port))
         if node.metrics_port is not None:
             ports.append(("metrics_port", node.metrics_port))
         for key, port in ports:

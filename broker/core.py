@@ -236,6 +236,22 @@ class BrokerCore:
         self._apply_ineligible_replicas(now_ms)
         self._following_cache = None  # replicas became leaders or followers above
 
+    def drop_unassigned_partitions(self, image: MetadataImage, now_ms: int) -> None:
+        """After a metadata snapshot replaced the image (it carries no delta against what this broker hosts):
+        remove every hosted replica the snapshot no longer assigns here, deleted topics and replicas moved
+        to other brokers alike, as the deleted changes of a delta would."""
+        for topic, partition in sorted(self.partitions):
+            named = image.topics.by_name.get(topic)
+            state = None if named is None else named.partitions.get(partition)
+            if state is not None and self.node_id in state.replicas:
+                continue
+            hosted = self.partitions[(topic, partition)]
+            was_leading = hosted.replica.is_leader
+            leader_epoch = hosted.replica.leader_epoch
+            self.remove_partition(topic, partition)
+            if was_leading:
+                self._notify_leadership(topic, partition, leader_epoch, False, now_ms)
+
     def add_leadership_listener(self, topic: str, listener: "LeadershipListener") -> None:
         """Call `listener(topic, partition, leader_epoch, is_leader, now_ms)` whenever this broker becomes
         leader of a partition of `topic` (also again, at a new leader epoch) or stops leading one (it became a

@@ -174,6 +174,11 @@ def _partition_gauges(broker: Any) -> list[Sample]:
 
 
 def _raft_gauges(state: Any, now_ms: int) -> list[Sample]:
+    if state.raft is None:  # a broker-only node: the quorum as the controllers last told it
+        leader = state.quorum_leader_id()
+        return [Sample("flotilla_raft_leader", (), leader if leader is not None else -1),
+                Sample("flotilla_raft_is_leader", (), 0),
+                Sample("flotilla_raft_commit_index", (), state.metadata_image.provenance.raft_index)]
     status = state.raft.status()
     samples = [Sample("flotilla_raft_leader", (), status.leader_id if status.leader_id is not None else -1),
                Sample("flotilla_raft_term", (), status.term),

@@ -54,6 +54,9 @@ METADATA_LOG_ENTRIES_MAX = 10_000
 RPC_KIND_CONTROLLER = "controller"
 RPC_KIND_QUORUM_STATUS = "quorum_status"
 RPC_KIND_METADATA = "metadata"
+RPC_KIND_METADATA_FETCH = "metadata_fetch"  # controller port only: an observer's fetch of committed entries
+FETCH_ENTRIES_MAX = 1_000
+FETCH_BYTES_MAX = 1024 * 1024  # well below the controller port's 4 MiB frames
 
 
 @dataclass
@@ -107,6 +110,8 @@ class NodeState:
             rng,
         )
         self.metadata_image = MetadataImage()
+        # The broker's first delta, accumulating until its registration is replayed (see _publish).
+        self._initial_load: MetadataDelta | None = MetadataDelta(MetadataImage())
         self.metadata_log: list[tuple[int, list[Any]]] = []  # recent committed entries, for `metadata dump --log`
         self.broker: BrokerCore | None = None
         self.apis: KafkaApis | None = None
@@ -132,12 +137,21 @@ class NodeState:
             self.coordinators = CoordinatorApis(self.apis)
             self.apis.register(self.coordinators)
             self._add_group_coordinator()
-        peers = [other for other in self.controller_ids if other != node_id]
-        self.raft = RaftDriver(
-            node_id, peers, storage, METADATA_DIRECTORY, clock_ms, rng, self._snapshot, self._restore,
-            raft_config or RaftConfig(), bug_switches=raft_bug_switches,
-        )
-        self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
+        # A broker-only node is a KRaft observer: no Raft, no vote; it replays the committed entries a
+        # controller serves it (`apply_metadata_fetch`). The controllers note each observer's progress.
+        self.is_observer = not self.node_config.is_controller
+        self.raft: RaftDriver | None = None
+        self.controller_core: ControllerCore | None = None
+        self.observers: dict[int, tuple[int, int]] = {}  # observer id -> (last index it has, last fetch ms)
+        self.leader_hint: int | None = None  # observers: the quorum leader the last answer named
+        self.quorum_seen: dict | None = None  # observers: the quorum status of the last answer
+        if not self.is_observer:
+            peers = [other for other in self.controller_ids if other != node_id]
+            self.raft = RaftDriver(
+                node_id, peers, storage, METADATA_DIRECTORY, clock_ms, rng, self._snapshot, self._restore,
+                raft_config or RaftConfig(), bug_switches=raft_bug_switches,
+            )
+            self.controller_core = ControllerCore(self.controller, self.raft, on_records=self._publish)
 
     def _install_security(self, config: ClusterConfig) -> None:
         """The authorizer (when [security] turns it on) and, with several listeners, each broker's endpoint
@@ -184,15 +198,34 @@ class NodeState:
     # ------------------------------------------------------------------ metadata publishing
 
     def _publish(self, provenance: Provenance, records: list[Any]) -> None:
-        """Committed metadata records, in order: the broker's image advances by one delta."""
-        self.metadata_log.append((provenance.raft_index, records))
+        """Committed metadata records, in order: the broker's image advances by one delta.
+
+        The initial load is one delta: until the image holds this broker's own registration (this incarnation's:
+        every entry before it is history, replayed from the journal or learned from the leader), the records
+        only accumulate, and the broker then applies everything at once against its empty start image, as
+        Kafka's first metadata publish does. Applied one by one, history would repeat on disk what already
+        happened: a replica moved away and back again would have its current log deleted by the old removal
+        and reopened empty by the old re-add, while the current metadata names it leader (found by the
+        reassignment simulation)."""
+        self.metadata_log.append((provenance.raft_index, provenance.raft_term, records))
         del self.metadata_log[:-METADATA_LOG_ENTRIES_MAX]
         delta = MetadataDelta(self.metadata_image)
         for record in records:
             delta.replay(record, provenance)
         self.metadata_image = delta.apply()
-        if self.broker is not None:
-            self.broker.apply_metadata(delta, self.metadata_image, self.broker_clock_ms())
+        if self.broker is None:
+            return
+        if self._initial_load is not None:
+            for record in records:
+                self._initial_load.replay(record, provenance)
+            if not self._registered_in(self.metadata_image):
+                return
+            delta, self._initial_load = self._initial_load, None
+        self.broker.apply_metadata(delta, self.metadata_image, self.broker_clock_ms())
+
+    def _registered_in(self, image: MetadataImage) -> bool:
+        registration = image.cluster.broker(self.node_id)
+        return registration is not None and registration.incarnation_id == self.broker.incarnation_id
 
     def _snapshot(self) -> bytes:
         self._drain_committed()  # the snapshot must include every entry pysyncobj counts as applied
@@ -206,19 +239,25 @@ class NodeState:
         records = [decode_record(item) for item in encoded]
         provenance = Provenance(raft_index=raft_index, raft_term=raft_term)
         self.controller.load_snapshot(records, provenance)
+        self.metadata_log.clear()  # the entries it held may not reach the snapshot: observers get the snapshot
         delta = MetadataDelta(MetadataImage())
         for record in records:
             delta.replay(record, provenance)
         image = delta.apply()
         self.metadata_image = image
         if self.broker is not None:
-            for topic, partition in list(self.broker.partitions):
-                if topic not in image.topics.by_name or partition not in image.topics.by_name[topic].partitions:
-                    self.broker.remove_partition(topic, partition)
-            self.broker.apply_metadata(delta, image, self.broker_clock_ms())
-        self.controller_core.on_snapshot_restored(raft_index)
+            if self._initial_load is not None and not self._registered_in(image):
+                self._initial_load = delta  # still history: the snapshot replaces what accumulated
+            else:
+                self._initial_load = None
+                self.broker.drop_unassigned_partitions(image, self.broker_clock_ms())
+                self.broker.apply_metadata(delta, image, self.broker_clock_ms())
+        if self.controller_core is not None:
+            self.controller_core.on_snapshot_restored(raft_index)
 
     def _drain_committed(self) -> None:
+        if self.raft is None:
+            return
         for index, entry in self.raft.take_committed():
             if index <= self.controller_core.last_applied_index:
                 continue  # covered by a snapshot restored meanwhile
@@ -229,10 +268,11 @@ class NodeState:
     def step(self, now_ms: int) -> StepOutput:
         """Let every core advance; returns what the runtime must deliver (see the module docstring)."""
         output = StepOutput()
-        self._drain_committed()
-        output.proposed = self.controller_core.step(now_ms)
-        self._drain_committed()
-        output.controller_outcomes = self.controller_core.take_responses()
+        if self.controller_core is not None:
+            self._drain_committed()
+            output.proposed = self.controller_core.step(now_ms)
+            self._drain_committed()
+            output.controller_outcomes = self.controller_core.take_responses()
         if self.broker is not None:
             broker_now_ms = self.broker_clock_ms()
             self.broker.tick(broker_now_ms)
@@ -257,19 +297,75 @@ class NodeState:
         return self.controller_core.submit(request, now_ms)
 
     def controller_id_for_clients(self) -> int:
-        leader_id = self.raft.status().leader_id
+        leader_id = self.quorum_leader_id()
         return -1 if leader_id is None else leader_id
+
+    def quorum_leader_id(self) -> int | None:
+        """The metadata quorum's leader as this node knows it (an observer: as the last answer named it)."""
+        return self.leader_hint if self.raft is None else self.raft.status().leader_id
+
+    # ------------------------------------------------------------------ observers (broker-only nodes)
+
+    def metadata_fetch_answer(self, request: dict, now_ms: int) -> dict:
+        """A controller's answer to an observer's fetch of the committed entries from index `from`: the
+        entries it still holds in order, or its image as a snapshot when the observer is behind them."""
+        start, observer = int(request["from"]), int(request["node_id"])
+        self.observers[observer] = (start - 1, now_ms)
+        image = self.controller.image()
+        end = image.provenance.raft_index
+        answer: dict[str, Any] = {"leader": self.quorum_leader_id(), "snapshot": None, "entries": [],
+                                  "status": self.handle_admin({"kind": RPC_KIND_QUORUM_STATUS}, now_ms)["status"]}
+        first_held = self.metadata_log[0][0] if self.metadata_log else end + 1
+        if start < first_held and start <= end:
+            answer["snapshot"] = [end, image.provenance.raft_term,
+                                  [encode_record(record) for record in self.controller.snapshot()]]
+            return answer
+        size = 0
+        for index, term, records in self.metadata_log:
+            if index < start:
+                continue
+            encoded = [encode_record(record) for record in records]
+            size += sum(len(item) for item in encoded)
+            if answer["entries"] and (size > FETCH_BYTES_MAX or len(answer["entries"]) >= FETCH_ENTRIES_MAX):
+                break
+            answer["entries"].append([index, term, encoded])
+        return answer
+
+    def apply_metadata_fetch(self, answer: dict) -> int:
+        """An observer replays what a controller answered; returns how many entries (a snapshot counts one)."""
+        self.leader_hint = answer.get("leader")
+        self.quorum_seen = answer.get("status")
+        applied = 0
+        if answer.get("snapshot"):
+            index, term, records = answer["snapshot"]
+            if index > self.metadata_image.provenance.raft_index:
+                self._restore(cbor2.dumps([SNAPSHOT_VERSION, index, term, records]))
+                applied += 1
+        for index, term, encoded in answer.get("entries", ()):
+            if index <= self.metadata_image.provenance.raft_index:
+                continue
+            records = [decode_record(item) for item in encoded]
+            provenance = Provenance(raft_index=index, raft_term=term)
+            self.controller.replay_batch(records, provenance)
+            self._publish(provenance, records)
+            applied += 1
+        return applied
 
     # ------------------------------------------------------------------ the CLI's questions
 
     def handle_admin(self, request: dict, now_ms: int) -> dict:
         """Quorum status and metadata, asked on the controller port (RPC) or the Kafka port (admin API)."""
         kind = request.get("kind")
+        if kind == RPC_KIND_QUORUM_STATUS and self.raft is None:
+            leader = self.config.node(self.leader_hint) if self.leader_hint in self.controller_ids else None
+            return {"status": self._observed_quorum_status(), "node_id": self.node_id,
+                    "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
+                    "leader_controller": self._controller_endpoint(self.leader_hint)}
         if kind == RPC_KIND_QUORUM_STATUS:
             status = self.raft.status()
             leader = self.config.node(status.leader_id) if status.leader_id in self.controller_ids else None
             return {
-                "status": quorum_status_dict(status, self.controller_ids, now_ms),
+                "status": quorum_status_dict(status, self.controller_ids, now_ms, self.observers),
                 "node_id": self.node_id,
                 "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
                 "leader_controller": [leader.host, leader.controller_port] if leader is not None else None,
@@ -287,17 +383,36 @@ class NodeState:
 
     def _metadata_log(self) -> list[list]:
         """Committed metadata entries since this process started or loaded its last snapshot."""
-        return [[index, [encode_record(redacted(r)) for r in records]] for index, records in self.metadata_log]
+        return [[index, [encode_record(redacted(r)) for r in records]] for index, _, records in self.metadata_log]
+
+    def _observed_quorum_status(self) -> dict:
+        """An observer's view: the last status a controller sent, with this node's own progress."""
+        status = dict(self.quorum_seen or {"leader_id": None, "epoch": None, "commit_index": None, "voters": [],
+                                           "observers": []})
+        own = self.metadata_image.provenance.raft_index
+        commit = status.get("commit_index")
+        status["observers"] = [o for o in status.get("observers", []) if o["id"] != self.node_id] + [
+            {"id": self.node_id, "last_index": own, "lag": None if commit is None else max(0, commit - own),
+             "last_contact_ms": 0}]
+        return status
+
+    def _controller_endpoint(self, node_id: int | None) -> list | None:
+        if node_id is None or node_id not in self.controller_ids:
+            return None
+        node = self.config.node(node_id)
+        return [node.host, node.controller_port]
 
     def close(self) -> None:
         if self.broker is not None:
             self.broker.close()
-        self.raft.close()
+        if self.raft is not None:
+            self.raft.close()
 
 
-def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int) -> dict:
+def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int,
+                       observers: dict[int, tuple[int, int]] | None = None) -> dict:
     """The `flotilla quorum status --json` layout. Progress of the other voters is known on the leader only
-    (None elsewhere)."""
+    (None elsewhere); observers (broker-only nodes) as far as this controller has served them."""
     members = {member.id: member for member in status.members}
     voters = []
     for voter_id in sorted(controller_ids):
@@ -316,7 +431,10 @@ def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int) -> d
         "epoch": status.term,
         "commit_index": status.raft_commit_index,
         "voters": voters,
-        "observers": [],
+        "observers": [
+            {"id": observer_id, "last_index": last_index, "lag": max(0, status.raft_commit_index - last_index),
+             "last_contact_ms": max(0, now_ms - contact_ms)}
+            for observer_id, (last_index, contact_ms) in sorted((observers or {}).items())],
     }
 
 

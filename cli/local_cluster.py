@@ -60,6 +60,7 @@ class LocalCluster:
     security: dict = field(default_factory=dict)
     client_listeners: tuple[str, ...] = ("SASL_SSL",)  # secure clusters: the first is `kafka_ports`
     metrics: bool = False  # serve Prometheus metrics on `metrics_ports`
+    broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers; not secure
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
@@ -80,6 +81,10 @@ class LocalCluster:
             self.listener_ports[self.client_listeners[0]] = dict(self.kafka_ports)
         self.internal_ports = self.listener_ports.get("INTERNAL", {})
         self.metrics_ports = dict(zip(self.kafka_ports, free_ports(self.nodes))) if self.metrics else {}
+        assert not (self.secure and self.broker_only), "broker-only nodes are not wired for secure clusters"
+        self.broker_only_ids: list[int] = []
+        for _ in range(self.broker_only):
+            self._add_broker_only_node()
         self.certs_dir = os.path.join(self.directory, "certs")
         if self.secure:
             from cli.security import write_dev_certificates
@@ -96,11 +101,28 @@ class LocalCluster:
     def bootstrap_of(self, node_id: int) -> str:
         return f"127.0.0.1:{self.kafka_ports[node_id]}"
 
+    def _add_broker_only_node(self) -> int:
+        node_id = max(self.kafka_ports) + 1
+        self.kafka_ports[node_id] = free_ports(1)[0]
+        self.broker_only_ids.append(node_id)
+        return node_id
+
+    def add_broker(self, wait: bool = True) -> int:
+        """A new broker-only node: the cluster file gains its [[nodes]] entry (the running nodes keep the one
+        they started with) and the node starts, registers and serves. Returns its id."""
+        node_id = self._add_broker_only_node()
+        self._write_config()
+        self.start_node(node_id, wait=wait)
+        return node_id
+
     def _write_config(self) -> None:
         lines = ['cluster_id = "test-cluster"']
         if self.secret:
             lines.append(f'secret = "{self.secret}"')
-        for node_id in self.kafka_ports:
+        for node_id in self.broker_only_ids:
+            lines += ["[[nodes]]", f"id = {node_id}", 'host = "127.0.0.1"', f"kafka_port = {self.kafka_ports[node_id]}",
+                      'roles = ["broker"]', f'data_dir = "node-{node_id}"']
+        for node_id in self.controller_ports:
             if self.secure:
                 names = list(self.client_listeners) + ["INTERNAL"]
                 endpoint = "listeners = [" + ", ".join(

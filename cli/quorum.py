@@ -160,6 +160,11 @@ def run_quorum_status(args: argparse.Namespace) -> int:
     for voter in status["voters"]:
         print(f"{voter['id']:>6} {_text(voter['last_index']):>11} {_text(voter['lag']):>6} "
               f"{_text(voter['last_contact_ms']):>16}")
+    if status.get("observers"):
+        print(f"{'observer':>8} {'last index':>11} {'lag':>6} {'last contact ms':>16}")
+        for observer in status["observers"]:
+            print(f"{observer['id']:>8} {_text(observer['last_index']):>11} {_text(observer['lag']):>6} "
+                  f"{_text(observer['last_contact_ms']):>16}")
     return 0
 
 

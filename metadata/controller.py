@@ -213,6 +213,7 @@ class QuorumController:
         self._active_since_ms: int | None = None
         self._registration_offsets: dict[int, int] = {}  # broker_id -> raft index of its registration
         self._next_balance_ms: int | None = None  # soft state: the next automatic leader balance check
+        self.bug_reassign_without_catch_up = False  # a planted bug for the simulator (metadata/reassignment.py)
         self._handlers: dict[type, Callable] = {
             BrokerRegistrationRequest: self._handle_registration,
             BrokerHeartbeatRequest: self._handle_heartbeat,
@@ -575,7 +576,8 @@ class QuorumController:
         if unknown:
             raise KafkaError(f"The replica list {list(replicas)} names brokers that are not registered: {unknown}",
                              ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        return reassignment.start_change(topic_id, target.partition, state, replicas, pending.is_active)
+        return reassignment.start_change(topic_id, target.partition, state, replicas, pending.is_active,
+                                         bug_adding_in_sync=self.bug_reassign_without_catch_up)
 
     # ---- AlterPartition ------------------------------------------------------------------------------------
 

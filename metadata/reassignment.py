@@ -46,13 +46,17 @@ def start_change(
     state: PartitionRegistration,
     target: tuple[int, ...],
     is_acceptable: Callable[[int], bool],
+    bug_adding_in_sync: bool = False,
 ) -> PartitionChangeRecord | None:
     """The change that starts moving the partition to `target` (validated by the caller), completed at once
-    when the target is already in sync; None when nothing changes."""
+    when the target is already in sync; None when nothing changes. `bug_adding_in_sync` is a planted bug for
+    the simulator (never a node's config): the new replicas count as in sync before they fetched anything, so
+    the old replicas are dropped at once."""
     removing = tuple(sorted(set(state.replicas) - set(target)))
     adding = tuple(sorted(set(target) - set(state.replicas)))
     replicas = tuple(target) + removing
-    return _build(topic_id, partition, state, replicas, state.isr, adding, removing, is_acceptable)
+    isr = state.isr + adding if bug_adding_in_sync else state.isr
+    return _build(topic_id, partition, state, replicas, isr, adding, removing, is_acceptable)
 
 
 def completion_change(

@@ -43,7 +43,7 @@ from broker.controller_core import ControllerOutcome
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
 from net.logs import get_logger
-from broker.node_state import RPC_KIND_CONTROLLER, NodeState
+from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
 from net.client.connection import ClientConnection, ConnectionState
 from net.client.security import ClientSecurity, sasl_authenticate
 from net.server import FrameServer, ServerLimits
@@ -58,6 +58,8 @@ CONTROLLER_RETRY_BACKOFF_MS = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
 CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
 RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
+OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's poll of the metadata log when nothing is new
+OBSERVER_FETCH_TIMEOUT_MS = 5_000
 
 
 def wall_clock_ms() -> int:
@@ -131,8 +133,12 @@ class Node:
         raises KafkaError (NOT_CONTROLLER after retries, REQUEST_TIMED_OUT)."""
         deadline = trio.current_time() + timeout_ms / 1000
         last_error: KafkaError = KafkaError("no active controller", ErrorCode.NOT_CONTROLLER)
+        attempt = 0
         while trio.current_time() < deadline:
-            leader_id = self.raft.status().leader_id
+            leader_id = self.state.quorum_leader_id()
+            if leader_id is None and self.raft is None:  # an observer with no hint: try the controllers in turn
+                leader_id = self.controller_ids[attempt % len(self.controller_ids)]
+            attempt += 1
             try:
                 with trio.fail_after(max(0.05, deadline - trio.current_time())):
                     if leader_id == self.node_id:
@@ -146,6 +152,8 @@ class Node:
                 last_error = error
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as error:
                 last_error = KafkaError(f"controller unreachable: {error}", ErrorCode.REQUEST_TIMED_OUT)
+            if self.raft is None:
+                self.state.leader_hint = None  # an observer asks the next controller
             await trio.sleep(CONTROLLER_RETRY_BACKOFF_MS / 1000)
         raise last_error
 
@@ -168,6 +176,8 @@ class Node:
             ssl_context=self.controller_tls[1] if self.controller_tls is not None else None,
         )
         if "error" in answer:
+            if self.raft is None and isinstance(answer.get("leader"), int):
+                self.state.leader_hint = answer["leader"]
             raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
         return decode_controller_response(answer["response"])
 
@@ -183,6 +193,11 @@ class Node:
     async def handle_rpc(self, request: dict) -> dict:
         """Requests arriving on the controller port from other nodes and from the CLI."""
         kind = request.get("kind")
+        if kind == RPC_KIND_METADATA_FETCH:
+            try:
+                return self.state.metadata_fetch_answer(request, monotonic_ms())
+            except (KeyError, TypeError, ValueError) as error:
+                return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"bad metadata fetch: {error}"}
         if kind == RPC_KIND_CONTROLLER:
             try:
                 controller_request = decode_controller_request(request["request"])
@@ -212,8 +227,12 @@ class Node:
             while True:
                 connection = None
                 try:
-                    leader = self.config.node(leader_id)
-                    connection = await KafkaConnection.open(leader.host, leader.kafka_port, f"replica-{self.node_id}",
+                    # The leader's registered (inter-broker) endpoint: a broker that joined later is in no one's
+                    # config file.
+                    endpoint = self.broker.broker_endpoint(leader_id)
+                    if endpoint is None:
+                        raise KafkaError(f"broker {leader_id} is not registered", ErrorCode.NETWORK_EXCEPTION)
+                    connection = await KafkaConnection.open(*endpoint, f"replica-{self.node_id}",
                                                             self.inter_broker_security)
                     await self._fetch_loop(leader_id, connection)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, KafkaError) as error:
@@ -278,13 +297,16 @@ class Node:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            peers = {n.id: (n.host, n.controller_port) for n in self.config.controllers if n.id != self.node_id}
-            self.raft_shell = RaftShell(
-                self.raft, self.node_id, self.node_config.host, self.node_config.controller_port, peers,
-                self.config.cluster_id, self.config.secret, rpc_handler=self.handle_rpc, on_step=self._process,
-                tls=self.controller_tls,
-            )
-            await nursery.start(self.raft_shell.run)
+            if self.raft is not None:
+                peers = {n.id: (n.host, n.controller_port) for n in self.config.controllers if n.id != self.node_id}
+                self.raft_shell = RaftShell(
+                    self.raft, self.node_id, self.node_config.host, self.node_config.controller_port, peers,
+                    self.config.cluster_id, self.config.secret, rpc_handler=self.handle_rpc, on_step=self._process,
+                    tls=self.controller_tls,
+                )
+                await nursery.start(self.raft_shell.run)
+            else:
+                nursery.start_soon(self._observe_metadata)
             if self.broker is not None:
                 limits = ServerLimits(
                     request_bytes_max=self.config.broker.request_bytes_max,
@@ -334,7 +356,7 @@ class Node:
             while not self.broker.controlled_shutdown_done(wall_clock_ms()):
                 self._process()
                 # With no quorum (the whole cluster stopping at once) nobody can move leadership: do not wait.
-                if self.raft.status().leader_id is None:
+                if self.state.quorum_leader_id() is None:
                     leaderless_since = leaderless_since or trio.current_time()
                     if trio.current_time() - leaderless_since > CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX:
                         break
@@ -345,6 +367,35 @@ class Node:
 
     def close(self) -> None:
         self.state.close()
+
+    async def _observe_metadata(self) -> None:
+        """A broker-only node (KRaft observer): fetch the committed metadata entries from the quorum leader
+        (any controller until one names the leader), replay them, and poll again when nothing was new."""
+        turn = 0
+        while True:
+            target = self.state.leader_hint
+            if target is None:
+                target = self.controller_ids[turn % len(self.controller_ids)]
+                turn += 1
+            controller = self.config.node(target)
+            request = {"kind": RPC_KIND_METADATA_FETCH, "node_id": self.node_id,
+                       "from": self.state.metadata_image.provenance.raft_index + 1}
+            try:
+                answer = await call_rpc(
+                    controller.host, controller.controller_port, self.config.cluster_id, self.config.secret, request,
+                    OBSERVER_FETCH_TIMEOUT_MS, node_id=self.node_id,
+                    ssl_context=self.controller_tls[1] if self.controller_tls is not None else None)
+                if "error" in answer:
+                    raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
+            except (KafkaError, OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as error:
+                self.log.debug("metadata_fetch_failed", controller=target, error=str(error))
+                self.state.leader_hint = None
+                await trio.sleep(CONTROLLER_RETRY_BACKOFF_MS / 1000)
+                continue
+            applied = self.state.apply_metadata_fetch(answer)
+            self._process()
+            if not applied:
+                await trio.sleep(OBSERVER_FETCH_INTERVAL_MS / 1000)
 
 
 class KafkaConnection:

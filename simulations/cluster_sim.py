@@ -125,6 +125,7 @@ class ClusterSimulation(NodeFaultsMixin):
     checkers_class = ClusterCheckers
     extra_bugs: dict[str, str] = {}
     broker_settings_extra: dict[str, int] = {}
+    replication_factor = REPLICATION_FACTOR  # of the workload's topic (capped at the number of nodes)
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
         self.config = config
@@ -177,8 +178,8 @@ class ClusterSimulation(NodeFaultsMixin):
             self.loop.observer = lambda now_us: self.timeline.observe(now_us, self)
 
     def _build_clients(self) -> None:
-        configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, len(self.node_ids))), "flush.messages": "1"}
-        replication_factor = min(REPLICATION_FACTOR, len(self.node_ids))
+        replication_factor = min(self.replication_factor, len(self.node_ids))
+        configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, replication_factor)), "flush.messages": "1"}
         self.admin = TopicCreator(self, CLIENT_ID_BASE, TOPIC, PARTITIONS, replication_factor, configs)
         self.producers = [
             SimProducer(self, CLIENT_ID_BASE + 1, "all", TOPIC, PARTITIONS, -1, self.shape.keyed,

@@ -349,7 +349,7 @@ class NodeProcess:
                                      replica.is_leader, replica.leader_epoch)
             if observe_stable is not None and replica.is_leader:
                 observe_stable(self.node_id, self.incarnation, key, replica.leader_epoch, replica.last_stable_offset)
-        for raft_index, records in self.state.metadata_log[-64:]:
+        for raft_index, _, records in self.state.metadata_log[-64:]:
             if raft_index > self._seen_metadata_index:
                 self._seen_metadata_index = raft_index
                 checkers.observe_metadata(self.node_id, raft_index, [encode_record(r) for r in records])

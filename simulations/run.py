@@ -30,6 +30,7 @@ WORKLOADS: dict[str, str] = {
     "cluster": "simulations.cluster_sim",
     "groups": "simulations.groups_sim",
     "transactions": "simulations.txn_sim",
+    "reassign": "simulations.reassign_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

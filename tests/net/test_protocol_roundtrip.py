@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from net.protocol import codec, messages
 from net.protocol.codec import RequestHeader
+from partitions.errors import ErrorCode
 from tests.net.test_protocol_strategies import all_api_versions, message_strategy
 
 API_VERSIONS = all_api_versions()
@@ -37,6 +38,9 @@ def test_request_frame_round_trips(api_version, data, correlation_id, client_id)
 def test_response_frame_round_trips(api_version, data, correlation_id):
     api_key, version = api_version
     response = data.draw(message_strategy(messages.RESPONSES[api_key], version))
+    # An ApiVersions answer with UNSUPPORTED_VERSION is read as v0 whatever was asked (KIP-511), and brokers
+    # send it so: the golden-bytes tests cover it.
+    assume(not (api_key == codec.ApiKey.API_VERSIONS and response.error_code == ErrorCode.UNSUPPORTED_VERSION))
     frame = codec.encode_response(RequestHeader(api_key, version, correlation_id, "c"), response)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     decoded_correlation_id, decoded = codec.decode_response(api_key, version, frame[4:], strict=True)

@@ -1,0 +1,88 @@
+"""Broker-only nodes (KRaft observers) follow the metadata log through a controller's answers: entries in
+order, a snapshot when they are behind what the controller still holds, their progress in the quorum status,
+and the initial load applied to the broker as one delta once their own registration is replayed."""
+
+from __future__ import annotations
+
+import random
+
+from broker.config import parse_config
+from broker.controller_core import encode_entry
+from broker.node_state import NodeState
+from metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord
+from simulations.disk import SimDisk
+
+CONFIG = parse_config({
+    "cluster_id": "observers",
+    "nodes": [{"id": 1, "kafka_port": 9001, "controller_port": 9101, "roles": ["broker", "controller"]},
+              {"id": 4, "kafka_port": 9004, "roles": ["broker"]}],
+    "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+}, "<test>", "/")
+OBSERVER_INCARNATION = b"\x04" * 16
+TOPIC_ID = bytes(range(16))
+
+
+def node(node_id: int, incarnation: bytes) -> NodeState:
+    def disk():
+        storage = SimDisk(random.Random(node_id))
+        storage.makedirs("metadata")
+        storage.makedirs("logs")
+        return storage
+
+    return NodeState(CONFIG, node_id, disk(), random.Random(node_id), lambda: 0, incarnation_id=incarnation)
+
+
+def commit(controller: NodeState, index: int, records: list) -> None:
+    controller.controller_core.on_committed(index, encode_entry(1, records))
+
+
+def registration(broker_id: int, incarnation: bytes, epoch: int) -> RegisterBrokerRecord:
+    return RegisterBrokerRecord(broker_id, incarnation, epoch, "127.0.0.1", 9000 + broker_id, None, ("broker",), True)
+
+
+def history(controller: NodeState) -> None:
+    commit(controller, 1, [registration(1, b"\x01" * 16, 1)])
+    commit(controller, 2, [TopicRecord("t", TOPIC_ID), PartitionRecord(TOPIC_ID, 0, (4,), (4,), 4)])
+    commit(controller, 3, [registration(4, OBSERVER_INCARNATION, 3)])
+
+
+def test_an_observer_replays_the_entries_and_its_broker_gets_them_as_one_delta():
+    controller, observer = node(1, b"\x01" * 16), node(4, OBSERVER_INCARNATION)
+    assert observer.raft is None and observer.is_observer and not controller.is_observer
+    commit(controller, 1, [registration(1, b"\x01" * 16, 1)])
+    commit(controller, 2, [TopicRecord("t", TOPIC_ID), PartitionRecord(TOPIC_ID, 0, (4,), (4,), 4)])
+    assert observer.apply_metadata_fetch(controller.metadata_fetch_answer({"from": 1, "node_id": 4}, 50)) == 2
+    assert observer.metadata_image.topics.by_name["t"].partitions[0].leader == 4
+    assert observer.broker.partitions == {}  # history only: the broker waits for its own registration
+    commit(controller, 3, [registration(4, OBSERVER_INCARNATION, 3)])
+    answer = controller.metadata_fetch_answer({"from": 3, "node_id": 4}, 80)
+    assert [entry[0] for entry in answer["entries"]] == [3] and answer["snapshot"] is None
+    assert observer.apply_metadata_fetch(answer) == 1
+    assert list(observer.broker.partitions) == [("t", 0)]  # now applied, in one delta
+    assert observer.controller.image().provenance.raft_index == 3
+    status = controller.handle_admin({"kind": "quorum_status"}, 100)["status"]
+    assert status["observers"] == [{"id": 4, "last_index": 2, "lag": max(0, status["commit_index"] - 2),
+                                    "last_contact_ms": 20}]
+    assert controller.metadata_fetch_answer({"from": 4, "node_id": 4}, 90)["entries"] == []
+
+
+def test_an_observer_behind_what_the_controller_holds_gets_a_snapshot():
+    controller, observer = node(1, b"\x01" * 16), node(4, OBSERVER_INCARNATION)
+    history(controller)
+    controller.metadata_log[:] = controller.metadata_log[2:]  # as if the older entries left its window
+    answer = controller.metadata_fetch_answer({"from": 1, "node_id": 4}, 0)
+    assert answer["snapshot"] is not None and answer["snapshot"][0] == 3 and answer["entries"] == []
+    assert observer.apply_metadata_fetch(answer) == 1
+    assert observer.metadata_image.provenance.raft_index == 3
+    assert observer.metadata_image.topics == controller.metadata_image.topics
+    assert list(observer.broker.partitions) == [("t", 0)]
+    assert observer.apply_metadata_fetch(answer) == 0  # an old snapshot again changes nothing
+
+
+def test_an_observer_names_the_quorum_as_the_controllers_told_it():
+    controller, observer = node(1, b"\x01" * 16), node(4, OBSERVER_INCARNATION)
+    history(controller)
+    observer.apply_metadata_fetch(controller.metadata_fetch_answer({"from": 1, "node_id": 4}, 0))
+    status = observer.handle_admin({"kind": "quorum_status"}, 0)["status"]
+    assert [o["id"] for o in status["observers"]] == [4]
+    assert status["observers"][0]["last_index"] == 3

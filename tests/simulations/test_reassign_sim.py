@@ -1,0 +1,65 @@
+"""The reassignment workload: the whole-cluster simulation while a mover reassigns partitions, cancels moves
+and elects preferred leaders (simulations/reassign_sim.py).
+
+The settled-assignment check is shown to fail on hand-fed states; the planted bug (new replicas counted in
+sync the moment a move starts) fails a safety checker at a named seed (the first failing seed of `flotilla
+simulate --workload reassign --seeds 300 --duration 30 --bugs reassign_without_catch_up`; 20 of the first 20
+seeds catch it), replays to the same trace, and passes with the bug off."""
+
+from __future__ import annotations
+
+import pytest
+
+from metadata.image import PartitionRegistration
+from simulations.faults import DEFAULT_FAULTS
+from simulations.reassign_sim import assignment_problem
+from simulations.run import RunConfig, run_one, sweep
+
+REASSIGN_WITHOUT_CATCH_UP_SEED = 1
+SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}
+
+
+def _config(seed: int, duration_s: float = 20.0, faults: str = "none", bugs: frozenset[str] = frozenset()) -> RunConfig:
+    return RunConfig(seed=seed, nodes=3, duration_s=duration_s, faults=faults, workload="reassign", bugs_live=bugs)
+
+
+def _failed(result) -> dict[str, str]:
+    return {v.name: v.detail for v in result.checkers if not v.ok}
+
+
+def test_a_fault_free_run_moves_partitions_and_passes_every_checker():
+    result = run_one(_config(seed=1))
+    assert result.ok, _failed(result)
+    assert "assignment_settled" in {v.name for v in result.checkers}
+    assert result.stats["mover_accepted"] >= 5 and result.stats["mover_moves"] >= 5
+    assert result.stats["acked_all"] > 1000
+
+
+def test_assignment_problem_names_what_is_not_settled():
+    state = PartitionRegistration(replicas=(2, 3), isr=(2, 3), leader=2, leader_epoch=4, partition_epoch=9)
+    assert assignment_problem({1: state, 2: state, 3: state}, {2: True, 3: False}) is None
+    assert "hosted on [1, 2, 3]" in assignment_problem({1: state, 2: state}, {1: False, 2: True, 3: False})
+    assert "led by [2, 3]" in assignment_problem({1: state}, {2: True, 3: True})
+    moving = PartitionRegistration(replicas=(2, 3, 1), isr=(1, 2), leader=2, leader_epoch=4, partition_epoch=9,
+                                   adding_replicas=(3,), removing_replicas=(1,))
+    assert "half done" in assignment_problem({1: moving}, {1: False, 2: True, 3: False})
+    assert "disagree" in assignment_problem({1: state, 2: moving}, {2: True, 3: False})
+    short = PartitionRegistration(replicas=(2, 3), isr=(2,), leader=2, leader_epoch=4, partition_epoch=9)
+    assert "ISR (2,)" in assignment_problem({1: short}, {2: True, 3: False})
+
+
+@pytest.mark.slow
+def test_reassign_without_catch_up_fails_a_safety_checker_at_its_known_seed():
+    buggy = _config(REASSIGN_WITHOUT_CATCH_UP_SEED, 30.0, DEFAULT_FAULTS, frozenset({"reassign_without_catch_up"}))
+    first = run_one(buggy)
+    failed = _failed(first)
+    assert set(failed) & SAFETY_CHECKERS and "no_node_error" not in failed, failed
+    assert run_one(buggy).trace_sha256 == first.trace_sha256
+    fixed = run_one(_config(REASSIGN_WITHOUT_CATCH_UP_SEED, 30.0, DEFAULT_FAULTS))
+    assert fixed.ok, _failed(fixed)
+
+
+@pytest.mark.slow
+def test_reassign_sweep_with_every_fix_in_place_finds_no_failure():
+    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)))
+    assert summary.runs == 20 and not summary.failed_seeds, summary.format()
