@@ -28,7 +28,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from broker.config_sources import effective_topic_configs
+from broker import throttle
+from broker.config_sources import broker_chain, effective_topic_configs
 from broker.metrics import BrokerMetrics
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.requests import (
@@ -81,6 +82,7 @@ class HostedPartition:
     # Follower side: the leader epoch still needs its end offset checked (KIP-101) before fetching.
     needs_epoch_check: bool = False
     fetch_backoff_until_ms: int = 0
+    follower_throttled: bool = False  # in follower.replication.throttled.replicas for this broker
 
 
 @dataclass
@@ -152,6 +154,7 @@ class BrokerCore:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.base_log_config = LogConfig(flush_messages=log_flush_messages, flush_ms=log_flush_ms)
         # The broker-level configs of the node's file (Kafka's STATIC_BROKER_CONFIG), by Kafka's names.
+        self.follower_quota = throttle.ReplicationQuota()  # follower.replication.throttled.rate (broker/throttle.py)
         self.static_configs: dict[str, str] = {"min.insync.replicas": str(default_min_insync_replicas)}
         if log_flush_messages is not None:
             self.static_configs["log.flush.interval.messages"] = str(log_flush_messages)
@@ -333,7 +336,11 @@ class BrokerCore:
         return int(value) if value is not None else self.default_min_insync_replicas
 
     def _apply_topic_configs(self, now_ms: int) -> None:
-        for (topic, _), hosted in self.partitions.items():
+        rate = broker_chain(self.image, self.node_id, self.static_configs, throttle.FOLLOWER_RATE_CONFIG)
+        self.follower_quota.set_rate(throttle.parse_rate(rate[0][1]) if rate else None)
+        for (topic, partition), hosted in self.partitions.items():
+            hosted.follower_throttled = throttle.is_throttled(
+                self._topic_configs(topic).get(throttle.FOLLOWER_REPLICAS_CONFIG), partition, self.node_id)
             log_config = self._log_config(topic)
             if log_config != hosted.log_config:
                 hosted.log_config = log_config
@@ -630,8 +637,9 @@ class BrokerCore:
     def next_replica_request(self, leader_id: int, now_ms: int) -> ReplicaRequest | None:
         """The next request to `leader_id`: OffsetsForLeaderEpoch for partitions whose leader epoch is new,
         otherwise one Fetch for every partition it leads for us. None when there is nothing to ask."""
+        throttled = self.follower_quota.exceeded(now_ms)
         followed = [(key, hosted) for key, hosted in self._following().get(leader_id, ())
-                    if hosted.fetch_backoff_until_ms <= now_ms]
+                    if hosted.fetch_backoff_until_ms <= now_ms and not (throttled and hosted.follower_throttled)]
         if not followed:
             return None
         checks = [(key, hosted) for key, hosted in followed if hosted.needs_epoch_check]
@@ -661,6 +669,10 @@ class BrokerCore:
         request_class = messages.FetchRequest
         topics: dict[str, list] = {}
         offsets = {}
+        throttled_count = sum(1 for _, hosted in followed if hosted.follower_throttled)
+        allowance = self.follower_quota.available(now_ms) if throttled_count else None
+        throttled_bytes_max = None if allowance is None else max(1, min(REPLICA_FETCH_PARTITION_BYTES_MAX,
+                                                                         allowance // throttled_count))
         for (topic, partition), hosted in followed:
             fetch_state = hosted.replica.follower_fetch_request(now_ms)
             offsets[(topic, partition)] = fetch_state.fetch_offset
@@ -670,7 +682,8 @@ class BrokerCore:
                     current_leader_epoch=fetch_state.current_leader_epoch,
                     fetch_offset=fetch_state.fetch_offset,
                     log_start_offset=hosted.log.log_start_offset,
-                    partition_max_bytes=REPLICA_FETCH_PARTITION_BYTES_MAX,
+                    partition_max_bytes=REPLICA_FETCH_PARTITION_BYTES_MAX
+                    if throttled_bytes_max is None or not hosted.follower_throttled else throttled_bytes_max,
                 )
             )
         request = request_class(
@@ -743,6 +756,8 @@ class BrokerCore:
         log_end_offset = hosted.log.log_end_offset
         if data.error_code == ErrorCode.NONE:
             records = bytes(data.records or b"")
+            if hosted.follower_throttled:
+                self.follower_quota.record(len(records), now_ms)
             try:
                 outcome = replica.follower_handle_fetch_response(
                     records, data.high_watermark, data.log_start_offset, None, now_ms, fetch_offset=fetch_offset,

@@ -18,6 +18,13 @@ import sys
 from cli.support import EXIT_OK, CommandError, UsageError, cluster_options, emit, print_table, run_with_client
 from net.client.aio import KafkaClient
 from net.client.reassign import alter_reassignments, balanced_plan, elect_leaders, list_reassignments
+from broker.throttle import (
+    FOLLOWER_RATE_CONFIG,
+    FOLLOWER_REPLICAS_CONFIG,
+    LEADER_RATE_CONFIG,
+    LEADER_REPLICAS_CONFIG,
+)
+from metadata.records import ConfigResourceType
 from partitions.errors import ErrorCode
 
 EXIT_INCOMPLETE = 1
@@ -33,10 +40,13 @@ def add_parser(subparsers) -> None:
     generate.add_argument("--brokers", required=True, help="comma-separated broker ids to spread the replicas over")
     generate.set_defaults(run=run_generate)
     for name, run, text in (("execute", run_execute, "start the moves of a plan"),
-                            ("verify", run_verify, "which moves of a plan are complete"),
+                            ("verify", run_verify, "which moves of a plan are complete (removes the throttle then)"),
                             ("cancel", run_cancel, "revert the ongoing moves of a plan")):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("--plan", required=True, metavar="FILE", help="a plan as `generate` prints it")
+        if name == "execute":
+            action.add_argument("--throttle", type=int, metavar="BYTES_PER_S",
+                                help="replication throttle for the moving replicas while they catch up")
         action.set_defaults(run=run)
     listing = actions.add_parser("list", parents=[common], help="ongoing reassignments")
     listing.set_defaults(run=run_list)
@@ -138,11 +148,37 @@ def _report(args: argparse.Namespace, outcomes, verb: str) -> int:
 
 def run_execute(args: argparse.Namespace) -> int:
     plan = read_plan(args.plan)
+    if args.throttle is not None and args.throttle < 1:
+        return _usage(f"--throttle {args.throttle}: expected a positive rate in bytes per second")
 
     async def body(client: KafkaClient, config) -> int:
+        if args.throttle is not None:
+            await _set_throttle(client, plan, await _current(client, sorted({t for t, _ in plan})), args.throttle)
         return _report(args, await alter_reassignments(client, plan), "started")
 
     return run_with_client(args, body)
+
+
+async def _set_throttle(client: KafkaClient, plan: dict[tuple[str, int], list[int]],
+                        current: dict[tuple[str, int], tuple[int, ...]], rate: int) -> None:
+    """As kafka-reassign-partitions --throttle: the rate as the cluster-wide dynamic broker default, and per
+    topic the replicas to throttle: followers being added, leaders (the current replicas) serving them."""
+    await client.alter_configs("", set={FOLLOWER_RATE_CONFIG: str(rate), LEADER_RATE_CONFIG: str(rate)},
+                               resource_type=ConfigResourceType.BROKER)
+    for topic in sorted({t for t, _ in plan}):
+        followers = [f"{p}:{b}" for (t, p), target in sorted(plan.items()) if t == topic
+                     for b in target if b not in current.get((t, p), ())]
+        leaders = [f"{p}:{b}" for (t, p), target in sorted(plan.items()) if t == topic
+                   for b in current.get((t, p), ())]
+        await client.alter_configs(topic, set={FOLLOWER_REPLICAS_CONFIG: ",".join(followers) or "",
+                                               LEADER_REPLICAS_CONFIG: ",".join(leaders) or ""})
+
+
+async def _remove_throttle(client: KafkaClient, topics: list[str]) -> None:
+    await client.alter_configs("", delete=[FOLLOWER_RATE_CONFIG, LEADER_RATE_CONFIG],
+                               resource_type=ConfigResourceType.BROKER)
+    for topic in topics:
+        await client.alter_configs(topic, delete=[FOLLOWER_REPLICAS_CONFIG, LEADER_REPLICAS_CONFIG])
 
 
 def run_cancel(args: argparse.Namespace) -> int:
@@ -174,7 +210,11 @@ def run_verify(args: argparse.Namespace) -> int:
         emit(args, rows, lambda: print_table(["TOPIC", "PARTITION", "TARGET", "REPLICAS", "STATE"], [
             [r["topic"], r["partition"], ",".join(map(str, r["target"])),
              ",".join(map(str, r["replicas"] or [])), r["state"]] for r in rows]))
-        return EXIT_OK if all(r["state"] == "complete" for r in rows) else EXIT_INCOMPLETE
+        if not all(r["state"] == "complete" for r in rows):
+            return EXIT_INCOMPLETE
+        if not ongoing:  # every move of the cluster is done: the throttle goes, as Kafka's --verify does
+            await _remove_throttle(client, sorted({topic for topic, _ in plan}))
+        return EXIT_OK
 
     return run_with_client(args, body)
 

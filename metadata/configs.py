@@ -185,8 +185,18 @@ def validate_topic_config(name: str, value: str, replication_factor: int | None 
     return parsed
 
 
+# Dynamic broker configs with no topic counterpart.
+BROKER_ONLY_CONFIGS: dict[str, ConfigDef] = {
+    "follower.replication.throttled.rate": ConfigDef(long_at_least(0)),
+    "leader.replication.throttled.rate": ConfigDef(long_at_least(0)),
+}
+
+
 def validate_broker_config(name: str, value: str) -> object:
     """The parsed value of a dynamic broker config. Raises InvalidConfigError (the message names the key)."""
+    if name in BROKER_ONLY_CONFIGS:
+        _check_length(name, value)
+        return BROKER_ONLY_CONFIGS[name].parse(name, value)
     topic_name = BROKER_TO_TOPIC_CONFIG.get(name)
     if topic_name is None:
         raise InvalidConfigError(f"Unknown or read-only broker config name: {name}")
