@@ -234,3 +234,26 @@ def test_a_broker_is_decommissioned_only_once_stopped_and_empty(cluster, tmp_pat
     result = cli("brokers", "decommission", str(leaving), "-b", survivors)
     assert result.returncode == 0, result.stderr
     assert [b["id"] for b in cli_json("brokers", "-b", survivors)] == [1, 2]
+
+
+def test_a_throttled_move_sets_kafkas_throttle_configs_and_verify_removes_them(cluster, tmp_path):
+    create_topic(cluster, TOPIC, 3, 2)
+    before = eventually(lambda: partitions(cluster))
+    spare = next(b for b in (1, 2, 3) if b not in before[0]["replicas"])
+    cluster.kill(spare)  # the move cannot finish while the new replica's broker is down
+    target = [before[0]["replicas"][0], spare]
+    plan = write_plan(tmp_path, "throttled.json", {0: target})
+    result = cli("reassign", "execute", "--plan", plan, "--throttle", "5000000", "-b", cluster.bootstrap_servers)
+    assert result.returncode == 0, result.stderr
+    configs = cli_json("topics", "describe", TOPIC, "-b", cluster.bootstrap_servers)["configs"]
+    assert configs["follower.replication.throttled.replicas"] == f"0:{spare}"
+    assert configs["leader.replication.throttled.replicas"] == ",".join(f"0:{b}" for b in before[0]["replicas"])
+    assert cli("reassign", "verify", "--plan", plan, "-b", cluster.bootstrap_servers).returncode == 1
+    cluster.start_node(spare)
+    eventually(lambda: cli("reassign", "verify", "--plan", plan, "-b", cluster.bootstrap_servers).returncode == 0,
+               60, what="the throttled move complete")
+    configs = cli_json("topics", "describe", TOPIC, "-b", cluster.bootstrap_servers)["configs"]
+    assert "follower.replication.throttled.replicas" not in configs
+    assert "leader.replication.throttled.replicas" not in configs
+    bad = cli("reassign", "execute", "--plan", plan, "--throttle", "0", "-b", cluster.bootstrap_servers)
+    assert bad.returncode == 2 and "--throttle 0" in bad.stderr
