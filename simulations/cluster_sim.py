@@ -90,13 +90,17 @@ def simulation_raft_config() -> RaftConfig:
                       log_compaction_entries_min=500)
 
 
-def cluster_config(node_ids: list[int], broker_extra: dict | None = None) -> ClusterConfig:
-    """The cluster every node runs: all nodes broker+controller; hosts and ports are labels only.
-    `broker_extra` adds [broker] settings (a workload's coordinator settings)."""
+def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
+                   observer_ids: tuple[int, ...] = ()) -> ClusterConfig:
+    """The cluster every node runs: nodes broker+controller, `observer_ids` broker-only (KRaft observers);
+    hosts and ports are labels only. `broker_extra` adds [broker] settings (a workload's coordinator settings)."""
     document = {
         "cluster_id": "sim-cluster",
         "nodes": [{"id": n, "host": f"node-{n}", "kafka_port": 9000 + n, "controller_port": 9100 + n,
-                   "roles": ["broker", "controller"], "data_dir": f"node-{n}"} for n in node_ids],
+                   "roles": ["broker", "controller"], "data_dir": f"node-{n}"} for n in node_ids
+                  if n not in observer_ids] + [
+                  {"id": n, "host": f"node-{n}", "kafka_port": 9000 + n, "roles": ["broker"], "data_dir": f"node-{n}"}
+                  for n in observer_ids],
         "topic_defaults": {"partitions": PARTITIONS, "replication_factor": min(REPLICATION_FACTOR, len(node_ids)),
                            "min_insync_replicas": min(MIN_INSYNC_REPLICAS, len(node_ids))},
         "broker": {"broker_session_timeout_ms": 3_000, "broker_heartbeat_interval_ms": 500,
@@ -126,11 +130,13 @@ class ClusterSimulation(NodeFaultsMixin):
     extra_bugs: dict[str, str] = {}
     broker_settings_extra: dict[str, int] = {}
     replication_factor = REPLICATION_FACTOR  # of the workload's topic (capped at the number of nodes)
+    observers = 0  # broker-only nodes after the `--nodes` broker+controller ones
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
         self.config = config
         self.loop = EventLoop(config.seed, trace)
-        self.node_ids = list(range(1, config.nodes + 1))
+        self.node_ids = list(range(1, config.nodes + self.observers + 1))
+        self.observer_ids = tuple(self.node_ids[config.nodes:])
         unknown = set(config.bugs_live) - set(BROKER_BUGS) - set(self.extra_bugs) - {"A", "B", "D", "E"}
         if unknown:
             raise ValueError(f"unknown bug switches {sorted(unknown)}: expected A, B, D, E, "
@@ -149,7 +155,7 @@ class ClusterSimulation(NodeFaultsMixin):
         self.shape = shape
         self.trace("swarm", shape.records_per_s, int(shape.keyed), f"{shape.read_corruption_probability:g}",
                    ",".join(sorted(config.bugs_live)) or "-")
-        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra)
+        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra, self.observer_ids)
         self.raft_config = simulation_raft_config()
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}
@@ -268,7 +274,8 @@ class ClusterSimulation(NodeFaultsMixin):
     def leader_id(self) -> int | None:
         for node_id in self.node_ids:
             process = self.processes.get(node_id)
-            if process is not None and not process.paused and process.alive and process.raft.status().is_leader:
+            if process is not None and not process.paused and process.alive and process.raft is not None \
+                    and process.raft.status().is_leader:
                 return node_id
         return None
 

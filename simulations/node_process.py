@@ -58,6 +58,10 @@ SHUTDOWN_POLL_MS = 50
 CHANNEL_RAFT = b"R"
 CHANNEL_CONTROLLER_REQUEST = b"C"
 CHANNEL_CONTROLLER_RESPONSE = b"D"
+CHANNEL_METADATA_FETCH = b"M"  # an observer (broker-only node) asks a controller for committed entries
+CHANNEL_METADATA_ANSWER = b"N"
+OBSERVER_FETCH_INTERVAL_MS = 100  # as net/node.py: the next poll when nothing was new
+OBSERVER_FETCH_TIMEOUT_MS = 1_000
 RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 
 
@@ -176,8 +180,10 @@ class NodeProcess:
             setattr(broker, BROKER_BUGS[name], True)
         sim.configure_node(self.state)
         self.broker = broker
-        self.raft = self.state.raft
-        self.peers = [n for n in self.state.controller_ids if n != node_id]
+        self.raft = self.state.raft  # None on a broker-only node (an observer)
+        self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
+        self._metadata_fetch: tuple[int, int] | None = None  # observers: (controller asked, timeout handle)
+        self._observer_turn = 0
         self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
         self._connection_counter = 0
         self._raft_timer: int | None = None
@@ -241,6 +247,8 @@ class NodeProcess:
     def _after_disconnect(self, peer_id: int) -> None:
         if peer_id in self.peers:
             self._raft_input(self.raft.disconnected, peer_id)
+        if self._metadata_fetch is not None and self._metadata_fetch[0] == peer_id:
+            self._metadata_fetch_failed()
         fetcher = self._fetchers.get(peer_id)
         if fetcher is not None and fetcher.inflight is not None:
             self._fail_replica_request(peer_id, fetcher)
@@ -265,6 +273,11 @@ class NodeProcess:
             self._handle_replica_response(peer_id, payload)
         elif channel == CHANNEL_CONTROLLER_REQUEST:
             self._handle_controller_rpc(peer_id, payload)
+        elif channel == CHANNEL_METADATA_FETCH:
+            answer = self._guard(self.state.metadata_fetch_answer, cbor2.loads(payload), self.sim.loop.now_ms)
+            self._send(peer_id, CHANNEL_METADATA_ANSWER, cbor2.dumps(answer))
+        elif channel == CHANNEL_METADATA_ANSWER:
+            self._on_metadata_answer(peer_id, cbor2.loads(payload))
         else:
             assert channel == CHANNEL_CONTROLLER_RESPONSE, f"channel {channel!r} from {peer_id}"
             self._handle_controller_rpc_response(payload)
@@ -276,6 +289,46 @@ class NodeProcess:
 
     def start(self) -> None:
         self._event(self._periodic)
+        if self.raft is None:
+            self._event(self._poll_metadata)
+
+    # --- observers: the metadata log from the controllers -------------------------------------------------
+
+    def _poll_metadata(self) -> None:
+        """As net/node.py's observer loop: ask the quorum leader (or the next controller) for the committed
+        entries after ours."""
+        if self._metadata_fetch is not None:
+            return
+        controllers = self.state.controller_ids
+        target = self.state.leader_hint
+        if target is None or target not in self.connections:
+            target = controllers[self._observer_turn % len(controllers)]
+            self._observer_turn += 1
+        request = {"node_id": self.node_id, "from": self.state.metadata_image.provenance.raft_index + 1}
+        if not self._send(target, CHANNEL_METADATA_FETCH, cbor2.dumps(request)):
+            self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event, self._poll_metadata)
+            return
+        timeout = self.sim.loop.call_later(OBSERVER_FETCH_TIMEOUT_MS * US_PER_MS, self._event,
+                                           self._metadata_fetch_failed)
+        self._metadata_fetch = (target, timeout)
+
+    def _metadata_fetch_failed(self) -> None:
+        if self._metadata_fetch is None:
+            return
+        self.sim.loop.cancel(self._metadata_fetch[1])
+        self._metadata_fetch = None
+        self.state.leader_hint = None
+        self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event, self._poll_metadata)
+
+    def _on_metadata_answer(self, peer_id: int, answer: dict) -> None:
+        if self._metadata_fetch is None or self._metadata_fetch[0] != peer_id:
+            return  # an answer after its timeout
+        self.sim.loop.cancel(self._metadata_fetch[1])
+        self._metadata_fetch = None
+        applied = self._guard(self.state.apply_metadata_fetch, answer)
+        self._process()
+        delay_us = TICK_SPACING_US_MIN if applied else OBSERVER_FETCH_INTERVAL_MS * US_PER_MS
+        self.sim.loop.call_later(delay_us, self._event, self._poll_metadata)
 
     def _raft_input(self, action: Callable[..., Any], *args: Any) -> None:
         self._guard(action, *args)
@@ -293,7 +346,8 @@ class NodeProcess:
         if output.proposed:
             self._ship_raft()
         self._observe()
-        self._schedule_raft_timer(soon=output.proposed)
+        if self.raft is not None:
+            self._schedule_raft_timer(soon=output.proposed)
 
     def _periodic(self) -> None:
         self._step_timer = None
@@ -339,9 +393,10 @@ class NodeProcess:
 
     def _observe(self) -> None:
         checkers = self.sim.checkers
-        status = self._guard(self.raft.status)
-        if status.is_leader:
-            checkers.observe_raft_leader(self.node_id, status.term)
+        if self.raft is not None:
+            status = self._guard(self.raft.status)
+            if status.is_leader:
+                checkers.observe_raft_leader(self.node_id, status.term)
         observe_stable = getattr(checkers, "observe_last_stable_offset", None)
         for key in sorted(self.broker.partitions):
             replica = self.broker.partitions[key].replica
@@ -501,7 +556,11 @@ class NodeProcess:
         if now_ms >= call_state.deadline_ms:
             self._finish_controller_call(call_state, call_state.last_error)
             return
-        leader_id = self._guard(self.raft.status).leader_id
+        leader_id = self._guard(self.state.quorum_leader_id)
+        if leader_id is None and self.raft is None:  # an observer with no hint: the controllers in turn
+            controllers = self.state.controller_ids
+            leader_id = controllers[self._observer_turn % len(controllers)]
+            self._observer_turn += 1
         if leader_id == self.node_id:
             operation_id = self._guard(self.state.submit_controller_request, call_state.call.request, now_ms)
             self._local_calls[operation_id] = call_state
@@ -563,11 +622,13 @@ class NodeProcess:
         self._process()
 
     def _handle_controller_rpc_response(self, payload: bytes) -> None:
-        rpc_id, code, message, encoded, _ = cbor2.loads(payload)
+        rpc_id, code, message, encoded, leader_hint = cbor2.loads(payload)
         entry = self._rpc_out.pop(rpc_id, None)
         if entry is None:
             return
         call_state, _ = entry
+        if code and self.raft is None:
+            self.state.leader_hint = leader_hint if isinstance(leader_hint, int) else None
         if code:
             self._controller_answer(call_state, None, KafkaError(message, ErrorCode(code)))
         else:
@@ -580,6 +641,8 @@ class NodeProcess:
         loop = self.sim.loop
         loop.cancel(self._raft_timer)
         loop.cancel(self._step_timer)
+        if self._metadata_fetch is not None:
+            loop.cancel(self._metadata_fetch[1])
         for fetcher in self._fetchers.values():
             loop.cancel(fetcher.wake_handle)
             loop.cancel(fetcher.timeout_handle)

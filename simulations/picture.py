@@ -65,8 +65,9 @@ class Timeline:
             running[node_id] = process is not None and process.alive
             if process is None:
                 continue
-            status = process.raft.status()
-            quorum[node_id] = (status.leader_id, status.term)
+            if process.raft is not None:  # observers (broker-only nodes) have no Raft of their own
+                status = process.raft.status()
+                quorum[node_id] = (status.leader_id, status.term)
             broker = process.broker
             for partition in range(self.partitions):
                 hosted = broker.partitions.get((self.topic, partition)) if broker is not None else None

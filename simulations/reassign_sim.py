@@ -2,7 +2,8 @@
 
 Theory of operation. Everything of the cluster workload (simulations/cluster_sim.py: real nodes, producers
 with acks=all and acks=1, a reader, every node and network fault) runs as it does there, with the topic at
-replication factor 2 on three nodes so that every partition has somewhere to go. On top, a mover (an admin
+replication factor 2 on three controller nodes plus one broker-only node (a KRaft observer that follows the
+metadata log through the controllers), so that every partition has somewhere to go. On top, a mover (an admin
 client speaking the Kafka API like kafka-reassign-partitions.sh) sends, every 0.5-3 s of the fault phase,
 one of: AlterPartitionReassignments moving a random partition to a random pair of brokers in a random order
 (moves that take the leader away, that go to a node that is down, that replace a move still running), a
@@ -122,6 +123,7 @@ class ReassignSimulation(ClusterSimulation):
     checkers_class = ReassignCheckers
     extra_bugs = REASSIGN_BUGS
     replication_factor = REPLICATION_FACTOR
+    observers = 1  # a broker-only node (KRaft observer) after the controllers: moves go to and from it too
 
     def configure_node(self, state: Any) -> None:
         if "reassign_without_catch_up" in self.workload_bugs:
@@ -174,6 +176,8 @@ class ReassignSimulation(ClusterSimulation):
     def _result(self) -> RunResult:
         result = super()._result()
         result.stats.update({f"mover_{name}": count for name, count in self.mover.counts.items()})
+        result.stats["observer_replicas"] = sum(len(p.broker.partitions) for n, p in self.processes.items()
+                                                if n in self.observer_ids)
         return result
 
 
