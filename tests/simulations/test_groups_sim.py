@@ -11,6 +11,7 @@ import pytest
 from simulations.faults import DEFAULT_FAULTS
 from simulations.group_checkers import GroupCheckers
 from simulations.group_clients import decode_assignment, encode_assignment, range_assignment
+from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
 from simulations.run import RunConfig, run_one, sweep
 
 TEETH_DURATION_S = 30.0
@@ -24,16 +25,12 @@ GROUP_CHECKERS = {"generation_exclusive", "commit_kept", "group_delivery"}
 
 
 def _config(seed: int, duration_s: float = 20.0, faults: str = "none", bugs: frozenset[str] = frozenset()) -> RunConfig:
-    return RunConfig(seed=seed, nodes=3, duration_s=duration_s, faults=faults, workload="groups", bugs_live=bugs)
-
-
-def _failed(result) -> dict[str, str]:
-    return {v.name: v.detail for v in result.checkers if not v.ok}
+    return workload_config("groups", seed, duration_s, faults, bugs)
 
 
 def test_a_fault_free_run_shares_the_partitions_in_one_generation_and_passes_every_checker():
     result = run_one(_config(seed=1))
-    assert result.ok, _failed(result)
+    assert result.ok, failed_checkers(result)
     assert result.stats["assignments"] == 3  # three members, one generation
     assert result.stats["group_records"] >= result.stats["acked_all"]
     assert result.stats["commits_acked"] > 0
@@ -77,13 +74,7 @@ def test_the_members_range_assignment_and_its_bytes():  # Kafka's RangeAssignor,
 
 
 def _assert_teeth(bug: str, seed: int) -> None:
-    buggy = _config(seed, TEETH_DURATION_S, DEFAULT_FAULTS, frozenset({bug}))
-    first = run_one(buggy)
-    failed = _failed(first)
-    assert set(failed) & GROUP_CHECKERS and "no_node_error" not in failed, failed
-    assert run_one(buggy).trace_sha256 == first.trace_sha256
-    fixed = run_one(_config(seed, TEETH_DURATION_S, DEFAULT_FAULTS))
-    assert fixed.ok, _failed(fixed)
+    assert_teeth("groups", bug, seed, TEETH_DURATION_S, GROUP_CHECKERS)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import pytest
 from metadata.image import PartitionRegistration
 from simulations.faults import DEFAULT_FAULTS
 from simulations.reassign_sim import assignment_problem
+from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
 from simulations.run import RunConfig, run_one, sweep
 
 REASSIGN_WITHOUT_CATCH_UP_SEED = 1
@@ -20,16 +21,12 @@ SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "o
 
 
 def _config(seed: int, duration_s: float = 20.0, faults: str = "none", bugs: frozenset[str] = frozenset()) -> RunConfig:
-    return RunConfig(seed=seed, nodes=3, duration_s=duration_s, faults=faults, workload="reassign", bugs_live=bugs)
-
-
-def _failed(result) -> dict[str, str]:
-    return {v.name: v.detail for v in result.checkers if not v.ok}
+    return workload_config("reassign", seed, duration_s, faults, bugs)
 
 
 def test_a_fault_free_run_moves_partitions_and_passes_every_checker():
     result = run_one(_config(seed=1))
-    assert result.ok, _failed(result)
+    assert result.ok, failed_checkers(result)
     assert "assignment_settled" in {v.name for v in result.checkers}
     assert result.stats["mover_accepted"] >= 5 and result.stats["mover_moves"] >= 5
     assert result.stats["acked_all"] > 1000
@@ -50,13 +47,7 @@ def test_assignment_problem_names_what_is_not_settled():
 
 @pytest.mark.slow
 def test_reassign_without_catch_up_fails_a_safety_checker_at_its_known_seed():
-    buggy = _config(REASSIGN_WITHOUT_CATCH_UP_SEED, 30.0, DEFAULT_FAULTS, frozenset({"reassign_without_catch_up"}))
-    first = run_one(buggy)
-    failed = _failed(first)
-    assert set(failed) & SAFETY_CHECKERS and "no_node_error" not in failed, failed
-    assert run_one(buggy).trace_sha256 == first.trace_sha256
-    fixed = run_one(_config(REASSIGN_WITHOUT_CATCH_UP_SEED, 30.0, DEFAULT_FAULTS))
-    assert fixed.ok, _failed(fixed)
+    assert_teeth("reassign", "reassign_without_catch_up", REASSIGN_WITHOUT_CATCH_UP_SEED, 30.0, SAFETY_CHECKERS)
 
 
 @pytest.mark.slow

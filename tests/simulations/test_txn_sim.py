@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from simulations.faults import DEFAULT_FAULTS
+from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
 from simulations.run import RunConfig, run_one, sweep
 from simulations.txn_checkers import TxnCheckers, parse_output
 
@@ -27,17 +28,12 @@ TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "ls
 
 
 def _config(seed: int, duration_s: float = 20.0, faults: str = "none", bugs: frozenset[str] = frozenset()) -> RunConfig:
-    return RunConfig(seed=seed, nodes=3, duration_s=duration_s, faults=faults, workload="transactions",
-                     bugs_live=bugs)
-
-
-def _failed(result) -> dict[str, str]:
-    return {v.name: v.detail for v in result.checkers if not v.ok}
+    return workload_config("transactions", seed, duration_s, faults, bugs)
 
 
 def test_a_fault_free_run_commits_transactions_and_passes_every_checker():
     result = run_one(_config(seed=2))
-    assert result.ok, _failed(result)
+    assert result.ok, failed_checkers(result)
     assert result.stats["txn_committed"] > 10 and result.stats["txn_aborted"] > 0
     assert result.stats["txn_reader_records"] > 0
 
@@ -84,13 +80,7 @@ def test_torn_exactly_once_and_fenced_checks_on_a_final_view():
 
 
 def _assert_teeth(bug: str, seed: int) -> None:
-    buggy = _config(seed, TEETH_DURATION_S, DEFAULT_FAULTS, frozenset({bug}))
-    first = run_one(buggy)
-    failed = _failed(first)
-    assert set(failed) & TXN_CHECKERS and "no_node_error" not in failed, failed
-    assert run_one(buggy).trace_sha256 == first.trace_sha256
-    fixed = run_one(_config(seed, TEETH_DURATION_S, DEFAULT_FAULTS))
-    assert fixed.ok, _failed(fixed)
+    assert_teeth("transactions", bug, seed, TEETH_DURATION_S, TXN_CHECKERS)
 
 
 @pytest.mark.slow
