@@ -206,7 +206,8 @@ class NodeState:
         Kafka's first metadata publish does. Applied one by one, history would repeat on disk what already
         happened: a replica moved away and back again would have its current log deleted by the old removal
         and reopened empty by the old re-add, while the current metadata names it leader (found by the
-        reassignment simulation)."""
+        reassignment simulation). Only the replicas wait: the broker's image stays current meanwhile, so
+        SASL credentials, ACLs and Metadata answers do not vanish for the seconds a restart takes."""
         self.metadata_log.append((provenance.raft_index, provenance.raft_term, records))
         del self.metadata_log[:-METADATA_LOG_ENTRIES_MAX]
         delta = MetadataDelta(self.metadata_image)
@@ -219,6 +220,8 @@ class NodeState:
             for record in records:
                 self._initial_load.replay(record, provenance)
             if not self._registered_in(self.metadata_image):
+                # What needs no replica on disk follows at once: SASL credentials, ACLs, Metadata answers.
+                self.broker.image = self.metadata_image
                 return
             delta, self._initial_load = self._initial_load, None
         self.broker.apply_metadata(delta, self.metadata_image, self.broker_clock_ms())
@@ -248,6 +251,7 @@ class NodeState:
         if self.broker is not None:
             if self._initial_load is not None and not self._registered_in(image):
                 self._initial_load = delta  # still history: the snapshot replaces what accumulated
+                self.broker.image = image
             else:
                 self._initial_load = None
                 self.broker.drop_unassigned_partitions(image, self.broker_clock_ms())

@@ -22,7 +22,7 @@ TXN_OFFSETS_VISIBLE_EARLY_SEED = 1
 # markers_before_prepare_committed: the coordinator's node is killed (with the pipeline) after its COMMIT marker
 # reached another leader but before its PrepareCommit record was replicated; the next coordinator aborts the
 # transaction, so one output partition committed it and the other aborted it.
-MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 2
+MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 29
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                 "fenced_never_commits"}
 
