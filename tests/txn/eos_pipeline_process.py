@@ -24,9 +24,10 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transa
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-                         # The group's and each partition's state changes, in the log the test keeps: what to
-                         # read when a partition stops being consumed (the open liveness defect of issue #11).
-                         "debug": "cgrp,topic"})
+                         # The group's, each partition's and each connection's state and every fetch, in the log the
+                         # test keeps: what to read when a partition stops being consumed (the open liveness defect
+                         # of issue #11).
+                         "debug": "cgrp,topic,fetch,broker"})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
                          "transaction.timeout.ms": 30_000})
     producer.init_transactions(60)
