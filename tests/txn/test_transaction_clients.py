@@ -405,4 +405,4 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
         # after the kills (33,000 of 50,000 committed, twice in the full suite; 6 of 7 isolated runs passed).
         log.flush()
         pytest.xfail(f"{len(missing)} input records never went through the pipeline: {events}; the pipeline's "
-                     f"librdkafka log (cgrp,topic): {tmp_path / 'pipeline.log'}")
+                     f"librdkafka log (cgrp,topic,fetch,broker): {tmp_path / 'pipeline.log'}")
