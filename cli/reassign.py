@@ -25,6 +25,7 @@ from broker.throttle import (
     LEADER_REPLICAS_CONFIG,
 )
 from metadata.records import ConfigResourceType
+from metadata.requests import error_name
 from partitions.errors import ErrorCode
 
 EXIT_INCOMPLETE = 1
@@ -119,9 +120,9 @@ async def _current(client: KafkaClient, topics: list[str]) -> dict[tuple[str, in
 
 def run_generate(args: argparse.Namespace) -> int:
     topics = [t.strip() for t in args.topics.split(",") if t.strip()]
-    brokers = _ids(args.brokers, "--brokers")
 
     async def body(client: KafkaClient, config) -> int:
+        brokers = _ids(args.brokers, "--brokers")
         current = await _current(client, topics)
         try:
             plan = balanced_plan(current, brokers)
@@ -136,7 +137,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, outcomes, verb: str) -> int:
-    rows = [{"topic": o.topic, "partition": o.partition, "error": None if o.ok else ErrorCode(o.error_code).name,
+    rows = [{"topic": o.topic, "partition": o.partition, "error": None if o.ok else error_name(o.error_code),
              "message": o.message} for o in outcomes]
     emit(args, rows, lambda: print_table(["TOPIC", "PARTITION", "RESULT"], [
         [r["topic"], r["partition"], verb if r["error"] is None else f"{r['error']}: {r['message']}"] for r in rows]))
@@ -147,11 +148,10 @@ def _report(args: argparse.Namespace, outcomes, verb: str) -> int:
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    plan = read_plan(args.plan)
-    if args.throttle is not None and args.throttle < 1:
-        return _usage(f"--throttle {args.throttle}: expected a positive rate in bytes per second")
-
     async def body(client: KafkaClient, config) -> int:
+        if args.throttle is not None and args.throttle < 1:
+            raise UsageError(f"--throttle {args.throttle}: expected a positive rate in bytes per second")
+        plan = read_plan(args.plan)
         if args.throttle is not None:
             await _set_throttle(client, plan, await _current(client, sorted({t for t, _ in plan})), args.throttle)
         return _report(args, await alter_reassignments(client, plan), "started")
@@ -182,18 +182,16 @@ async def _remove_throttle(client: KafkaClient, topics: list[str]) -> None:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    plan = read_plan(args.plan)
-
     async def body(client: KafkaClient, config) -> int:
+        plan = read_plan(args.plan)
         return _report(args, await alter_reassignments(client, {key: None for key in plan}), "cancelled")
 
     return run_with_client(args, body)
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    plan = read_plan(args.plan)
-
     async def body(client: KafkaClient, config) -> int:
+        plan = read_plan(args.plan)
         current = await _current(client, sorted({topic for topic, _ in plan}))
         ongoing = {(o.topic, o.partition) for o in await list_reassignments(client)}
         rows = []
@@ -233,11 +231,11 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_elect(args: argparse.Namespace) -> int:
-    if args.partition and not args.topic:
-        return _usage("--partition needs --topic")
     election_type = 0 if args.type == "preferred" else 1
 
     async def body(client: KafkaClient, config) -> int:
+        if args.partition and not args.topic:
+            raise UsageError("--partition needs --topic")
         partitions = None
         if args.topic:
             indexes = args.partition or [p for _, p in sorted(await _current(client, [args.topic]))]
@@ -245,7 +243,7 @@ def run_elect(args: argparse.Namespace) -> int:
         outcomes = await elect_leaders(client, election_type, partitions)
         # ELECTION_NOT_NEEDED is not a failure: the leader already is the one asked for.
         rows = [{"topic": o.topic, "partition": o.partition,
-                 "result": "elected" if o.ok else ErrorCode(o.error_code).name, "message": o.message}
+                 "result": "elected" if o.ok else error_name(o.error_code), "message": o.message}
                 for o in outcomes]
         emit(args, rows, lambda: print_table(["TOPIC", "PARTITION", "RESULT"], [
             [r["topic"], r["partition"], r["result"]] for r in rows]) if rows else print("No election was needed."))
@@ -256,8 +254,3 @@ def run_elect(args: argparse.Namespace) -> int:
 
     return run_with_client(args, body)
 
-
-def _usage(message: str) -> int:
-    from cli.support import EXIT_USAGE, fail
-
-    return fail(message, EXIT_USAGE)

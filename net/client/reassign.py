@@ -12,9 +12,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from net.client.aio import KafkaClient
+from net.client.errors import raise_for_code
 from net.protocol import messages
 from net.protocol.codec import ApiKey
-from partitions.errors import ErrorCode, KafkaError
+from partitions.errors import ErrorCode
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,6 @@ class Ongoing:
     removing: tuple[int, ...]
 
 
-def _raise_for(code: int, message: str | None, what: str) -> None:
-    if code != ErrorCode.NONE:
-        raise KafkaError(f"{what}: {message or ErrorCode(code).name}", ErrorCode(code))
-
-
 async def elect_leaders(client: KafkaClient, election_type: int,
                         partitions: dict[str, list[int]] | None) -> list[Outcome]:
     """ElectLeaders v1+ (0 preferred, 1 unclean) for `partitions` (None: every partition; then only the
@@ -51,7 +47,7 @@ async def elect_leaders(client: KafkaClient, election_type: int,
     request = request_class(election_type=election_type, timeout_ms=30_000, topic_partitions=None if partitions is None else [
         request_class.TopicPartitions(topic=topic, partitions=list(indexes)) for topic, indexes in partitions.items()])
     response = await client._admin(ApiKey.ELECT_LEADERS, request)
-    _raise_for(response.error_code, None, "cannot elect leaders")
+    raise_for_code(response.error_code, None, "cannot elect leaders")
     return [Outcome(r.topic, p.partition_id, p.error_code, p.error_message)
             for r in response.replica_election_results for p in r.partition_result]
 
@@ -66,7 +62,7 @@ async def alter_reassignments(client: KafkaClient, targets: dict[tuple[str, int]
     request = request_class(timeout_ms=30_000, topics=[
         request_class.ReassignableTopic(name=topic, partitions=partitions) for topic, partitions in by_topic.items()])
     response = await client._admin(ApiKey.ALTER_PARTITION_REASSIGNMENTS, request)
-    _raise_for(response.error_code, response.error_message, "cannot reassign partitions")
+    raise_for_code(response.error_code, response.error_message, "cannot reassign partitions")
     return [Outcome(t.name, p.partition_index, p.error_code, p.error_message)
             for t in response.responses for p in t.partitions]
 
@@ -77,14 +73,14 @@ async def list_reassignments(client: KafkaClient, topics: dict[str, list[int]] |
         request_class.ListPartitionReassignmentsTopics(name=name, partition_indexes=list(indexes))
         for name, indexes in topics.items()])
     response = await client._admin(ApiKey.LIST_PARTITION_REASSIGNMENTS, request)
-    _raise_for(response.error_code, response.error_message, "cannot list reassignments")
+    raise_for_code(response.error_code, response.error_message, "cannot list reassignments")
     return [Ongoing(t.name, p.partition_index, tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
             for t in response.topics for p in t.partitions]
 
 
 async def unregister_broker(client: KafkaClient, broker_id: int) -> None:
     response = await client._admin(ApiKey.UNREGISTER_BROKER, messages.UnregisterBrokerRequest(broker_id=broker_id))
-    _raise_for(response.error_code, response.error_message, f"cannot decommission broker {broker_id}")
+    raise_for_code(response.error_code, response.error_message, f"cannot decommission broker {broker_id}")
 
 
 def balanced_plan(current: dict[tuple[str, int], tuple[int, ...]], brokers: list[int]) -> dict[tuple[str, int], list[int]]:
