@@ -325,27 +325,33 @@ class BrokerCore:
         (broker/config_sources.py)."""
         return effective_topic_configs(self.image, self.node_id, self.static_configs, topic)
 
-    def _log_config(self, topic: str) -> LogConfig:
+    def _log_config(self, topic: str, configs: dict[str, str] | None = None) -> LogConfig:
+        """The topic's log config (from `configs`, its effective configs, when the caller has them)."""
         try:
-            return LogConfig.from_topic_configs(self._topic_configs(topic), self.base_log_config)
+            return LogConfig.from_topic_configs(self._topic_configs(topic) if configs is None else configs,
+                                                self.base_log_config)
         except KafkaError:
             return self.base_log_config  # the controller validated them; a newer key we cannot read yet
 
-    def _min_insync_replicas(self, topic: str) -> int:
-        value = self._topic_configs(topic).get("min.insync.replicas")
+    def _min_insync_replicas(self, topic: str, configs: dict[str, str] | None = None) -> int:
+        value = (self._topic_configs(topic) if configs is None else configs).get("min.insync.replicas")
         return int(value) if value is not None else self.default_min_insync_replicas
 
     def _apply_topic_configs(self, now_ms: int) -> None:
         rate = broker_chain(self.image, self.node_id, self.static_configs, throttle.FOLLOWER_RATE_CONFIG)
         self.follower_quota.set_rate(throttle.parse_rate(rate[0][1]) if rate else None)
+        configs_by_topic: dict[str, dict[str, str]] = {}
         for (topic, partition), hosted in self.partitions.items():
+            configs = configs_by_topic.get(topic)
+            if configs is None:
+                configs = configs_by_topic[topic] = self._topic_configs(topic)  # once per topic, not per use
             hosted.follower_throttled = throttle.is_throttled(
-                self._topic_configs(topic).get(throttle.FOLLOWER_REPLICAS_CONFIG), partition, self.node_id)
-            log_config = self._log_config(topic)
+                configs.get(throttle.FOLLOWER_REPLICAS_CONFIG), partition, self.node_id)
+            log_config = self._log_config(topic, configs)
             if log_config != hosted.log_config:
                 hosted.log_config = log_config
                 hosted.log.config = log_config
-            min_isr = self._min_insync_replicas(topic)
+            min_isr = self._min_insync_replicas(topic, configs)
             if min_isr != hosted.replica.min_insync_replicas:
                 hosted.replica.set_min_insync_replicas(min_isr, now_ms)
 

@@ -165,7 +165,7 @@ class AdminApis:
             response_class = messages.CreatePartitionsResponse
             entries = []
             for name, result in zip(names, results):
-                code, message = _code_and_message(result)
+                code, message = code_and_message(result)
                 entries.append(response_class.CreatePartitionsTopicResult(name=name, error_code=code,
                                                                          error_message=message or None))
             entries += [response_class.CreatePartitionsTopicResult(
@@ -218,7 +218,7 @@ class AdminApis:
                 if key in denied:
                     code, message = denied[key], "Authorization failed."
                 else:
-                    code, message = by_key[key] if key in by_key else _code_and_message(result)
+                    code, message = by_key[key] if key in by_key else code_and_message(result)
                 entries.append(response_type.AlterConfigsResourceResponse(
                     error_code=code, error_message=message or None, resource_type=key[0], resource_name=key[1]))
             return response_type(throttle_time_ms=0, responses=entries)
@@ -284,7 +284,7 @@ class AdminApis:
                                               resource_name, read_only)
 
 
-def _code_and_message(result: Any) -> tuple[int, str]:
+def code_and_message(result: Any) -> tuple[int, str]:
     if result is None:
         return ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller"
     if isinstance(result, KafkaError):
@@ -295,7 +295,7 @@ def _code_and_message(result: Any) -> tuple[int, str]:
 def _results_by_name(result: Any, names: list[str], attribute: str) -> dict[str, tuple[int, str]]:
     """Per-name (error code, message) from a controller response, or the response's error for every name."""
     if result is None or isinstance(result, KafkaError):
-        code, message = _code_and_message(result)
+        code, message = code_and_message(result)
         return {name: (code, message) for name in names}
     found = {entry.name: (entry.error_code, entry.message) for entry in getattr(result, attribute)}
     return {name: found.get(name, (ErrorCode.UNKNOWN_SERVER_ERROR, "no result")) for name in names}

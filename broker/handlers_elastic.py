@@ -25,6 +25,8 @@ from net.protocol.codec import ApiKey, RequestHeader
 from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclOperation as Op
 
+from broker.handlers_admin import code_and_message
+
 if TYPE_CHECKING:
     from broker.handlers_admin import AdminApis
 
@@ -68,7 +70,7 @@ class ElasticityApis:
         def build(results: list[Any]) -> Any:
             result = results[0]
             if result is None or isinstance(result, KafkaError):
-                code = ErrorCode.REQUEST_TIMED_OUT if result is None else result.code
+                code, _ = code_and_message(result)
                 return response_class(throttle_time_ms=0, error_code=code, replica_election_results=_election_results(
                     [(t, p, code, None) for t, p in asked or ()]))
             entries = [(r.topic, r.partition, r.error_code, r.message or None) for r in result.partitions]
@@ -98,9 +100,7 @@ class ElasticityApis:
         def build(results: list[Any]) -> Any:
             result = results[0] if results else None
             if result is None or isinstance(result, KafkaError):
-                code = ErrorCode.REQUEST_TIMED_OUT if result is None else result.code
-                message = "no answer from the controller" if result is None else result.message
-                return respond(code, message, [])
+                return respond(*code_and_message(result), [])
             return respond(ErrorCode.NONE, None, [
                 (r.topic, r.partition, r.error_code, r.message or None) for r in result.partitions])
 
@@ -136,13 +136,8 @@ class ElasticityApis:
                                   error_message=_DENIED)
 
         def build(results: list[Any]) -> Any:
-            result = results[0]
-            if result is None or isinstance(result, KafkaError):
-                code = ErrorCode.REQUEST_TIMED_OUT if result is None else result.code
-                return response_class(throttle_time_ms=0, error_code=code,
-                                      error_message=None if result is None else result.message)
-            return response_class(throttle_time_ms=0, error_code=result.error_code,
-                                  error_message=result.message or None)
+            code, message = code_and_message(results[0])
+            return response_class(throttle_time_ms=0, error_code=code, error_message=message or None)
 
         return self.admin.forward(header, [ControllerUnregisterBroker(request.broker_id)], build)
 

@@ -145,6 +145,7 @@ class NodeState:
         self.observers: dict[int, tuple[int, int]] = {}  # observer id -> (last index it has, last fetch ms)
         self.leader_hint: int | None = None  # observers: the quorum leader the last answer named
         self.quorum_seen: dict | None = None  # observers: the quorum status of the last answer
+        self._controller_turn = 0  # observers: the next controller to ask while no leader is known
         if not self.is_observer:
             peers = [other for other in self.controller_ids if other != node_id]
             self.raft = RaftDriver(
@@ -308,6 +309,16 @@ class NodeState:
         """The metadata quorum's leader as this node knows it (an observer: as the last answer named it)."""
         return self.leader_hint if self.raft is None else self.raft.status().leader_id
 
+    def controller_to_ask(self, reachable: Callable[[int], bool] = lambda node_id: True) -> int | None:
+        """Where a controller request or metadata fetch goes: the quorum leader as this node knows it (None on a
+        controller that knows none); an observer that knows no reachable leader asks the controllers in turn."""
+        leader_id = self.quorum_leader_id()
+        if self.raft is not None or (leader_id is not None and reachable(leader_id)):
+            return leader_id
+        target = self.controller_ids[self._controller_turn % len(self.controller_ids)]
+        self._controller_turn += 1
+        return target
+
     # ------------------------------------------------------------------ observers (broker-only nodes)
 
     def metadata_fetch_answer(self, request: dict, now_ms: int) -> dict:
@@ -318,7 +329,7 @@ class NodeState:
         image = self.controller.image()
         end = image.provenance.raft_index
         answer: dict[str, Any] = {"leader": self.quorum_leader_id(), "snapshot": None, "entries": [],
-                                  "status": self.handle_admin({"kind": RPC_KIND_QUORUM_STATUS}, now_ms)["status"]}
+                                  "status": self._quorum_status(now_ms)}
         first_held = self.metadata_log[0][0] if self.metadata_log else end + 1
         if start < first_held and start <= end:
             answer["snapshot"] = [end, image.provenance.raft_term,
@@ -360,16 +371,11 @@ class NodeState:
     def handle_admin(self, request: dict, now_ms: int) -> dict:
         """Quorum status and metadata, asked on the controller port (RPC) or the Kafka port (admin API)."""
         kind = request.get("kind")
-        if kind == RPC_KIND_QUORUM_STATUS and self.raft is None:
-            leader = self.config.node(self.leader_hint) if self.leader_hint in self.controller_ids else None
-            return {"status": self._observed_quorum_status(), "node_id": self.node_id,
-                    "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
-                    "leader_controller": self._controller_endpoint(self.leader_hint)}
         if kind == RPC_KIND_QUORUM_STATUS:
-            status = self.raft.status()
-            leader = self.config.node(status.leader_id) if status.leader_id in self.controller_ids else None
+            leader_id = self.quorum_leader_id()
+            leader = self.config.node(leader_id) if leader_id in self.controller_ids else None
             return {
-                "status": quorum_status_dict(status, self.controller_ids, now_ms, self.observers),
+                "status": self._quorum_status(now_ms),
                 "node_id": self.node_id,
                 "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
                 "leader_controller": [leader.host, leader.controller_port] if leader is not None else None,
@@ -389,8 +395,11 @@ class NodeState:
         """Committed metadata entries since this process started or loaded its last snapshot."""
         return [[index, [encode_record(redacted(r)) for r in records]] for index, _, records in self.metadata_log]
 
-    def _observed_quorum_status(self) -> dict:
-        """An observer's view: the last status a controller sent, with this node's own progress."""
+    def _quorum_status(self, now_ms: int) -> dict:
+        """The `flotilla quorum status --json` layout: from Raft on a controller; on an observer, the last status
+        a controller sent with this node's own progress."""
+        if self.raft is not None:
+            return quorum_status_dict(self.raft.status(), self.controller_ids, now_ms, self.observers)
         status = dict(self.quorum_seen or {"leader_id": None, "epoch": None, "commit_index": None, "voters": [],
                                            "observers": []})
         own = self.metadata_image.provenance.raft_index
@@ -399,12 +408,6 @@ class NodeState:
             {"id": self.node_id, "last_index": own, "lag": None if commit is None else max(0, commit - own),
              "last_contact_ms": 0}]
         return status
-
-    def _controller_endpoint(self, node_id: int | None) -> list | None:
-        if node_id is None or node_id not in self.controller_ids:
-            return None
-        node = self.config.node(node_id)
-        return [node.host, node.controller_port]
 
     def close(self) -> None:
         if self.broker is not None:

@@ -567,15 +567,7 @@ class QuorumController:
             except ValueError as error:
                 raise KafkaError(f"Unable to revert the reassignment of {target.topic}-{target.partition}: {error}",
                                  ErrorCode.INVALID_REPLICA_ASSIGNMENT) from None
-        replicas = tuple(target.replicas)
-        if not replicas:
-            raise KafkaError("The replica list is empty", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        if len(set(replicas)) != len(replicas):
-            raise KafkaError(f"The replica list {list(replicas)} contains a duplicate", ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        unknown = [b for b in replicas if pending.delta.broker(b) is None]
-        if unknown:
-            raise KafkaError(f"The replica list {list(replicas)} names brokers that are not registered: {unknown}",
-                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        replicas = self._registered_replicas(pending, ReplicaAssignment(target.partition, tuple(target.replicas)))
         return reassignment.start_change(topic_id, target.partition, state, replicas, pending.is_active,
                                          bug_adding_in_sync=self.bug_reassign_without_catch_up)
 
@@ -754,6 +746,19 @@ class QuorumController:
         return [self._checked_replicas(pending, a) for a in assignments]
 
     def _checked_replicas(self, pending: _Pending, assignment: ReplicaAssignment) -> tuple[int, ...]:
+        replicas = self._registered_replicas(pending, assignment)
+        if not any(pending.is_active(b) for b in replicas):
+            raise KafkaError(
+                f"All brokers specified in the manual partition assignment for partition {assignment.partition} "
+                "are fenced or in controlled shutdown.",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            )
+        return replicas
+
+    @staticmethod
+    def _registered_replicas(pending: _Pending, assignment: ReplicaAssignment) -> tuple[int, ...]:
+        """A manual replica list (topic creation, new partitions, reassignment): not empty, no duplicate,
+        every broker registered (Kafka's validateManualPartitionAssignment). Raises INVALID_REPLICA_ASSIGNMENT."""
         replicas = assignment.broker_ids
         if not replicas or len(set(replicas)) != len(replicas) or len(replicas) > replication_factor_max:
             raise KafkaError(
@@ -764,12 +769,6 @@ class QuorumController:
         if unknown:
             raise KafkaError(
                 f"The manual partition assignment includes broker(s) {unknown}, but no such broker is registered.",
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            )
-        if not any(pending.is_active(b) for b in replicas):
-            raise KafkaError(
-                f"All brokers specified in the manual partition assignment for partition {assignment.partition} "
-                "are fenced or in controlled shutdown.",
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             )
         return tuple(replicas)

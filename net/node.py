@@ -133,12 +133,8 @@ class Node:
         raises KafkaError (NOT_CONTROLLER after retries, REQUEST_TIMED_OUT)."""
         deadline = trio.current_time() + timeout_ms / 1000
         last_error: KafkaError = KafkaError("no active controller", ErrorCode.NOT_CONTROLLER)
-        attempt = 0
         while trio.current_time() < deadline:
-            leader_id = self.state.quorum_leader_id()
-            if leader_id is None and self.raft is None:  # an observer with no hint: try the controllers in turn
-                leader_id = self.controller_ids[attempt % len(self.controller_ids)]
-            attempt += 1
+            leader_id = self.state.controller_to_ask()
             try:
                 with trio.fail_after(max(0.05, deadline - trio.current_time())):
                     if leader_id == self.node_id:
@@ -371,12 +367,8 @@ class Node:
     async def _observe_metadata(self) -> None:
         """A broker-only node (KRaft observer): fetch the committed metadata entries from the quorum leader
         (any controller until one names the leader), replay them, and poll again when nothing was new."""
-        turn = 0
         while True:
-            target = self.state.leader_hint
-            if target is None:
-                target = self.controller_ids[turn % len(self.controller_ids)]
-                turn += 1
+            target = self.state.controller_to_ask()
             controller = self.config.node(target)
             request = {"kind": RPC_KIND_METADATA_FETCH, "node_id": self.node_id,
                        "from": self.state.metadata_image.provenance.raft_index + 1}

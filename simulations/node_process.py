@@ -183,7 +183,6 @@ class NodeProcess:
         self.raft = self.state.raft  # None on a broker-only node (an observer)
         self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
         self._metadata_fetch: tuple[int, int] | None = None  # observers: (controller asked, timeout handle)
-        self._observer_turn = 0
         self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
         self._connection_counter = 0
         self._raft_timer: int | None = None
@@ -299,11 +298,7 @@ class NodeProcess:
         entries after ours."""
         if self._metadata_fetch is not None:
             return
-        controllers = self.state.controller_ids
-        target = self.state.leader_hint
-        if target is None or target not in self.connections:
-            target = controllers[self._observer_turn % len(controllers)]
-            self._observer_turn += 1
+        target = self.state.controller_to_ask(lambda node_id: node_id in self.connections)
         request = {"node_id": self.node_id, "from": self.state.metadata_image.provenance.raft_index + 1}
         if not self._send(target, CHANNEL_METADATA_FETCH, cbor2.dumps(request)):
             self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event, self._poll_metadata)
@@ -556,11 +551,7 @@ class NodeProcess:
         if now_ms >= call_state.deadline_ms:
             self._finish_controller_call(call_state, call_state.last_error)
             return
-        leader_id = self._guard(self.state.quorum_leader_id)
-        if leader_id is None and self.raft is None:  # an observer with no hint: the controllers in turn
-            controllers = self.state.controller_ids
-            leader_id = controllers[self._observer_turn % len(controllers)]
-            self._observer_turn += 1
+        leader_id = self._guard(self.state.controller_to_ask)
         if leader_id == self.node_id:
             operation_id = self._guard(self.state.submit_controller_request, call_state.call.request, now_ms)
             self._local_calls[operation_id] = call_state
