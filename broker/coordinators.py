@@ -38,6 +38,7 @@ from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from security.acl import AclOperation, ResourceType
 from partitions.errors import ErrorCode, NotLeaderOrFollowerError
+from partitions.log import AppendOrigin
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
@@ -82,7 +83,8 @@ class CoordinatorPartitionsPort:
         if transactional is not None:
             # A fenced producer's late TxnOffsetCommit must not open a transaction its marker already closed.
             hosted.producer_state.check_transactional_epoch(transactional.producer_id, transactional.producer_epoch)
-        result = hosted.replica.append_records(bytearray(coordinator_batch(records, transactional, now_ms)), -1, now_ms)
+        result = hosted.replica.append_records(bytearray(coordinator_batch(records, transactional, now_ms)), -1, now_ms,
+                                               origin=AppendOrigin.COORDINATOR)
         if result.append_info is not None:
             hosted.producer_state.update(result.append_info.batch_headers)
         self.broker.dirty_partitions.add((self.topic, partition))

@@ -62,7 +62,9 @@ from partitions.errors import (
 from partitions.leader_epoch import LeaderEpochCache
 from partitions.log_config import LogConfig
 from partitions.cleaner import CleanerStats, compact_log
-from partitions.records import decode_batch
+from partitions.compression import DECOMPRESSED_BYTES_MAX_DEFAULT
+from partitions.records import NO_TIMESTAMP, decode_batch
+from partitions.validation import check_client_records
 from partitions.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -469,8 +471,11 @@ class PartitionLog:
                 raise CorruptRecordError(f"record batch CRC mismatch at position {position}")
             if fields[F_ATTRIBUTES] & COMPRESSION_MASK > COMPRESSION_CODEC_MAX:
                 raise UnsupportedCompressionTypeError(f"compression codec {fields[F_ATTRIBUTES] & COMPRESSION_MASK}")
-            if leader and self.config.compact and not fields[F_ATTRIBUTES] & CONTROL_MASK:
-                self._check_keys(view[position : position + size])
+            if leader:
+                check_client_records(view[position + HEADER_SIZE : position + size],
+                                     fields[F_ATTRIBUTES] & COMPRESSION_MASK, fields[F_RECORDS_COUNT],
+                                     fields[F_BASE_TIMESTAMP], self.config, now_ms,
+                                     self.directory.rsplit("/", 1)[-1], DECOMPRESSED_BYTES_MAX_DEFAULT)
             checked.append((position, fields))
             previous_next_offset = fields[F_BASE_OFFSET] + fields[F_LAST_OFFSET_DELTA] + 1
             position += size
@@ -487,25 +492,16 @@ class PartitionLog:
             raise InvalidRecordError("clients may not write control batches")
         if attributes & TRANSACTIONAL_MASK and fields[F_PRODUCER_ID] < 0:
             raise InvalidRecordError("a transactional batch needs a producer id")
+        if origin is AppendOrigin.CLIENT and fields[F_PRODUCER_ID] >= 0 and fields[F_BASE_SEQUENCE] < 0:
+            raise InvalidRecordError(f"invalid sequence number {fields[F_BASE_SEQUENCE]} in a record batch with "
+                                     f"producer id {fields[F_PRODUCER_ID]}")
         if not config.log_append_time:
-            # Header timestamps only (base = first record, max = largest): no per-record decoding here.
+            # The header's timestamps (each record's: check_client_records); -1 is "no timestamp".
             base_timestamp, max_timestamp = fields[F_BASE_TIMESTAMP], fields[F_MAX_TIMESTAMP]
-            if now_ms - min(base_timestamp, max_timestamp) > config.message_timestamp_before_max_ms:
+            if base_timestamp != NO_TIMESTAMP and now_ms - min(base_timestamp, max_timestamp) > config.message_timestamp_before_max_ms:
                 raise InvalidTimestampError(f"timestamp {base_timestamp} too far before {now_ms}")
             if max_timestamp - now_ms > config.message_timestamp_after_max_ms:
                 raise InvalidTimestampError(f"timestamp {max_timestamp} too far after {now_ms}")
-
-    def _check_keys(self, batch: memoryview) -> None:
-        """Kafka's LogValidator rule for compacted topics: every record has a key. The one place a leader
-        decodes records on produce, and only for compacted topics. Raises InvalidRecordError carrying
-        KIP-467's per-record errors (the index of each keyless record in its batch)."""
-        keyless = [index for index, record in enumerate(decode_batch(batch).records) if record.key is None]
-        if keyless:
-            partition = self.directory.rsplit("/", 1)[-1]
-            message = f"Compacted topic cannot accept message without key in topic partition {partition}."
-            error = InvalidRecordError(message)
-            error.record_errors = [(index, message) for index in keyless]
-            raise error
 
     def _append(self, pieces: list, positions: list[int], written: list[tuple], log_append_time_ms: int,
                 now_ms: int) -> AppendInfo:

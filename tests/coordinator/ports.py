@@ -29,7 +29,7 @@ class LogPort:
             raise KafkaError("injected append failure", code)
         self.appends += 1
         info = self.logs[partition].append_as_leader(coordinator_batch(records, transactional, now_ms),
-                                                     leader_epoch, now_ms)
+                                                     leader_epoch, now_ms, AppendOrigin.COORDINATOR)
         return info.last_offset
 
     def append_marker(self, partition: int, producer_id: int, commit: bool, leader_epoch: int = 0) -> None:

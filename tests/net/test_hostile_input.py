@@ -143,3 +143,20 @@ def test_bad_crc_and_malformed_records_are_refused_with_an_error_code(node):
     ok = request(node, ApiKey.PRODUCE, 7, produce_body(build_batch([(b"k", b"v")])))
     assert ok.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     assert log_end_offset(node) == before + 1
+
+
+def test_batches_that_break_a_record_rule_get_kafkas_error_and_a_message(node):
+    from tests.partitions.test_log_validator import resealed
+    from partitions.compression import ZSTD
+    from partitions.records import Record
+
+    before = log_end_offset(node)
+    miscounted = resealed(build_batch([(b"k", b"v")] * 3), count=4)
+    gapped = resealed(build_batch([Record(0, 1, b"k", b"v", ()), Record(3, 1, b"k", b"v", ())], base_timestamp=1), count=2)
+    garbage = resealed(build_batch([(b"k", b"v")] * 3, compression=ZSTD), section=b"\x28\xb5\x2f\xfd" + b"junk" * 9)
+    for batch, code in ((miscounted, ErrorCode.INVALID_RECORD), (gapped, ErrorCode.INVALID_RECORD),
+                        (garbage, ErrorCode.CORRUPT_MESSAGE)):
+        answer = request(node, ApiKey.PRODUCE, 8, produce_body(bytes(batch))).responses[0].partition_responses[0]
+        assert (answer.error_code, bool(answer.error_message)) == (code, True), answer
+    assert log_end_offset(node) == before
+    assert still_serving(node)
