@@ -24,7 +24,7 @@ from broker.core import HostedPartition
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.batch import iter_batches
-from partitions.errors import ErrorCode, KafkaError
+from partitions.errors import ErrorCode, InvalidRecordError, KafkaError
 from partitions.replica import IsolationLevel
 from security.acl import AclOperation as Op, ResourceType
 
@@ -198,7 +198,10 @@ class DataPlaneApis:
             return partition_response, None
         try:
             buffer = bytearray(records)
-            check = hosted.producer_state.check_append([h for _, h in iter_batches(buffer)], now_ms)
+            headers = [h for _, h in iter_batches(buffer)]
+            if len(headers) != 1:  # Kafka's LogValidator: one v2 batch per partition of a produce request
+                raise InvalidRecordError(f"a produce request carries one record batch per partition, not {len(headers)}")
+            check = hosted.producer_state.check_append(headers, now_ms)
             if check.is_duplicate:
                 # A retry of a batch already in the log (KIP-98): answer with its offsets, append nothing.
                 partition_response.base_offset = check.duplicate.first_offset

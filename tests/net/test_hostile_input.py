@@ -160,3 +160,11 @@ def test_batches_that_break_a_record_rule_get_kafkas_error_and_a_message(node):
         assert (answer.error_code, bool(answer.error_message)) == (code, True), answer
     assert log_end_offset(node) == before
     assert still_serving(node)
+
+
+def test_two_batches_for_one_partition_in_one_request_are_refused(node):  # Kafka: one v2 batch per partition
+    before = log_end_offset(node)
+    two = build_batch([(b"k", b"v")]) + build_batch([(b"k", b"w")])
+    answer = request(node, ApiKey.PRODUCE, 8, produce_body(two)).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.INVALID_RECORD and "one record batch" in answer.error_message
+    assert log_end_offset(node) == before
