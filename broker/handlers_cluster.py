@@ -7,6 +7,8 @@ needs DESCRIBE on the cluster. Brokers are advertised at the endpoint of the lis
 
 from __future__ import annotations
 
+import uuid
+
 from typing import TYPE_CHECKING, Any
 
 from metadata.naming import validate_topic_name
@@ -40,7 +42,7 @@ class ClusterApis:
     def api_handlers(self):
         return [
             (ApiKey.API_VERSIONS, 0, 3, self._api_versions),
-            (ApiKey.METADATA, 0, 8, self._metadata),
+            (ApiKey.METADATA, 0, 12, self._metadata),
             (ApiKey.DESCRIBE_CLUSTER, 0, 0, self._describe_cluster),
         ]
 
@@ -77,7 +79,12 @@ class ClusterApis:
         else:
             names = [topic.name for topic in request.topics]
         allow_auto_create = self.apis.auto_create_topics_enable and (header.api_version < 4 or request.allow_auto_topic_creation)
-        topics = [self._metadata_topic(name, allow_auto_create and request.topics is not None, now_ms) for name in names]
+        topics = []
+        for index, name in enumerate(names):
+            if name is None:  # v10+: a topic asked for by its id (v12+)
+                topics.append(self._metadata_topic_by_id(header.api_version, request.topics[index].topic_id, now_ms))
+            else:
+                topics.append(self._metadata_topic(name, allow_auto_create and request.topics is not None, now_ms))
         if getattr(request, "include_topic_authorized_operations", False):
             for topic in topics:
                 if topic.error_code == ErrorCode.NONE:
@@ -133,8 +140,23 @@ class ClusterApis:
                 )
             )
         return response_class.MetadataResponseTopic(
-            error_code=ErrorCode.NONE, name=name, is_internal=name.startswith("__"), partitions=partitions
+            error_code=ErrorCode.NONE, name=name, topic_id=uuid.UUID(bytes=topic.topic_id),
+            is_internal=name.startswith("__"), partitions=partitions
         )
+
+    def _metadata_topic_by_id(self, version: int, topic_id: uuid.UUID, now_ms: int) -> Any:
+        """Kafka's rules for a topic without a name: its id is looked up from v12; before that the request
+        is invalid (names are required). An unknown id, or one the principal may not describe, is
+        UNKNOWN_TOPIC_ID: the error does not tell that the topic exists."""
+        response_class = messages.MetadataResponse
+        if version < 12:
+            return response_class.MetadataResponseTopic(error_code=ErrorCode.INVALID_REQUEST, name="",  # not nullable
+                                                        topic_id=topic_id, partitions=[])
+        topic = self.broker.image.topics.by_id.get(topic_id.bytes)
+        if topic is None or not self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, topic.name):
+            return response_class.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
+                                                        topic_id=topic_id, partitions=[])
+        return self._metadata_topic(topic.name, False, now_ms)
 
     def _auto_create(self, name: str) -> None:
         if name in self._auto_create_requested:

@@ -136,8 +136,9 @@ LIST_OFFSETS_RESPONSE = response(
 )
 
 METADATA_REQUEST = request(
-    3, 'MetadataRequest', valid="0-8", flexible='9+', fields=(
+    3, 'MetadataRequest', valid="0-12", flexible='9+', fields=(
         field('Topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
+            field('TopicId', 'uuid', '10+'),
             field('Name', 'string', '0+', nullable='10+'),
         )),
         field('AllowAutoTopicCreation', 'bool', '4+', default=True),
@@ -147,7 +148,7 @@ METADATA_REQUEST = request(
 )
 
 METADATA_RESPONSE = response(
-    3, 'MetadataResponse', valid="0-8", flexible='9+', fields=(
+    3, 'MetadataResponse', valid="0-12", flexible='9+', fields=(
         field('ThrottleTimeMs', 'int32', '3+'),
         field('Brokers', '[]MetadataResponseBroker', '0+', fields=(
             field('NodeId', 'int32', '0+'),
@@ -160,6 +161,7 @@ METADATA_RESPONSE = response(
         field('Topics', '[]MetadataResponseTopic', '0+', fields=(
             field('ErrorCode', 'int16', '0+'),
             field('Name', 'string', '0+', nullable='12+'),
+            field('TopicId', 'uuid', '10+'),
             field('IsInternal', 'bool', '1+', default=False),
             field('Partitions', '[]MetadataResponsePartition', '0+', fields=(
                 field('ErrorCode', 'int16', '0+'),

@@ -145,6 +145,23 @@ def test_metadata_lists_brokers_topics_leaders_and_isr(cluster):
         assert sorted(partition.isr_nodes) == [1, 2, 3] and partition.offline_replicas == []
 
 
+def test_metadata_v12_carries_topic_ids_and_answers_a_topic_asked_by_id(cluster):  # KIP-516, librdkafka's v12
+    import uuid
+
+    topic_class = messages.MetadataRequest.MetadataRequestTopic
+    (listed,) = cluster.call(1, ApiKey.METADATA, 12, messages.MetadataRequest(topics=None)).topics
+    assert listed.topic_id == uuid.UUID(bytes=cluster.images[1].topics.by_name["t"].topic_id)
+    assert [p.leader_epoch for p in listed.partitions] == [
+        cluster.images[1].topics.by_name["t"].partitions[p.partition_index].leader_epoch for p in listed.partitions]
+    unknown = uuid.UUID(int=12345)
+    by_id = cluster.call(1, ApiKey.METADATA, 12, messages.MetadataRequest(
+        topics=[topic_class(topic_id=listed.topic_id, name=None), topic_class(topic_id=unknown, name=None)]))
+    assert [(t.name, t.error_code, len(t.partitions)) for t in by_id.topics] == [
+        ("t", ErrorCode.NONE, 3), (None, ErrorCode.UNKNOWN_TOPIC_ID, 0)]
+    old = cluster.call(1, ApiKey.METADATA, 11, messages.MetadataRequest(topics=[topic_class(topic_id=unknown, name=None)]))
+    assert old.topics[0].error_code == ErrorCode.INVALID_REQUEST  # names are required before v12
+
+
 def test_acks_all_produce_completes_only_after_followers_replicate(cluster):
     leader = leader_of(cluster, 0)
     result = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a", b"b", b"c"]))

@@ -121,7 +121,7 @@ def test_unknown_api_key_raises_unsupported_version_with_the_header():
     assert raised.value.header == RequestHeader(99, 0, 5, None)
 
 
-@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 9), (1, 12), (3, 9)])
+@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 9), (1, 12), (3, 13)])
 def test_versions_outside_supported_are_refused_both_ways(api_key, version):
     request_class = messages.REQUESTS[api_key]
     frame = codec.encode_request(RequestHeader(api_key, 3 if api_key == 0 else 4, 1, "c"), request_class())[4:]
@@ -187,3 +187,18 @@ def test_unregister_broker_v0_golden_bytes():
     frame = codec.encode_response(RequestHeader(64, 0, 9, "c"), response)
     assert frame == bytes.fromhex("0000000e" "00000009" "00" "00000000" "002a" "02" "78" "00")
     assert codec.decode_response(64, 0, frame[4:], strict=True) == (9, response)
+
+
+def test_metadata_request_v12_golden_bytes_ask_by_topic_id():  # KIP-516: the topic id first, a null name
+    import uuid
+
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    request = messages.MetadataRequest(
+        topics=[messages.MetadataRequest.MetadataRequestTopic(topic_id=topic_id, name=None)],
+        allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    frame = codec.encode_request(RequestHeader(3, 12, 7, "c"), request)
+    body = "02" + topic_id.hex + "00" + "00" + "01" + "00" + "00"  # topics, id, null name, tags, auto, ops, tags
+    header = "0003" "000c" "00000007" "0001" + b"c".hex() + "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + header + body
+    _, decoded = codec.decode_request(frame[4:])
+    assert decoded.topics[0].topic_id == topic_id and decoded.topics[0].name is None
