@@ -118,6 +118,19 @@ class ReplicaRequest:
     api_version: int
     request: Any
     fetch_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    # A Fetch in a session (KIP-227): every followed partition's position once this request is answered
+    session_positions: dict[TopicPartition, tuple] | None = None
+
+
+@dataclass
+class FollowerFetchSession:
+    """The fetcher's side of its incremental fetch session with one leader (KIP-227, broker/fetch_session.py):
+    the session id the leader gave (0: none yet), the epoch of the next request (0: a full fetch that opens
+    one) and each partition's position as the leader's session holds it."""
+
+    session_id: int = 0
+    epoch: int = 0
+    positions: dict[TopicPartition, tuple] = field(default_factory=dict)
 
 
 LeadershipListener = Callable[[str, int, int, bool, int], None]
@@ -165,6 +178,7 @@ class BrokerCore:
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
         self.metrics = BrokerMetrics()  # counters for the metrics endpoint (broker/metrics.py)
         self._following_cache: dict[int, list] | None = None  # see _following
+        self.fetch_sessions: dict[int, FollowerFetchSession] = {}  # leader id -> our fetch session with it
         self.broker_epoch: int | None = None
         self.is_fenced = True
         # Kafka's BrokerServer enables request processing only once this incarnation is unfenced: a broker
@@ -672,42 +686,69 @@ class BrokerCore:
         return ReplicaRequest(leader_id, ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, request)
 
     def _fetch_request(self, leader_id: int, followed, now_ms: int) -> ReplicaRequest:
+        """One Fetch for every partition followed from `leader_id`: in full to open a session, then only the
+        partitions whose position moved and those no longer followed (ForgottenTopicsData)."""
         request_class = messages.FetchRequest
-        topics: dict[str, list] = {}
         offsets = {}
+        positions: dict[TopicPartition, tuple] = {}
         throttled_count = sum(1 for _, hosted in followed if hosted.follower_throttled)
         allowance = self.follower_quota.available(now_ms) if throttled_count else None
         throttled_bytes_max = None if allowance is None else max(1, min(REPLICA_FETCH_PARTITION_BYTES_MAX,
                                                                          allowance // throttled_count))
-        for (topic, partition), hosted in followed:
+        for key, hosted in followed:
             fetch_state = hosted.replica.follower_fetch_request(now_ms)
-            offsets[(topic, partition)] = fetch_state.fetch_offset
-            topics.setdefault(topic, []).append(
-                request_class.FetchPartition(
-                    partition=partition,
-                    current_leader_epoch=fetch_state.current_leader_epoch,
-                    fetch_offset=fetch_state.fetch_offset,
-                    log_start_offset=hosted.log.log_start_offset,
-                    partition_max_bytes=REPLICA_FETCH_PARTITION_BYTES_MAX
-                    if throttled_bytes_max is None or not hosted.follower_throttled else throttled_bytes_max,
-                )
-            )
+            offsets[key] = fetch_state.fetch_offset
+            partition_max_bytes = (REPLICA_FETCH_PARTITION_BYTES_MAX
+                                   if throttled_bytes_max is None or not hosted.follower_throttled else throttled_bytes_max)
+            positions[key] = (fetch_state.current_leader_epoch, fetch_state.fetch_offset, hosted.log.log_start_offset,
+                              partition_max_bytes)
+        session = self.fetch_sessions.setdefault(leader_id, FollowerFetchSession())
+        incremental = session.epoch != 0
+        topics: dict[str, list] = {}
+        for (topic, partition), position in positions.items():
+            if incremental and session.positions.get((topic, partition)) == position:
+                continue
+            current_leader_epoch, fetch_offset, log_start_offset, partition_max_bytes = position
+            topics.setdefault(topic, []).append(request_class.FetchPartition(
+                partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=fetch_offset,
+                log_start_offset=log_start_offset, partition_max_bytes=partition_max_bytes))
+        forgotten: dict[str, list[int]] = {}
+        if incremental:
+            for topic, partition in session.positions.keys() - positions.keys():
+                forgotten.setdefault(topic, []).append(partition)
         request = request_class(
             replica_id=self.node_id,
             max_wait_ms=REPLICA_FETCH_MAX_WAIT_MS,
             min_bytes=REPLICA_FETCH_MIN_BYTES,
             max_bytes=REPLICA_FETCH_RESPONSE_BYTES_MAX,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=session.session_id,
+            session_epoch=session.epoch,
             topics=[request_class.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
-            forgotten_topics_data=[],
+            forgotten_topics_data=[request_class.ForgottenTopic(topic=t, partitions=sorted(p))
+                                   for t, p in sorted(forgotten.items())],
             rack_id="",
         )
-        return ReplicaRequest(leader_id, ApiKey.FETCH, 11, request, offsets)
+        return ReplicaRequest(leader_id, ApiKey.FETCH, 11, request, offsets, positions)
+
+    def _fetch_session_answered(self, sent: ReplicaRequest, response: Any) -> None:
+        """Move our session with the leader on after a Fetch: the next epoch (or the id of a session just
+        opened), the positions the leader now holds; any failure starts over with a full fetch."""
+        if response is None or response.error_code != ErrorCode.NONE or sent.session_positions is None:
+            self.fetch_sessions.pop(sent.leader_id, None)
+            return
+        session = self.fetch_sessions.setdefault(sent.leader_id, FollowerFetchSession())
+        if sent.request.session_epoch == 0:
+            session.session_id = response.session_id
+            session.epoch = 1 if response.session_id else 0  # no session given: full fetches
+        else:
+            session.epoch = 1 if session.epoch >= 2**31 - 1 else session.epoch + 1
+        session.positions = sent.session_positions
 
     def on_replica_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
         """Apply a leader's answer; `response` is None when the request failed (connection lost)."""
+        if sent.api_key == ApiKey.FETCH:
+            self._fetch_session_answered(sent, response)
         if response is None:
             for hosted in self._followed_by(sent.leader_id):
                 hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
@@ -744,6 +785,8 @@ class BrokerCore:
                 self.dirty_partitions.add((topic_result.topic, result.partition))
 
     def _apply_fetch_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
+        if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            return  # the session is dropped (_fetch_session_answered): the next Fetch is a full one, at once
         if response.error_code != ErrorCode.NONE:
             for hosted in self._followed_by(sent.leader_id):
                 hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.apis import Deferred
 from broker.core import HostedPartition
+from broker.fetch_session import FetchContext, FetchSessionCache
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.batch import iter_batches
@@ -53,6 +54,7 @@ class _DelayedFetch:
     deadline_ms: int
     partitions: frozenset[tuple[str, int]]
     denied: frozenset[str]  # topics the principal may not read (decided when the request arrived)
+    context: FetchContext  # the partitions read and the session (KIP-227) that cuts the response
 
 
 class DataPlaneApis:
@@ -64,6 +66,7 @@ class DataPlaneApis:
         self._produces: dict[int, _DelayedProduce] = {}
         self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
+        self.fetch_sessions = FetchSessionCache()
 
     def api_handlers(self):
         return [
@@ -268,16 +271,23 @@ class DataPlaneApis:
                 self._partition_answered(request_id, delayed, key)
 
     def _fetch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        denied = self._fetch_denied(request)
-        response, size, has_error = self._read_fetch(header, request, now_ms, denied)
+        context = self.fetch_sessions.context(request, now_ms)
+        if context.error != ErrorCode.NONE:
+            return messages.FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0, responses=[])
+        denied = self._fetch_denied(request, context)
+        response, size, has_error = self._read_fetch(header, request, context, now_ms, denied)
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
         if max_wait_ms == 0 or size >= request.min_bytes or has_error:
-            self._count_fetched(request, response)
-            return response
+            return self._answer_fetch(request, context, response)
         request_id = self.apis.defer()
-        partitions = frozenset((t.topic, p.partition) for t in request.topics for p in t.partitions)
-        self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, partitions, denied)
+        self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
+                                                  denied, context)
         return Deferred(request_id)
+
+    def _answer_fetch(self, request: Any, context: FetchContext, response: Any) -> Any:
+        context.sent(response)
+        self._count_fetched(request, response)
+        return response
 
     def _count_fetched(self, request: Any, response: Any) -> None:
         """Bytes out per topic, counted once per answered consumer fetch (replication is not client traffic)."""
@@ -287,10 +297,10 @@ class DataPlaneApis:
             size = sum(len(p.records) for p in topic.partitions if p.records)
             self.broker.metrics.record_fetch(topic.topic, size)
 
-    def _fetch_denied(self, request: Any) -> frozenset[str]:
+    def _fetch_denied(self, request: Any, context: FetchContext) -> frozenset[str]:
         if self.apis.authorizer is None:
             return frozenset()
-        topics = [t.topic for t in request.topics]
+        topics = [topic for topic, _ in context.topics]
         if request.replica_id >= 0:
             return frozenset() if self.apis.authorize_cluster(Op.CLUSTER_ACTION) else frozenset(topics)
         return self._denied_topics(topics, Op.READ)
@@ -300,32 +310,38 @@ class DataPlaneApis:
             expired = now_ms >= delayed.deadline_ms
             if not expired and not (delayed.partitions & dirty):
                 continue
-            response, size, has_error = self._read_fetch(delayed.header, delayed.request, now_ms, delayed.denied)
+            response, size, has_error = self._read_fetch(delayed.header, delayed.request, delayed.context, now_ms,
+                                                         delayed.denied)
             if expired or size >= delayed.request.min_bytes or has_error:
                 del self._fetches[request_id]
-                self._count_fetched(delayed.request, response)
-                self.apis.completed.append((request_id, delayed.header, response))
+                self.apis.completed.append((request_id, delayed.header,
+                                            self._answer_fetch(delayed.request, delayed.context, response)))
 
-    def _read_fetch(self, header: RequestHeader, request: Any, now_ms: int,
+    def _read_fetch(self, header: RequestHeader, request: Any, context: FetchContext, now_ms: int,
                     denied: frozenset[str]) -> tuple[Any, int, bool]:
+        """Read every partition of the fetch (the request's, or its session's); the response holds those the
+        context keeps (all, or the ones with news for an incremental session)."""
         response_class = messages.FetchResponse
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
         size, has_error = 0, False
         topics = []
-        for fetch_topic in request.topics:
+        for topic, fetch_partitions in context.topics:
             partitions = []
-            for fetch_partition in fetch_topic.partitions:
-                if fetch_topic.topic in denied:
+            for fetch_partition in fetch_partitions:
+                if topic in denied:
                     data = self._refused_fetch_partition(fetch_partition.partition)
                 else:
-                    data = self._read_fetch_partition(request, fetch_topic.topic, fetch_partition, remaining, now_ms)
+                    data = self._read_fetch_partition(request, topic, fetch_partition, remaining, now_ms)
                 records_size = len(data.records) if data.records else 0
                 remaining -= records_size
                 size += records_size
                 has_error = has_error or data.error_code != ErrorCode.NONE
-                partitions.append(data)
-            topics.append(response_class.FetchableTopicResponse(topic=fetch_topic.topic, partitions=partitions))
-        response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+                if context.keep(topic, data):
+                    partitions.append(data)
+            if partitions:
+                topics.append(response_class.FetchableTopicResponse(topic=topic, partitions=partitions))
+        response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=context.session_id,
+                                  responses=topics)
         return response, size, has_error
 
     @staticmethod

@@ -1,0 +1,162 @@
+"""Incremental fetch sessions (KIP-227), sans-IO: the leader's side.
+
+A fetcher (a follower broker or a client) that sends SessionId 0 with SessionEpoch 0 asks for a session: the
+leader answers the full fetch with a new session id and remembers the partitions and their fetch positions.
+Each following request names the session and the next epoch (1, 2, ... wrapping to 1) and lists only the
+partitions whose position changed (added or updated) and those it drops (ForgottenTopicsData); the response
+lists only the partitions that have something new: records, an error, or a high watermark, last stable offset
+or log start offset other than last sent. An idle fetcher of a thousand partitions sends and receives
+requests of a few bytes; the leader still reads every partition of the session (a follower's fetch position
+keeps its place in the ISR, as in Kafka).
+
+Kafka's rules for the (SessionId, SessionEpoch) pair:
+  (0, -1)        no session: a full fetch, answered in full with SessionId 0;
+  (0, 0)         a full fetch that opens a session (when the cache has room; else as (0, -1));
+  (id, -1)       close session `id`, then as (0, -1);
+  (id, n > 0)    an incremental fetch: FETCH_SESSION_ID_NOT_FOUND for an unknown id,
+                 INVALID_FETCH_SESSION_EPOCH unless n is the session's next epoch;
+  (0, n > 0)     INVALID_FETCH_SESSION_EPOCH.
+The cache holds at most `slots` sessions (Kafka's max.incremental.fetch.session.cache.slots, 1000); when it is
+full, the least recently used session gives way to a new one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from partitions.errors import ErrorCode
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+SESSION_SLOTS_DEFAULT = 1000
+INT32_MAX = 2**31 - 1
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class SessionPartition:
+    """A partition of a session: the fetcher's position (the last FetchPartition it sent for it) and what the
+    leader last answered for it."""
+
+    fetch_partition: Any  # the request's FetchPartition (partition, fetch_offset, log_start_offset, ...)
+    high_watermark: int = -2  # -2: never answered, so the first read is sent whatever it holds
+    last_stable_offset: int = -2
+    log_start_offset: int = -2
+
+
+@dataclass
+class FetchSession:
+    session_id: int
+    next_epoch: int
+    partitions: dict[TopicPartition, SessionPartition] = field(default_factory=dict)
+
+    def fetch_topics(self) -> list[tuple[str, list[Any]]]:
+        """(topic, [FetchPartition]) of every partition of the session, in the order they were added."""
+        grouped: dict[str, list[Any]] = {}
+        for (topic, _), entry in self.partitions.items():
+            grouped.setdefault(topic, []).append(entry.fetch_partition)
+        return list(grouped.items())
+
+
+@dataclass
+class FetchContext:
+    """What a Fetch request reads and how its response is cut: `session` is None for a sessionless fetch;
+    `incremental` responses carry only the partitions with news; `error` refuses the request."""
+
+    topics: list[tuple[str, list[Any]]]
+    session: FetchSession | None = None
+    incremental: bool = False
+    error: ErrorCode = ErrorCode.NONE
+
+    @property
+    def session_id(self) -> int:
+        return 0 if self.session is None else self.session.session_id
+
+    def partitions(self) -> frozenset[TopicPartition]:
+        return frozenset((topic, p.partition) for topic, partitions in self.topics for p in partitions)
+
+    def keep(self, topic: str, data: Any) -> bool:
+        """Whether partition data read for this fetch goes into the response: every one unless incremental,
+        then only those with news since the last response sent (`sent`)."""
+        if not self.incremental:
+            return True
+        entry = self.session.partitions.get((topic, data.partition_index))
+        return (entry is None or bool(data.records) or data.error_code != ErrorCode.NONE
+                or data.high_watermark != entry.high_watermark
+                or data.last_stable_offset != entry.last_stable_offset
+                or data.log_start_offset != entry.log_start_offset)
+
+    def sent(self, response: Any) -> None:
+        """Remember what `response` (about to be sent) told the fetcher of each partition."""
+        if self.session is None:
+            return
+        for topic_response in response.responses:
+            for data in topic_response.partitions:
+                entry = self.session.partitions.get((topic_response.topic, data.partition_index))
+                if entry is not None:
+                    entry.high_watermark = data.high_watermark
+                    entry.last_stable_offset = data.last_stable_offset
+                    entry.log_start_offset = data.log_start_offset
+
+
+class FetchSessionCache:
+    """The sessions of one broker (see the module docstring). Session ids come from a counter started from the
+    clock at the first session: deterministic under the simulator's clock, and unlikely to meet an id a
+    fetcher kept from this broker's previous run (that fetcher is answered FETCH_SESSION_ID_NOT_FOUND or
+    INVALID_FETCH_SESSION_EPOCH and starts over)."""
+
+    def __init__(self, slots: int = SESSION_SLOTS_DEFAULT) -> None:
+        self.slots = slots
+        self.sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
+        self._next_id: int | None = None
+
+    def context(self, request: Any, now_ms: int) -> FetchContext:
+        session_id, epoch = request.session_id, request.session_epoch
+        requested = [(t.topic, list(t.partitions)) for t in request.topics]
+        if session_id == 0:
+            if epoch == FINAL_EPOCH:
+                return FetchContext(requested)
+            if epoch != INITIAL_EPOCH:
+                return FetchContext([], error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+            return FetchContext(requested, self._open(requested, now_ms))
+        if epoch == FINAL_EPOCH:
+            self.sessions.pop(session_id, None)
+            return FetchContext(requested)
+        session = self.sessions.get(session_id)
+        if session is None:
+            return FetchContext([], error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        if epoch != session.next_epoch:
+            return FetchContext([], error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        self.sessions.move_to_end(session_id)
+        session.next_epoch = 1 if session.next_epoch == INT32_MAX else session.next_epoch + 1
+        for forgotten in request.forgotten_topics_data:
+            for partition in forgotten.partitions:
+                session.partitions.pop((forgotten.topic, partition), None)
+        for topic, partitions in requested:
+            for fetch_partition in partitions:
+                key = (topic, fetch_partition.partition)
+                entry = session.partitions.get(key)
+                if entry is None:
+                    session.partitions[key] = SessionPartition(fetch_partition)
+                else:
+                    entry.fetch_partition = fetch_partition
+        return FetchContext(session.fetch_topics(), session, incremental=True)
+
+    def _open(self, requested: list[tuple[str, list[Any]]], now_ms: int) -> FetchSession | None:
+        if self.slots <= 0:
+            return None
+        while len(self.sessions) >= self.slots:
+            self.sessions.popitem(last=False)
+        if self._next_id is None:
+            self._next_id = (now_ms * 2654435761) % (INT32_MAX // 2) + 1
+        session_id = self._next_id
+        self._next_id = 1 if self._next_id >= INT32_MAX else self._next_id + 1
+        session = FetchSession(session_id, next_epoch=1)
+        for topic, partitions in requested:
+            for fetch_partition in partitions:
+                session.partitions[(topic, fetch_partition.partition)] = SessionPartition(fetch_partition)
+        self.sessions[session_id] = session
+        return session

@@ -1,0 +1,97 @@
+"""Incremental fetch sessions (KIP-227): the leader's session cache (broker/fetch_session.py), the Fetch handler
+answering only partitions with news, and followers whose idle fetches name no partition."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from broker.fetch_session import FetchSessionCache
+from net.protocol import messages
+from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode
+from tests.broker.test_broker_sans_io import cluster, leader_of, produce_request  # noqa: F401  (fixture)
+
+Request = messages.FetchRequest
+
+
+def fetch(session_id, epoch, partitions=(), forgotten=(), replica_id=-1, topic="t"):
+    return Request(replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                   session_id=session_id, session_epoch=epoch,
+                   topics=[Request.FetchTopic(topic=topic, partitions=[
+                       Request.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1 << 20)
+                       for p, o in partitions])] if partitions else [],
+                   forgotten_topics_data=[Request.ForgottenTopic(topic=topic, partitions=list(forgotten))]
+                   if forgotten else [])
+
+
+def test_the_session_id_and_epoch_rules_of_kip_227():
+    cache = FetchSessionCache()
+    assert cache.context(fetch(0, -1, [(0, 0)]), 1_000).session is None  # sessionless
+    assert cache.context(fetch(0, 5, [(0, 0)]), 1_000).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    opened = cache.context(fetch(0, 0, [(0, 0), (1, 0)]), 1_000)
+    session_id = opened.session_id
+    assert session_id > 0 and not opened.incremental and len(opened.partitions()) == 2
+    assert cache.context(fetch(session_id + 1, 1), 1_000).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert cache.context(fetch(session_id, 2), 1_000).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    first = cache.context(fetch(session_id, 1, [(2, 7)], forgotten=[0]), 1_000)
+    assert first.incremental and first.partitions() == {("t", 1), ("t", 2)}
+    assert cache.context(fetch(session_id, 1), 1_000).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH  # used
+    assert cache.context(fetch(session_id, 2), 1_000).partitions() == {("t", 1), ("t", 2)}
+    assert cache.context(fetch(session_id, -1, [(0, 0)]), 1_000).session is None  # closed, then sessionless
+    assert cache.context(fetch(session_id, 3), 1_000).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_the_cache_is_bounded_and_gives_way_least_recently_used_first():
+    cache = FetchSessionCache(slots=2)
+    a = cache.context(fetch(0, 0, [(0, 0)]), 1).session_id
+    b = cache.context(fetch(0, 0, [(0, 0)]), 1).session_id
+    assert cache.context(fetch(a, 1), 1).error == ErrorCode.NONE  # a is now the most recently used
+    c = cache.context(fetch(0, 0, [(0, 0)]), 1).session_id
+    assert len({a, b, c}) == 3 and list(cache.sessions) == [a, c]
+    assert cache.context(fetch(b, 1), 1).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_an_incremental_fetch_answers_only_the_partitions_with_news(cluster):
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a", b"b"]))
+    cluster.replicate()
+    own = [p for p in range(3) if leader_of(cluster, p) == leader]
+    full = cluster.call(leader, ApiKey.FETCH, 11, fetch(0, 0, [(p, 0) for p in own]))
+    assert full.session_id > 0 and full.error_code == ErrorCode.NONE
+    assert sorted(p.partition_index for t in full.responses for p in t.partitions) == own
+    # the position still says 0: the records are sent again, as long as the fetcher does not move on
+    again = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 1))
+    assert [(p.partition_index, bool(p.records)) for t in again.responses for p in t.partitions] == [(0, True)]
+    moved = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 2, [(0, 2)]))
+    assert moved.responses == []
+    idle = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 3))
+    assert (idle.error_code, idle.session_id, idle.responses) == (ErrorCode.NONE, full.session_id, [])
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"c"]))
+    cluster.replicate()
+    news = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 4))
+    assert [(p.partition_index, p.high_watermark, bool(p.records)) for t in news.responses for p in t.partitions] \
+        == [(0, 3, True)]
+
+
+def test_followers_fetch_incrementally_and_name_no_partition_when_idle(cluster):
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate(rounds=5)
+    follower_id = next(b for b in cluster.brokers if b != leader)
+    follower = cluster.brokers[follower_id]
+    sent = follower.next_replica_request(leader, cluster.now_ms)
+    assert sent.request.session_id > 0 and sent.request.session_epoch > 0
+    assert sent.request.topics == [] and sent.request.forgotten_topics_data == []
+    # a leader that lost the session (restarted) answers FETCH_SESSION_ID_NOT_FOUND: the next fetch is full
+    next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions")).fetch_sessions.sessions.clear()
+    response = cluster.call(leader, sent.api_key, sent.api_version, sent.request)
+    assert response.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    follower.on_replica_response(sent, response, cluster.now_ms)
+    again = follower.next_replica_request(leader, cluster.now_ms)
+    assert (again.request.session_id, again.request.session_epoch) == (0, 0)
+    assert {p.partition for t in again.request.topics for p in t.partitions} == {
+        p for p in range(3) if leader_of(cluster, p) == leader}
+    cluster.replicate(rounds=2)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"b"]))
+    cluster.replicate(rounds=3)
+    assert all(b.hosted("t", 0).log.log_end_offset == 2 for b in cluster.brokers.values())
