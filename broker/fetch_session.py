@@ -138,11 +138,9 @@ class FetchSessionCache:
         for topic, partitions in requested:
             for fetch_partition in partitions:
                 key = (topic, fetch_partition.partition)
-                entry = session.partitions.get(key)
-                if entry is None:
-                    session.partitions[key] = SessionPartition(fetch_partition)
-                else:
-                    entry.fetch_partition = fetch_partition
+                # Added or updated: answered in this response whatever it holds (the fetcher's view of the
+                # partition changed, e.g. it dropped an answer while it followed another leader).
+                session.partitions[key] = SessionPartition(fetch_partition)
         return FetchContext(session.fetch_topics(), session, incremental=True)
 
     def _open(self, requested: list[tuple[str, list[Any]]], now_ms: int) -> FetchSession | None:

@@ -62,8 +62,8 @@ def test_an_incremental_fetch_answers_only_the_partitions_with_news(cluster):
     # the position still says 0: the records are sent again, as long as the fetcher does not move on
     again = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 1))
     assert [(p.partition_index, bool(p.records)) for t in again.responses for p in t.partitions] == [(0, True)]
-    moved = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 2, [(0, 2)]))
-    assert moved.responses == []
+    moved = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 2, [(0, 2)]))  # named: answered
+    assert [(p.partition_index, bool(p.records)) for t in moved.responses for p in t.partitions] == [(0, False)]
     idle = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 3))
     assert (idle.error_code, idle.session_id, idle.responses) == (ErrorCode.NONE, full.session_id, [])
     cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"c"]))
@@ -95,3 +95,16 @@ def test_followers_fetch_incrementally_and_name_no_partition_when_idle(cluster):
     cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"b"]))
     cluster.replicate(rounds=3)
     assert all(b.hosted("t", 0).log.log_end_offset == 2 for b in cluster.brokers.values())
+
+
+def test_a_partition_named_again_is_answered_even_without_news(cluster):
+    # A fetcher names a partition again when its view of it changed (it may have dropped the last answer while
+    # it briefly followed another leader): it gets the partition's state back, not silence.
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate()
+    full = cluster.call(leader, ApiKey.FETCH, 11, fetch(0, 0, [(0, 1)]))
+    assert [p.high_watermark for t in full.responses for p in t.partitions] == [1]
+    assert cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 1)).responses == []
+    named = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 2, [(0, 1)]))
+    assert [(p.partition_index, p.high_watermark) for t in named.responses for p in t.partitions] == [(0, 1)]
