@@ -59,6 +59,7 @@ HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 HW_CHECKPOINT_INTERVAL_MS = 5_000
 ISR_CHECK_INTERVAL_MS = 1_000
+LOG_TICK_INTERVAL_MS = 100
 RETENTION_CHECK_INTERVAL_MS = 30_000
 REPLICA_FETCH_MAX_WAIT_MS = 500
 REPLICA_FETCH_MIN_BYTES = 1
@@ -195,6 +196,7 @@ class BrokerCore:
         self._heartbeat_in_flight = False
         self._next_heartbeat_ms = 0
         self._next_isr_check_ms = 0
+        self._next_log_tick_ms = 0
         self._next_hw_checkpoint_ms = 0
         self._next_retention_ms = 0
         self._hw_checkpoint = self._read_hw_checkpoint()
@@ -402,8 +404,16 @@ class BrokerCore:
                 proposal = hosted.replica.maybe_shrink_isr(now_ms)
                 if proposal is not None:
                     self._send_alter_partition(hosted, proposal)
-        for hosted in self.partitions.values():
-            hosted.log.maybe_flush(now_ms)
+        if now_ms >= self._next_log_tick_ms:
+            # Time-based log work (flush.ms, file.delete.delay.ms) is due at most every LOG_TICK_INTERVAL_MS;
+            # a log with none pending costs two attribute reads (a call per log every tick made idle cost grow
+            # with the partitions hosted).
+            self._next_log_tick_ms = now_ms + LOG_TICK_INTERVAL_MS
+            for hosted in self.partitions.values():
+                log = hosted.log
+                log.now_ms = max(log.now_ms, now_ms)
+                if log.pending_deletions or (log.unflushed_messages and log.config.flush_ms is not None):
+                    log.maybe_flush(now_ms)
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + HW_CHECKPOINT_INTERVAL_MS
             self.checkpoint_high_watermarks()

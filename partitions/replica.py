@@ -528,6 +528,16 @@ class Partition:
         if state is None:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a follower of {self.topic}-{self.partition}")
         leader_log_end_offset = self.log.log_end_offset
+        if fetch_offset == leader_log_end_offset and (last_fetched_epoch is None or last_fetched_epoch < 0):
+            # An idle follower at our log end (most fetches of most partitions): nothing to read or check.
+            previous_log_end_offset = state.log_end_offset
+            self._update_follower_fetch_state(state, fetch_offset, follower_log_start_offset, now_ms,
+                                              leader_log_end_offset)
+            isr_proposal = None if replica_id in self.isr else self.maybe_expand_isr(replica_id, now_ms)
+            if fetch_offset != previous_log_end_offset:
+                self._maybe_increment_leader_hw(now_ms)
+            return FollowerFetchResult(b"", self._high_watermark, self.log.log_start_offset, leader_log_end_offset,
+                                       None, isr_proposal)
         if last_fetched_epoch is not None and last_fetched_epoch >= 0:
             diverging = self._diverging_epoch(fetch_offset, last_fetched_epoch)
             if diverging is not None:
