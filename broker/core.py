@@ -36,6 +36,8 @@ from metadata.requests import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -60,6 +62,7 @@ PARTITION_METADATA_FILE = "partition.metadata"
 HW_CHECKPOINT_INTERVAL_MS = 5_000
 ISR_CHECK_INTERVAL_MS = 1_000
 LOG_TICK_INTERVAL_MS = 100
+ALTER_PARTITIONS_ITEMS_MAX = 1000
 RETENTION_CHECK_INTERVAL_MS = 30_000
 REPLICA_FETCH_MAX_WAIT_MS = 500
 REPLICA_FETCH_MIN_BYTES = 1
@@ -510,8 +513,32 @@ class BrokerCore:
         self._controller_calls.append(ControllerCall(next(self._call_ids), request, on_response))
 
     def take_controller_requests(self) -> list[ControllerCall]:
+        """The calls waiting for the controller, AlterPartition items coalesced into AlterPartitions requests
+        of at most ALTER_PARTITIONS_ITEMS_MAX (one Raft entry each, not one per partition)."""
         calls, self._controller_calls = self._controller_calls, []
-        return calls
+        alters = [call for call in calls if isinstance(call.request, AlterPartitionRequest)]
+        if len(alters) <= 1 or self.broker_epoch is None:
+            return calls
+        others = [call for call in calls if not isinstance(call.request, AlterPartitionRequest)]
+        for start in range(0, len(alters), ALTER_PARTITIONS_ITEMS_MAX):
+            others.append(self._alter_partitions_call(alters[start : start + ALTER_PARTITIONS_ITEMS_MAX]))
+        return others
+
+    def _alter_partitions_call(self, alters: list[ControllerCall]) -> ControllerCall:
+        request = AlterPartitionsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch,
+                                         items=tuple(call.request for call in alters))
+
+        def on_response(response: Any, now_ms: int) -> None:
+            if isinstance(response, AlterPartitionsResponse) and len(response.items) == len(alters):
+                for call, item in zip(alters, response.items):
+                    call.on_response(item, now_ms)
+                return
+            failure = response if isinstance(response, KafkaError) else KafkaError(
+                f"unexpected answer to AlterPartitions: {type(response).__name__}", ErrorCode.UNKNOWN_SERVER_ERROR)
+            for call in alters:
+                call.on_response(failure, now_ms)
+
+        return ControllerCall(next(self._call_ids), request, on_response)
 
     # ------------------------------------------------------------------ transaction markers
 

@@ -87,6 +87,8 @@ from metadata.requests import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -224,6 +226,7 @@ class QuorumController:
             AlterConfigsRequest: self._handle_alter_configs,
             IncrementalAlterConfigsRequest: self._handle_alter_configs,
             AlterPartitionRequest: self._handle_alter_partition,
+            AlterPartitionsRequest: self._handle_alter_partitions,
             AllocateProducerIdsRequest: self._handle_allocate_producer_ids,
             ElectLeadersRequest: self._handle_elect_leaders,
             AlterPartitionReassignmentsRequest: self._handle_alter_reassignments,
@@ -597,6 +600,23 @@ class QuorumController:
             isr=state.isr,
         )
         return ControllerResult(records, response)
+
+    def _handle_alter_partitions(self, request: AlterPartitionsRequest, now_ms: int) -> ControllerResult:
+        """Each item as a lone AlterPartition would be handled (validated against the committed image; items
+        name distinct partitions), their records in one entry."""
+        records, responses, seen = [], [], set()
+        for item in request.items:
+            if (item.broker_id, item.broker_epoch) != (request.broker_id, request.broker_epoch) \
+                    or (item.topic_id, item.partition) in seen:
+                result = ControllerResult([], AlterPartitionResponse(
+                    ErrorCode.INVALID_REQUEST, "an item of another broker or epoch, or a partition named twice",
+                    item.topic_id, item.partition))
+            else:
+                seen.add((item.topic_id, item.partition))
+                result = self._handle_alter_partition(item, now_ms)
+            records.extend(result.records)
+            responses.append(result.response)
+        return ControllerResult(records, AlterPartitionsResponse(tuple(responses)))
 
     def _alter_partition_error(
         self, request: AlterPartitionRequest, state: PartitionRegistration | None

@@ -205,6 +205,18 @@ class AlterPartitionRequest:
 
 
 @_message
+class AlterPartitionsRequest:
+    """Many AlterPartition items of one leader in one request (Kafka's AlterPartition carries topics and
+    partitions): their ISR changes commit in one Raft entry. A broker coalesces what it has pending (a
+    restarted follower catching up on thousands of partitions would otherwise cost a Raft entry each)."""
+
+    broker_id: int
+    broker_epoch: int
+    items: tuple[AlterPartitionRequest, ...]
+    version: int = _version()
+
+
+@_message
 class AllocateProducerIdsRequest:
     broker_id: int
     broker_epoch: int
@@ -345,6 +357,14 @@ class AlterPartitionResponse:
 
 
 @_message
+class AlterPartitionsResponse:
+    """One AlterPartitionResponse per item, in the request's order."""
+
+    items: tuple[AlterPartitionResponse, ...]
+    version: int = _version()
+
+
+@_message
 class AllocateProducerIdsResponse:
     error_code: int
     message: str = ""
@@ -423,6 +443,7 @@ REQUEST_TYPES: tuple[type, ...] = (
     AlterConfigsRequest,
     IncrementalAlterConfigsRequest,
     AlterPartitionRequest,
+    AlterPartitionsRequest,
     AllocateProducerIdsRequest,
     ElectLeadersRequest,
     AlterPartitionReassignmentsRequest,
@@ -440,6 +461,7 @@ RESPONSE_TYPES: tuple[type, ...] = (
     CreatePartitionsResponse,
     AlterConfigsResponse,
     AlterPartitionResponse,
+    AlterPartitionsResponse,
     AllocateProducerIdsResponse,
     ElectLeadersResponse,
     AlterPartitionReassignmentsResponse,

@@ -553,6 +553,29 @@ def test_alter_partition_refuses_fenced_isr_members(cluster):
     assert out not in cluster.partition("t", 0).isr
 
 
+def test_alter_partitions_commits_many_items_in_one_entry_each_judged_alone(cluster):
+    from metadata.requests import AlterPartitionRequest, AlterPartitionsRequest
+
+    cluster.create_topic("t", 6, 3)
+    states = [cluster.partition("t", p) for p in range(6)]
+    leader = states[0].leader
+    own = [p for p, state in enumerate(states) if state.leader == leader]
+    assert len(own) >= 2
+    topic_id, epoch = cluster.topic("t").topic_id, cluster.epoch(leader)
+    shrunk = {p: (leader,) + tuple(b for b in states[p].isr if b != leader)[:1] for p in own}
+    items = [AlterPartitionRequest(leader, epoch, topic_id, p, states[p].leader_epoch, states[p].partition_epoch,
+                                   shrunk[p]) for p in own]
+    again = AlterPartitionRequest(leader, epoch, topic_id, own[0], states[own[0]].leader_epoch,
+                                  states[own[0]].partition_epoch, (leader,))  # the same partition twice
+    result = cluster.controller.handle(AlterPartitionsRequest(leader, epoch, tuple(items) + (again,)), cluster.now_ms)
+    assert len(result.records) == len(own)  # one Raft entry carries every change
+    cluster.commit(result.records)
+    assert [r.error_code for r in result.response.items] == [ErrorCode.NONE] * len(own) + [ErrorCode.INVALID_REQUEST]
+    for p, item in zip(own, result.response.items):
+        assert cluster.partition("t", p).isr == item.isr == shrunk[p]
+        assert cluster.partition("t", p).partition_epoch == states[p].partition_epoch + 1
+
+
 # ---- delete, create partitions, elect leaders, producer ids ------------------------------------------------
 
 
