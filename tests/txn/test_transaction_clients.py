@@ -307,6 +307,7 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
 
 
 INPUT_RECORDS = 50_000
+PIPELINE_RATE = 2_000  # records/s: 50,000 take 25 s, so that every kill lands while input remains
 
 
 def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_output_leader(cluster, tmp_path):
@@ -328,7 +329,8 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
 
     def start_pipeline() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "tests.txn.eos_pipeline_process", cluster.bootstrap_servers,
-                                 "eos-in", "eos-out", "eos-group", "eos-pipeline", progress_path],
+                                 "eos-in", "eos-out", "eos-group", "eos-pipeline", progress_path,
+                                 str(PIPELINE_RATE)],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
     def committed_transactions() -> int:
@@ -347,6 +349,7 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
         return committed_transactions() >= records
 
     def wait_progress(records: int, seconds: float = 120) -> None:
+        records = min(records, INPUT_RECORDS)
         try:
             eventually(lambda: supervised_progress(records), seconds, what=f"{records} records through the pipeline")
         except AssertionError as stalled:
