@@ -108,3 +108,30 @@ def test_a_partition_named_again_is_answered_even_without_news(cluster):
     assert cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 1)).responses == []
     named = cluster.call(leader, ApiKey.FETCH, 11, fetch(full.session_id, 2, [(0, 1)]))
     assert [(p.partition_index, p.high_watermark) for t in named.responses for p in t.partitions] == [(0, 1)]
+
+
+def test_a_waiting_incremental_fetch_that_nothing_touched_expires_empty_without_a_second_read(cluster):
+    from broker.apis import Deferred
+
+    leader = leader_of(cluster, 0)
+    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
+    full = cluster.call(leader, ApiKey.FETCH, 11, fetch(0, 0, [(0, 0)]))
+    cluster.apis[leader].poll(cluster.now_ms)  # what creating the topic marked is behind us
+    reads = []
+    original = data._read_fetch_partition
+    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    waiting = fetch(full.session_id, 1)
+    waiting.max_wait_ms = 500
+    assert isinstance(cluster.call(leader, ApiKey.FETCH, 11, waiting), Deferred)
+    assert len(reads) == 1  # read once on arrival: no news, so it waits
+    cluster.now_ms += 501
+    answered = cluster.apis[leader].poll(cluster.now_ms)
+    assert [response.responses for _, _, response in answered] == [[]] and len(reads) == 1
+    # one that a produce touched while it waited is read again, and answers with the records
+    waiting = fetch(full.session_id, 2)
+    waiting.max_wait_ms = 500
+    parked = cluster.call(leader, ApiKey.FETCH, 11, waiting)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"], acks=1))
+    cluster.replicate()  # the followers fetch: the high watermark passes the record, the fetch wakes
+    answer = {request_id: r for request_id, _, r in cluster.completed[leader]}[parked.request_id]
+    assert [(p.partition_index, bool(p.records)) for t in answer.responses for p in t.partitions] == [(0, True)]
