@@ -336,9 +336,13 @@ class DataPlaneApis:
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
         size, has_error = 0, False
         topics = []
+        quiet = self._quiet_follower_partition if context.incremental and request.replica_id >= 0 else None
         for topic, fetch_partitions in context.topics:
             partitions = []
             for fetch_partition in fetch_partitions:
+                if quiet is not None and topic not in denied and quiet(request.replica_id, context, topic,
+                                                                       fetch_partition, now_ms):
+                    continue
                 if topic in denied:
                     data = self._refused_fetch_partition(fetch_partition.partition)
                 else:
@@ -354,6 +358,23 @@ class DataPlaneApis:
         response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=context.session_id,
                                   responses=topics)
         return response, size, has_error
+
+    def _quiet_follower_partition(self, replica_id: int, context: FetchContext, topic: str, fetch_partition: Any,
+                                  now_ms: int) -> bool:
+        """A partition of a follower's incremental session with nothing to say: the follower is in the ISR at our
+        log end and the session last told it the current high watermark and log start. Its fetch state
+        advances (Partition.touch_caught_up_follower) without a read or a PartitionData to build and drop."""
+        hosted = self.broker.partitions.get((topic, fetch_partition.partition))
+        entry = context.session.partitions.get((topic, fetch_partition.partition))
+        if hosted is None or entry is None or not self.broker.serving:
+            return False
+        replica = hosted.replica
+        high_watermark = replica.high_watermark
+        return (entry.high_watermark == high_watermark and entry.last_stable_offset == high_watermark
+                and entry.log_start_offset == hosted.log.log_start_offset
+                and replica.touch_caught_up_follower(replica_id, fetch_partition.fetch_offset,
+                                                     fetch_partition.current_leader_epoch,
+                                                     fetch_partition.log_start_offset, now_ms))
 
     @staticmethod
     def _refused_fetch_partition(partition: int) -> Any:

@@ -559,6 +559,22 @@ class Partition:
             None, isr_proposal,
         )
 
+    def touch_caught_up_follower(self, replica_id: int, fetch_offset: int, current_leader_epoch: int,
+                                 follower_log_start_offset: int, now_ms: int) -> bool:
+        """handle_follower_fetch for the commonest fetch of an idle cluster, without its checks and read: an ISR
+        member that asks again for our log end, under our current epoch. Its fetch state advances exactly as
+        handle_follower_fetch would advance it (it is caught up now); nothing else can change (no HW move, no
+        ISR change, no records). False, touching nothing, for any other fetch: call handle_follower_fetch."""
+        if not self.is_leader or (current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch):
+            return False
+        state = self.follower_states.get(replica_id)
+        log_end_offset = self.log.log_end_offset
+        if state is None or fetch_offset != log_end_offset or state.log_end_offset != log_end_offset \
+                or replica_id not in self.isr:
+            return False
+        self._update_follower_fetch_state(state, fetch_offset, follower_log_start_offset, now_ms, log_end_offset)
+        return True
+
     def _diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> EpochEndOffset | None:
         epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
         if epoch == UNDEFINED_EPOCH or end_offset == UNKNOWN_OFFSET:

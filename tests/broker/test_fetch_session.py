@@ -135,3 +135,19 @@ def test_a_waiting_incremental_fetch_that_nothing_touched_expires_empty_without_
     cluster.replicate()  # the followers fetch: the high watermark passes the record, the fetch wakes
     answer = {request_id: r for request_id, _, r in cluster.completed[leader]}[parked.request_id]
     assert [(p.partition_index, bool(p.records)) for t in answer.responses for p in t.partitions] == [(0, True)]
+
+
+def test_an_idle_followers_incremental_fetch_reads_no_partition_and_keeps_it_in_the_isr(cluster):
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate(rounds=5)
+    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
+    reads = []
+    original = data._read_fetch_partition
+    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    cluster.now_ms += 20_000
+    cluster.replicate(rounds=2)
+    assert reads == []  # every partition quiet: touched, not read
+    follower = next(b for b in cluster.brokers if b != leader)
+    state = cluster.brokers[leader].hosted("t", 0).replica.follower_states[follower]
+    assert state.last_caught_up_time_ms == cluster.now_ms

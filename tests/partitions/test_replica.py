@@ -398,3 +398,26 @@ def test_follower_log_start_follows_the_leader_delete_records():
     assert result.log_start_offset == 2
     assert cluster[2].log_start_offset == 2 and cluster[3].log_start_offset == 0
     assert offsets_and_values(cluster[2].log.read(2, 1 << 20).records) == [(2, b"c")]
+
+
+def test_touching_a_caught_up_follower_advances_its_fetch_state_as_a_fetch_at_the_log_end_would():
+    touched, fetched = started_cluster(), started_cluster()
+    for cluster in (touched, fetched):
+        cluster[1].append_records(batch(b"a"), 1, now_ms=100)
+        cluster.fetch(2, now_ms=200)
+        cluster.fetch(2, now_ms=300)  # known at the log end (1), in the ISR
+    epoch = touched[1].leader_epoch
+    assert touched[1].touch_caught_up_follower(2, 1, epoch, -1, now_ms=5_000)  # as the helper fetches
+    fetched.fetch(2, now_ms=5_000)
+    assert touched[1].follower_states[2] == fetched[1].follower_states[2]
+    assert touched[1].follower_states[2].last_caught_up_time_ms == 5_000
+    assert touched[1].high_watermark == fetched[1].high_watermark
+    # not the cheap case: a fetch below the log end, another epoch, a follower out of the ISR, not the leader
+    leader = touched[1]
+    assert not leader.touch_caught_up_follower(2, 0, epoch, 0, now_ms=6_000)
+    assert not leader.touch_caught_up_follower(2, 1, epoch + 1, 0, now_ms=6_000)
+    assert not leader.touch_caught_up_follower(3, 1, epoch, 0, now_ms=6_000)  # never fetched to the end
+    assert not touched[2].touch_caught_up_follower(3, 1, epoch, 0, now_ms=6_000)
+    leader.append_records(batch(b"b"), 1, now_ms=6_000)
+    assert not leader.touch_caught_up_follower(2, 1, epoch, 0, now_ms=6_000)  # the log end moved
+    assert leader.follower_states[2].last_fetch_time_ms == 5_000  # refusals touch nothing
