@@ -34,7 +34,7 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transa
                          # of issue #11).
                          "debug": "cgrp,topic,fetch,broker"})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
-                         "transaction.timeout.ms": 30_000, "debug": "eos"})
+                         "transaction.timeout.ms": 30_000, "debug": "eos,protocol"})
     producer.init_transactions(60)
     consumer.subscribe([input_topic])
     started, committed = time.monotonic(), 0
