@@ -48,6 +48,7 @@ from partitions.errors import ErrorCode, KafkaError
 
 LOAD_BYTES_PER_POLL_DEFAULT = 1024 * 1024
 HELD_ANSWERS_MAX_DEFAULT = 10_000
+WRITE_TIMEOUT_MS_DEFAULT = 5_000  # Kafka's offsets.commit.timeout.ms: how long an answer waits for its commit
 READ_BYTES_MAX = 1024 * 1024
 
 # Kafka's mapping of a failed coordinator write to the error the client sees (GroupCoordinatorService /
@@ -101,6 +102,7 @@ class _Held:
     request_id: int
     offset: int  # released when the high watermark is above it
     answer: Any
+    deadline_ms: int  # answered COORDINATOR_NOT_AVAILABLE (Kafka's write timeout) if still held then
 
 
 @dataclass
@@ -122,8 +124,10 @@ class CoordinatorRuntime:
 
     def __init__(self, topic: str, shard_factory: Callable[[int], CoordinatorShard], port: CoordinatorPartitions,
                  *, load_bytes_per_poll: int = LOAD_BYTES_PER_POLL_DEFAULT,
-                 held_answers_max: int = HELD_ANSWERS_MAX_DEFAULT) -> None:
+                 held_answers_max: int = HELD_ANSWERS_MAX_DEFAULT,
+                 write_timeout_ms: int = WRITE_TIMEOUT_MS_DEFAULT) -> None:
         assert load_bytes_per_poll > 0 and held_answers_max > 0, (load_bytes_per_poll, held_answers_max)
+        self.write_timeout_ms = write_timeout_ms
         self.topic = topic
         self.shard_factory = shard_factory
         self.port = port
@@ -220,7 +224,7 @@ class CoordinatorRuntime:
                 if context.deadline_ms is not None and context.deadline_ms <= now_ms:
                     self._apply(context, None, context.shard.poll(now_ms), now_ms)
                     self._refresh_deadline(context.partition)
-            self._release(context)
+            self._release(context, now_ms)
         answers, self._answers = self._answers, []
         return answers
 
@@ -229,6 +233,7 @@ class CoordinatorRuntime:
         if self._answers or any(c.state is ShardState.LOADING for c in self._contexts.values()):
             return 0
         deadlines = [c.deadline_ms for c in self._contexts.values() if c.deadline_ms is not None]
+        deadlines += [c.held[0].deadline_ms for c in self._contexts.values() if c.held]
         return min(deadlines) if deadlines else None
 
     def _refresh_deadline(self, partition: int) -> None:
@@ -256,12 +261,15 @@ class CoordinatorRuntime:
             self._replay_available(context)
         # Held answers stay in offset order: completions released before this result's records go first.
         completions_offset = written_before if result.completions_precede_records else context.last_written_offset
+        deadline_ms = now_ms + self.write_timeout_ms
         if result.completions_precede_records:
-            context.held.extend(_Held(parked_id, completions_offset, answer) for parked_id, answer in result.completions)
+            context.held.extend(_Held(parked_id, completions_offset, answer, deadline_ms)
+                                for parked_id, answer in result.completions)
         if request_id is not None and result.response is not None:
-            context.held.append(_Held(request_id, context.last_written_offset, result.response))
+            context.held.append(_Held(request_id, context.last_written_offset, result.response, deadline_ms))
         if not result.completions_precede_records:
-            context.held.extend(_Held(parked_id, completions_offset, answer) for parked_id, answer in result.completions)
+            context.held.extend(_Held(parked_id, completions_offset, answer, deadline_ms)
+                                for parked_id, answer in result.completions)
 
     def _append_failed(self, context: _Context, request_id: int | None, result: CoordinatorResult,
                        code: ErrorCode) -> None:
@@ -314,7 +322,11 @@ class CoordinatorRuntime:
         context.next_offset = next_offset
         return max(size, 1)
 
-    def _release(self, context: _Context) -> None:
+    def _release(self, context: _Context, now_ms: int) -> None:
+        """Answer what the high watermark passed, then what waited longer than the write timeout (Kafka's
+        offsets.commit.timeout.ms: the client hears COORDINATOR_NOT_AVAILABLE and retries, as from Kafka,
+        instead of waiting on a partition whose ISR cannot commit). Deadlines grow with offsets, so both
+        leave from the front and answers stay in offset order."""
         if not context.held:
             return
         high_watermark = self.port.high_watermark(context.partition)
@@ -323,3 +335,6 @@ class CoordinatorRuntime:
         while context.held and context.held[0].offset < high_watermark:
             held = context.held.popleft()
             self._answers.append((held.request_id, held.answer))
+        while context.held and context.held[0].deadline_ms <= now_ms:
+            held = context.held.popleft()
+            self._answers.append((held.request_id, coordinator_error_for_append(ErrorCode.REQUEST_TIMED_OUT)))

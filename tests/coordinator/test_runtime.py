@@ -34,6 +34,22 @@ def test_a_response_is_held_until_the_high_watermark_passes_its_records():
     assert runtime.poll(11) == [(request_id, ("ok", "a"))]
 
 
+def test_an_answer_whose_write_never_commits_times_out_as_coordinator_not_available():
+    # Kafka's offsets.commit.timeout.ms: a partition whose ISR cannot commit (a dead follower still in it)
+    # must not hold a client forever; it retries, and finds the coordinator again.
+    port = LogPort()
+    runtime = loaded(port, write_timeout_ms=5_000)
+    write = runtime.submit(0, ("put", "a", "1"), 10)
+    read = runtime.submit(0, ("get", "a"), 2_000)  # held behind the write: it leaves after it, in order
+    assert runtime.poll(4_000) == [] and runtime.next_deadline_ms() == 5_010
+    assert runtime.poll(5_010) == [(write, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    assert runtime.poll(7_000) == [(read, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+    later = runtime.submit(0, ("put", "b", "2"), 8_000)
+    port.commit_all()
+    assert runtime.poll(8_001) == [(later, ("ok", "b"))]  # a commit in time answers as before
+    assert runtime.shard(0).values == {b"a": b"1", b"b": b"2"}  # the timed-out write still took effect
+
+
 def test_a_read_waits_behind_earlier_uncommitted_writes():
     port = LogPort()
     runtime = loaded(port)

@@ -5,6 +5,7 @@ group lag as `flotilla groups describe` reports it."""
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 
 import pytest
@@ -32,7 +33,11 @@ def total(cluster: LocalCluster, name: str, **labels: str) -> float:
     value = 0.0
     for node_id in cluster.kafka_ports:
         if cluster.is_running(node_id):
-            for key, sample in scrape(cluster, node_id).get(name, {}).items():
+            try:
+                samples = scrape(cluster, node_id)
+            except urllib.error.URLError as error:  # a node just started listens for Kafka before metrics
+                raise AssertionError(f"node {node_id}'s metrics endpoint: {error}") from None
+            for key, sample in samples.get(name, {}).items():
                 if all(dict(key).get(k) == v for k, v in labels.items()):
                     value += sample
     return value
