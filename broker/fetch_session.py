@@ -112,6 +112,9 @@ class FetchSessionCache:
         self.slots = slots
         self.sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
         self._next_id: int | None = None
+        # A planted bug for the simulator (simulations/reassign_sim.py), never configured: a partition named
+        # again keeps what the session last sent, so it is answered only if something changed since.
+        self.bug_named_partition_keeps_last_sent = False
 
     def context(self, request: Any, now_ms: int) -> FetchContext:
         session_id, epoch = request.session_id, request.session_epoch
@@ -140,7 +143,11 @@ class FetchSessionCache:
                 key = (topic, fetch_partition.partition)
                 # Added or updated: answered in this response whatever it holds (the fetcher's view of the
                 # partition changed, e.g. it dropped an answer while it followed another leader).
-                session.partitions[key] = SessionPartition(fetch_partition)
+                entry = session.partitions.get(key)
+                if self.bug_named_partition_keeps_last_sent and entry is not None:
+                    entry.fetch_partition = fetch_partition
+                else:
+                    session.partitions[key] = SessionPartition(fetch_partition)
         return FetchContext(session.fetch_topics(), session, incremental=True)
 
     def _open(self, requested: list[tuple[str, list[Any]]], now_ms: int) -> FetchSession | None:

@@ -17,8 +17,11 @@ replicas, no move is left half done (no adding or removing replicas), the ISR is
 exactly the assigned brokers host a replica and one of them leads. Liveness also waits for every move to
 finish.
 
-Planted bug (`--bugs reassign_without_catch_up`): the controller counts the new replicas as in sync the moment
+Planted bugs: `--bugs reassign_without_catch_up`: the controller counts the new replicas as in sync the moment
 a move starts, so the old replicas are dropped before the new ones have fetched anything.
+`--bugs fetch_session_silent_on_named`: a leader's fetch session answers a partition the follower names again
+only if something changed since its last answer, so a follower that dropped that answer (it briefly followed
+another leader) never hears the high watermark again (liveness).
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ CANCEL_SHARE = 0.15
 ELECT_SHARE = 0.10
 ELECT_LEADERS_VERSION = 1
 REASSIGN_CHECKER_NAMES = ("assignment_settled",)
-REASSIGN_BUGS = {"reassign_without_catch_up": "bug_reassign_without_catch_up"}
+REASSIGN_BUGS = {"reassign_without_catch_up": "bug_reassign_without_catch_up",
+                 "fetch_session_silent_on_named": "bug_named_partition_keeps_last_sent"}
 
 
 class ReassignCheckers(ClusterCheckers):
@@ -128,6 +132,10 @@ class ReassignSimulation(ClusterSimulation):
     def configure_node(self, state: Any) -> None:
         if "reassign_without_catch_up" in self.workload_bugs:
             state.controller.bug_reassign_without_catch_up = True
+        if "fetch_session_silent_on_named" in self.workload_bugs and state.apis is not None:
+            for group in state.apis._groups:
+                if hasattr(group, "fetch_sessions"):
+                    group.fetch_sessions.bug_named_partition_keeps_last_sent = True
 
     def _build_clients(self) -> None:
         super()._build_clients()

@@ -17,6 +17,7 @@ from tests.simulations.workloads import assert_teeth, failed_checkers, workload_
 from simulations.run import RunConfig, run_one, sweep
 
 REASSIGN_WITHOUT_CATCH_UP_SEED = 1
+FETCH_SESSION_SILENT_SEED = 23  # of `--duration 20`: the defect the sweep found in the first fetch sessions
 SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}
 
 
@@ -48,6 +49,11 @@ def test_assignment_problem_names_what_is_not_settled():
 @pytest.mark.slow
 def test_reassign_without_catch_up_fails_a_safety_checker_at_its_known_seed():
     assert_teeth("reassign", "reassign_without_catch_up", REASSIGN_WITHOUT_CATCH_UP_SEED, 30.0, SAFETY_CHECKERS)
+
+
+@pytest.mark.slow
+def test_a_fetch_session_silent_on_a_named_partition_fails_liveness_at_its_known_seed():
+    assert_teeth("reassign", "fetch_session_silent_on_named", FETCH_SESSION_SILENT_SEED, 20.0, {"liveness"})
 
 
 @pytest.mark.slow
