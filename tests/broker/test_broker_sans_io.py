@@ -162,17 +162,6 @@ def test_metadata_v12_carries_topic_ids_and_answers_a_topic_asked_by_id(cluster)
     assert old.topics[0].error_code == ErrorCode.INVALID_REQUEST  # names are required before v12
 
 
-def test_metadata_lists_a_fenced_broker_but_names_it_leader_of_nothing(cluster):
-    # librdkafka 2.x tears down a broker missing from Metadata and can then hang a transactional producer
-    # whose group coordinator it was (librdkafka #5511): a restarting broker stays listed while fenced.
-    cluster.commit(BrokerHeartbeatRequest(broker_id=3, broker_epoch=cluster.brokers[3].broker_epoch,
-                                          current_metadata_offset=cluster.raft_index, want_fence=True))
-    assert cluster.images[1].cluster.brokers[3].fenced
-    response = cluster.call(1, ApiKey.METADATA, 12, messages.MetadataRequest(topics=None))
-    assert sorted(b.node_id for b in response.brokers) == [1, 2, 3]
-    assert all(p.leader_id != 3 for t in response.topics for p in t.partitions)
-
-
 def test_acks_all_produce_completes_only_after_followers_replicate(cluster):
     leader = leader_of(cluster, 0)
     result = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a", b"b", b"c"]))
