@@ -55,12 +55,11 @@ class ClusterApis:
     def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         return api_versions_response(ErrorCode.NONE, self.apis.supported_apis)
 
-    def _active_brokers(self, include_fenced: bool = False) -> list[tuple[Any, str, int]]:
-        """(registration, host, port) of each active (or, with `include_fenced`, registered) broker, at the
-        endpoint of the request's listener."""
+    def _active_brokers(self) -> list[tuple[Any, str, int]]:
+        """(registration, host, port) of each active broker, at the endpoint of the request's listener."""
         active = []
         for b in sorted(self.broker.image.cluster.brokers.values(), key=lambda b: b.broker_id):
-            if (include_fenced or not b.fenced) and "broker" in b.roles:
+            if not b.fenced and "broker" in b.roles:
                 endpoint = self.apis.advertised_endpoint(b)
                 if endpoint is not None:
                     active.append((b, *endpoint))
@@ -73,12 +72,8 @@ class ClusterApis:
     def _metadata(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.MetadataResponse
         image = self.broker.image
-        # Every registered broker, fenced ones too (Kafka lists only unfenced ones): librdkafka 2.x tears down
-        # a broker missing from Metadata, and a transactional producer whose group coordinator was torn down
-        # that way waits forever in send_offsets_to_transaction (librdkafka issues #5511, #5456), which a
-        # broker restart (fenced for a moment) triggered. Leaders and ISRs never name a fenced broker.
         brokers = [response_class.MetadataResponseBroker(node_id=b.broker_id, host=host, port=port, rack=b.rack)
-                   for b, host, port in self._active_brokers(include_fenced=True)]
+                   for b, host, port in self._active_brokers()]
         if request.topics is None or (header.api_version == 0 and not request.topics):
             names = [name for name in sorted(image.topics.by_name) if self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, name)]
         else:
