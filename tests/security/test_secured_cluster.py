@@ -171,12 +171,14 @@ def test_users_and_acls_survive_restarting_every_node_and_a_quorum_leader_change
         again = json.loads(ok(flotilla(cluster, "quorum", "status", "--json")))
         return again["leader_id"] in survivors
 
-    eventually(new_leader, 60, what="a new quorum leader")
-    assert consume(cluster, "a", "alice", "SCRAM-SHA-512", "g2", RECORDS, seconds=60) == (RECORDS, set())
-    assert produce(cluster, "orders-eu", "bob", "SCRAM-SHA-256", 10) == (10, set())
-    assert produce(cluster, "a", "bob", "SCRAM-SHA-256", 1) == (0, {"TOPIC_AUTHORIZATION_FAILED"})
-    cluster.start_node(status["leader_id"])
-    wait_ready(cluster)
+    try:
+        eventually(new_leader, 60, what="a new quorum leader")
+        assert consume(cluster, "a", "alice", "SCRAM-SHA-512", "g2", RECORDS, seconds=60) == (RECORDS, set())
+        assert produce(cluster, "orders-eu", "bob", "SCRAM-SHA-256", 10) == (10, set())
+        assert produce(cluster, "a", "bob", "SCRAM-SHA-256", 1) == (0, {"TOPIC_AUTHORIZATION_FAILED"})
+    finally:  # the module's other tests need every node, whatever happened here
+        cluster.start_node(status["leader_id"])
+        wait_ready(cluster)
 
 
 def _tls(cluster: LocalCluster, certfile: str | None = None, keyfile: str | None = None) -> ssl.SSLSocket:
