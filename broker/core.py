@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from broker import throttle
 from broker.config_sources import broker_chain, effective_topic_configs
+from broker.fetch_session import next_epoch
 from broker.metrics import BrokerMetrics
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.requests import (
@@ -779,7 +780,7 @@ class BrokerCore:
             session.session_id = response.session_id
             session.epoch = 1 if response.session_id else 0  # no session given: full fetches
         else:
-            session.epoch = 1 if session.epoch >= 2**31 - 1 else session.epoch + 1
+            session.epoch = next_epoch(session.epoch)
         session.positions = sent.session_positions
 
     def on_replica_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:

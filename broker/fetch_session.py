@@ -36,6 +36,12 @@ INT32_MAX = 2**31 - 1
 TopicPartition = tuple[str, int]
 
 
+def next_epoch(epoch: int) -> int:
+    """The session epoch after `epoch`: 1, 2, ... wrapping to 1 after INT32_MAX (0 and -1 are not epochs of
+    an incremental fetch)."""
+    return 1 if epoch >= INT32_MAX else epoch + 1
+
+
 @dataclass
 class SessionPartition:
     """A partition of a session: the fetcher's position (the last FetchPartition it sent for it) and what the
@@ -134,7 +140,7 @@ class FetchSessionCache:
         if epoch != session.next_epoch:
             return FetchContext([], error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
         self.sessions.move_to_end(session_id)
-        session.next_epoch = 1 if session.next_epoch == INT32_MAX else session.next_epoch + 1
+        session.next_epoch = next_epoch(session.next_epoch)
         for forgotten in request.forgotten_topics_data:
             for partition in forgotten.partitions:
                 session.partitions.pop((forgotten.topic, partition), None)
