@@ -90,6 +90,8 @@ class BrokerSettings:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 1_000
+    group_consumer_session_timeout_ms: int = 45_000  # KIP-848 groups: the coordinator's, not the client's
+    group_consumer_heartbeat_interval_ms: int = 5_000
     offsets_retention_minutes: int = 7 * 24 * 60
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3

@@ -3,7 +3,11 @@ partition through the coordinator runtime (broker/coordinators.py), and comes ba
 is committed.
 
 Served: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
-ListGroups, DeleteGroups, in the versions below (what librdkafka, kafka-python and kcat negotiate). A request
+ListGroups, DeleteGroups, and KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe, in the versions below
+(what librdkafka, kafka-python and kcat negotiate; librdkafka's `group.protocol=consumer` needs
+ConsumerGroupHeartbeat v1 with OffsetCommit and OffsetFetch v9). The consumer protocol's requests carry the
+metadata image's topics (ids and partition counts) to the shard, which assigns partitions by topic id.
+OffsetFetch v8+ names several groups: each is its own shard request, assembled like DescribeGroups. A request
 for a group whose shard is not here gets NOT_COORDINATOR, one whose shard is loading
 COORDINATOR_LOAD_IN_PROGRESS, and one before `__consumer_offsets` exists COORDINATOR_NOT_AVAILABLE: each in that
 API's own error response (`*_error` below). DescribeGroups and DeleteGroups name several groups: each group is
@@ -19,13 +23,15 @@ DESCRIBE on the cluster, else the groups the principal may DESCRIBE.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinators import CoordinatorApis, CoordinatorService
 from broker.handlers_cluster import GROUP_OPERATIONS
 from groupcoord.classic import join_error, sync_error
 from groupcoord.offsets import offset_commit_error, offset_fetch_response, txn_offset_commit_error
-from groupcoord.shard import GroupRequest
+from groupcoord.consumer import TopicInfo
+from groupcoord.shard import GroupOffsetFetch, GroupRequest
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.errors import ErrorCode
@@ -42,6 +48,9 @@ class GroupApis:
         self.apis = apis
         self.coordinators = coordinators
         self.service = service
+        self._topics_image: Any = None
+        self._topics_view: dict[str, TopicInfo] = {}
+        self._offset_fetch_one = self._single(_offset_fetch_error, Op.DESCRIBE, Op.DESCRIBE)
 
     def api_handlers(self):
         return [
@@ -51,9 +60,12 @@ class GroupApis:
                 lambda r, c: messages.HeartbeatResponse(throttle_time_ms=0, error_code=c), Op.READ)),
             (ApiKey.LEAVE_GROUP, 0, 3, self._single(
                 lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]), Op.READ)),
-            (ApiKey.OFFSET_COMMIT, 2, 7, self._single(offset_commit_error, Op.READ, Op.READ)),
+            (ApiKey.OFFSET_COMMIT, 2, 9, self._single(offset_commit_error, Op.READ, Op.READ)),
             (ApiKey.TXN_OFFSET_COMMIT, 0, 3, self._single(txn_offset_commit_error, Op.READ, Op.READ)),
-            (ApiKey.OFFSET_FETCH, 1, 7, self._single(_offset_fetch_error, Op.DESCRIBE, Op.DESCRIBE)),
+            (ApiKey.OFFSET_FETCH, 1, 9, self._offset_fetch),
+            (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, self._single(
+                lambda r, c: messages.ConsumerGroupHeartbeatResponse(error_code=c, member_epoch=-1), Op.READ)),
+            (ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 0, self._consumer_group_describe),
             (ApiKey.OFFSET_DELETE, 0, 0, self._single(
                 lambda r, c: messages.OffsetDeleteResponse(throttle_time_ms=0, error_code=c, topics=[]), Op.DELETE)),
             (ApiKey.DESCRIBE_GROUPS, 0, 4, self._describe_groups),
@@ -68,8 +80,20 @@ class GroupApis:
         return None
 
     def _request(self, header: RequestHeader, message: Any) -> GroupRequest:
+        topics = None
+        if header.api_key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE):
+            topics = self._topics()
         return GroupRequest(header.api_key, header.api_version, message, header.client_id or "",
-                            self.apis.client_host)
+                            self.apis.client_host, topics)
+
+    def _topics(self) -> dict[str, TopicInfo]:
+        """The image's topics as the consumer protocol sees them (built once per metadata image)."""
+        image = self.apis.broker.image
+        if self._topics_image is not image:
+            self._topics_view = {name: TopicInfo(uuid.UUID(bytes=topic.topic_id), len(topic.partitions))
+                                 for name, topic in image.topics.by_name.items()}
+            self._topics_image = image
+        return self._topics_view
 
     def _single(self, error_response, group_operation: Op, topic_operation: Op | None = None):
         """A handler for an API about one group (its `group_id`), authorized with `group_operation` on the
@@ -128,9 +152,10 @@ class GroupApis:
         return denied
 
     def _per_group(self, header: RequestHeader, group_ids: list[str], build, now_ms: int,
-                   skip: set[str] = frozenset()) -> Any:
+                   skip: set[str] = frozenset(), messages_=None) -> Any:
         """One shard request per group; `build(answers)` once every group has answered (an answer is the
-        shard's item or an ErrorCode). Groups in `skip` (refused) are not asked: GROUP_AUTHORIZATION_FAILED."""
+        shard's item or an ErrorCode). Groups in `skip` (refused) are not asked: GROUP_AUTHORIZATION_FAILED.
+        The shard's message is the group id, or `messages_[index]` when given."""
         items, early = [], {}
         for index, group_id in enumerate(group_ids):
             if group_id in skip:
@@ -140,7 +165,8 @@ class GroupApis:
             if partition is None:
                 early[index] = ErrorCode.COORDINATOR_NOT_AVAILABLE if group_id else ErrorCode.INVALID_GROUP_ID
                 continue
-            items.append((self.service, partition, self._request(header, group_id)))
+            message = group_id if messages_ is None else messages_[index]
+            items.append((self.service, partition, self._request(header, message)))
 
         def assemble(answers: list) -> Any:
             merged, it = [], iter(answers)
@@ -174,6 +200,64 @@ class GroupApis:
             return response_class(throttle_time_ms=0, groups=described)
 
         return self._per_group(header, group_ids, build, now_ms, skip=denied)
+
+    def _consumer_group_describe(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        group_ids = list(request.group_ids)
+        response_class = messages.ConsumerGroupDescribeResponse
+        include_operations = request.include_authorized_operations
+        denied = {g for g in group_ids if not self.apis.authorize(Op.DESCRIBE, ResourceType.GROUP, g)}
+        session = self.apis.session
+
+        def build(answers: list) -> Any:
+            described = []
+            for group_id, answer in zip(group_ids, answers):
+                if isinstance(answer, ErrorCode):
+                    answer = response_class.DescribedGroup(error_code=answer, group_id=group_id)
+                elif include_operations and answer.error_code == ErrorCode.NONE:
+                    bits = self.apis.authorized_operations(ResourceType.GROUP, group_id, session)
+                    answer.authorized_operations = GROUP_OPERATIONS if bits is None else bits
+                described.append(answer)
+            return response_class(throttle_time_ms=0, groups=described)
+
+        return self._per_group(header, group_ids, build, now_ms, skip=denied)
+
+    def _offset_fetch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """OffsetFetch: one group (v1-7, through `_single`) or several (v8+, one shard request each)."""
+        if header.api_version < 8:
+            return self._offset_fetch_one(header, request, now_ms)
+        response_class = messages.OffsetFetchResponse
+        groups = list(request.groups)
+        group_ids = [group.group_id for group in groups]
+        denied_groups = {g for g in group_ids if not self.apis.authorize(Op.DESCRIBE, ResourceType.GROUP, g)}
+        session = self.apis.session
+        fetches, denied_topics = [], []
+        for group in groups:
+            denied = self._deny_topics(group, Op.DESCRIBE) if group.topics else []
+            denied_topics.append(denied)
+            fetches.append(GroupOffsetFetch(group.group_id, group.topics, bool(request.require_stable),
+                                            group.member_id, group.member_epoch))
+
+        def build(answers: list) -> Any:
+            out = []
+            for group, answer, denied in zip(groups, answers, denied_topics):
+                if isinstance(answer, ErrorCode):
+                    out.append(response_class.OffsetFetchResponseGroup(group_id=group.group_id, topics=[],
+                                                                       error_code=answer))
+                    continue
+                if group.topics is None and self.apis.authorizer is not None:
+                    answer.topics = [t for t in answer.topics
+                                     if self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, t.name, session)]
+                answer = _with_denied_topics(answer, denied)
+                out.append(response_class.OffsetFetchResponseGroup(
+                    group_id=group.group_id, error_code=answer.error_code, topics=[
+                        response_class.OffsetFetchResponseTopics(name=t.name, partitions=[
+                            response_class.OffsetFetchResponsePartitions(
+                                partition_index=p.partition_index, committed_offset=p.committed_offset,
+                                committed_leader_epoch=p.committed_leader_epoch, metadata=p.metadata,
+                                error_code=p.error_code) for p in t.partitions]) for t in answer.topics]))
+            return response_class(throttle_time_ms=0, groups=out)
+
+        return self._per_group(header, group_ids, build, now_ms, skip=denied_groups, messages_=fetches)
 
     def _delete_groups(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         group_ids = list(request.groups_names)

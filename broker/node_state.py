@@ -172,6 +172,8 @@ class NodeState:
             session_timeout_ms_max=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
             group_max_size=settings.group_max_size,
+            consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
             offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
         )
         topic = InternalTopic("__consumer_offsets", settings.offsets_topic_num_partitions,

@@ -19,6 +19,8 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     member_metadata_bytes_max: int = 1024 * 1024  # a member's protocol metadata (or assignment), all protocols
     groups_per_shard_max: int = 100_000
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms (KIP-848)
+    consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms (KIP-848)
 
     def __post_init__(self) -> None:
         assert 0 < self.session_timeout_ms_min <= self.session_timeout_ms_max, self

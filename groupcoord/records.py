@@ -25,6 +25,7 @@ records; `register_key_type` lets their module add decoders, and keys of unknown
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -224,6 +225,8 @@ def describe_record(key: bytes | None, value: bytes | None) -> dict:
 
 
 def _plain(item: Any) -> dict:
+    if hasattr(item, "to_dict"):  # a value built from a codec spec (groupcoord/consumer_records.py)
+        return {name: (str(v) if isinstance(v, uuid.UUID) else v) for name, v in _uuids_as_text(item.to_dict()).items()}
     fields = {}
     for name, value in vars(item).items():
         if isinstance(value, bytes):
@@ -233,3 +236,11 @@ def _plain(item: Any) -> dict:
         else:
             fields[name] = value
     return fields
+
+
+def _uuids_as_text(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _uuids_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_uuids_as_text(v) for v in value]
+    return str(value) if isinstance(value, uuid.UUID) else value

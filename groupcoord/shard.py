@@ -7,6 +7,11 @@ several groups (DescribeGroups, DeleteGroups) are split by the broker into one r
 answers those with one result item, which the broker assembles. The shard routes:
 
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup to the group (groupcoord/classic.py);
+- ConsumerGroupHeartbeat (KIP-848) to the consumer group (groupcoord/consumer.py), with the subscribed topics'
+  ids and partition counts taken from the metadata image the broker attaches (`GroupRequest.topics`);
+  ConsumerGroupDescribe is split per group like DescribeGroups. A group id names a classic group or a
+  consumer group, never both: a consumer heartbeat for a classic group with members is GROUP_ID_NOT_FOUND (an
+  empty classic group is replaced), a JoinGroup for a consumer group INCONSISTENT_GROUP_PROTOCOL;
 - OffsetCommit, OffsetFetch, OffsetDelete to the offset store (groupcoord/offsets.py), after asking the group
   whether the commit is allowed;
 - DescribeGroups, ListGroups, DeleteGroups read or delete groups.
@@ -15,17 +20,21 @@ answers those with one result item, which the broker assembles. The shard routes
 GroupMetadata to its group, transaction markers to pending transactional offsets. Records of key versions
 this shard does not know are skipped, as Kafka's loader skips a newer writer's records.
 
-Timers: member sessions, rebalance and initial-delay deadlines (per group), and the offset-retention check.
+Timers: member sessions, rebalance and initial-delay deadlines (per classic group), consumer members'
+sessions and revocation deadlines (here, per member), and the offset-retention check.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from coordinator.shard import CoordinatorResult, LoadedRecord, TransactionalWrite
 from groupcoord.classic import ClassicGroup, GroupState, Outcome, join_error, merge, sync_error
+from groupcoord import consumer_records
 from groupcoord.config import GroupConfig
+from groupcoord.consumer import ConsumerGroup, MemberState, TopicInfo, validate_heartbeat
 from groupcoord.offsets import OffsetStore, offset_commit_response, offset_fetch_response, txn_offset_commit_response
 from groupcoord.records import (
     GroupMetadataKey,
@@ -50,6 +59,19 @@ class GroupRequest:
     message: Any
     client_id: str = ""
     client_host: str = ""
+    topics: Mapping[str, TopicInfo] | None = None  # the metadata image's topics (consumer protocol requests)
+
+
+@dataclass
+class GroupOffsetFetch:
+    """One group of an OffsetFetch: v0-7 name one group, v8+ several; the broker hands each to its shard in
+    this shape (`topics` None: every committed partition; `member_id`/`member_epoch` from v9)."""
+
+    group_id: str
+    topics: list | None  # items with .name and .partition_indexes
+    require_stable: bool = False
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,11 @@ class GroupCoordinatorShard:
         self.next_retention_check_ms: int | None = None
         self.skipped_records = 0
         self.bug_accept_stale_generation = False  # test-only planted bug, see ClassicGroup
+        self.bug_assign_unreleased_partitions = False  # test-only planted bug, see ConsumerGroup
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer_sessions: dict[tuple[str, str], int] = {}  # (group, member) -> session deadline
+        self.revocation_deadlines: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
+        self._consumer_member_ids = 0
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         group = self.groups[group_id] = ClassicGroup(group_id, self.config)
@@ -92,6 +119,8 @@ class GroupCoordinatorShard:
             ApiKey.DESCRIBE_GROUPS: self._describe,
             ApiKey.LIST_GROUPS: self._list,
             ApiKey.DELETE_GROUPS: self._delete,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._consumer_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self._consumer_describe,
         }[request.api_key]
         outcome = handler(request_id, request, now_ms)
         if isinstance(outcome, CoordinatorResult):
@@ -105,6 +134,8 @@ class GroupCoordinatorShard:
         message = request.message
         if not message.group_id:
             return Outcome(response=join_error(ErrorCode.INVALID_GROUP_ID, message.member_id))
+        if message.group_id in self.consumer_groups:
+            return Outcome(response=join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, message.member_id))
         group = self.groups.get(message.group_id)
         if group is None:
             if len(self.groups) >= self.config.groups_per_shard_max:
@@ -138,7 +169,7 @@ class GroupCoordinatorShard:
 
     def _offset_commit(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         message = request.message
-        code = self._commit_error(message)
+        code = self._commit_error(message, request.api_version)
         records, topics = self.offsets.commit(message, code, now_ms)
         group = self._group(message.group_id)
         if group is not None and code == ErrorCode.NONE:
@@ -153,7 +184,10 @@ class GroupCoordinatorShard:
         code = ErrorCode.INVALID_GROUP_ID if not message.group_id else ErrorCode.NONE
         group = self._group(message.group_id)
         generation, member_id = getattr(message, "generation_id", -1), getattr(message, "member_id", "")
-        if code == ErrorCode.NONE and group is not None and (generation >= 0 or member_id):
+        consumer_group = self.consumer_groups.get(message.group_id)
+        if code == ErrorCode.NONE and consumer_group is not None and (generation >= 0 or member_id):
+            code = consumer_group.validate_offset_commit(member_id, generation, None, transactional=True)
+        elif code == ErrorCode.NONE and group is not None and (generation >= 0 or member_id):
             code = group.validate_offset_commit(member_id, generation, getattr(message, "group_instance_id", None))
         elif code == ErrorCode.NONE and group is None and (generation >= 0 or member_id):
             code = ErrorCode.ILLEGAL_GENERATION
@@ -164,12 +198,15 @@ class GroupCoordinatorShard:
         return CoordinatorResult(records=records, response=response,
                                  transactional=TransactionalWrite(message.producer_id, message.producer_epoch))
 
-    def _commit_error(self, message: Any) -> ErrorCode:
+    def _commit_error(self, message: Any, api_version: int) -> ErrorCode:
         if not message.group_id:
             return ErrorCode.INVALID_GROUP_ID
         group = self._group(message.group_id)
         generation = message.generation_id_or_member_epoch
         instance = getattr(message, "group_instance_id", None)
+        consumer_group = self.consumer_groups.get(message.group_id)
+        if consumer_group is not None:
+            return consumer_group.validate_offset_commit(message.member_id, generation, instance, api_version)
         if group is None:
             # A commit outside any group membership ("simple" consumers, admin tools) needs no group.
             if generation < 0 and not message.member_id:
@@ -179,6 +216,12 @@ class GroupCoordinatorShard:
 
     def _offset_fetch(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         message = request.message
+        consumer_group = self.consumer_groups.get(message.group_id)
+        member_id, member_epoch = getattr(message, "member_id", None), getattr(message, "member_epoch", -1)
+        if consumer_group is not None:
+            code = consumer_group.validate_offset_fetch(member_id, member_epoch)
+            if code != ErrorCode.NONE:
+                return Outcome(response=code)
         topics = None if message.topics is None else [(t.name, list(t.partition_indexes)) for t in message.topics]
         answer = self.offsets.fetch(message.group_id, topics, bool(getattr(message, "require_stable", False)))
         return Outcome(response=offset_fetch_response(answer))
@@ -186,7 +229,7 @@ class GroupCoordinatorShard:
     def _offset_delete(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         message = request.message
         response_class = messages.OffsetDeleteResponse
-        group = self._group(message.group_id)
+        group = self._group(message.group_id) or self.consumer_groups.get(message.group_id)
         if group is None and not self.offsets.has_group(message.group_id):
             return Outcome(response=response_class(throttle_time_ms=0, error_code=ErrorCode.GROUP_ID_NOT_FOUND,
                                                    topics=[]))
@@ -209,6 +252,10 @@ class GroupCoordinatorShard:
 
     def _describe(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         group_id = request.message
+        if group_id in self.consumer_groups:  # as Kafka 4: not a classic group (ConsumerGroupDescribe it)
+            return Outcome(response=messages.DescribeGroupsResponse.DescribedGroup(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id, group_state=GroupState.DEAD.value,
+                protocol_type="", protocol_data="", members=[]))
         group = self._group(group_id)
         if group is None:
             response_class = messages.DescribeGroupsResponse
@@ -225,20 +272,25 @@ class GroupCoordinatorShard:
         listed = {group_id: ListedGroup(group_id, group.protocol_type or "", group.state_name, group.group_type)
                   for group_id, group in self.groups.items()
                   if group.generation > 0 or group.members or self.offsets.has_group(group_id)}
+        for group_id, group in self.consumer_groups.items():
+            listed[group_id] = ListedGroup(group_id, group.protocol_type, group.state_name, group.group_type)
         for group_id in self.offsets.committed:
             listed.setdefault(group_id, ListedGroup(group_id, "", GroupState.EMPTY.value, "classic"))
         return [listed[g] for g in sorted(listed)]
 
     def _delete(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         group_id = request.message
-        group = self._group(group_id)
+        group = self._group(group_id) or self.consumer_groups.get(group_id)
         if group is None and not self.offsets.has_group(group_id):
             return Outcome(response=(group_id, ErrorCode.GROUP_ID_NOT_FOUND))
         code = group.validate_delete() if group is not None else ErrorCode.NONE
         if code != ErrorCode.NONE:
             return Outcome(response=(group_id, code))
         records = self.offsets.tombstones(group_id)
-        records.append(CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None))
+        if isinstance(group, ConsumerGroup):
+            records += group.deletion_records()
+        else:
+            records.append(CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None))
         return Outcome(records=records, response=(group_id, ErrorCode.NONE))
 
     # --- replay -------------------------------------------------------------------------------------------
@@ -263,13 +315,33 @@ class GroupCoordinatorShard:
             else:
                 group = self.groups.get(key.group) or self._new_group(key.group)
                 group.replay_group_metadata(value)
+        elif type(key) in CONSUMER_KEYS and not isinstance(value, consumer_records.SkippedValue):
+            self._replay_consumer(key, value)
         else:
             self.skipped_records += 1
+
+    def _replay_consumer(self, key: Any, value: Any) -> None:
+        group = self.consumer_groups.get(key.group)
+        if group is None:
+            if value is None:
+                return
+            group = self.consumer_groups[key.group] = ConsumerGroup(key.group)
+            group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+        group.replay(key, value)
+        if isinstance(key, consumer_records.ConsumerGroupMetadataKey) and value is None:
+            del self.consumer_groups[key.group]  # the group is deleted
+        elif isinstance(key, consumer_records.ConsumerGroupMemberMetadataKey) and value is None:
+            self.consumer_sessions.pop((key.group, key.member_id), None)
+            self.revocation_deadlines.pop((key.group, key.member_id), None)
 
     # --- time ---------------------------------------------------------------------------------------------
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (g.next_deadline_ms() for g in self.groups.values()) if d is not None]
+        if self.consumer_sessions:
+            deadlines.append(min(self.consumer_sessions.values()))
+        if self.revocation_deadlines:
+            deadlines.append(min(d for d, _ in self.revocation_deadlines.values()))
         if self.next_retention_check_ms is not None:
             deadlines.append(self.next_retention_check_ms)
         return min(deadlines) if deadlines else None
@@ -280,6 +352,7 @@ class GroupCoordinatorShard:
             deadline = group.next_deadline_ms()
             if deadline is not None and deadline <= now_ms:
                 outcome = merge(outcome, group.poll(now_ms))
+        outcome.records += self._expire_consumer_members(now_ms)
         if self.next_retention_check_ms is not None and self.next_retention_check_ms <= now_ms:
             self.next_retention_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
             outcome.records += self._expire_offsets(now_ms)
@@ -290,7 +363,15 @@ class GroupCoordinatorShard:
         """Tombstones for offsets past retention of groups without members (Kafka's cleanupGroupMetadata),
         and for the group itself once none of its offsets remain."""
         records = []
-        for group_id in sorted(set(self.offsets.committed) | set(self.groups)):
+        for group_id in sorted(set(self.offsets.committed) | set(self.groups) | set(self.consumer_groups)):
+            consumer_group = self.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                if consumer_group.is_empty():
+                    expired = self.offsets.expired(group_id, now_ms)
+                    records += self.offsets.tombstones(group_id, expired)
+                    if len(self.offsets.committed.get(group_id, {})) == len(expired):
+                        records += consumer_group.deletion_records()
+                continue
             group = self.groups.get(group_id)
             if group is not None and group.state is not GroupState.EMPTY:
                 continue
@@ -310,7 +391,100 @@ class GroupCoordinatorShard:
     def on_loaded(self, now_ms: int) -> None:
         for group in self.groups.values():
             group.on_loaded(now_ms)
+        for group in self.consumer_groups.values():
+            for member in group.members.values():
+                self.consumer_sessions[(group.group_id, member.member_id)] = now_ms + self.config.consumer_session_timeout_ms
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self.revocation_deadlines[(group.group_id, member.member_id)] = (
+                        now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch)
         self.next_retention_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
 
     def parked_request_ids(self) -> list[int]:
         return [request_id for group in self.groups.values() for request_id in group.parked_request_ids()]
+
+    # --- the consumer protocol (KIP-848) ---------------------------------------------------------------------
+
+    def _consumer_heartbeat(self, request_id: int, request: GroupRequest, now_ms: int) -> CoordinatorResult:
+        message = request.message
+        try:
+            validate_heartbeat(message, self.config)
+            group = self.consumer_groups.get(message.group_id)
+            records = []
+            if group is None:
+                classic = self.groups.get(message.group_id)
+                if classic is not None and not classic.is_empty():
+                    raise KafkaError(f"group {message.group_id} is a classic group", ErrorCode.GROUP_ID_NOT_FOUND)
+                if message.member_epoch != 0:
+                    raise KafkaError(f"group {message.group_id} not found", ErrorCode.GROUP_ID_NOT_FOUND)
+                if classic is not None:  # an empty classic group becomes a consumer group
+                    records.append(CoordinatorRecord(encode_key(GroupMetadataKey(message.group_id)), None))
+                group = ConsumerGroup(message.group_id)  # created by the replay of its records
+                group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+            outcome = group.heartbeat(message, request.client_id, request.client_host, request.topics or {},
+                                      self.config, lambda: self._new_consumer_member_id(message.group_id), now_ms)
+        except KafkaError as error:
+            return CoordinatorResult.answer(messages.ConsumerGroupHeartbeatResponse(
+                throttle_time_ms=0, error_code=error.code, error_message=error.message, member_epoch=-1))
+        key = (message.group_id, outcome.response.member_id)
+        member = outcome.member
+        if member is None:  # it left
+            self.consumer_sessions.pop(key, None)
+            self.revocation_deadlines.pop(key, None)
+        else:
+            self.consumer_sessions[key] = now_ms + self.config.consumer_session_timeout_ms
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                deadline = self.revocation_deadlines.get(key)
+                if deadline is None or deadline[1] != member.member_epoch:
+                    self.revocation_deadlines[key] = (now_ms + max(member.rebalance_timeout_ms, 0),
+                                                      member.member_epoch)
+            else:
+                self.revocation_deadlines.pop(key, None)
+        return CoordinatorResult.answer(outcome.response, records + outcome.records)
+
+    def _new_consumer_member_id(self, group_id: str) -> str:
+        """A member id for a v0 client that asks the coordinator for one (v1 clients bring their own)."""
+        self._consumer_member_ids += 1
+        return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{group_id}/{self.partition}/{self._consumer_member_ids}"))
+
+    def _consumer_describe(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
+        group_id = request.message
+        group = self.consumer_groups.get(group_id)
+        response_class = messages.ConsumerGroupDescribeResponse
+        if group is None:
+            message = (f"group {group_id} is not a consumer group" if group_id in self.groups
+                       else f"group {group_id} not found")
+            return Outcome(response=response_class.DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                                                                  error_message=message, group_id=group_id))
+        names = {info.topic_id: name for name, info in (request.topics or {}).items()}
+        return Outcome(response=group.describe(names))
+
+    def _expire_consumer_members(self, now_ms: int) -> list[CoordinatorRecord]:
+        """Fence consumer members whose session expired or who did not revoke within their rebalance timeout."""
+        expired = {key for key, deadline in self.consumer_sessions.items() if deadline <= now_ms}
+        for key, (deadline, epoch) in self.revocation_deadlines.items():
+            member = self._consumer_member(key)
+            if deadline <= now_ms and member is not None and member.state is MemberState.UNREVOKED_PARTITIONS \
+                    and member.member_epoch == epoch:
+                expired.add(key)
+        records = []
+        for key in sorted(expired):
+            self.consumer_sessions.pop(key, None)
+            self.revocation_deadlines.pop(key, None)
+            group = self.consumer_groups.get(key[0])
+            if group is not None and key[1] in group.members:
+                records += group.fence(key[1])
+        return records
+
+    def _consumer_member(self, key: tuple[str, str]):
+        group = self.consumer_groups.get(key[0])
+        return None if group is None else group.members.get(key[1])
+
+
+CONSUMER_KEYS = frozenset({
+    consumer_records.ConsumerGroupMetadataKey,
+    consumer_records.ConsumerGroupPartitionMetadataKey,
+    consumer_records.ConsumerGroupMemberMetadataKey,
+    consumer_records.ConsumerGroupTargetAssignmentMetadataKey,
+    consumer_records.ConsumerGroupTargetAssignmentMemberKey,
+    consumer_records.ConsumerGroupCurrentMemberAssignmentKey,
+})

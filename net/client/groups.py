@@ -31,6 +31,7 @@ COORDINATOR_RETRY_CODES = frozenset({
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
 })
 FIND_COORDINATOR_VERSION = 2  # the last version with a single key: every broker and client speaks it
+OFFSET_FETCH_SINGLE_GROUP_VERSION = 7  # the last version naming one group (v8+ carry a list of groups)
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,14 @@ async def find_coordinator(client: KafkaClient, group_id: str) -> int:
     return await client._retrying(attempt, COORDINATOR_RETRY_CODES)
 
 
-async def _to_coordinator(client: KafkaClient, group_id: str, api_key: int, request, error_of) -> tuple[int, object]:
+async def _to_coordinator(client: KafkaClient, group_id: str, api_key: int, request, error_of,
+                          api_version: int | None = None) -> tuple[int, object]:
     """Send `request` to the group's coordinator, retrying while the coordinator moves or loads.
     `error_of(response)` extracts the error code that decides a retry. Returns (coordinator, response)."""
 
     async def attempt():
         coordinator = await find_coordinator(client, group_id)
-        response = await client.send(coordinator, api_key, request)
+        response = await client.send(coordinator, api_key, request, api_version)
         code = error_of(response)
         if code in COORDINATOR_RETRY_CODES:
             raise_for_code(code, None, f"group {group_id!r}")
@@ -152,7 +154,8 @@ async def _describe_consumer_group(client: KafkaClient, group_id: str) -> GroupD
 async def fetch_committed_offsets(client: KafkaClient, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
     """Every committed offset of the group, (topic, partition) -> CommittedOffset."""
     request = messages.OffsetFetchRequest(group_id=group_id, topics=None, require_stable=False)
-    _, response = await _to_coordinator(client, group_id, ApiKey.OFFSET_FETCH, request, lambda r: r.error_code)
+    _, response = await _to_coordinator(client, group_id, ApiKey.OFFSET_FETCH, request, lambda r: r.error_code,
+                                        api_version=OFFSET_FETCH_SINGLE_GROUP_VERSION)
     raise_for_code(response.error_code, None, f"fetch offsets of group {group_id!r}")
     offsets = {}
     for topic in response.topics:

@@ -103,6 +103,10 @@ ListPartitionReassignmentsRequest = build_message_class(specs.LIST_PARTITION_REA
 ListPartitionReassignmentsResponse = build_message_class(specs.LIST_PARTITION_REASSIGNMENTS_RESPONSE)
 UnregisterBrokerRequest = build_message_class(specs.UNREGISTER_BROKER_REQUEST)
 UnregisterBrokerResponse = build_message_class(specs.UNREGISTER_BROKER_RESPONSE)
+ConsumerGroupHeartbeatRequest = build_message_class(specs.CONSUMER_GROUP_HEARTBEAT_REQUEST)
+ConsumerGroupHeartbeatResponse = build_message_class(specs.CONSUMER_GROUP_HEARTBEAT_RESPONSE)
+ConsumerGroupDescribeRequest = build_message_class(specs.CONSUMER_GROUP_DESCRIBE_REQUEST)
+ConsumerGroupDescribeResponse = build_message_class(specs.CONSUMER_GROUP_DESCRIBE_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:
     table = {}

@@ -129,7 +129,7 @@ def field(
     assert item in PRIMITIVE_TYPES or item[:1].isupper(), f"{kafka_name}: unknown type {type_!r}"
     assert spec.is_struct == bool(fields), f"{kafka_name}: struct fields {bool(fields)} for type {type_!r}"
     assert (tag is None) == (tagged is None), f"{kafka_name}: tag={tag} tagged={tagged}"
-    assert spec.nullable.lowest > spec.nullable.highest or spec.is_array or item in NULLABLE_TYPES, (
+    assert spec.nullable.lowest > spec.nullable.highest or spec.is_array or spec.is_struct or item in NULLABLE_TYPES, (
         f"{kafka_name}: type {type_!r} cannot be nullable"
     )
     return spec
@@ -408,11 +408,32 @@ def _item_codec(
     kind = spec.item_type
     if spec.is_struct:
         struct_codec = _nested_codec(owner._struct_classes[spec.name], version, flexible)
+        if nullable:
+            return _nullable_struct_codec(struct_codec)
         return struct_codec.encode, struct_codec.decode, struct_codec.bytes_min
     if kind in _FIXED:
         packer = _FIXED[kind].pack
         return (lambda value, out: out.append(packer(value))), _FIXED_READERS[kind], _FIXED[kind].size
     return _variable_codec(kind, flexible, nullable)
+
+
+def _nullable_struct_codec(struct_codec: "StructCodec") -> tuple[Encoder, Decoder, int]:
+    """A nullable struct field (Kafka's MessageGenerator): an int8 marker, -1 for null, 1 before a value."""
+
+    def encode(value: Any, out: list) -> None:
+        if value is None:
+            out.append(b"\xff")
+            return
+        out.append(b"\x01")
+        struct_codec.encode(value, out)
+
+    def decode(reader: Reader) -> Any:
+        marker = reader.int8()
+        if marker < 0:
+            return None
+        return struct_codec.decode(reader)
+
+    return encode, decode, 1
 
 
 def _variable_codec(kind: str, flexible: bool, nullable: bool) -> tuple[Encoder, Decoder, int]:

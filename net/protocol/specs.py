@@ -179,7 +179,7 @@ METADATA_RESPONSE = response(
 )
 
 OFFSET_COMMIT_REQUEST = request(
-    8, 'OffsetCommitRequest', valid="2-7", flexible='8+', fields=(
+    8, 'OffsetCommitRequest', valid="2-9", flexible='8+', fields=(
         field('GroupId', 'string', '0+'),
         field('GenerationIdOrMemberEpoch', 'int32', '1+', default=-1),
         field('MemberId', 'string', '1+'),
@@ -198,7 +198,7 @@ OFFSET_COMMIT_REQUEST = request(
 )
 
 OFFSET_COMMIT_RESPONSE = response(
-    8, 'OffsetCommitResponse', valid="2-7", flexible='8+', fields=(
+    8, 'OffsetCommitResponse', valid="2-9", flexible='8+', fields=(
         field('ThrottleTimeMs', 'int32', '3+'),
         field('Topics', '[]OffsetCommitResponseTopic', '0+', fields=(
             field('Name', 'string', '0-9'),
@@ -211,18 +211,27 @@ OFFSET_COMMIT_RESPONSE = response(
 )
 
 OFFSET_FETCH_REQUEST = request(
-    9, 'OffsetFetchRequest', valid="1-7", flexible='6+', fields=(
-        field('GroupId', 'string', '0-7'),
+    9, 'OffsetFetchRequest', valid="1-9", flexible='6+', fields=(
+        field('GroupId', 'string', '0-7', default=''),
         field('Topics', '[]OffsetFetchRequestTopic', '0-7', nullable='2-7', fields=(
             field('Name', 'string', '0-7'),
             field('PartitionIndexes', '[]int32', '0-7'),
+        )),
+        field('Groups', '[]OffsetFetchRequestGroup', '8+', fields=(
+            field('GroupId', 'string', '8+'),
+            field('MemberId', 'string', '9+', nullable='9+', default=None),
+            field('MemberEpoch', 'int32', '9+', default=-1),
+            field('Topics', '[]OffsetFetchRequestTopics', '8+', nullable='8+', fields=(
+                field('Name', 'string', '8+'),
+                field('PartitionIndexes', '[]int32', '8+'),
+            )),
         )),
         field('RequireStable', 'bool', '7+', default=False),
     ),
 )
 
 OFFSET_FETCH_RESPONSE = response(
-    9, 'OffsetFetchResponse', valid="1-7", flexible='6+', fields=(
+    9, 'OffsetFetchResponse', valid="1-9", flexible='6+', fields=(
         field('ThrottleTimeMs', 'int32', '3+'),
         field('Topics', '[]OffsetFetchResponseTopic', '0-7', fields=(
             field('Name', 'string', '0-7'),
@@ -235,6 +244,20 @@ OFFSET_FETCH_RESPONSE = response(
             )),
         )),
         field('ErrorCode', 'int16', '2-7', default=0),
+        field('Groups', '[]OffsetFetchResponseGroup', '8+', fields=(
+            field('GroupId', 'string', '8+'),
+            field('Topics', '[]OffsetFetchResponseTopics', '8+', fields=(
+                field('Name', 'string', '8+'),
+                field('Partitions', '[]OffsetFetchResponsePartitions', '8+', fields=(
+                    field('PartitionIndex', 'int32', '8+'),
+                    field('CommittedOffset', 'int64', '8+'),
+                    field('CommittedLeaderEpoch', 'int32', '8+', default=-1),
+                    field('Metadata', 'string', '8+', nullable='8+'),
+                    field('ErrorCode', 'int16', '8+'),
+                )),
+            )),
+            field('ErrorCode', 'int16', '8+', default=0),
+        )),
     ),
 )
 
@@ -1221,6 +1244,88 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = response(
             field('User', 'string', '0+'),
             field('ErrorCode', 'int16', '0+'),
             field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
+CONSUMER_GROUP_HEARTBEAT_REQUEST = request(
+    68, 'ConsumerGroupHeartbeatRequest', valid="0-1", flexible='0+', fields=(
+        field('GroupId', 'string', '0+'),
+        field('MemberId', 'string', '0+'),
+        field('MemberEpoch', 'int32', '0+'),
+        field('InstanceId', 'string', '0+', nullable='0+', default=None),
+        field('RackId', 'string', '0+', nullable='0+', default=None),
+        field('RebalanceTimeoutMs', 'int32', '0+', default=-1),
+        field('SubscribedTopicNames', '[]string', '0+', nullable='0+', default=None),
+        field('SubscribedTopicRegex', 'string', '1+', nullable='1+', default=None),
+        field('ServerAssignor', 'string', '0+', nullable='0+', default=None),
+        field('TopicPartitions', '[]TopicPartitions', '0+', nullable='0+', default=None, fields=(
+            field('TopicId', 'uuid', '0+'),
+            field('Partitions', '[]int32', '0+'),
+        )),
+    ),
+)
+
+CONSUMER_GROUP_HEARTBEAT_RESPONSE = response(
+    68, 'ConsumerGroupHeartbeatResponse', valid="0-1", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('ErrorCode', 'int16', '0+', default=0),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('MemberId', 'string', '0+', nullable='0+', default=None),
+        field('MemberEpoch', 'int32', '0+', default=-1),
+        field('HeartbeatIntervalMs', 'int32', '0+', default=0),
+        field('Assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
+            field('TopicPartitions', '[]TopicPartitions', '0+', fields=(
+                field('TopicId', 'uuid', '0+'),
+                field('Partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+CONSUMER_GROUP_DESCRIBE_REQUEST = request(
+    69, 'ConsumerGroupDescribeRequest', valid="0", flexible='0+', fields=(
+        field('GroupIds', '[]string', '0+'),
+        field('IncludeAuthorizedOperations', 'bool', '0+', default=False),
+    ),
+)
+
+CONSUMER_GROUP_DESCRIBE_RESPONSE = response(
+    69, 'ConsumerGroupDescribeResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('Groups', '[]DescribedGroup', '0+', fields=(
+            field('ErrorCode', 'int16', '0+', default=0),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+            field('GroupId', 'string', '0+'),
+            field('GroupState', 'string', '0+', default=''),
+            field('GroupEpoch', 'int32', '0+', default=0),
+            field('AssignmentEpoch', 'int32', '0+', default=0),
+            field('AssignorName', 'string', '0+', default=''),
+            field('Members', '[]Member', '0+', fields=(
+                field('MemberId', 'string', '0+'),
+                field('InstanceId', 'string', '0+', nullable='0+', default=None),
+                field('RackId', 'string', '0+', nullable='0+', default=None),
+                field('MemberEpoch', 'int32', '0+'),
+                field('ClientId', 'string', '0+'),
+                field('ClientHost', 'string', '0+'),
+                field('SubscribedTopicNames', '[]string', '0+'),
+                field('SubscribedTopicRegex', 'string', '0+', nullable='0+', default=None),
+                field('Assignment', 'Assignment', '0+', fields=(
+                    field('TopicPartitions', '[]TopicPartitions', '0+', fields=(
+                        field('TopicId', 'uuid', '0+'),
+                        field('TopicName', 'string', '0+'),
+                        field('Partitions', '[]int32', '0+'),
+                    )),
+                )),
+                field('TargetAssignment', 'Assignment', '0+', fields=(
+                    field('TopicPartitions', '[]TopicPartitions', '0+', fields=(
+                        field('TopicId', 'uuid', '0+'),
+                        field('TopicName', 'string', '0+'),
+                        field('Partitions', '[]int32', '0+'),
+                    )),
+                )),
+            )),
+            field('AuthorizedOperations', 'int32', '0+', default=-2147483648),
         )),
     ),
 )

@@ -1,5 +1,5 @@
-"""Real consumer groups against a real three-node cluster: confluent-kafka (eager and cooperative-sticky),
-kafka-python and kcat's balanced consumer, each consumer in its own process so
+"""Real consumer groups against a real three-node cluster: confluent-kafka (eager and cooperative-sticky
+assignors of the classic protocol, and the KIP-848 consumer protocol), kafka-python and kcat's balanced consumer, each consumer in its own process so
 that it can be SIGKILLed and restarted as an application would be.
 
 What each scenario shows (issue #10's acceptance): the group shares the partitions evenly and reads each
@@ -21,7 +21,7 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli_json, create_topic, eventually, metadata, topic_of, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 PARTITIONS = 6
@@ -31,7 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("groups")), nodes=3, broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10})
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("groups")), nodes=3, broker={
+        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10,
+        "group_consumer_session_timeout_ms": SESSION_TIMEOUT_MS, "group_consumer_heartbeat_interval_ms": 500})
     cluster.start()
     wait_for_quorum(cluster)
     yield cluster
@@ -132,8 +134,9 @@ CONFLUENT_VARIANTS = {
     "cooperative-sticky": {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500,
                            "partition.assignment.strategy": "cooperative-sticky"},
 }
-# The KIP-848 consumer protocol (`group.protocol=consumer`) is not served yet: the broker does not advertise
-# ConsumerGroupHeartbeat, so librdkafka cannot use it (it needs Metadata v10+ topic ids as well).
+# The KIP-848 consumer protocol: the session timeout and heartbeat interval are the broker's
+# (group_consumer_session_timeout_ms in the cluster fixture); librdkafka refuses the client-side settings.
+CONFLUENT_VARIANTS["consumer-protocol"] = {"group.protocol": "consumer"}
 
 
 @pytest.mark.parametrize("variant", sorted(CONFLUENT_VARIANTS))
@@ -148,6 +151,10 @@ def test_confluent_group_shares_partitions_reads_once_survives_kill_close_and_re
         wait_assignment(members, [2, 2, 2], 60)
         values = consumed(members)
         assert len(values) == len(set(values)) == 30_000, "each record exactly once with commits"
+        described = cli_json("groups", "describe", group, "-b", cluster.bootstrap_servers)
+        assert described["type"] == ("consumer" if variant == "consumer-protocol" else "classic"), described
+        assert sorted(len(ps) for m in described["members"] for ps in m["assignment"].values()) == [2, 2, 2]
+        assert {r["lag"] for r in described["offsets"]} == {0}, described["offsets"]
 
         # SIGKILL one member: after its session times out, the others take its partitions and read on.
         members[0].kill()

@@ -189,6 +189,55 @@ def test_unregister_broker_v0_golden_bytes():
     assert codec.decode_response(64, 0, frame[4:], strict=True) == (9, response)
 
 
+def test_consumer_group_heartbeat_v1_golden_bytes():
+    # Kafka's ConsumerGroupHeartbeat JSON (KIP-848): every version flexible. Body: GroupId "g" (compact: 02 67),
+    # MemberId "m", MemberEpoch 3, InstanceId null (00), RackId null, RebalanceTimeoutMs -1,
+    # SubscribedTopicNames null (00), SubscribedTopicRegex "t.*" (v1), ServerAssignor null,
+    # TopicPartitions [one: TopicId, Partitions [0, 2], tags], tags.
+    import uuid
+
+    topic_id = uuid.UUID("00112233445566778899aabbccddeeff")
+    request_class = messages.ConsumerGroupHeartbeatRequest
+    request = request_class(group_id="g", member_id="m", member_epoch=3, subscribed_topic_regex="t.*",
+                            topic_partitions=[request_class.TopicPartitions(topic_id=topic_id, partitions=[0, 2])])
+    frame = codec.encode_request(RequestHeader(68, 1, 5, "c"), request)
+    body = ("0267" "026d" "00000003" "00" "00" "ffffffff" "00" "04742e2a" "00"
+            "02" + topic_id.hex + "03" "00000000" "00000002" "00" "00")
+    header = "0044" "0001" "00000005" "0001" "63" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + header + body
+    _, decoded = codec.decode_request(frame[4:])
+    assert decoded == request
+    # The response's Assignment is a nullable struct: an int8 marker (-1 null, 1 present) before its fields.
+    response_class = messages.ConsumerGroupHeartbeatResponse
+    response = response_class(member_id="m", member_epoch=4, heartbeat_interval_ms=5000,
+                              assignment=response_class.Assignment(topic_partitions=[
+                                  response_class.TopicPartitions(topic_id=topic_id, partitions=[1])]))
+    frame = codec.encode_response(RequestHeader(68, 1, 5, "c"), response)
+    body = ("00000000" "0000" "00" "026d" "00000004" "00001388"
+            "01" "02" + topic_id.hex + "02" "00000001" "00" "00" "00")
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000005" "00" + body
+    assert codec.decode_response(68, 1, frame[4:], strict=True) == (5, response)
+    response.assignment = None
+    frame = codec.encode_response(RequestHeader(68, 1, 5, "c"), response)
+    assert frame.hex().endswith("00001388" "ff" "00")
+
+
+def test_consumer_group_describe_v0_golden_bytes():
+    request = messages.ConsumerGroupDescribeRequest(group_ids=["g"], include_authorized_operations=True)
+    frame = codec.encode_request(RequestHeader(69, 0, 6, "c"), request)
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0045" "0000" "00000006" "0001" "63" "00" + "02" "0267" "01" "00"
+    response_class = messages.ConsumerGroupDescribeResponse
+    response = response_class(groups=[response_class.DescribedGroup(
+        error_code=69, error_message=None, group_id="g", group_state="", group_epoch=0, assignment_epoch=0,
+        assignor_name="", members=[])])
+    frame = codec.encode_response(RequestHeader(69, 0, 6, "c"), response)
+    # ThrottleTimeMs; Groups [ErrorCode 69, ErrorMessage null, GroupId "g", GroupState "", epochs, AssignorName "",
+    # Members [], AuthorizedOperations INT32_MIN, tags], tags
+    body = "00000000" "02" "0045" "00" "0267" "01" "00000000" "00000000" "01" "01" "80000000" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000006" "00" + body
+    assert codec.decode_response(69, 0, frame[4:], strict=True) == (6, response)
+
+
 def test_metadata_request_v12_golden_bytes_ask_by_topic_id():  # KIP-516: the topic id first, a null name
     import uuid
 
