@@ -25,6 +25,8 @@ GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery")
 class GroupCheckers(ClusterCheckers):
     """The cluster's checkers plus the group ones (see the module docstring)."""
 
+    group_checker_names = GROUP_CHECKER_NAMES
+
     def __init__(self) -> None:
         super().__init__()
         self.owners: dict[tuple[str, int], dict[int, str]] = {}  # (group, generation) -> partition -> member
@@ -34,7 +36,7 @@ class GroupCheckers(ClusterCheckers):
         self.assignments_seen = 0
 
     def violate(self, checker: str, detail: str) -> None:
-        if checker in GROUP_CHECKER_NAMES:
+        if checker in self.group_checker_names:
             self.violations.setdefault(checker, detail)
             return
         super().violate(checker, detail)
@@ -84,5 +86,5 @@ class GroupCheckers(ClusterCheckers):
     def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
         verdicts = super().verdicts(node_errors)
         group_verdicts = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                          for name in GROUP_CHECKER_NAMES]
+                          for name in self.group_checker_names]
         return verdicts[:len(CLUSTER_CHECKER_NAMES)] + group_verdicts + verdicts[len(CLUSTER_CHECKER_NAMES):]

@@ -98,6 +98,8 @@ def range_assignment(member_ids: list[str], partitions: int) -> dict[str, list[i
 class SimGroupConsumer(KafkaClientBase):
     """One group member (see the module docstring)."""
 
+    offset_commit_version = OFFSET_COMMIT_VERSION
+
     def __init__(self, host: Any, client_id: int, name: str, group: str, topic: str, partitions: int,
                  checkers: Any, on_record: Callable[[tuple[str, int], int, bytes, int], None]) -> None:
         super().__init__(host, client_id, name, topic, partitions)
@@ -365,7 +367,7 @@ class SimGroupConsumer(KafkaClientBase):
             elif errors:
                 self._rejoin_after(min(errors))
 
-        self._request(self.coordinator, ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION, request, on_committed)
+        self._request(self.coordinator, ApiKey.OFFSET_COMMIT, self.offset_commit_version, request, on_committed)
 
     # --- fetching --------------------------------------------------------------------------------------------
 

@@ -43,6 +43,8 @@ class GroupsSimulation(ClusterSimulation):
 
     checkers_class = GroupCheckers
     extra_bugs = GROUP_BUGS
+    member_class: type = SimGroupConsumer
+    group_id = GROUP
     broker_settings_extra = {
         "offsets_topic_num_partitions": OFFSETS_PARTITIONS,
         "group_min_session_timeout_ms": 1_000,
@@ -65,8 +67,9 @@ class GroupsSimulation(ClusterSimulation):
 
     def _build_clients(self) -> None:
         super()._build_clients()
-        self.members = [SimGroupConsumer(self, CLIENT_ID_BASE + 20 + i, f"member-{i}", GROUP, TOPIC, PARTITIONS,
-                                         self.checkers, self.checkers.observe_group_record) for i in range(MEMBERS)]
+        self.members = [self.member_class(self, CLIENT_ID_BASE + 20 + i, f"member-{i}", self.group_id, TOPIC,
+                                          PARTITIONS, self.checkers, self.checkers.observe_group_record)
+                        for i in range(MEMBERS)]
         self.clients = [*self.clients, *self.members]
         self._group_rng = self.loop.derive_rng("group-faults")
         self._members_down: set[int] = set()
@@ -146,15 +149,15 @@ class GroupsSimulation(ClusterSimulation):
     def _final_checks(self) -> None:
         super()._final_checks()
         self.checkers.check_group_delivery()
-        self.checkers.check_final_commits(GROUP, self._committed_offsets())
+        self.checkers.check_final_commits(self.group_id, self._committed_offsets())
 
     def _committed_offsets(self) -> dict[int, int]:
         """The group's committed offsets, read from the shard that coordinates it now."""
-        shard_partition = partition_for_key(GROUP, OFFSETS_PARTITIONS)
+        shard_partition = partition_for_key(self.group_id, OFFSETS_PARTITIONS)
         for process in self.processes.values():
             shard = process.state.coordinators.services[0].runtime.shard(shard_partition)
             if shard is not None:
-                offsets = shard.offsets.committed.get(GROUP, {})
+                offsets = shard.offsets.committed.get(self.group_id, {})
                 return {partition: value.offset for (topic, partition), value in offsets.items() if topic == TOPIC}
         return {}
 

@@ -29,6 +29,7 @@ WORKLOADS: dict[str, str] = {
     "raft": "simulations.raft_sim",
     "cluster": "simulations.cluster_sim",
     "groups": "simulations.groups_sim",
+    "consumer-groups": "simulations.consumer_groups_sim",
     "transactions": "simulations.txn_sim",
     "reassign": "simulations.reassign_sim",
 }

@@ -1,0 +1,102 @@
+"""The consumer-protocol workload: the groups workload with a KIP-848 consumer group instead of a classic one.
+
+Theory of operation. Everything of the groups workload (simulations/groups_sim.py) runs as it does there: the
+whole cluster with its faults, three members with faults of their own (crash, clean leave, pause), the
+coordinator's shards on `__consumer_offsets` of the same nodes. The members speak the consumer protocol
+(simulations/consumer_protocol_clients.py): ConsumerGroupHeartbeat with server-side assignment and
+incremental reconciliation, commits with their member epoch (OffsetCommit v9).
+
+Checkers: the cluster's, plus
+- partition_exclusive: no partition has two owners at once. Checked on the coordinator's own state before
+  every request and timer it handles (what its records made of the group): every partition is in the
+  assigned or pending-revocation set of at most one member. A member gets a partition only after its old
+  owner reported it revoked (or was fenced);
+- commit_kept and group_delivery, as in the groups workload (simulations/group_checkers.py);
+- liveness (extended): after the faults heal every running member is at one member epoch, the partitions
+  are all owned, and the members have read up to each high watermark.
+
+Planted bugs (`--bugs`): "assign_unreleased" (a partition still owned by another member is handed to its new
+owner at once, without waiting for the revocation) and "commit_before_hw" (as in the groups workload).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulations import cluster_sim
+from simulations.consumer_protocol_clients import SimConsumerProtocolMember
+from simulations.group_checkers import GroupCheckers
+from simulations.groups_sim import GroupsSimulation
+from simulations.run import RunConfig, RunResult
+
+CONSUMER_GROUP = "sim-consumer-group"
+CONSUMER_GROUP_CHECKER_NAMES = ("partition_exclusive", "commit_kept", "group_delivery")
+CONSUMER_GROUP_BUGS = {"assign_unreleased": "bug_assign_unreleased_partitions",
+                       "commit_before_hw": "bug_answer_before_commit"}
+SESSION_TIMEOUT_MS = 3_000
+HEARTBEAT_INTERVAL_MS = 500
+
+
+class ConsumerGroupCheckers(GroupCheckers):
+    """The groups workload's checkers with partition_exclusive in place of generation_exclusive."""
+
+    group_checker_names = CONSUMER_GROUP_CHECKER_NAMES
+
+    def check_exclusive_owners(self, groups: dict) -> None:
+        """Every partition in at most one member's assigned or pending-revocation partitions."""
+        for group in groups.values():
+            seen: dict[tuple, str] = {}
+            for member in group.members.values():
+                for assignment in (member.assigned, member.revoking):
+                    for topic_id, partitions in assignment.items():
+                        for partition in partitions:
+                            owner = seen.setdefault((topic_id, partition), member.member_id)
+                            if owner != member.member_id:
+                                self.violate("partition_exclusive", f"group {group.group_id}: partition "
+                                                                    f"{partition} owned by {owner} and "
+                                                                    f"{member.member_id} at group epoch "
+                                                                    f"{group.group_epoch}")
+
+
+class ConsumerGroupsSimulation(GroupsSimulation):
+    """The groups simulation with KIP-848 members (see the module docstring)."""
+
+    checkers_class = ConsumerGroupCheckers
+    extra_bugs = CONSUMER_GROUP_BUGS
+    member_class = SimConsumerProtocolMember
+    group_id = CONSUMER_GROUP
+    broker_settings_extra = {
+        **GroupsSimulation.broker_settings_extra,
+        "group_consumer_session_timeout_ms": SESSION_TIMEOUT_MS,
+        "group_consumer_heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+    }
+
+    def configure_node(self, state: Any) -> None:
+        super().configure_node(state)
+        runtime = state.coordinators.services[0].runtime
+        make_shard = runtime.shard_factory
+        buggy = "assign_unreleased" in self.workload_bugs
+        checkers = self.checkers
+
+        def checked_shard(partition: int) -> Any:
+            shard = make_shard(partition)
+            shard.bug_assign_unreleased_partitions = buggy
+            handle, poll = shard.handle, shard.poll
+
+            def checked_handle(request_id: int, request: Any, now_ms: int) -> Any:
+                checkers.check_exclusive_owners(shard.consumer_groups)
+                return handle(request_id, request, now_ms)
+
+            def checked_poll(now_ms: int) -> Any:
+                checkers.check_exclusive_owners(shard.consumer_groups)
+                return poll(now_ms)
+
+            shard.handle, shard.poll = checked_handle, checked_poll
+            return shard
+
+        runtime.shard_factory = checked_shard
+
+
+def run(config: RunConfig) -> RunResult:
+    """One consumer-protocol simulation of `config` (see the module docstring)."""
+    return cluster_sim.run(config, simulation_class=ConsumerGroupsSimulation)

@@ -1,0 +1,55 @@
+"""The consumer-groups workload: the groups simulation with KIP-848 members (simulations/consumer_groups_sim.py).
+
+partition_exclusive is shown to fail on a hand-fed coordinator state; the planted bug "assign_unreleased"
+fails it at a named seed (the first failing seed of `flotilla simulate --workload consumer-groups --seeds 300
+--duration 30 --bugs assign_unreleased`), replays to the same trace, and passes with the bug off."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from groupcoord.consumer import ConsumerGroup, ConsumerMember
+from simulations.consumer_groups_sim import ConsumerGroupCheckers
+from simulations.faults import DEFAULT_FAULTS
+from simulations.run import run_one, sweep
+from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
+
+ASSIGN_UNRELEASED_SEED = 1
+CHECKERS = {"partition_exclusive", "commit_kept", "group_delivery"}
+
+
+def test_a_fault_free_run_shares_the_partitions_and_passes_every_checker():
+    result = run_one(workload_config("consumer-groups", seed=1))
+    assert result.ok, failed_checkers(result)
+    assert result.stats["assignments"] >= 3
+    assert result.stats["group_records"] >= result.stats["acked_all"]
+    assert result.stats["commits_acked"] > 0
+    assert {v.name for v in result.checkers} >= CHECKERS
+
+
+def test_partition_exclusive_fails_when_two_members_own_a_partition_at_once():
+    topic = uuid.UUID(int=7)
+    group = ConsumerGroup("g")
+    group.members = {"a": ConsumerMember("a", assigned={topic: frozenset({0, 1})}),
+                     "b": ConsumerMember("b", assigned={topic: frozenset({2})})}
+    checkers = ConsumerGroupCheckers()
+    checkers.check_exclusive_owners({"g": group})
+    assert "partition_exclusive" not in checkers.violations
+    group.members["b"] = ConsumerMember("b", assigned={topic: frozenset({2})}, revoking={topic: frozenset({1})})
+    checkers.check_exclusive_owners({"g": group})
+    assert "partition 1 owned by a and b" in checkers.violations["partition_exclusive"]
+
+
+def test_assign_unreleased_fails_partition_exclusive_at_its_known_seed():
+    assert_teeth("consumer-groups", "assign_unreleased", ASSIGN_UNRELEASED_SEED, 30.0, CHECKERS)
+    buggy = run_one(workload_config("consumer-groups", ASSIGN_UNRELEASED_SEED, 30.0, DEFAULT_FAULTS,
+                                    frozenset({"assign_unreleased"})))
+    assert "partition_exclusive" in failed_checkers(buggy)
+
+
+@pytest.mark.slow
+def test_consumer_groups_sweep_with_every_fix_in_place_finds_no_failure():
+    summary = sweep(workload_config("consumer-groups", 1, 20.0, DEFAULT_FAULTS), list(range(1, 31)))
+    assert not summary.failed_seeds, summary.format()
