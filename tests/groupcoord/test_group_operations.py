@@ -1,5 +1,5 @@
-"""Operating consumer groups on a real three-node cluster: coordinator failover, static membership, and the
-`flotilla groups` commands (describe with exact lag, reset-offsets, list, delete) checked against what was
+"""Operating consumer groups on a real three-node cluster: coordinator failover and static membership (the
+classic protocol and KIP-848's consumer protocol), and the `flotilla groups` commands (describe with exact lag, reset-offsets, list, delete) checked against what was
 produced and committed."""
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("group-ops")), nodes=3, broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10})
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("group-ops")), nodes=3, broker={
+        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 10, "group_consumer_session_timeout_ms": 6_000,
+        "group_consumer_heartbeat_interval_ms": 500})
     cluster.start()
     wait_for_quorum(cluster)
     yield cluster
@@ -52,11 +54,18 @@ def commit_directly(cluster: LocalCluster, group: str, topic: str, offsets: dict
         consumer.close()
 
 
-def test_coordinator_failover_keeps_every_acknowledged_commit_and_consumption_resumes(cluster, tmp_path):
-    topic, group = "failover-input", "failover-group"
+PROTOCOLS = {
+    "classic": {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 500},
+    "consumer": {"group.protocol": "consumer"},  # KIP-848: the session timeout is the broker's (6 s above)
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_coordinator_failover_keeps_every_acknowledged_commit_and_consumption_resumes(cluster, tmp_path, protocol):
+    topic, group = f"failover-input-{protocol}", f"failover-group-{protocol}"
     make_topic(cluster, topic)
     first = produce(cluster, topic, 0, 6_000)
-    config = {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 500}
+    config = PROTOCOLS[protocol]
     members = [ConsumerProcess(cluster, tmp_path, f"f{i}", "confluent", group, topic, config).start() for i in range(2)]
     try:
         wait_all_consumed(members, first)
@@ -77,22 +86,30 @@ def test_coordinator_failover_keeps_every_acknowledged_commit_and_consumption_re
         wait_for_quorum(cluster)
 
 
-def test_static_member_restarted_within_its_session_gets_its_partitions_back_without_a_rebalance(cluster, tmp_path):
-    topic, group = "static-input", "static-group"
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_static_member_restarted_within_its_session_gets_its_partitions_back_without_a_rebalance(
+        cluster, tmp_path, protocol):
+    topic, group = f"static-input-{protocol}", f"static-group-{protocol}"
     make_topic(cluster, topic)
     produce(cluster, topic, 0, 600)
+    config = {"session.timeout.ms": 30_000, "heartbeat.interval.ms": 500} if protocol == "classic" else \
+        {"group.protocol": "consumer"}
 
     def member(i: int) -> ConsumerProcess:
-        return ConsumerProcess(cluster, tmp_path, f"s{i}", "confluent", group, topic,
-                               {"group.instance.id": f"instance-{i}", "session.timeout.ms": 30_000,
-                                "heartbeat.interval.ms": 500}).start()
+        return ConsumerProcess(cluster, tmp_path, f"s{i}-{protocol}", "confluent", group, topic,
+                               {"group.instance.id": f"instance-{i}", **config}).start()
 
     members = [member(i) for i in range(3)]
     try:
         wait_assignment(members, [2, 2, 2], 90)
         owned_before = [m.assignment() for m in members]
         events_before = [len(m._lines()) for m in members[1:]]
-        members[0].kill()
+        if protocol == "classic":
+            members[0].kill()  # a static member leaves no LeaveGroup: its session keeps its place
+        else:
+            # KIP-848: a static member that closes leaves with epoch -2 and keeps its place for its session; one
+            # that crashed holds its instance id (UNRELEASED_INSTANCE_ID) until that session expires.
+            members[0].close()
         members[0] = member(0)
         eventually(lambda: members[0].assignment() == owned_before[0], 30, what="instance-0 gets its partitions back")
         # The others saw no revocation or new assignment: the group did not rebalance.
