@@ -417,7 +417,7 @@ class DataPlaneApis:
         result = replica.handle_follower_fetch(
             replica_id, fetch_partition.fetch_offset, None, now_ms, max(max_bytes, 1),
             current_leader_epoch=fetch_partition.current_leader_epoch,
-            follower_log_start_offset=fetch_partition.log_start_offset,
+            follower_log_start_offset=fetch_partition.log_start_offset, zero_copy=True,
         )
         records = result.records if max_bytes > 0 else b""
         self.broker.after_follower_fetch(hosted, result.isr_proposal)
@@ -436,9 +436,10 @@ class DataPlaneApis:
     @staticmethod
     def _read_for_consumer(hosted: HostedPartition, request: Any, fetch_partition: Any, max_bytes: int, data: Any) -> None:
         isolation = IsolationLevel(request.isolation_level) if request.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
+        # Records stay file slices of the log (sent by os.sendfile at a plaintext edge): never copied here.
         result = hosted.replica.read_for_consumer(
             fetch_partition.fetch_offset, max(max_bytes, 1), isolation,
-            current_leader_epoch=fetch_partition.current_leader_epoch,
+            current_leader_epoch=fetch_partition.current_leader_epoch, zero_copy=True,
         )
         data.records = result.records if max_bytes > 0 else b""
         data.high_watermark = result.high_watermark
@@ -448,8 +449,11 @@ class DataPlaneApis:
         if isolation == IsolationLevel.READ_COMMITTED:
             # The aborted transactions overlapping the records returned (Kafka's collectAbortedTransactions).
             upper = fetch_partition.fetch_offset
-            for _, header in iter_batches(data.records):
-                upper = header.next_offset
+            if isinstance(data.records, (bytes, bytearray)):
+                for _, header in iter_batches(data.records):
+                    upper = header.next_offset
+            elif data.records:  # file slices: the log read knows where it ended
+                upper = max(upper, data.records.next_offset)
             aborted = hosted.producer_state.aborted_index.collect(fetch_partition.fetch_offset, upper) \
                 if upper > fetch_partition.fetch_offset else []
             data.aborted_transactions = [messages.FetchResponse.AbortedTransaction(producer_id=p, first_offset=o)

@@ -31,9 +31,19 @@ from net.protocol.codec import (
     decode_request,
     encode_api_versions_fallback,
     encode_response,
+    encode_response_parts,
 )
 from net.protocol import messages
-from net.server import CLOSE_REPLY, NO_REPLY, PRE_AUTH_REQUEST_BYTES_MAX, CloseAfter, CloseConnection, PendingReply
+from net.protocol.types import BUFFER_TYPES, materialized
+from net.server import (
+    CLOSE_REPLY,
+    NO_REPLY,
+    PRE_AUTH_REQUEST_BYTES_MAX,
+    CloseAfter,
+    CloseConnection,
+    FileReply,
+    PendingReply,
+)
 from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclOperation
 from security.sasl import ScramCredential, ScramMechanism
@@ -104,7 +114,7 @@ class KafkaDispatcher:
             return NO_REPLY
         self._record(header, acks, started, result)
         try:
-            return encode_response(header, result)
+            return encode_reply(header, result)
         except KafkaError as error:
             self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
                            error=error.message)
@@ -201,7 +211,7 @@ class KafkaDispatcher:
                 continue
             self._record(header, entry[4], entry[3], response)
             try:
-                entry[0].set(encode_response(header, response))
+                entry[0].set(encode_reply(header, response))
             except KafkaError as error:  # a response this version cannot carry: a bug, but one connection's
                 self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
                                error=error.message)
@@ -235,3 +245,16 @@ def _subject(certificate: bytes | None) -> str | None:
     from cryptography import x509
 
     return x509.load_der_x509_certificate(certificate).subject.rfc4514_string()
+
+
+def encode_reply(header: RequestHeader, response: Any) -> bytes | FileReply:
+    """The response frame; a Fetch response whose records are segment file slices becomes a FileReply that
+    the server sends with os.sendfile."""
+    if header.api_key != ApiKey.FETCH:
+        return encode_response(header, response)
+    parts = encode_response_parts(header, response)
+    if all(isinstance(part, BUFFER_TYPES) for part in parts):
+        return b"".join(parts)
+    if any(not isinstance(part, BUFFER_TYPES) and part.handle.fileno() is None for part in parts):
+        return b"".join(materialized(parts))
+    return FileReply(parts)

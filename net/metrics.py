@@ -18,6 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.metrics import BrokerMetrics, gauges
 from net.logs import get_logger
+from net.server import SENDFILE_STATS
 
 REQUEST_BYTES_MAX = 8 * 1024
 REQUEST_TIMEOUT_S = 5.0
@@ -99,6 +100,11 @@ class NodeCollector:
         isr.add_metric(["shrink"], metrics.isr_shrinks)
         isr.add_metric(["expand"], metrics.isr_expands)
         yield isr
+        sendfile = CounterMetricFamily("flotilla_sendfile", "os.sendfile calls of fetch responses (records sent "
+                                       "from segment files without a copy through Python)", labels=["what"])
+        sendfile.add_metric(["calls"], SENDFILE_STATS["calls"])
+        sendfile.add_metric(["bytes"], SENDFILE_STATS["bytes"])
+        yield sendfile
 
 
 class MetricsServer:

@@ -32,6 +32,7 @@ import bisect
 import posixpath
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from partitions.batch import (
     COMPRESSION_MASK,
@@ -156,6 +157,9 @@ class FileSlice:
         assert len(data) == self.size, f"short read {len(data)} of {self.size} at {self.position}"
         return data
 
+    def __len__(self) -> int:  # a chunk of an encoded response (net/protocol: records written without a copy)
+        return self.size
+
 
 @dataclass(slots=True)
 class FetchData:
@@ -165,7 +169,22 @@ class FetchData:
 
     fetch_offset: int
     slices: tuple[FileSlice, ...]
+    _end: Any = field(default=None, repr=False)  # (segment, position) where the read ended
     _records: bytes | None = field(default=None, repr=False)
+
+    @property
+    def sendable(self) -> bool:
+        """Whether every slice is in a file with a descriptor (os.sendfile can send it)."""
+        return all(piece.handle.fileno() is not None for piece in self.slices)
+
+    @property
+    def next_offset(self) -> int:
+        """The first offset after the batches read: the next batch's base offset (one 12-byte read), or the
+        end of the last segment read; `fetch_offset` when nothing was read."""
+        if self._end is None:
+            return self.fetch_offset
+        segment, position = self._end
+        return segment.next_offset if position >= segment.size else segment.base_offset_at(position)
 
     @property
     def size(self) -> int:
@@ -176,6 +195,12 @@ class FetchData:
         if self._records is None:
             self._records = b"".join(piece.read() for piece in self.slices)
         return self._records
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return self.records
 
 
 def _stamp_in_place(records: bytes | bytearray, checked: list[tuple[int, tuple]], first_offset: int,
@@ -577,6 +602,7 @@ class PartitionLog:
             return FetchData(offset, ())  # a caught-up reader, the most common fetch: no index lookup, no I/O
         slices: list[FileSlice] = []
         fetch_offset, remaining = offset, max_bytes
+        last_end = None
         slot = max(0, bisect.bisect_right(self.segments, offset, key=lambda s: s.base_offset) - 1)
         for segment in self.segments[slot:]:
             found = segment.translate_offset(offset)
@@ -594,10 +620,11 @@ class PartitionLog:
             if end > position:
                 slices.append(FileSlice(segment.log, position, end - position))
                 remaining -= min(remaining, end - position)
+                last_end = (segment, end)
             if end < segment.size or remaining == 0:
                 break
             offset = segment.next_offset
-        return FetchData(fetch_offset, tuple(slices))
+        return FetchData(fetch_offset, tuple(slices), last_end)
 
     def max_timestamp_record(self) -> tuple[int, int, int] | None:
         """(timestamp, offset, leader epoch) of the first record with the largest timestamp in the log, or None

@@ -53,7 +53,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
-from partitions.batch import iter_batches
 from partitions.leader_epoch import LeaderEpochCache
 from partitions.errors import (
     ErrorCode,
@@ -136,7 +135,7 @@ class FollowerFetchRequest(NamedTuple):
 
 
 class ConsumerFetchResult(NamedTuple):
-    records: bytes
+    records: Any  # bytes, or with zero_copy the log read itself (FetchData: file slices, len() its size)
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int
@@ -195,9 +194,10 @@ class ProduceCompletion:
 @dataclass(frozen=True, slots=True)
 class FollowerFetchResult:
     """The leader's answer to one follower fetch. `records` is empty when `diverging_epoch` is set.
-    `isr_proposal` is an ISR expansion this fetch triggered (send it as AlterPartition)."""
+    `isr_proposal` is an ISR expansion this fetch triggered (send it as AlterPartition). `records` is bytes,
+    or with zero_copy the log read itself (FetchData: file slices, len() its size)."""
 
-    records: bytes
+    records: Any
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -514,6 +514,7 @@ class Partition:
     def handle_follower_fetch(
         self, replica_id: int, fetch_offset: int, last_fetched_epoch: int | None, now_ms: int, max_bytes: int,
         *, current_leader_epoch: int | None = None, follower_log_start_offset: int = UNKNOWN_OFFSET,
+        zero_copy: bool = False,
     ) -> FollowerFetchResult:
         """Serve a follower's fetch (Kafka's Partition.fetchRecords for a follower). With a
         `last_fetched_epoch` (KIP-320) whose end offset on this leader is below `fetch_offset` or whose
@@ -555,8 +556,8 @@ class Partition:
         # The high watermark after this fetch's update, so a follower learns it one round trip earlier than
         # Kafka (which answers the value read before the update); both are <= every ISR member's LEO.
         return FollowerFetchResult(
-            bytes(data.records), self._high_watermark, self.log.log_start_offset, leader_log_end_offset,
-            None, isr_proposal,
+            data if zero_copy and data.sendable else bytes(data.records), self._high_watermark, self.log.log_start_offset,
+            leader_log_end_offset, None, isr_proposal,
         )
 
     def touch_caught_up_follower(self, replica_id: int, fetch_offset: int, current_leader_epoch: int,
@@ -620,10 +621,12 @@ class Partition:
 
     def read_for_consumer(
         self, fetch_offset: int, max_bytes: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-        *, current_leader_epoch: int | None = None,
+        *, current_leader_epoch: int | None = None, zero_copy: bool = False,
     ) -> ConsumerFetchResult:
         """Serve a consumer fetch: whole batches from `fetch_offset` strictly below the high watermark (below
-        the last stable offset for read_committed); empty when `fetch_offset` is at or above that bound.
+        the last stable offset for read_committed); empty when `fetch_offset` is at or above that bound. With
+        `zero_copy` the records are the log read itself (file slices for the edge to sendfile) when its files
+        have descriptors (not in memory, as in the simulator), else bytes.
         Raises NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError and
         OffsetOutOfRangeError (fetch_offset outside [log_start, LEO])."""
         self._require_leader(current_leader_epoch)
@@ -632,7 +635,9 @@ class Partition:
         max_offset = high_watermark if isolation == IsolationLevel.READ_UNCOMMITTED else last_stable_offset
         records = b""
         if fetch_offset < max_offset:
-            records = _cut_at_offset(bytes(self.log.read(fetch_offset, max_bytes, max_offset, True).records), max_offset)
+            # PartitionLog.read stops before the first batch holding an offset >= max_offset.
+            data = self.log.read(fetch_offset, max_bytes, max_offset, True)
+            records = data if zero_copy and data.sendable else data.records
         return ConsumerFetchResult(records, high_watermark, self.log.log_start_offset, last_stable_offset)
 
     def _require_leader(self, current_leader_epoch: int | None) -> None:
@@ -876,14 +881,3 @@ class Partition:
                 f"leader high watermark went back: {self._leader_hw_floor} -> {high_watermark}"
             )
             self._leader_hw_floor = high_watermark
-
-
-def _cut_at_offset(records: bytes, max_offset: int) -> bytes:
-    """The whole batches of `records` that end below `max_offset` (a consumer never sees a record at or above
-    the high watermark, even if a log read hands back a batch that straddles it)."""
-    end = 0
-    for position, header in iter_batches(records):
-        if header.last_offset >= max_offset:
-            break
-        end = position + header.size
-    return records[:end]

@@ -181,6 +181,10 @@ class LogSegment:
                 return position, header
         return None
 
+    def base_offset_at(self, position: int) -> int:
+        """The base offset of the batch starting at `position` (a batch start below the segment's size)."""
+        return peek_offset_and_length(self.log.read_at(position, 12))[0]
+
     def batch_boundary_at_or_before(self, limit: int, start: int) -> int:
         """The greatest batch start (or end of the log) b with start <= b <= `limit`; `start` is a batch start."""
         limit = min(limit, self.size)

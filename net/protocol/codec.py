@@ -228,11 +228,15 @@ def encode_response(header: RequestHeader, response: Message) -> bytes:
     Raises ProtocolEncodeError when `response` does not fit the api or version, UnsupportedVersionError when
     the version is not implemented.
     """
-    return b"".join(encode_response_parts(header, response))
+    parts = encode_response_parts(header, response)
+    if header.api_key == ApiKey.FETCH:  # records may be file slices of a log read (sent by sendfile at the edge)
+        parts = t.materialized(parts)
+    return b"".join(parts)
 
 
 def encode_response_parts(header: RequestHeader, response: Message) -> list:
-    """Like encode_response, as a list of buffers for a vectored send (records are not copied)."""
+    """Like encode_response, as a list of buffers for a vectored send (records are not copied). A Fetch
+    response's records may be file slices (partitions.log.FileSlice: `.read()`, `.handle.fileno()`)."""
     _check_message(response, header.api_key, header.api_version, "response")
     out: list = [b"", t.INT32.pack(header.correlation_id)]
     if response_header_version(header.api_key, header.api_version) == 1:

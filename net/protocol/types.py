@@ -277,7 +277,13 @@ def write_bytes(value, compact: bool, nullable: bool, out: list) -> None:
 
 def write_records(value, compact: bool, nullable: bool, out: list) -> None:
     """A record set: one buffer, or a list/tuple of buffers (batches read from several places) sent back to back
-    under one length prefix, still without a copy."""
+    under one length prefix, still without a copy; or a log read (partitions.log.FetchData), whose file slices
+    become chunks that the edge sends with os.sendfile (`encode_response` reads them instead)."""
+    slices = getattr(value, "slices", None)
+    if slices is not None:
+        write_length(value.size, compact, True, out)
+        out.extend(slices)
+        return
     if isinstance(value, (list, tuple)):
         write_length(chunks_size(value), compact, True, out)
         out.extend(value)
@@ -299,4 +305,13 @@ def write_tagged_fields(fields: list[tuple[int, bytes]], out: list) -> None:
 
 
 def chunks_size(chunks: list) -> int:
+    """Bytes of `chunks`: buffers, or file slices (their len() is their size)."""
     return sum(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk) for chunk in chunks)
+
+
+BUFFER_TYPES = (bytes, bytearray, memoryview)
+
+
+def materialized(chunks: list) -> list:
+    """`chunks` with every file slice read into bytes."""
+    return [chunk if isinstance(chunk, BUFFER_TYPES) else chunk.read() for chunk in chunks]
