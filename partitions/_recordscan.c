@@ -8,6 +8,8 @@
  *   offset deltas must run 0, 1, 2, ..., and exactly records_count records must fill the section.
  *   keyless: the indexes of records without a key when want_keyless, else None.
  *   Raises ValueError naming the first problem.
+ *
+ * record_positions(section, records_count) -> the record start positions (see below), for spark/vectorized.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -141,9 +143,55 @@ done:
     return result;
 }
 
+/* record_positions(section, records_count) -> bytes: records_count + 1 native int64s, the position of each
+ * record's length prefix and the section's end last (the Spark source's columnar decoder computes every
+ * other field from these, vectorized). Each length must be >= 0 and fit in the section, and the records
+ * must end exactly at the section's end; raises ValueError otherwise. */
+static PyObject *record_positions(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t records_count;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &records_count))
+        return NULL;
+    if (records_count < 0 || records_count > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "%zd records cannot fit in %zd bytes", records_count, view.len);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (records_count + 1) * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int64_t *positions = (int64_t *)PyBytes_AS_STRING(out);
+    Cursor cursor = {view.buf, 0, view.len};
+    for (Py_ssize_t index = 0; index < records_count; index++) {
+        int64_t length;
+        positions[index] = cursor.position;
+        if (read_varint(&cursor, 5, &length) < 0 || length < 0 || length > cursor.end - cursor.position) {
+            PyErr_Format(PyExc_ValueError, "record %zd: invalid length prefix at byte %zd", index,
+                         (Py_ssize_t)positions[index]);
+            Py_DECREF(out);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        cursor.position += (Py_ssize_t)length;
+    }
+    positions[records_count] = cursor.position;
+    if (cursor.position != view.len) {
+        PyErr_Format(PyExc_ValueError, "records end at byte %zd, the section at %zd", cursor.position, view.len);
+        Py_DECREF(out);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(section, records_count, want_keyless) -> (min_timestamp_delta, max_timestamp_delta, keyless)"},
+    {"record_positions", record_positions, METH_VARARGS,
+     "record_positions(section, records_count) -> bytes of records_count + 1 int64 positions"},
     {NULL, NULL, 0, NULL},
 };
 

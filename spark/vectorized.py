@@ -1,7 +1,8 @@
 """Vectorized decoding of a records section with numpy: the per-record Python work is one varint per record.
 
 Theory of operation: a records section is a chain of `length varint + body` records, so the only sequential
-step is walking the lengths (`_walk`, a tight Python loop reading one varint per record). Every other field
+step is walking the lengths: compiled (partitions/_recordscan.c `record_positions`) when the extension is
+built, else `_walk`, a tight Python loop reading one varint per record. Every other field
 sits at a position computed from the body starts, and is decoded for all records at once (`_varints`: one
 numpy pass per varint byte). Keys and values become the views of an Arrow binary_view array (length, 4-byte
 prefix, buffer index, offset; bytes inline when 12 or fewer) over the section itself, so no bytes are copied
@@ -42,6 +43,22 @@ class SectionColumns:
     @property
     def rows(self) -> int:
         return len(self.offsets)
+
+
+try:  # the compiled walk (partitions/_recordscan.c, built by setup.py when a C compiler is there)
+    from partitions._recordscan import record_positions as _compiled_positions
+except ImportError:  # pragma: no cover - depends on the build
+    _compiled_positions = None
+
+
+def record_positions(buffer: bytes, count: int) -> np.ndarray:
+    """`_walk` compiled when the extension is built (no Python work per record), else `_walk`."""
+    if _compiled_positions is None:
+        return np.frombuffer(_walk(buffer, count), np.int64)
+    try:
+        return np.frombuffer(_compiled_positions(buffer, count), np.int64)
+    except ValueError as error:
+        raise CorruptRecordError(str(error)) from None
 
 
 def _walk(buffer: bytes, count: int) -> array:
@@ -126,7 +143,7 @@ def decode_section(section: bytes, header, start_offset: int, end_offset: int, b
                    ) -> SectionColumns:
     """The records of one (decompressed) section with offsets in [start_offset, end_offset). Raises
     CorruptRecordError, IndexError when the section is truncated (the caller wraps it)."""
-    positions = np.frombuffer(_walk(section, header.records_count), np.int64)
+    positions = record_positions(section, header.records_count)
     data = np.frombuffer(section, np.uint8)
     record_ends = positions[1:]
     lengths, body_starts = _varints(data, positions[:-1], record_ends, VARINT_BYTES_MAX)

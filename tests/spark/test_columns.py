@@ -138,3 +138,25 @@ def test_a_varint_past_32_bits_is_the_same_clear_error_on_both_record_paths():
         decode_varint(hostile)
     with pytest.raises(CorruptRecordError, match="overflows 32 bits"):
         columns.read_varint(hostile, 0, columns.VARINT_BYTES_MAX)
+
+
+@given(st.lists(records, min_size=1, max_size=30), st.binary(max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_the_compiled_record_walk_finds_what_the_python_walk_finds(items, tail):
+    """partitions/_recordscan.c record_positions against spark/vectorized.py _walk: the same positions for a
+    well-formed section, and both refuse a section with stray bytes after its records."""
+    import numpy as np
+
+    from partitions.batch import HEADER_SIZE
+    from spark import vectorized
+
+    if vectorized._compiled_positions is None:
+        pytest.skip("the C extension is not built (tests/partitions/test_log_validator.py says so)")
+    section = build_batch([(k, v, tuple(h), t) for k, v, h, t in items])[HEADER_SIZE:]
+    assert list(vectorized.record_positions(section, len(items))) == \
+        list(np.frombuffer(vectorized._walk(section, len(items)), np.int64))
+    if tail:
+        with pytest.raises(CorruptRecordError):
+            vectorized.record_positions(section + tail, len(items))
+        with pytest.raises((CorruptRecordError, IndexError)):
+            vectorized._walk(section + tail, len(items))
