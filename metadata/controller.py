@@ -30,21 +30,20 @@ current_metadata_offset reaches the Raft index of the entry holding its Register
 caught-up broker is unfenced.
 
 Never imports time, random or I/O; ids come from a seed drawn once from the injected RNG.
+
+Layout (Kafka's control managers): this module holds the dispatch, replay, brokers (registration,
+heartbeats, fencing), elections, ISR changes, reassignment and producer ids; topics live in
+metadata/topic_control.py, configs in metadata/config_control.py, ACLs and SCRAM credentials in
+metadata/security_control.py; metadata/pending.py is the scratch delta every handler decides on.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
-from metadata.configs import (
-    is_list_config,
-    split_list,
-    validate_broker_config,
-    validate_topic_config,
-)
-from metadata.election import elect_leader, partition_change, preferred_leader_change
+from metadata.election import partition_change, preferred_leader_change
 from metadata.image import (
     EMPTY_IMAGE,
     MetadataDelta,
@@ -54,25 +53,22 @@ from metadata.image import (
     image_to_records,
     records_to_image,
 )
-from metadata.naming import collision_key, validate_topic_name
-from metadata.placement import assign_replicas
+from metadata.config_control import BROKER_ID_MAX, CLUSTER_DEFAULT_RESOURCE
+from metadata.pending import Pending
+from metadata.topic_control import partitions_per_topic_max, replication_factor_max
 from metadata import reassignment
 from metadata.records import (
     NO_LEADER,
     UUID_BYTES,
     BrokerRegistrationChangeRecord,
-    ConfigRecord,
     ConfigResourceType,
     MetadataRecord,
     PartitionChangeRecord,
-    PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
-    RemoveTopicRecord,
-    TopicRecord,
     UnregisterBrokerRecord,
 )
-from metadata import security_control
+from metadata import config_control, security_control, topic_control
 from metadata.requests import (
     PRODUCER_ID_BLOCK_SIZE,
     AlterUserScramCredentialsRequest,
@@ -80,10 +76,7 @@ from metadata.requests import (
     DeleteAclsRequest,
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
-    AlterableConfig,
-    AlterConfigOp,
     AlterConfigsRequest,
-    AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
@@ -94,18 +87,10 @@ from metadata.requests import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
-    ConfigEntry,
-    ConfigResource,
-    ConfigResourceResult,
-    CreatableTopic,
-    CreatableTopicResult,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeletableTopicResult,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     ElectionType,
     ElectLeadersRequest,
     ElectLeadersResponse,
@@ -117,23 +102,14 @@ from metadata.requests import (
 )
 from partitions.errors import (
     ErrorCode,
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
-    TopicAlreadyExistsError,
-    InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
 
 INT64_MAX = 2**63 - 1
-replication_factor_max = 32767  # Kafka's INT16 field
-partitions_per_topic_max = 100_000
-topics_per_request_max = 10_000
-broker_id_max = 2**31 - 1
+broker_id_max = BROKER_ID_MAX
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
-CLUSTER_DEFAULT_RESOURCE = ""  # the broker resource holding cluster-wide dynamic defaults
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,39 +145,6 @@ class TickResponse:
     fenced_broker_ids: tuple[int, ...] = ()
     elected_partitions: tuple[tuple[str, int], ...] = ()
     balanced_partitions: tuple[tuple[str, int], ...] = ()  # preferred leaders elected by auto rebalance
-
-
-class _Pending:
-    """The records a handler has decided on so far, replayed on a scratch delta so later checks see them."""
-
-    def __init__(self, image: MetadataImage) -> None:
-        self.image = image
-        self.delta = MetadataDelta(image)
-        self.records: list[MetadataRecord] = []
-
-    def emit(self, record: MetadataRecord | None) -> None:
-        """Decide on `record`. A change that brings a reassigned partition's target into the ISR is followed,
-        in the same batch, by the change completing the reassignment (as Kafka's PartitionChangeBuilder)."""
-        if record is None:
-            return
-        self.delta.replay(record)
-        self.records.append(record)
-        if isinstance(record, PartitionChangeRecord):
-            state = self.delta.partition(record.topic_id, record.partition)
-            if reassignment.is_reassigning(state):
-                self.emit(reassignment.completion_change(record.topic_id, record.partition, state, self.is_active))
-
-    def is_active(self, broker_id: int) -> bool:
-        registration = self.delta.broker(broker_id)
-        return registration is not None and registration.is_active
-
-    def partitions(self) -> Iterator[tuple[str, bytes, int, PartitionRegistration]]:
-        """(topic name, topic id, partition, state) of every partition of the base image's live topics."""
-        for topic in self.image.topics.by_name.values():
-            for partition in topic.partitions:
-                state = self.delta.partition(topic.topic_id, partition)
-                if state is not None:
-                    yield topic.name, topic.topic_id, partition, state
 
 
 class QuorumController:
@@ -293,7 +236,7 @@ class QuorumController:
 
     def tick(self, now_ms: int) -> ControllerResult:
         """Periodic work: fence brokers whose session expired, elect leaders for offline partitions."""
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         fenced = []
         for broker_id, registration in self._image.cluster.brokers.items():
             if not registration.fenced and self._session_expired(broker_id, now_ms):
@@ -327,7 +270,7 @@ class QuorumController:
         record = self._registration_record(request, existing)
         if record is None:  # a retry of the registration in force
             return ControllerResult([], BrokerRegistrationResponse(ErrorCode.NONE, "", existing.broker_epoch))
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         pending.emit(record)
         self._move_replicas_away(pending, request.broker_id)
         return ControllerResult(pending.records, BrokerRegistrationResponse(ErrorCode.NONE, "", record.broker_epoch))
@@ -363,7 +306,7 @@ class QuorumController:
         registration = self._image.cluster.broker(request.broker_id)
         offset = self._registration_offsets.get(request.broker_id, self._image.provenance.raft_index)
         caught_up = request.current_metadata_offset >= offset
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         if registration.in_controlled_shutdown or request.want_shutdown:
             should_shut_down = self._controlled_shutdown(pending, request.broker_id)
         elif registration.fenced:
@@ -380,7 +323,7 @@ class QuorumController:
         )
         return ControllerResult(pending.records, response)
 
-    def _controlled_shutdown(self, pending: _Pending, broker_id: int) -> bool:
+    def _controlled_shutdown(self, pending: Pending, broker_id: int) -> bool:
         """Move leadership and ISR membership away; True once the broker leads nothing (Kafka's rule)."""
         registration = pending.delta.broker(broker_id)
         if registration.fenced:
@@ -392,12 +335,12 @@ class QuorumController:
             self._move_replicas_away(pending, broker_id)
         return not any(state.leader == broker_id for _, _, _, state in pending.partitions())
 
-    def _fence(self, pending: _Pending, broker_id: int) -> None:
+    def _fence(self, pending: Pending, broker_id: int) -> None:
         registration = pending.delta.broker(broker_id)
         pending.emit(BrokerRegistrationChangeRecord(broker_id, registration.broker_epoch, fenced=True))
         self._move_replicas_away(pending, broker_id)
 
-    def _unfence(self, pending: _Pending, broker_id: int) -> None:
+    def _unfence(self, pending: Pending, broker_id: int) -> None:
         registration = pending.delta.broker(broker_id)
         pending.emit(BrokerRegistrationChangeRecord(broker_id, registration.broker_epoch, fenced=False))
         self._elect_offline_partitions(pending)
@@ -410,7 +353,7 @@ class QuorumController:
         error = self._unregister_error(request.broker_id, registration)
         if error is not None:
             return ControllerResult([], UnregisterBrokerResponse(error.code, error.message))
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         pending.emit(UnregisterBrokerRecord(request.broker_id, registration.broker_epoch))
         self._move_replicas_away(pending, request.broker_id)
         return ControllerResult(pending.records, UnregisterBrokerResponse(ErrorCode.NONE))
@@ -421,7 +364,7 @@ class QuorumController:
         if registration.is_active:
             return InvalidRequestError(
                 f"Broker {broker_id} is still running (registered and unfenced): stop it before unregistering it")
-        hosted = sorted(f"{name}-{partition}" for name, _, partition, state in _Pending(self._image).partitions()
+        hosted = sorted(f"{name}-{partition}" for name, _, partition, state in Pending(self._image).partitions()
                         if broker_id in state.replicas)
         if hosted:
             shown = ", ".join(hosted[:20]) + (f" and {len(hosted) - 20} more" if len(hosted) > 20 else "")
@@ -452,7 +395,7 @@ class QuorumController:
                 return value.strip().lower() == "true"
         return self._config.unclean_leader_election_enable
 
-    def _move_replicas_away(self, pending: _Pending, broker_id: int) -> None:
+    def _move_replicas_away(self, pending: Pending, broker_id: int) -> None:
         """After `broker_id` became unacceptable: leave the ISRs it is in, hand over what it leads."""
         for name, topic_id, partition, state in list(pending.partitions()):
             if broker_id in state.isr or state.leader == broker_id:
@@ -467,7 +410,7 @@ class QuorumController:
                     )
                 )
 
-    def _elect_offline_partitions(self, pending: _Pending) -> list[tuple[str, int]]:
+    def _elect_offline_partitions(self, pending: Pending) -> list[tuple[str, int]]:
         elected = []
         for name, topic_id, partition, state in list(pending.partitions()):
             if state.leader != NO_LEADER:
@@ -481,7 +424,7 @@ class QuorumController:
         return elected
 
     def _handle_elect_leaders(self, request: ElectLeadersRequest, now_ms: int) -> ControllerResult:
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         results = []
         for name, partition in self._election_targets(request):
             error = self._elect_one(pending, request.election_type, name, partition)
@@ -496,7 +439,7 @@ class QuorumController:
             return [(t.name, p) for t in self._image.topics.by_name.values() for p in t.partitions]
         return [(tp.topic, p) for tp in request.partitions for p in tp.partitions]
 
-    def _elect_one(self, pending: _Pending, election_type: int, name: str, partition: int) -> KafkaError | None:
+    def _elect_one(self, pending: Pending, election_type: int, name: str, partition: int) -> KafkaError | None:
         topic_id = pending.delta.topic_id(name)
         state = None if topic_id is None else pending.delta.partition(topic_id, partition)
         if state is None:
@@ -518,7 +461,7 @@ class QuorumController:
         pending.emit(change)
         return None
 
-    def _maybe_balance_leaders(self, pending: _Pending, now_ms: int) -> list[tuple[str, int]]:
+    def _maybe_balance_leaders(self, pending: Pending, now_ms: int) -> list[tuple[str, int]]:
         """Automatic preferred leader election (Kafka's auto.leader.rebalance.enable): every check interval,
         for each broker whose share of partitions led by someone else although it is their preferred
         replica passes leader.imbalance.per.broker.percentage, elect it where it is in the ISR."""
@@ -545,7 +488,7 @@ class QuorumController:
     # ---- partition reassignment (metadata/reassignment.py) ---------------------------------------------------
 
     def _handle_alter_reassignments(self, request: AlterPartitionReassignmentsRequest, now_ms: int) -> ControllerResult:
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         results = []
         for target in request.partitions:
             try:
@@ -555,7 +498,7 @@ class QuorumController:
                 results.append(PartitionResult(target.topic, target.partition, error.code, str(error)))
         return ControllerResult(pending.records, AlterPartitionReassignmentsResponse(ErrorCode.NONE, tuple(results)))
 
-    def _reassignment_change(self, pending: _Pending, target) -> PartitionChangeRecord | None:
+    def _reassignment_change(self, pending: Pending, target) -> PartitionChangeRecord | None:
         topic_id = pending.delta.topic_id(target.topic)
         state = None if topic_id is None else pending.delta.partition(topic_id, target.partition)
         if state is None:
@@ -570,7 +513,7 @@ class QuorumController:
             except ValueError as error:
                 raise KafkaError(f"Unable to revert the reassignment of {target.topic}-{target.partition}: {error}",
                                  ErrorCode.INVALID_REPLICA_ASSIGNMENT) from None
-        replicas = self._registered_replicas(pending, ReplicaAssignment(target.partition, tuple(target.replicas)))
+        replicas = topic_control.registered_replicas(pending, ReplicaAssignment(target.partition, tuple(target.replicas)))
         return reassignment.start_change(topic_id, target.partition, state, replicas, pending.is_active,
                                          bug_adding_in_sync=self.bug_reassign_without_catch_up)
 
@@ -584,7 +527,7 @@ class QuorumController:
         if error is not None:
             response = AlterPartitionResponse(error.code, error.message, request.topic_id, request.partition)
             return ControllerResult([], response)
-        pending = _Pending(self._image)
+        pending = Pending(self._image)
         if request.new_isr != state.isr:
             pending.emit(PartitionChangeRecord(request.topic_id, request.partition, isr=request.new_isr))
             state = pending.delta.partition(request.topic_id, request.partition)  # a reassignment may complete
@@ -667,139 +610,26 @@ class QuorumController:
         record = ProducerIdsRecord(request.broker_id, request.broker_epoch, start + length)
         return ControllerResult([record], AllocateProducerIdsResponse(ErrorCode.NONE, "", start, length))
 
-    # ---- topics ------------------------------------------------------------------------------------------
+    # ---- topics (metadata/topic_control.py) -----------------------------------------------------------------
 
     def _handle_create_topics(self, request: CreateTopicsRequest, now_ms: int) -> ControllerResult:
-        pending = _Pending(self._image)
-        names = [topic.name for topic in request.topics]
-        results = []
-        for topic in request.topics:
-            try:
-                if len(names) > topics_per_request_max:
-                    raise InvalidRequestError(f"More than {topics_per_request_max} topics in one request")
-                if names.count(topic.name) > 1:
-                    raise InvalidRequestError(f"Duplicate topic name {topic.name!r} in the request")
-                results.append(self._create_topic(pending, topic, request.validate_only))
-            except KafkaError as error:
-                results.append(CreatableTopicResult(topic.name, error.code, error.message))
-        return ControllerResult(pending.records, CreateTopicsResponse(tuple(results)))
+        pending = Pending(self._image)
+        response = topic_control.create_topics(pending, request, self._config, self._digest)
+        return ControllerResult(pending.records, response)
 
-    def _create_topic(self, pending: _Pending, topic: CreatableTopic, validate_only: bool) -> CreatableTopicResult:
-        validate_topic_name(topic.name)
-        self._check_topic_name_free(pending, topic.name)
-        if topic.assignments is not None:
-            assignments = self._manual_assignments(pending, topic)
-        else:
-            assignments = self._placed_assignments(pending, topic)
-        replication_factor = min(len(replicas) for replicas in assignments)
-        configs = _topic_configs(topic.configs, replication_factor)
-        topic_id = self._new_topic_id(pending, topic.name)
-        if not validate_only:
-            pending.emit(TopicRecord(topic.name, topic_id))
-            for partition, replicas in enumerate(assignments):
-                pending.emit(_new_partition_record(pending, topic_id, partition, replicas))
-            for name, value in configs:
-                pending.emit(ConfigRecord(ConfigResourceType.TOPIC, topic.name, name, value))
-        return CreatableTopicResult(
-            topic.name,
-            ErrorCode.NONE,
-            "",
-            topic_id=topic_id,
-            num_partitions=len(assignments),
-            replication_factor=replication_factor,
-            configs=tuple(ConfigEntry(name, value) for name, value in configs),
-        )
+    def _handle_delete_topics(self, request: DeleteTopicsRequest, now_ms: int) -> ControllerResult:
+        pending = Pending(self._image)
+        response = topic_control.delete_topics(pending, request)
+        return ControllerResult(pending.records, response)
 
-    def _check_topic_name_free(self, pending: _Pending, name: str) -> None:
-        if pending.delta.topic_id(name) is not None:
-            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-        key = collision_key(name)
-        taken = list(self._image.topics.by_name) + [r.name for r in pending.records if isinstance(r, TopicRecord)]
-        for other in taken:
-            if collision_key(other) == key and pending.delta.topic_id(other) is not None:
-                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
-
-    def _placed_assignments(self, pending: _Pending, topic: CreatableTopic) -> list[tuple[int, ...]]:
-        num_partitions = topic.num_partitions
-        if num_partitions == -1:
-            num_partitions = self._config.default_num_partitions
-        replication_factor = topic.replication_factor
-        if replication_factor == -1:
-            replication_factor = self._config.default_replication_factor
-        if not 1 <= num_partitions <= partitions_per_topic_max:
-            raise InvalidPartitionsError(
-                f"Number of partitions was set to an invalid value {num_partitions} "
-                f"(must be 1..{partitions_per_topic_max})"
-            )
-        return self._place(pending, topic.name, 0, num_partitions, replication_factor)
-
-    def _place(
-        self, pending: _Pending, name: str, first_partition: int, count: int, replication_factor: int
-    ) -> list[tuple[int, ...]]:
-        brokers = {b: pending.delta.broker(b).rack for b in self._active_brokers(pending)}
-        if not 1 <= replication_factor <= replication_factor_max:
-            raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
-        if replication_factor > len(brokers):
-            raise InvalidReplicationFactorError(
-                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
-                f"of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered."
-            )
-        digest = self._digest(b"placement", name.encode())
-        start_index = int.from_bytes(digest[:8], "big") % len(brokers)
-        replica_shift = int.from_bytes(digest[8:], "big") % len(brokers)
-        return assign_replicas(brokers, count, replication_factor, start_index, replica_shift, first_partition)
-
-    def _active_brokers(self, pending: _Pending) -> list[int]:
-        return [b for b in self._image.cluster.brokers if pending.is_active(b)]
-
-    def _manual_assignments(self, pending: _Pending, topic: CreatableTopic) -> list[tuple[int, ...]]:
-        for value, what in ((topic.num_partitions, "numPartitions"), (topic.replication_factor, "replicationFactor")):
-            if value != -1:
-                raise InvalidRequestError(f"A manual partition assignment was given, so {what} must be -1")
-        assignments = sorted(topic.assignments, key=lambda a: a.partition)
-        if [a.partition for a in assignments] != list(range(len(assignments))) or not assignments:
-            raise KafkaError(
-                "Partitions of a manual assignment must be numbered 0..n-1", ErrorCode.INVALID_REPLICA_ASSIGNMENT
-            )
-        if len(assignments) > partitions_per_topic_max:
-            raise InvalidPartitionsError(f"More than {partitions_per_topic_max} partitions")
-        return [self._checked_replicas(pending, a) for a in assignments]
-
-    def _checked_replicas(self, pending: _Pending, assignment: ReplicaAssignment) -> tuple[int, ...]:
-        replicas = self._registered_replicas(pending, assignment)
-        if not any(pending.is_active(b) for b in replicas):
-            raise KafkaError(
-                f"All brokers specified in the manual partition assignment for partition {assignment.partition} "
-                "are fenced or in controlled shutdown.",
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            )
-        return replicas
-
-    @staticmethod
-    def _registered_replicas(pending: _Pending, assignment: ReplicaAssignment) -> tuple[int, ...]:
-        """A manual replica list (topic creation, new partitions, reassignment): not empty, no duplicate,
-        every broker registered (Kafka's validateManualPartitionAssignment). Raises INVALID_REPLICA_ASSIGNMENT."""
-        replicas = assignment.broker_ids
-        if not replicas or len(set(replicas)) != len(replicas) or len(replicas) > replication_factor_max:
-            raise KafkaError(
-                f"Partition {assignment.partition} has an empty or duplicated replica list {list(replicas)}",
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            )
-        unknown = [b for b in replicas if pending.delta.broker(b) is None]
-        if unknown:
-            raise KafkaError(
-                f"The manual partition assignment includes broker(s) {unknown}, but no such broker is registered.",
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            )
-        return tuple(replicas)
-
-    def _new_topic_id(self, pending: _Pending, name: str) -> bytes:
-        """A 16-byte id derived from the seed, the log position and the name: unique, never all zero."""
-        for attempt in range(1_000):
-            topic_id = self._digest(b"topic_id", name.encode(), attempt.to_bytes(4, "big"))
-            if any(topic_id) and pending.delta.topic_name(topic_id) is None:
-                return topic_id
-        raise AssertionError(f"no free topic id for {name!r} after 1000 attempts")
+    def _handle_create_partitions(self, request: CreatePartitionsRequest, now_ms: int) -> ControllerResult:
+        pending = Pending(self._image)
+        try:
+            topic_control.create_partitions(pending, request, self._digest)
+        except KafkaError as error:
+            return ControllerResult([], CreatePartitionsResponse(request.topic, error.code, error.message))
+        records = [] if request.validate_only else pending.records
+        return ControllerResult(records, CreatePartitionsResponse(request.topic, ErrorCode.NONE))
 
     def _digest(self, *parts: bytes) -> bytes:
         position = self._image.provenance.raft_index.to_bytes(8, "big", signed=True)
@@ -821,129 +651,12 @@ class QuorumController:
     def _handle_alter_scram(self, request: AlterUserScramCredentialsRequest, now_ms: int) -> ControllerResult:
         return ControllerResult(*security_control.alter_scram_credentials(self._image, request))
 
-    def _handle_delete_topics(self, request: DeleteTopicsRequest, now_ms: int) -> ControllerResult:
-        pending = _Pending(self._image)
-        results = []
-        for name in request.names:
-            topic_id = pending.delta.topic_id(name)
-            if request.names.count(name) > 1:
-                results.append(DeletableTopicResult(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name"))
-            elif topic_id is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                results.append(DeletableTopicResult(name, code, "This server does not host this topic."))
-            else:
-                pending.emit(RemoveTopicRecord(topic_id))
-                results.append(DeletableTopicResult(name, ErrorCode.NONE, "", topic_id))
-        return ControllerResult(pending.records, DeleteTopicsResponse(tuple(results)))
-
-    def _handle_create_partitions(self, request: CreatePartitionsRequest, now_ms: int) -> ControllerResult:
-        pending = _Pending(self._image)
-        try:
-            self._create_partitions(pending, request)
-        except KafkaError as error:
-            return ControllerResult([], CreatePartitionsResponse(request.topic, error.code, error.message))
-        records = [] if request.validate_only else pending.records
-        return ControllerResult(records, CreatePartitionsResponse(request.topic, ErrorCode.NONE))
-
-    def _create_partitions(self, pending: _Pending, request: CreatePartitionsRequest) -> None:
-        topic = self._image.topics.by_name.get(request.topic)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"Topic '{request.topic}' does not exist")
-        current = len(topic.partitions)
-        if request.new_total_count <= current:
-            raise InvalidPartitionsError(
-                f"Topic currently has {current} partitions, which is higher than or equal to the requested "
-                f"{request.new_total_count}."
-            )
-        if request.new_total_count > partitions_per_topic_max:
-            raise InvalidPartitionsError(f"More than {partitions_per_topic_max} partitions")
-        replication_factor = len(topic.partitions[0].replicas)
-        count = request.new_total_count - current
-        if request.assignments is None:
-            assignments = self._place(pending, topic.name, current, count, replication_factor)
-        else:
-            assignments = self._new_partition_assignments(pending, request, current, replication_factor)
-        for offset, replicas in enumerate(assignments):
-            pending.emit(_new_partition_record(pending, topic.topic_id, current + offset, replicas))
-
-    def _new_partition_assignments(
-        self, pending: _Pending, request: CreatePartitionsRequest, current: int, replication_factor: int
-    ) -> list[tuple[int, ...]]:
-        if len(request.assignments) != request.new_total_count - current:
-            raise KafkaError(
-                f"Increasing the number of partitions by {request.new_total_count - current} but "
-                f"{len(request.assignments)} assignments provided.",
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            )
-        assignments = []
-        for offset, assignment in enumerate(request.assignments):
-            replicas = self._checked_replicas(pending, ReplicaAssignment(current + offset, assignment.broker_ids))
-            if len(replicas) != replication_factor:
-                raise KafkaError(
-                    f"Inconsistent replication factor: the topic has {replication_factor}, partition "
-                    f"{current + offset} would have {len(replicas)}",
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                )
-            assignments.append(replicas)
-        return assignments
-
-    # ---- configs -------------------------------------------------------------------------------------------
+    # ---- configs (metadata/config_control.py) -------------------------------------------------------------
 
     def _handle_alter_configs(
         self, request: AlterConfigsRequest | IncrementalAlterConfigsRequest, now_ms: int
     ) -> ControllerResult:
-        incremental = isinstance(request, IncrementalAlterConfigsRequest)
-        keys = [(r.resource_type, r.resource_name) for r in request.resources]
-        records: list[MetadataRecord] = []
-        results = []
-        for resource in request.resources:
-            try:
-                if keys.count((resource.resource_type, resource.resource_name)) > 1:
-                    raise InvalidRequestError(f"Duplicate resource {resource.resource_name!r} in the request")
-                changes = self._config_changes(resource, incremental)
-                if not request.validate_only:
-                    records.extend(changes)
-                results.append(ConfigResourceResult(resource.resource_type, resource.resource_name, ErrorCode.NONE))
-            except KafkaError as error:
-                results.append(
-                    ConfigResourceResult(resource.resource_type, resource.resource_name, error.code, error.message)
-                )
-        return ControllerResult(records, AlterConfigsResponse(tuple(results)))
-
-    def _config_changes(self, resource: ConfigResource, incremental: bool) -> list[ConfigRecord]:
-        """The ConfigRecords that take `resource` to its requested configs. Raises KafkaError."""
-        is_topic, replication_factor = self._config_resource(resource)
-        current = dict(self._image.configs.get(resource.resource_type, resource.resource_name))
-        if incremental:
-            wanted = _apply_config_ops(current, resource.configs, is_topic)
-        else:
-            wanted = _replacement_configs(resource.configs)
-        for name, value in wanted.items():
-            if current.get(name) != value:
-                if is_topic:
-                    validate_topic_config(name, value, replication_factor)
-                else:
-                    validate_broker_config(name, value)
-        changed = sorted(set(current) | set(wanted))
-        return [
-            ConfigRecord(resource.resource_type, resource.resource_name, name, wanted.get(name))
-            for name in changed
-            if current.get(name) != wanted.get(name)
-        ]
-
-    def _config_resource(self, resource: ConfigResource) -> tuple[bool, int | None]:
-        """(is it a topic, its replication factor). Raises KafkaError for an unknown or bad resource."""
-        if resource.resource_type == ConfigResourceType.TOPIC:
-            topic = self._image.topics.by_name.get(resource.resource_name)
-            if topic is None:
-                raise UnknownTopicOrPartitionError(f"Topic '{resource.resource_name}' does not exist")
-            return True, min((len(p.replicas) for p in topic.partitions.values()), default=None)
-        if resource.resource_type == ConfigResourceType.BROKER:
-            name = resource.resource_name
-            if name != CLUSTER_DEFAULT_RESOURCE and not (name.isdigit() and int(name) <= broker_id_max):
-                raise InvalidRequestError(f"Broker resource name must be empty or a broker id, not {name!r}")
-            return False, None
-        raise InvalidRequestError(f"Unsupported config resource type {resource.resource_type}")
+        return ControllerResult(*config_control.alter_configs(self._image, request))
 
 
 def _registration_error(request: BrokerRegistrationRequest) -> KafkaError | None:
@@ -954,69 +667,3 @@ def _registration_error(request: BrokerRegistrationRequest) -> KafkaError | None
     if not request.host or not 1 <= request.port <= 65535:
         return InvalidRequestError(f"Invalid endpoint {request.host!r}:{request.port}")
     return None
-
-
-def _new_partition_record(
-    pending: _Pending, topic_id: bytes, partition: int, replicas: tuple[int, ...]
-) -> PartitionRecord:
-    """A new partition: the ISR is its active replicas, the leader the first of them (in replica order)."""
-    isr = tuple(b for b in replicas if pending.is_active(b))
-    assert isr, f"partition {partition}: no active replica in {replicas}"
-    leader, isr = elect_leader(replicas, isr, pending.is_active, unclean_allowed=False)
-    return PartitionRecord(topic_id, partition, replicas, isr, leader, leader_epoch=0, partition_epoch=0)
-
-
-def _topic_configs(entries: tuple[ConfigEntry, ...], replication_factor: int) -> list[tuple[str, str]]:
-    """The validated configs of a new topic. Raises InvalidConfigError / InvalidRequestError."""
-    names = [entry.name for entry in entries]
-    configs = []
-    for entry in entries:
-        if names.count(entry.name) > 1:
-            raise InvalidRequestError(f"Duplicate config {entry.name} in the request")
-        if entry.value is None:
-            raise InvalidConfigError(f"Null value not supported for topic config {entry.name}")
-        validate_topic_config(entry.name, entry.value, replication_factor)
-        configs.append((entry.name, entry.value))
-    return sorted(configs)
-
-
-def _replacement_configs(entries: tuple[AlterableConfig, ...]) -> dict[str, str]:
-    wanted = {}
-    for entry in entries:
-        if entry.name in wanted:
-            raise InvalidRequestError(f"Duplicate config {entry.name} in the request")
-        if entry.value is None:
-            raise InvalidConfigError(f"Null value not supported for config {entry.name}")
-        wanted[entry.name] = entry.value
-    return wanted
-
-
-def _apply_config_ops(current: dict[str, str], entries: tuple[AlterableConfig, ...], is_topic: bool) -> dict[str, str]:
-    """Kafka's IncrementalAlterConfigs: SET, DELETE, and APPEND / SUBTRACT for LIST keys."""
-    wanted = dict(current)
-    seen: set[str] = set()
-    for entry in entries:
-        if entry.name in seen:
-            raise InvalidRequestError(f"Duplicate config {entry.name} in the request")
-        seen.add(entry.name)
-        if entry.op == AlterConfigOp.DELETE:
-            wanted.pop(entry.name, None)
-            continue
-        if entry.op not in (AlterConfigOp.SET, AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
-            raise InvalidRequestError(f"Unknown config operation {entry.op} for {entry.name}")
-        if entry.value is None:
-            raise InvalidConfigError(f"Null value not supported for config {entry.name}")
-        if entry.op == AlterConfigOp.SET:
-            wanted[entry.name] = entry.value
-            continue
-        if not is_list_config(is_topic, entry.name):
-            raise InvalidConfigError(
-                f"Can't {AlterConfigOp(entry.op).name} to key {entry.name} because its type is not LIST."
-            )
-        items = list(split_list(wanted.get(entry.name, "")))
-        if entry.op == AlterConfigOp.APPEND:
-            items += [item for item in split_list(entry.value) if item not in items]
-        else:
-            items = [item for item in items if item not in split_list(entry.value)]
-        wanted[entry.name] = ",".join(items)
-    return wanted
