@@ -7,7 +7,7 @@ over a `partitions.log.PartitionLog` each) and reacts to three kinds of input, e
   replicas exactly as the delta says (Kafka's `ReplicaManager.applyDelta`), and applies topic configs;
 - the replica fetcher's traffic: `next_replica_request(leader_id)` builds the OffsetsForLeaderEpoch (on a new
   leader epoch, KIP-101) or Fetch request a follower sends to a leader, and `on_replica_response` applies the
-  answer (truncation, append, high watermark);
+  answer (truncation, append, high watermark): both are broker/replica_fetcher.py's;
 - time (`tick`): ISR shrink decisions, flush policy, retention and compaction, the high-watermark checkpoint,
   broker heartbeats to the controller.
 It never sends anything itself: controller requests (registration, heartbeats, AlterPartition, forwarded
@@ -25,13 +25,13 @@ Leadership listeners (`add_leadership_listener`) hear when this broker becomes l
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from broker import throttle
 from broker.config_sources import broker_chain, effective_topic_configs
-from broker.fetch_session import next_epoch
 from broker.metrics import BrokerMetrics
+from broker.replica_fetcher import REPLICA_FETCH_BACKOFF_MS, ReplicaFetcher, ReplicaRequest, after_follower_truncation
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.requests import (
     AllocateProducerIdsRequest,
@@ -45,17 +45,14 @@ from metadata.requests import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
 )
-from net.protocol import messages
-from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from partitions.log import AppendOrigin, PartitionLog
 from partitions.log_config import LogConfig
-from partitions.replica import EpochEndOffset, Partition
+from partitions.replica import Partition
 from partitions.storage import Storage, read_file, write_file_atomically
-from partitions.batch import iter_batches
 from partitions.records import ABORT, COMMIT, build_control_batch
 from txn.producer_ids import ProducerIdManager
-from txn.producer_state import ProducerStateManager, markers_in
+from txn.producer_state import ProducerStateManager
 
 LOGS_DIRECTORY = "logs"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -65,11 +62,6 @@ ISR_CHECK_INTERVAL_MS = 1_000
 LOG_TICK_INTERVAL_MS = 100
 ALTER_PARTITIONS_ITEMS_MAX = 1000
 RETENTION_CHECK_INTERVAL_MS = 30_000
-REPLICA_FETCH_MAX_WAIT_MS = 500
-REPLICA_FETCH_MIN_BYTES = 1
-REPLICA_FETCH_RESPONSE_BYTES_MAX = 10 * 1024 * 1024
-REPLICA_FETCH_PARTITION_BYTES_MAX = 1024 * 1024
-REPLICA_FETCH_BACKOFF_MS = 200
 CONTROLLED_SHUTDOWN_MS_MAX = 15_000
 
 TopicPartition = tuple[str, int]
@@ -112,30 +104,6 @@ class BrokerRequest:
     request: Any
     deadline_ms: int
     on_response: Callable[[Any, int], None]  # (response or KafkaError, now_ms)
-
-
-@dataclass
-class ReplicaRequest:
-    """A request the fetcher sends to a leader, with what it was built from."""
-
-    leader_id: int
-    api_key: int
-    api_version: int
-    request: Any
-    fetch_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    # A Fetch in a session (KIP-227): every followed partition's position once this request is answered
-    session_positions: dict[TopicPartition, tuple] | None = None
-
-
-@dataclass
-class FollowerFetchSession:
-    """The fetcher's side of its incremental fetch session with one leader (KIP-227, broker/fetch_session.py):
-    the session id the leader gave (0: none yet), the epoch of the next request (0: a full fetch that opens
-    one) and each partition's position as the leader's session holds it."""
-
-    session_id: int = 0
-    epoch: int = 0
-    positions: dict[TopicPartition, tuple] = field(default_factory=dict)
 
 
 LeadershipListener = Callable[[str, int, int, bool, int], None]
@@ -182,8 +150,7 @@ class BrokerCore:
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
         self.metrics = BrokerMetrics()  # counters for the metrics endpoint (broker/metrics.py)
-        self._following_cache: dict[int, list] | None = None  # see _following
-        self.fetch_sessions: dict[int, FollowerFetchSession] = {}  # leader id -> our fetch session with it
+        self.fetcher = ReplicaFetcher(self)  # the follower side of replication (broker/replica_fetcher.py)
         self.broker_epoch: int | None = None
         self.is_fenced = True
         # Kafka's BrokerServer enables request processing only once this incarnation is unfenced: a broker
@@ -220,7 +187,7 @@ class BrokerCore:
 
     def apply_metadata(self, delta: MetadataDelta, image: MetadataImage, now_ms: int) -> None:
         """React to a committed metadata delta (Kafka's ReplicaManager.applyDelta)."""
-        self._following_cache = None
+        self.fetcher.forget_following()
         self.image = image
         self.metadata_offset = image.provenance.raft_index
         changes = delta.local_changes(self.node_id)
@@ -254,10 +221,10 @@ class BrokerCore:
             ):
                 hosted.needs_epoch_check = True
                 hosted.fetch_backoff_until_ms = 0
-            self._after_follower_truncation(hosted, log_end_offset, now_ms)
+            after_follower_truncation(hosted, log_end_offset, now_ms)
         self._apply_topic_configs(now_ms)
         self._apply_ineligible_replicas(now_ms)
-        self._following_cache = None  # replicas became leaders or followers above
+        self.fetcher.forget_following()  # replicas became leaders or followers above
 
     def drop_unassigned_partitions(self, image: MetadataImage, now_ms: int) -> None:
         """After a metadata snapshot replaced the image (it carries no delta against what this broker hosts):
@@ -331,7 +298,7 @@ class BrokerCore:
             self.storage.delete_tree(directory)
 
     def remove_partition(self, topic: str, partition: int) -> None:
-        self._following_cache = None
+        self.fetcher.forget_following()
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is not None:
             hosted.replica.become_follower(None, hosted.replica.leader_epoch + 1, hosted.replica.partition_epoch,
@@ -674,209 +641,17 @@ class BrokerCore:
     def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int) -> None:
         call.on_response(response, now_ms)
 
-    # ------------------------------------------------------------------ replica fetcher (follower side)
+    # ------------------------------------------------------------------ replica fetcher (broker/replica_fetcher.py)
 
     def replica_leaders(self) -> set[int]:
         """Brokers this broker currently fetches from."""
-        return set(self._following())
-
-    def _following(self) -> dict[int, list[tuple[TopicPartition, HostedPartition]]]:
-        """leader id -> the partitions followed from it, in (topic, partition) order. Cached: who follows whom
-        changes only when metadata is applied or a replica is removed (both drop the cache), and the node
-        asks after every event."""
-        if self._following_cache is None:
-            following: dict[int, list[tuple[TopicPartition, HostedPartition]]] = {}
-            for key, hosted in sorted(self.partitions.items()):
-                if not hosted.replica.is_leader and hosted.replica.leader >= 0:
-                    following.setdefault(hosted.replica.leader, []).append((key, hosted))
-            self._following_cache = following
-        return self._following_cache
+        return self.fetcher.replica_leaders()
 
     def next_replica_request(self, leader_id: int, now_ms: int) -> ReplicaRequest | None:
-        """The next request to `leader_id`: OffsetsForLeaderEpoch for partitions whose leader epoch is new,
-        otherwise one Fetch for every partition it leads for us. None when there is nothing to ask."""
-        throttled = self.follower_quota.exceeded(now_ms)
-        followed = [(key, hosted) for key, hosted in self._following().get(leader_id, ())
-                    if hosted.fetch_backoff_until_ms <= now_ms and not (throttled and hosted.follower_throttled)]
-        if not followed:
-            return None
-        checks = [(key, hosted) for key, hosted in followed if hosted.needs_epoch_check]
-        if checks:
-            return self._epoch_check_request(leader_id, checks, now_ms)
-        return self._fetch_request(leader_id, followed, now_ms)
-
-    def _epoch_check_request(self, leader_id: int, checks, now_ms: int) -> ReplicaRequest:
-        request_class = messages.OffsetForLeaderEpochRequest
-        topics: dict[str, list] = {}
-        for (topic, partition), hosted in checks:
-            fetch_state = hosted.replica.follower_fetch_request(now_ms)
-            topics.setdefault(topic, []).append(
-                request_class.OffsetForLeaderPartition(
-                    partition=partition,
-                    current_leader_epoch=hosted.replica.leader_epoch,
-                    leader_epoch=fetch_state.last_fetched_epoch,
-                )
-            )
-        request = request_class(
-            replica_id=self.node_id,
-            topics=[request_class.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in topics.items()],
-        )
-        return ReplicaRequest(leader_id, ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, request)
-
-    def _fetch_request(self, leader_id: int, followed, now_ms: int) -> ReplicaRequest:
-        """One Fetch for every partition followed from `leader_id`: in full to open a session, then only the
-        partitions whose position moved and those no longer followed (ForgottenTopicsData)."""
-        request_class = messages.FetchRequest
-        offsets = {}
-        positions: dict[TopicPartition, tuple] = {}
-        throttled_count = sum(1 for _, hosted in followed if hosted.follower_throttled)
-        allowance = self.follower_quota.available(now_ms) if throttled_count else None
-        throttled_bytes_max = None if allowance is None else max(1, min(REPLICA_FETCH_PARTITION_BYTES_MAX,
-                                                                         allowance // throttled_count))
-        for key, hosted in followed:
-            fetch_state = hosted.replica.follower_fetch_request(now_ms)
-            offsets[key] = fetch_state.fetch_offset
-            partition_max_bytes = (REPLICA_FETCH_PARTITION_BYTES_MAX
-                                   if throttled_bytes_max is None or not hosted.follower_throttled else throttled_bytes_max)
-            positions[key] = (fetch_state.current_leader_epoch, fetch_state.fetch_offset, hosted.log.log_start_offset,
-                              partition_max_bytes)
-        session = self.fetch_sessions.setdefault(leader_id, FollowerFetchSession())
-        incremental = session.epoch != 0
-        topics: dict[str, list] = {}
-        for (topic, partition), position in positions.items():
-            if incremental and session.positions.get((topic, partition)) == position:
-                continue
-            current_leader_epoch, fetch_offset, log_start_offset, partition_max_bytes = position
-            topics.setdefault(topic, []).append(request_class.FetchPartition(
-                partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=fetch_offset,
-                log_start_offset=log_start_offset, partition_max_bytes=partition_max_bytes))
-        forgotten: dict[str, list[int]] = {}
-        if incremental:
-            for topic, partition in session.positions.keys() - positions.keys():
-                forgotten.setdefault(topic, []).append(partition)
-        request = request_class(
-            replica_id=self.node_id,
-            max_wait_ms=REPLICA_FETCH_MAX_WAIT_MS,
-            min_bytes=REPLICA_FETCH_MIN_BYTES,
-            max_bytes=REPLICA_FETCH_RESPONSE_BYTES_MAX,
-            isolation_level=0,
-            session_id=session.session_id,
-            session_epoch=session.epoch,
-            topics=[request_class.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
-            forgotten_topics_data=[request_class.ForgottenTopic(topic=t, partitions=sorted(p))
-                                   for t, p in sorted(forgotten.items())],
-            rack_id="",
-        )
-        return ReplicaRequest(leader_id, ApiKey.FETCH, 11, request, offsets, positions)
-
-    def _fetch_session_answered(self, sent: ReplicaRequest, response: Any) -> None:
-        """Move our session with the leader on after a Fetch: the next epoch (or the id of a session just
-        opened), the positions the leader now holds; any failure starts over with a full fetch."""
-        if response is None or response.error_code != ErrorCode.NONE or sent.session_positions is None:
-            self.fetch_sessions.pop(sent.leader_id, None)
-            return
-        session = self.fetch_sessions.setdefault(sent.leader_id, FollowerFetchSession())
-        if sent.request.session_epoch == 0:
-            session.session_id = response.session_id
-            session.epoch = 1 if response.session_id else 0  # no session given: full fetches
-        else:
-            session.epoch = next_epoch(session.epoch)
-        session.positions = sent.session_positions
+        return self.fetcher.next_replica_request(leader_id, now_ms)
 
     def on_replica_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
-        """Apply a leader's answer; `response` is None when the request failed (connection lost)."""
-        if sent.api_key == ApiKey.FETCH:
-            self._fetch_session_answered(sent, response)
-        if response is None:
-            for hosted in self._followed_by(sent.leader_id):
-                hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
-            return
-        if sent.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
-            self._apply_epoch_answers(sent.leader_id, response, now_ms)
-        else:
-            self._apply_fetch_response(sent, response, now_ms)
-
-    def _followed_by(self, leader_id: int) -> list[HostedPartition]:
-        return [h for h in self.partitions.values() if h.replica.leader == leader_id and not h.replica.is_leader]
-
-    def _follower(self, leader_id: int, topic: str, partition: int) -> HostedPartition | None:
-        hosted = self.partitions.get((topic, partition))
-        if hosted is None or hosted.replica.is_leader or hosted.replica.leader != leader_id:
-            return None  # the metadata moved on while the request was out
-        return hosted
-
-    def _apply_epoch_answers(self, leader_id: int, response: Any, now_ms: int) -> None:
-        for topic_result in response.topics:
-            for result in topic_result.partitions:
-                hosted = self._follower(leader_id, topic_result.topic, result.partition)
-                if hosted is None or not hosted.needs_epoch_check:
-                    continue
-                if result.error_code != ErrorCode.NONE:
-                    hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
-                    continue
-                log_end_offset = hosted.log.log_end_offset
-                complete = hosted.replica.follower_truncate_with_epoch_end_offset(
-                    EpochEndOffset(result.leader_epoch, result.end_offset)
-                )
-                self._after_follower_truncation(hosted, log_end_offset, now_ms)
-                hosted.needs_epoch_check = not complete
-                self.dirty_partitions.add((topic_result.topic, result.partition))
-
-    def _apply_fetch_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
-        if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
-            return  # the session is dropped (_fetch_session_answered): the next Fetch is a full one, at once
-        if response.error_code != ErrorCode.NONE:
-            for hosted in self._followed_by(sent.leader_id):
-                hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
-            return
-        for topic_response in response.responses:
-            for data in topic_response.partitions:
-                key = (topic_response.topic, data.partition_index)
-                hosted = self._follower(sent.leader_id, *key)
-                if hosted is None:
-                    continue
-                self._apply_fetched_partition(hosted, key, data, sent.fetch_offsets.get(key), now_ms)
-
-    def _apply_fetched_partition(self, hosted: HostedPartition, key: TopicPartition, data: Any,
-                                 fetch_offset: int | None, now_ms: int) -> None:
-        replica = hosted.replica
-        log_end_offset = hosted.log.log_end_offset
-        if data.error_code == ErrorCode.NONE:
-            records = bytes(data.records or b"")
-            if hosted.follower_throttled:
-                self.follower_quota.record(len(records), now_ms)
-            try:
-                outcome = replica.follower_handle_fetch_response(
-                    records, data.high_watermark, data.log_start_offset, None, now_ms, fetch_offset=fetch_offset,
-                )
-            except KafkaError:
-                # Records that do not continue our log: re-validate our end against the leader's epochs.
-                hosted.needs_epoch_check = True
-            else:
-                if not outcome.ignored and records:
-                    headers = [h for _, h in iter_batches(records) if h.base_offset >= log_end_offset]
-                    hosted.producer_state.update(
-                        headers, markers_in(records) if any(h.is_control for h in headers) else None)
-                hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
-                hosted.producer_state.last_stable_offset(replica.high_watermark)  # prunes decided transactions
-            self.dirty_partitions.add(key)
-            return
-        if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            replica.follower_handle_offset_out_of_range(data.log_start_offset, data.high_watermark)
-            self._after_follower_truncation(hosted, log_end_offset, now_ms)
-            hosted.needs_epoch_check = True
-        hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
-
-
-    @staticmethod
-    def _after_follower_truncation(hosted: HostedPartition, log_end_offset_before: int, now_ms: int) -> None:
-        """Keep the producer state in step with a log the replica truncated (or restarted elsewhere)."""
-        log = hosted.log
-        if log.log_end_offset < log_end_offset_before or log.log_start_offset > log_end_offset_before:
-            if log.log_start_offset == log.log_end_offset:
-                hosted.producer_state.truncate_fully_and_start_at(log.log_end_offset)
-            else:
-                hosted.producer_state.truncate_to(log, log.log_end_offset, now_ms)
+        self.fetcher.on_replica_response(sent, response, now_ms)
 
 
 def partition_directory(topic: str, partition: int) -> str:
