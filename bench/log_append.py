@@ -25,10 +25,15 @@ import sys
 import tempfile
 import time
 
-from net.filestorage import FileStorage
 import struct
 
-from partitions.batch import peek_offset_and_length
+# Run as `python bench/log_append.py`, bench/ comes first on sys.path and bench/partitions.py would shadow the
+# partitions package: the repository root goes first.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from net.filestorage import FileStorage  # noqa: E402
+
+from partitions.batch import peek_offset_and_length  # noqa: E402
 from partitions.log import PartitionLog
 from partitions.log_config import LogConfig
 from partitions.records import build_batch

@@ -18,6 +18,10 @@ import sys
 import tempfile
 import time
 
+# Run as `python bench/spark_source.py`, bench/ comes first on sys.path and bench/partitions.py would shadow
+# the partitions package: the repository root goes first.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def produce(bootstrap: str, topic: str, records: int, value_bytes: int) -> float:
     import confluent_kafka
