@@ -336,3 +336,32 @@ def test_assignors_cover_every_partition_once_and_balance(assignor):
         for member in "abc":
             assert {(t, p) for t, ps in again[member].items() for p in ps} <= \
                 {(t, p) for t, ps in target[member].items() for p in ps}
+
+
+def test_admin_commits_offset_delete_and_reset_work_on_a_consumer_group_as_kafka_allows():
+    """What `flotilla groups reset-offsets` / `delete-offsets` send: an admin commit (no member, epoch -1) only
+    once the group is empty; OffsetDelete refuses a topic the members subscribe to."""
+    coordinator = Coordinator()
+    a = Member(coordinator, "a")
+    a.heartbeat()
+    commit = messages.OffsetCommitRequest
+
+    def admin_commit():
+        response = coordinator.call(ApiKey.OFFSET_COMMIT, 7, commit(
+            group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+                commit.OffsetCommitRequestTopic(name="t", partitions=[commit.OffsetCommitRequestPartition(
+                    partition_index=1, committed_offset=5, committed_metadata="")])]))
+        return response.topics[0].partitions[0].error_code
+
+    delete = messages.OffsetDeleteRequest
+    delete_t = delete(group_id="g", topics=[delete.OffsetDeleteRequestTopic(
+        name="t", partitions=[delete.OffsetDeleteRequestPartition(partition_index=1)])])
+    assert admin_commit() == ErrorCode.UNKNOWN_MEMBER_ID  # the group has a member
+    deleted = coordinator.call(ApiKey.OFFSET_DELETE, 0, delete_t)
+    assert deleted.topics[0].partitions[0].error_code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    a.heartbeat(epoch=-1)
+    assert coordinator.shard.consumer_groups["g"].state_name == "Empty"
+    assert admin_commit() == ErrorCode.NONE
+    deleted = coordinator.call(ApiKey.OFFSET_DELETE, 0, delete_t)
+    assert deleted.topics[0].partitions[0].error_code == ErrorCode.NONE
+    assert coordinator.shard.offsets.committed.get("g", {}) == {}
