@@ -5,6 +5,9 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
   1 node,  RF=1, acks=1   : 100-byte and 1 KiB records, produce records/s and MB/s, consume records/s
   3 nodes, RF=3, acks=all : 100-byte records, produce records/s, consume records/s
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
+  1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (one 100-byte record per request): p50/p99 at
+                            request rates stepped up, and the highest rate with p99 <= 10 ms (--small-only
+                            runs just these rows)
   1 node,  RF=1, acks=1   : 1 KiB records over SASL_SSL (TLS 1.2+, SASL/PLAIN, the authorizer on) and over
                             PLAINTEXT on the same node: produce and consume, and their ratio (--security-only
                             runs just these rows)
@@ -122,11 +125,16 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: in
     return {"records": count, "seconds": elapsed, "rec_per_s": count / elapsed, "mb_per_s": count * size / elapsed / MB}
 
 
-def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
+def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "all",
+            linger_ms: int | None = None) -> dict:
     from confluent_kafka import Producer
 
-    # librdkafka's default linger (5 ms) batches what arrives within it, as a producer does out of the box.
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False})
+    # librdkafka's default linger (5 ms) batches what arrives within it, as a producer does out of the box;
+    # linger_ms=0 sends every record as its own request (the small-request rows).
+    config = {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": False}
+    if linger_ms is not None:
+        config["linger.ms"] = linger_ms
+    producer = Producer(config)
     latencies_ms = []
     value = os.urandom(100)
     total = int(rate * seconds)
@@ -143,6 +151,35 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     latencies_ms.sort()
     return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
             "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1]}
+
+
+SMALL_REQUEST_RATES = (1_000, 2_000, 5_000, 10_000, 20_000)
+SMALL_REQUEST_P99_MS_MAX = 10.0
+
+
+def small_request_rows(root: str, seconds: float) -> None:
+    """linger.ms=0 (one 100-byte record per Produce request): the request rate stepped up on a fresh cluster,
+    p50/p99 at each step, and the highest rate whose p99 stays under 10 ms (1 node acks=1; 3 nodes RF=3
+    acks=all). Steps stop after the first one whose p99 exceeds 10 ms twice over (the broker fell behind)."""
+    for nodes, acks in ((1, "1"), (3, "all")):
+        cluster = start_cluster(os.path.join(root, f"small-{nodes}"), nodes)
+        best = 0
+        try:
+            create_topic(cluster, "small", 1, 1 if nodes == 1 else 3, min_insync_replicas="1" if nodes == 1 else "2")
+            eventually(lambda: topic_of(metadata(cluster), "small"))
+            latency(cluster.bootstrap_servers, "small", 500, 1.0, acks, 0)  # connections and metadata warm
+            for rate in SMALL_REQUEST_RATES:
+                measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0)
+                print(f"RESULT {nodes}node.acks{acks}.linger0.rate_{rate} p50={measured['p50_ms']:.2f} ms "
+                      f"p99={measured['p99_ms']:.2f} ms records={measured['records']}", flush=True)
+                if measured["p99_ms"] <= SMALL_REQUEST_P99_MS_MAX:
+                    best = rate
+                elif measured["p99_ms"] > 2 * SMALL_REQUEST_P99_MS_MAX:
+                    break
+        finally:
+            cluster.stop()
+        print(f"RESULT {nodes}node.acks{acks}.linger0.highest_rate_p99_under_10ms {best:,} requests/s "
+              f"(steps {', '.join(map(str, SMALL_REQUEST_RATES))})", flush=True)
 
 
 def start_cluster(directory: str, nodes: int) -> LocalCluster:
@@ -205,12 +242,17 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=60.0, help="bound per phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--security-only", action="store_true", help="only the SASL_SSL vs PLAINTEXT rows")
+    parser.add_argument("--small-only", action="store_true", help="only the linger.ms=0 small-request rows")
+    parser.add_argument("--small-seconds", type=float, default=5.0, help="seconds per small-request rate step")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="flotilla-bench-", dir=os.environ.get("BENCH_DIR"))
     baseline = baseline_socket_to_file(root, 1 << 30)
     print(f"RESULT baseline.loopback_socket_to_file {baseline:,.1f} MB/s", flush=True)
     if args.security_only:
         security_rows(root, args.records // 4, args.max_seconds, baseline)
+        return 0
+    if args.small_only:
+        small_request_rows(root, args.small_seconds)
         return 0
 
     cluster = start_cluster(os.path.join(root, "one"), 1)
@@ -245,6 +287,7 @@ def main() -> int:
     finally:
         cluster.stop()
     security_rows(root, args.records // 4, args.max_seconds, baseline)
+    small_request_rows(root, args.small_seconds)
     return 0
 
 
