@@ -155,13 +155,14 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "
 
 SMALL_REQUEST_RATES = (1_000, 2_000, 5_000, 10_000, 20_000)
 SMALL_REQUEST_P99_MS_MAX = 10.0
+SMALL_REQUEST_CLUSTERS = ((1, "1"), (3, "all"))
 
 
 def small_request_rows(root: str, seconds: float) -> None:
     """linger.ms=0 (one 100-byte record per Produce request): the request rate stepped up on a fresh cluster,
     p50/p99 at each step, and the highest rate whose p99 stays under 10 ms (1 node acks=1; 3 nodes RF=3
     acks=all). Steps stop after the first one whose p99 exceeds 10 ms twice over (the broker fell behind)."""
-    for nodes, acks in ((1, "1"), (3, "all")):
+    for nodes, acks in SMALL_REQUEST_CLUSTERS:
         cluster = start_cluster(os.path.join(root, f"small-{nodes}"), nodes)
         best = 0
         try:
