@@ -174,6 +174,9 @@ class TransactionCoordinatorShard:
         self.partition = partition
         self.config = config or TransactionConfig()
         self.transactions: dict[str, TransactionMetadata] = {}
+        self.preparing: set[str] = set()  # transactional ids in a Prepare* state (what markers_due looks at)
+        self._order: dict[str, int] = {}  # a transactional id's place in `transactions` (its insertion order)
+        self._inserted = 0
         self.parked: dict[str, list[int]] = {}  # volatile: EndTxn requests waiting for Complete*
         # Test-only planted bug for the simulator's checkers: markers are listed as soon as the Prepare record
         # is written, before the high watermark passes it (a failover can then lose the decision).
@@ -206,8 +209,17 @@ class TransactionCoordinatorShard:
             return  # a record of a newer writer: skipped, as Kafka's loader does
         if value is None:
             self.transactions.pop(transactional_id, None)
+            self.preparing.discard(transactional_id)
+            self._order.pop(transactional_id, None)
         else:
+            if transactional_id not in self.transactions:
+                self._inserted += 1
+                self._order[transactional_id] = self._inserted
             self.transactions[transactional_id] = TransactionMetadata(transactional_id, value, record.offset)
+            if value.state in PREPARE_STATES:
+                self.preparing.add(transactional_id)
+            else:
+                self.preparing.discard(transactional_id)
 
     def poll(self, now_ms: int) -> CoordinatorResult:
         records = []
@@ -241,9 +253,11 @@ class TransactionCoordinatorShard:
     # --- read-only views for the broker ----------------------------------------------------------------
 
     def markers_due(self, high_watermark: int) -> list[MarkerJob]:
-        """The Prepare* transactions whose Prepare record is committed (below `high_watermark`)."""
+        """The Prepare* transactions whose Prepare record is committed (below `high_watermark`). Looks only at
+        the transactions in a Prepare* state (the broker asks after every request)."""
         jobs = []
-        for metadata in self.transactions.values():
+        for transactional_id in sorted(self.preparing, key=self._order.__getitem__):  # in `transactions` order
+            metadata = self.transactions[transactional_id]
             value = metadata.value
             if value.state not in PREPARE_STATES:
                 continue
