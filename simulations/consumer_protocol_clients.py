@@ -149,30 +149,7 @@ class SimConsumerProtocolMember(SimGroupConsumer):
         if not changed:
             then()
             return
-        request_class = messages.OffsetCommitRequest
-        request = request_class(
-            group_id=self.group, generation_id_or_member_epoch=self.generation, member_id=self.member_id,
-            group_instance_id=None, topics=[request_class.OffsetCommitRequestTopic(name=self.topic, partitions=[
-                request_class.OffsetCommitRequestPartition(partition_index=p, committed_offset=o,
-                                                           committed_leader_epoch=-1, committed_metadata="")
-                for p, o in sorted(changed.items())])])
-        floors = {p: self.checkers.commit_floor(self.group, p) for p in changed}
-        generation, member = self.generation, self.member_id
-
-        def on_committed(response: Any) -> None:
-            self.inflight = False
-            if response is None:
-                self._lost_coordinator()
-                return
-            for partition in response.topics[0].partitions if response.topics else []:
-                if partition.error_code == ErrorCode.NONE:
-                    offset = changed[partition.partition_index]
-                    self.committed[partition.partition_index] = offset
-                    self.checkers.observe_commit_acked(self.group, partition.partition_index, offset,
-                                                       floors[partition.partition_index], generation, member)
-            then()  # the partitions are given up whether or not the commit was accepted
-
-        self._request(self.coordinator, ApiKey.OFFSET_COMMIT, self.offset_commit_version, request, on_committed)
+        self._send_commit(changed, lambda codes: then())  # given up whether or not the commit was accepted
 
     def _take(self, added: list[int]) -> None:
         """Start reading newly assigned partitions at their committed offsets."""

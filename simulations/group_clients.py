@@ -335,6 +335,22 @@ class SimGroupConsumer(KafkaClientBase):
                 self.assignment = []
                 self._to("join")
             return
+        def on_committed(codes: dict[int, int]) -> None:
+            errors = {c for c in codes.values() if c != ErrorCode.NONE}
+            if errors & COORDINATOR_ERRORS:
+                self._lost_coordinator()
+            elif then_rejoin or ErrorCode.REBALANCE_IN_PROGRESS in errors:
+                self.assignment = []
+                self._to("join")
+            elif errors:
+                self._rejoin_after(min(errors))
+
+        self._send_commit(changed, on_committed)
+
+    def _send_commit(self, changed: dict[int, int], on_codes: Callable[[dict[int, int]], None]) -> None:
+        """OffsetCommit `changed` (partition -> offset) with this member's generation (or member epoch); each
+        acknowledgement goes to the checkers with the floor seen when the request left, then `on_codes` gets
+        every partition's error code (a lost answer: the coordinator is looked up again instead)."""
         request_class = messages.OffsetCommitRequest
         request = request_class(
             group_id=self.group, generation_id_or_member_epoch=self.generation, member_id=self.member_id,
@@ -358,14 +374,7 @@ class SimGroupConsumer(KafkaClientBase):
                     self.committed[partition.partition_index] = offset
                     self.checkers.observe_commit_acked(self.group, partition.partition_index, offset,
                                                        floors[partition.partition_index], generation, member)
-            errors = {c for c in codes.values() if c != ErrorCode.NONE}
-            if errors & COORDINATOR_ERRORS:
-                self._lost_coordinator()
-            elif then_rejoin or ErrorCode.REBALANCE_IN_PROGRESS in errors:
-                self.assignment = []
-                self._to("join")
-            elif errors:
-                self._rejoin_after(min(errors))
+            on_codes(codes)
 
         self._request(self.coordinator, ApiKey.OFFSET_COMMIT, self.offset_commit_version, request, on_committed)
 
