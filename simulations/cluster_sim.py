@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 from broker.config import ClusterConfig, parse_config
@@ -506,6 +506,19 @@ class _CountingHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
+
+
+def configure_shards(runtime: Any, configure: Callable[[Any], None]) -> None:
+    """Have every shard `runtime` creates from now on pass through `configure` (a workload's bug switches and
+    checker hooks on coordinator shards, set before the shard loads)."""
+    make_shard = runtime.shard_factory
+
+    def configured(partition: int) -> Any:
+        shard = make_shard(partition)
+        configure(shard)
+        return shard
+
+    runtime.shard_factory = configured
 
 
 def run(config: RunConfig, shape: ClusterShape | None = None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulations import cluster_sim
+from simulations.cluster_sim import configure_shards
 from simulations.consumer_protocol_clients import SimConsumerProtocolMember
 from simulations.group_checkers import GroupCheckers
 from simulations.groups_sim import GroupsSimulation
@@ -73,13 +74,10 @@ class ConsumerGroupsSimulation(GroupsSimulation):
 
     def configure_node(self, state: Any) -> None:
         super().configure_node(state)
-        runtime = state.coordinators.services[0].runtime
-        make_shard = runtime.shard_factory
         buggy = "assign_unreleased" in self.workload_bugs
         checkers = self.checkers
 
-        def checked_shard(partition: int) -> Any:
-            shard = make_shard(partition)
+        def checked(shard: Any) -> None:
             shard.bug_assign_unreleased_partitions = buggy
             handle, poll = shard.handle, shard.poll
 
@@ -92,9 +90,8 @@ class ConsumerGroupsSimulation(GroupsSimulation):
                 return poll(now_ms)
 
             shard.handle, shard.poll = checked_handle, checked_poll
-            return shard
 
-        runtime.shard_factory = checked_shard
+        configure_shards(state.coordinators.services[0].runtime, checked)
 
 
 def run(config: RunConfig) -> RunResult:

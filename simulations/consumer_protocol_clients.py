@@ -31,7 +31,6 @@ from partitions.errors import ErrorCode
 from simulations.group_clients import (
     COORDINATOR_ERRORS,
     HEARTBEAT_INTERVAL_MS,
-    OFFSET_FETCH_VERSION,
     REBALANCE_TIMEOUT_MS,
     RETRY_BACKOFF_MS,
     SimGroupConsumer,
@@ -152,28 +151,16 @@ class SimConsumerProtocolMember(SimGroupConsumer):
         self._send_commit(changed, lambda codes: then())  # given up whether or not the commit was accepted
 
     def _take(self, added: list[int]) -> None:
-        """Start reading newly assigned partitions at their committed offsets."""
-        request_class = messages.OffsetFetchRequest
-        request = request_class(group_id=self.group, require_stable=False, topics=[
-            request_class.OffsetFetchRequestTopic(name=self.topic, partition_indexes=added)])
+        """Start reading newly assigned partitions at their committed offsets (a refused offset: taken on a
+        later heartbeat answer)."""
 
-        def on_offsets(response: Any) -> None:
-            self.inflight = False
-            if response is None or response.error_code in COORDINATOR_ERRORS:
-                self._lost_coordinator()
-                return
-            for topic in response.topics:
-                for partition in topic.partitions:
-                    if partition.error_code != ErrorCode.NONE:
-                        return  # taken on a later heartbeat answer
-                    offset = max(partition.committed_offset, 0)
-                    self.positions[partition.partition_index] = offset
-                    self.committed[partition.partition_index] = offset
-            self.assignment = sorted(set(self.assignment) | set(added))
-            self.host.trace("group.assigned", self.name, self.generation, ",".join(map(str, self.assignment)))
-            self.checkers.assignments_seen += 1
+        def taken(fetched: bool) -> None:
+            if fetched:
+                self.assignment = sorted(set(self.assignment) | set(added))
+                self.host.trace("group.assigned", self.name, self.generation, ",".join(map(str, self.assignment)))
+                self.checkers.assignments_seen += 1
 
-        self._request(self.coordinator, ApiKey.OFFSET_FETCH, OFFSET_FETCH_VERSION, request, on_offsets)
+        self._fetch_offsets(added, taken)
 
     def _on_heartbeat(self, response: Any) -> None:  # the classic Heartbeat is never sent
         raise AssertionError("a consumer-protocol member sends no classic Heartbeat")

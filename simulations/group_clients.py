@@ -284,24 +284,36 @@ class SimGroupConsumer(KafkaClientBase):
         self.assignment = decode_assignment(bytes(response.assignment))
         self.checkers.observe_assignment(self.group, self.generation, self.member_id, self.assignment)
         self.host.trace("group.assigned", self.name, self.generation, ",".join(map(str, self.assignment)) or "-")
+        self.state = "offsets"
+        self._fetch_offsets(self.assignment, self._on_offsets)
+
+    def _fetch_offsets(self, partitions: list[int], then: Callable[[bool], None]) -> None:
+        """Start `partitions` at their committed offsets (0 without one), then `then(True)`; `then(False)` when
+        a partition's offset is refused (a lost answer: the coordinator is looked up again instead)."""
         request_class = messages.OffsetFetchRequest
         request = request_class(group_id=self.group, require_stable=False, topics=[request_class.OffsetFetchRequestTopic(
-            name=self.topic, partition_indexes=self.assignment)])
-        self.state = "offsets"
-        self._request(self.coordinator, ApiKey.OFFSET_FETCH, OFFSET_FETCH_VERSION, request, self._on_offsets)
+            name=self.topic, partition_indexes=partitions)])
 
-    def _on_offsets(self, response: Any) -> None:
-        self.inflight = False
-        if response is None or response.error_code in COORDINATOR_ERRORS:
-            self._lost_coordinator()
+        def on_offsets(response: Any) -> None:
+            self.inflight = False
+            if response is None or response.error_code in COORDINATOR_ERRORS:
+                self._lost_coordinator()
+                return
+            for topic in response.topics:
+                for partition in topic.partitions:
+                    if partition.error_code != ErrorCode.NONE:
+                        then(False)
+                        return
+                    self.positions[partition.partition_index] = max(partition.committed_offset, 0)
+                    self.committed[partition.partition_index] = max(partition.committed_offset, 0)
+            then(True)
+
+        self._request(self.coordinator, ApiKey.OFFSET_FETCH, OFFSET_FETCH_VERSION, request, on_offsets)
+
+    def _on_offsets(self, fetched: bool) -> None:
+        if not fetched:
+            self._to("join", RETRY_BACKOFF_MS)
             return
-        for topic in response.topics:
-            for partition in topic.partitions:
-                if partition.error_code != ErrorCode.NONE:
-                    self._to("join", RETRY_BACKOFF_MS)
-                    return
-                self.positions[partition.partition_index] = max(partition.committed_offset, 0)
-                self.committed[partition.partition_index] = max(partition.committed_offset, 0)
         self.state = "stable"
         now = self.loop.now_ms
         self.heartbeat_due_ms, self.commit_due_ms = now + HEARTBEAT_INTERVAL_MS, now + COMMIT_INTERVAL_MS

@@ -23,7 +23,7 @@ from typing import Any
 
 from coordinator.keys import partition_for_key
 from simulations import cluster_sim
-from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
+from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation, configure_shards
 from simulations.group_checkers import GroupCheckers
 from simulations.group_clients import SimGroupConsumer
 from simulations.loop import US_PER_MS
@@ -56,14 +56,7 @@ class GroupsSimulation(ClusterSimulation):
         if "commit_before_hw" in self.workload_bugs:
             service.runtime.bug_answer_before_commit = True
         if "stale_generation_commit" in self.workload_bugs:
-            make_shard = service.runtime.shard_factory
-
-            def buggy_shard(partition: int) -> Any:
-                shard = make_shard(partition)
-                shard.bug_accept_stale_generation = True
-                return shard
-
-            service.runtime.shard_factory = buggy_shard
+            configure_shards(service.runtime, lambda shard: setattr(shard, "bug_accept_stale_generation", True))
 
     def _build_clients(self) -> None:
         super()._build_clients()

@@ -32,7 +32,7 @@ from partitions.batch import iter_batches
 from partitions.records import decode_batch, parse_control_record, COMMIT
 from simulations import cluster_sim
 from simulations.cluster_sim import CLIENT_ID_BASE, MIN_INSYNC_REPLICAS, PARTITIONS, REPLICATION_FACTOR, TOPIC, \
-    ClusterSimulation
+    ClusterSimulation, configure_shards
 from simulations.kafka_clients import TopicCreator
 from simulations.loop import US_PER_MS
 from simulations.run import RunConfig, RunResult
@@ -72,25 +72,11 @@ class TransactionsSimulation(ClusterSimulation):
         if "lso_ignores_open_txn" in self.workload_bugs:
             state.broker.bug_lso_ignores_open_transactions = True
         if "markers_before_prepare_committed" in self.workload_bugs:
-            service = state.coordinators.services[1]
-            make_shard = service.runtime.shard_factory
-
-            def buggy_shard(partition: int) -> Any:
-                shard = make_shard(partition)
-                shard.bug_markers_before_prepare_committed = True
-                return shard
-
-            service.runtime.shard_factory = buggy_shard
+            configure_shards(state.coordinators.services[1].runtime,
+                             lambda shard: setattr(shard, "bug_markers_before_prepare_committed", True))
         if "txn_offsets_visible_early" in self.workload_bugs:
-            groups = state.coordinators.services[0]
-            make_group_shard = groups.runtime.shard_factory
-
-            def buggy_group_shard(partition: int) -> Any:
-                shard = make_group_shard(partition)
-                shard.offsets.bug_txn_offsets_visible_early = True
-                return shard
-
-            groups.runtime.shard_factory = buggy_group_shard
+            configure_shards(state.coordinators.services[0].runtime,
+                             lambda shard: setattr(shard.offsets, "bug_txn_offsets_visible_early", True))
 
     def _build_clients(self) -> None:
         super()._build_clients()
