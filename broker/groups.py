@@ -177,47 +177,39 @@ class GroupApis:
         return self.coordinators.submit_all(header, items, assemble, now_ms)
 
     def _describe_groups(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        group_ids = list(request.groups)
         response_class = messages.DescribeGroupsResponse
+        return self._describe_each(
+            header, list(request.groups), getattr(request, "include_authorized_operations", False),
+            lambda group_id, code: response_class.DescribedGroup(
+                error_code=code, group_id=group_id, group_state="", protocol_type="", protocol_data="", members=[]),
+            lambda described: response_class(throttle_time_ms=0, groups=described), now_ms)
 
-        include_operations = getattr(request, "include_authorized_operations", False)
+    def _consumer_group_describe(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.ConsumerGroupDescribeResponse
+        return self._describe_each(
+            header, list(request.group_ids), request.include_authorized_operations,
+            lambda group_id, code: response_class.DescribedGroup(error_code=code, group_id=group_id),
+            lambda described: response_class(throttle_time_ms=0, groups=described), now_ms)
 
+    def _describe_each(self, header: RequestHeader, group_ids: list[str], include_operations: bool,
+                       error_item, response, now_ms: int) -> Any:
+        """DescribeGroups and ConsumerGroupDescribe: each group's item from its shard (DESCRIBE on the group,
+        else GROUP_AUTHORIZATION_FAILED), `error_item(group_id, code)` for a group answered with an error code,
+        and KIP-430 authorized operations on the described ones when asked (with no authorizer: every group
+        operation)."""
         denied = {g for g in group_ids if not self.apis.authorize(Op.DESCRIBE, ResourceType.GROUP, g)}
         session = self.apis.session  # the answer is built later, for this request's principal
 
         def build(answers: list) -> Any:
             described = []
             for group_id, answer in zip(group_ids, answers):
-                if group_id in denied:
-                    answer = ErrorCode.GROUP_AUTHORIZATION_FAILED
                 if isinstance(answer, ErrorCode):
-                    answer = response_class.DescribedGroup(error_code=answer, group_id=group_id, group_state="",
-                                                           protocol_type="", protocol_data="", members=[])
-                elif include_operations:  # KIP-430 (with no authorizer: every group operation)
-                    bits = self.apis.authorized_operations(ResourceType.GROUP, group_id, session)
-                    answer.authorized_operations = GROUP_OPERATIONS if bits is None else bits
-                described.append(answer)
-            return response_class(throttle_time_ms=0, groups=described)
-
-        return self._per_group(header, group_ids, build, now_ms, skip=denied)
-
-    def _consumer_group_describe(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        group_ids = list(request.group_ids)
-        response_class = messages.ConsumerGroupDescribeResponse
-        include_operations = request.include_authorized_operations
-        denied = {g for g in group_ids if not self.apis.authorize(Op.DESCRIBE, ResourceType.GROUP, g)}
-        session = self.apis.session
-
-        def build(answers: list) -> Any:
-            described = []
-            for group_id, answer in zip(group_ids, answers):
-                if isinstance(answer, ErrorCode):
-                    answer = response_class.DescribedGroup(error_code=answer, group_id=group_id)
+                    answer = error_item(group_id, answer)
                 elif include_operations and answer.error_code == ErrorCode.NONE:
                     bits = self.apis.authorized_operations(ResourceType.GROUP, group_id, session)
                     answer.authorized_operations = GROUP_OPERATIONS if bits is None else bits
                 described.append(answer)
-            return response_class(throttle_time_ms=0, groups=described)
+            return response(described)
 
         return self._per_group(header, group_ids, build, now_ms, skip=denied)
 
