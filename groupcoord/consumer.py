@@ -449,7 +449,7 @@ class ConsumerGroup:
             assignor_name=_preferred_assignor(self.members.values()), members=members)
 
 
-def validate_heartbeat(request: Any, config: GroupConfig) -> None:
+def validate_heartbeat(request: Any) -> None:
     """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid. Raises KafkaError (INVALID_REQUEST,
     UNSUPPORTED_ASSIGNOR, INVALID_GROUP_ID)."""
 

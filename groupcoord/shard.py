@@ -407,7 +407,7 @@ class GroupCoordinatorShard:
     def _consumer_heartbeat(self, request_id: int, request: GroupRequest, now_ms: int) -> CoordinatorResult:
         message = request.message
         try:
-            validate_heartbeat(message, self.config)
+            validate_heartbeat(message)
             group = self.consumer_groups.get(message.group_id)
             records = []
             if group is None:
