@@ -298,16 +298,22 @@ def _ready_replies(slots: Any, first: bytes) -> tuple[bytes, Any]:
 SENDFILE_STATS = {"calls": 0, "bytes": 0}
 
 
+# A file slice smaller than this is read (one pread) and sent with the buffers around it: a follower's or a
+# caught-up consumer's fetch of a few small batches then leaves in one send instead of a send and a sendfile
+# per partition (each a syscall, a TCP segment and a wake-up of the reader). Larger slices go by sendfile.
+SENDFILE_SLICE_BYTES_MIN = 64 * 1024
+
+
 async def send_file_reply(stream: Any, parts: list) -> None:
-    """Send a FileReply's chunks in order: buffers gathered into one send, file slices by os.sendfile on a
-    plain socket (read into bytes on TLS, or for a handle without a descriptor)."""
+    """Send a FileReply's chunks in order: buffers and small slices gathered into one send, the other file
+    slices by os.sendfile on a plain socket (read into bytes on TLS, or for a handle without a descriptor)."""
     raw = getattr(stream, "socket", None)  # trio.SocketStream; a trio.SSLStream has none
     pending: list = []
     for part in parts:
         if isinstance(part, _BUFFERS):
             pending.append(part)
             continue
-        fd = part.handle.fileno() if raw is not None else None
+        fd = part.handle.fileno() if raw is not None and part.size >= SENDFILE_SLICE_BYTES_MIN else None
         if fd is None:
             pending.append(part.read())
             continue
