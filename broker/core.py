@@ -404,8 +404,11 @@ class BrokerCore:
             hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
-                aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in hosted.producer_state.aborted_index.entries]
-                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.last_stable_offset, aborted=aborted)
+                state = hosted.producer_state
+                aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
+                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.last_stable_offset, aborted=aborted,
+                                   last_records=state.last_records_of_active_producers(),
+                                   drop_aborted=state.aborted_index.remove)
             hosted.producer_state.aborted_index.sync()
             self.dirty_partitions.add(key)
 

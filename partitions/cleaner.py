@@ -4,7 +4,8 @@ Theory of operation (Kafka's design, one pass):
 1. The cleanable range is the closed segments below `first_uncleanable_offset` (the caller's last stable
    offset / high watermark; the active segment is never cleaned), stopping at the first segment younger than
    min.compaction.lag.ms. Offsets below the cleaner checkpoint are "clean", the rest "dirty".
-2. Unless forced, a pass runs only when dirty bytes / cleanable bytes >= min.cleanable.dirty.ratio.
+2. Unless forced, a pass runs only when dirty bytes / cleanable bytes >= min.cleanable.dirty.ratio, or when
+   a delete horizon kept by an earlier pass has passed.
 3. An offset map (key -> last offset) is built from the dirty records.
 4. Segments are rewritten in groups (each group fits one segment: segment.bytes, index size, int32 relative
    offsets). A record survives when no later offset holds its key. A tombstone (null value) survives until
@@ -19,28 +20,56 @@ Theory of operation (Kafka's design, one pass):
    the log's recovery; no reader ever sees a half-cleaned segment because the in-memory segment list
    changes only after the swap.
 
-Transactions (the cleanable range ends at the last stable offset, so every transaction in it is decided):
-the data batches of aborted transactions (the caller's `aborted` list, from the partition's transaction
-index) are removed whole, and their keys never enter the offset map; committed transactional records are
-compacted like any other, keeping the batch's transactional flag.
-
-Simplifications (documented, safe: they retain more than Kafka would, never less): transaction markers are
-kept (Kafka removes one once its transaction has no data left and its delete horizon passed); an emptied
-batch of an idempotent or transactional producer is kept empty (producer state) even when Kafka could drop
-it.
+Transactions (Kafka's Cleaner.cleanInto and CleanedTransactionMetadata; the cleanable range ends at the last
+stable offset, so every transaction in it is decided). Each pass reads the log from its first segment in
+offset order, with the caller's aborted transactions (the partition's `.txnindex` entries, as (producer id,
+first offset, marker offset)) becoming "ongoing" when the pass reaches their first offset:
+- A data batch of a producer with an ongoing aborted transaction is aborted data: all its records go, and
+  its keys never enter the offset map. Any other transactional data batch marks its producer's transaction
+  as "read in this pass"; its records compact like any other and keep the transactional flag.
+- A COMMIT marker may be discarded when no batch of its transaction was read in this pass; an ABORT marker
+  when no batch of its aborted transaction was read in this pass. So a marker outlives its data by at least
+  one pass. A marker that may be discarded is kept once more with a delete horizon (now +
+  delete.retention.ms, stamped as for tombstones: KIP-534), and the first pass after the horizon drops it.
+  An empty control batch (emptied by an earlier pass) may always be discarded. Other control records stay.
+- An aborted transaction whose marker this pass read while keeping a batch of its data keeps its index
+  entry; the entries of the other aborted transactions whose markers lie in a rewritten group go:
+  `drop_aborted(keys)` is called with their (producer id, marker offset) before that group's swap (no data
+  of theirs is in the log before the swap, so the order is safe for read_committed; Kafka rebuilds a
+  cleaned segment's `.txnindex` with the retained entries only). An index entry therefore never outlives
+  its marker: a read_committed consumer that sees an entry also sees the marker that ends it.
+- Empty batches (Kafka's BatchRetention.RETAIN_EMPTY): a batch whose records all go is dropped, except
+  the batch holding an active producer's last data offset (it carries the producer's last sequence and
+  epoch), the marker with that producer's epoch when its state has no data batch (fencing), and the batch
+  that ends the cleaning round (first_uncleanable_offset). Those are kept as an empty batch: same offsets,
+  producer fields, flags and max timestamp, no records. `last_records` gives the active producers' last
+  data offset and epoch (Kafka's lastRecordsOfActiveProducers, from the partition's producer state).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 from partitions.batch import NO_PRODUCER_ID, BatchHeader, parse_header
+from partitions.errors import InvalidRecordError
 from partitions.index import RELATIVE_OFFSET_MAX
-from partitions.records import Record, build_batch, decode_batch
+from partitions.records import ABORT, COMMIT, Record, build_batch, control_record_type, decode_batch
 from partitions.segment import CLEANED_SUFFIX, SWAP_SUFFIX, BatchPlacement, LogSegment
 
 OFFSET_MAP_ENTRIES_MAX = 2_000_000  # bound on the keys held in memory by one pass (Kafka's dedupe buffer)
+
+AbortedEntry = tuple[int, int, int]  # an aborted transaction: (producer id, first offset, marker offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerLastRecord:
+    """An active producer's last data offset (None when its state holds no data batch) and epoch (Kafka's
+    LastRecord)."""
+
+    last_data_offset: int | None
+    producer_epoch: int
 
 
 @dataclass(slots=True)
@@ -57,16 +86,43 @@ class CleanerStats:
     records_read: int = 0
     records_retained: int = 0
     tombstones_removed: int = 0
+    markers_removed: int = 0
     batches_copied: int = 0
     batches_rewritten: int = 0
     batches_dropped: int = 0
-    earliest_delete_horizon_ms: int | None = None  # of the tombstones kept; a pass is due then
+    batches_emptied: int = 0  # kept without records (producer state, end of the cleaning round)
+    aborted_txns_dropped: list[tuple[int, int]] = field(default_factory=list)  # (producer id, marker offset)
+    earliest_delete_horizon_ms: int | None = None  # of the tombstones and markers kept; a pass is due then
+
+
+class BatchRetention(enum.Enum):
+    """Kafka's RecordFilter.BatchRetention: what happens to a batch whose records all go."""
+
+    DELETE = "delete"  # the whole batch goes, whatever its records
+    DELETE_EMPTY = "delete-empty"  # the batch goes only when no record survives
+    RETAIN_EMPTY = "retain-empty"  # the batch stays, empty when no record survives
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one pass carries from batch to batch."""
+
+    now_ms: int
+    delete_retention_ms: int
+    offset_map: dict[bytes, int]
+    transactions: CleanedTransactions
+    last_records: dict[int, ProducerLastRecord]
+    round_end_offset: int
+    stats: CleanerStats
 
 
 def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
-                aborted: list[tuple[int, int, int]] = ()) -> CleanerStats:
-    """One compaction pass over `log` (a PartitionLog). Raises CorruptRecordError (or another record
-    decoding error) for a batch that cannot be decoded; the log is left unchanged then."""
+                aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,
+                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None) -> CleanerStats:
+    """One compaction pass over `log` (a PartitionLog). `aborted` lists the partition's aborted transactions,
+    `last_records` its active producers, `drop_aborted` removes index entries (see the module docstring).
+    Raises CorruptRecordError (or another record decoding error) for a batch that cannot be decoded; the
+    log is left unchanged then."""
     stats = CleanerStats()
     if not log.config.compact:
         stats.skipped_reason = "cleanup.policy has no compact"
@@ -75,7 +131,7 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
     first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
     horizon = log.earliest_delete_horizon_ms
     horizon_due = horizon is not None and horizon <= now_ms  # KIP-534: expired tombstones make a pass due
-    if not cleanable or (first_dirty >= cleanable[-1].next_offset and not horizon_due):
+    if not cleanable or (first_dirty >= cleanable[-1].next_offset and not (horizon_due or force)):
         stats.skipped_reason = "nothing dirty to clean"
         return stats
     dirty_bytes = sum(segment.size for segment in cleanable if segment.next_offset > first_dirty)
@@ -83,12 +139,17 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
     if not (force or horizon_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
         stats.skipped_reason = f"dirty ratio {dirty_bytes / max(total_bytes, 1):.2f} below min.cleanable.dirty.ratio"
         return stats
-    is_aborted = _aborted_test(aborted)
-    offset_map, cleanable = _build_offset_map(cleanable, first_dirty, is_aborted)
+    aborted = sorted(aborted, key=lambda entry: entry[1])
+    offset_map, cleanable = _build_offset_map(cleanable, first_dirty, CleanedTransactions(aborted, first_dirty))
     stats.first_dirty_offset = first_dirty
-    stats.end_offset = cleanable[-1].next_offset
+    stats.end_offset = max(cleanable[-1].next_offset, first_dirty)
+    round_end_offset = log.active_segment.base_offset
+    if first_uncleanable_offset is not None:
+        round_end_offset = min(round_end_offset, first_uncleanable_offset)
+    state = _Pass(now_ms, log.config.delete_retention_ms, offset_map,
+                  CleanedTransactions(aborted, cleanable[0].base_offset), last_records or {}, round_end_offset, stats)
     for group in _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max):
-        _clean_group(log, group, offset_map, now_ms, stats, is_aborted)
+        _clean_group(log, group, state, aborted, drop_aborted)
     log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
     log.save_cleaner_checkpoint()
     log.earliest_delete_horizon_ms = stats.earliest_delete_horizon_ms
@@ -115,21 +176,60 @@ def _iter_decoded(segment: LogSegment):
         yield header, segment.read_batch(position, header)
 
 
-def _aborted_test(aborted) -> Callable[[BatchHeader], bool]:
-    """header -> whether it is a data batch of an aborted transaction (producer id, first..marker offset)."""
-    by_producer: dict[int, list[tuple[int, int]]] = {}
-    for producer_id, first_offset, last_offset in aborted:
-        by_producer.setdefault(producer_id, []).append((first_offset, last_offset))
+class CleanedTransactions:
+    """Kafka's CleanedTransactionMetadata: the transactions a pass is inside of, read in offset order from
+    `from_offset`, and which markers may go. `aborted` is sorted by first offset; entries whose marker is
+    below `from_offset` are ignored (their producer's later batches are not aborted)."""
 
-    def is_aborted(header: BatchHeader) -> bool:
-        if not header.is_transactional or header.is_control:
+    def __init__(self, aborted: list[AbortedEntry], from_offset: int) -> None:
+        self._pending = [entry for entry in aborted if entry[2] >= from_offset]
+        self._next = 0
+        self._ongoing_aborted: dict[int, tuple[AbortedEntry, list[bool]]] = {}  # producer -> (entry, [read])
+        self._ongoing_committed: set[int] = set()
+        self.retained_aborted: set[tuple[int, int]] = set()  # (producer id, marker offset) kept in the index
+
+    def _reach(self, offset: int) -> None:
+        while self._next < len(self._pending) and self._pending[self._next][1] <= offset:
+            entry = self._pending[self._next]
+            self._ongoing_aborted.setdefault(entry[0], (entry, [False]))
+            self._next += 1
+
+    def on_batch_read(self, header: BatchHeader) -> bool:
+        """A data batch was read: whether it belongs to an aborted transaction (its records all go)."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
             return False
-        return any(first <= header.base_offset <= last for first, last in by_producer.get(header.producer_id, ()))
+        ongoing = self._ongoing_aborted.get(header.producer_id)
+        if ongoing is not None:
+            ongoing[1][0] = True
+            return True
+        self._ongoing_committed.add(header.producer_id)
+        return False
 
-    return is_aborted
+    def on_control_batch_read(self, header: BatchHeader, records: list[Record]) -> bool:
+        """A control batch was read: whether it may be discarded (its transaction has no batch in this pass)."""
+        self._reach(header.last_offset)
+        if not records:
+            return True  # emptied by an earlier pass
+        try:
+            kind = control_record_type(records[0])
+        except InvalidRecordError:
+            return False
+        if kind == ABORT:
+            entry, read = self._ongoing_aborted.pop(header.producer_id, (None, [False]))
+            if entry is not None and read[0]:
+                self.retained_aborted.add((entry[0], entry[2]))
+                return False
+            return True
+        if kind == COMMIT:
+            if header.producer_id in self._ongoing_committed:
+                self._ongoing_committed.discard(header.producer_id)
+                return False
+            return True
+        return False
 
 
-def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, is_aborted
+def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, transactions: CleanedTransactions
                       ) -> tuple[dict[bytes, int], list[LogSegment]]:
     """key -> last offset over the dirty records; the cleanable list is cut where the map fills up."""
     offset_map: dict[bytes, int] = {}
@@ -137,7 +237,12 @@ def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, is_aborted
         if segment.next_offset <= first_dirty:
             continue
         for header, data in _iter_decoded(segment):
-            if header.last_offset < first_dirty or header.is_control or is_aborted(header):
+            if header.last_offset < first_dirty:
+                continue
+            if header.is_control:
+                transactions.on_control_batch_read(header, decode_batch(data).records)
+                continue
+            if transactions.on_batch_read(header):
                 continue
             for record in decode_batch(data).records:
                 if record.key is not None and record.offset >= first_dirty:
@@ -163,8 +268,9 @@ def _groups(segments: list[LogSegment], segment_bytes: int, index_entries_max: i
     return groups
 
 
-def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now_ms: int, stats: CleanerStats,
-                 is_aborted) -> None:
+def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[AbortedEntry],
+                 drop_aborted: Callable[[list[tuple[int, int]]], None] | None) -> None:
+    stats = state.stats
     cleaned = log.segment_object(group[0].base_offset, CLEANED_SUFFIX)
     try:
         cleaned.log.truncate(0)
@@ -173,13 +279,15 @@ def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now
             stats.segments_read += 1
             stats.bytes_read += segment.size
             for header, data in _iter_decoded(segment):
-                if is_aborted(header):
-                    stats.batches_dropped += 1  # an aborted transaction's data: never visible, removed
-                    continue
-                output = _retained_batch(header, data, offset_map, now_ms, log.config.delete_retention_ms, stats)
+                output = _retained_batch(header, data, state)
                 if output is not None:
                     _append_batch(cleaned, output)
         cleaned.seal()
+        dropped = _dropped_aborted(group, aborted, state.transactions)
+        if dropped:
+            stats.aborted_txns_dropped += dropped
+            if drop_aborted is not None:
+                drop_aborted(dropped)  # before the swap: no data of these transactions is in the log any more
     except BaseException:
         cleaned.delete()
         raise
@@ -188,48 +296,96 @@ def _clean_group(log, group: list[LogSegment], offset_map: dict[bytes, int], now
     _swap(log, group, cleaned)
 
 
+def _dropped_aborted(group: list[LogSegment], aborted: list[AbortedEntry], transactions: CleanedTransactions
+                     ) -> list[tuple[int, int]]:
+    """(producer id, marker offset) of the aborted transactions whose marker lies in `group` and whose index
+    entry the pass did not keep (Kafka writes a cleaned segment's .txnindex with the kept entries only)."""
+    first, end = group[0].base_offset, group[-1].next_offset
+    return [(producer_id, marker_offset) for producer_id, _, marker_offset in aborted
+            if first <= marker_offset < end and (producer_id, marker_offset) not in transactions.retained_aborted]
+
+
 def _append_batch(segment: LogSegment, batch: bytes) -> None:
     header = parse_header(batch)
     segment.append([batch], [BatchPlacement(0, header.size, header.last_offset, header.max_timestamp)])
 
 
-def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, int], now_ms: int,
-                    delete_retention_ms: int, stats: CleanerStats) -> bytes | None:
-    """The batch to write in place of `data`: itself, a re-encoded subset, or None (dropped)."""
+def _batch_retention(header: BatchHeader, discard_records: bool, state: _Pass) -> BatchRetention:
+    """Kafka's checkBatchRetention: keep an active producer's last batch (and, when its state has no data
+    batch, its marker of the current epoch) and the batch ending the cleaning round, even empty."""
+    last = state.last_records.get(header.producer_id) if header.producer_id != NO_PRODUCER_ID else None
+    if last is not None:
+        if last.last_data_offset is not None:
+            is_last_of_producer = header.last_offset == last.last_data_offset
+        else:
+            is_last_of_producer = header.is_control and header.producer_epoch == last.producer_epoch
+        if is_last_of_producer:
+            return BatchRetention.RETAIN_EMPTY
+    if header.next_offset == state.round_end_offset:
+        return BatchRetention.RETAIN_EMPTY
+    return BatchRetention.DELETE if discard_records else BatchRetention.DELETE_EMPTY
+
+
+def _retained_batch(header: BatchHeader, data: bytes, state: _Pass) -> bytes | None:
+    """The batch to write in place of `data`: itself, a re-encoded subset, an empty batch, or None."""
+    stats, records = state.stats, decode_batch(data).records
     if header.is_control:
-        stats.batches_copied += 1
-        return data
-    records = decode_batch(data).records
-    stats.records_read += len(records)
-    horizon_passed = header.has_delete_horizon and now_ms >= header.base_timestamp
-    retained: list[Record] = []
-    for record in records:
-        if record.key is None or offset_map.get(record.key, record.offset) > record.offset:
-            continue
-        if record.value is None and horizon_passed:
-            stats.tombstones_removed += 1
-            continue
-        retained.append(record)
-    stats.records_retained += len(retained)
-    has_tombstones = any(record.value is None for record in retained)
-    needs_horizon = has_tombstones and not header.has_delete_horizon
-    if len(retained) == len(records) and not needs_horizon:
-        stats.batches_copied += 1
-        _delete_horizon_ms(header, has_tombstones, now_ms, delete_retention_ms, stats)
-        return data
-    if not retained and header.producer_id == NO_PRODUCER_ID:
+        discardable = state.transactions.on_control_batch_read(header, records)
+        discard_records = discardable and header.has_delete_horizon and state.now_ms >= header.base_timestamp
+        retained = [] if discard_records else records
+        stats.markers_removed += len(records) - len(retained)
+    else:
+        discardable = False
+        discard_records = state.transactions.on_batch_read(header)  # an aborted transaction's data
+        stats.records_read += len(records)
+        retained = [] if discard_records else _retained_records(header, records, state)
+        stats.records_retained += len(retained)
+    retention = _batch_retention(header, discard_records, state)
+    if retention is BatchRetention.DELETE or (not retained and retention is BatchRetention.DELETE_EMPTY):
         stats.batches_dropped += 1
         return None
+    if not records:
+        stats.batches_copied += 1  # emptied by an earlier pass, still needed
+        return data
+    if not retained:
+        stats.batches_emptied += 1
+        return _rebuilt(header, [], None, base_timestamp=header.max_timestamp)  # Kafka's writeEmptyHeader
+    has_tombstones = not header.is_control and any(record.value is None for record in retained)
+    horizon_ms = _delete_horizon_ms(header, has_tombstones or discardable, state)
+    if len(retained) == len(records) and (horizon_ms is None or header.has_delete_horizon):
+        stats.batches_copied += 1
+        return data
     stats.batches_rewritten += 1
-    horizon_ms = _delete_horizon_ms(header, has_tombstones, now_ms, delete_retention_ms, stats)
+    return _rebuilt(header, retained, horizon_ms)
+
+
+def _retained_records(header: BatchHeader, records: list[Record], state: _Pass) -> list[Record]:
+    """Kafka's shouldRetainRecord: the last record of each key; a tombstone until its batch's horizon."""
+    horizon_passed = header.has_delete_horizon and state.now_ms >= header.base_timestamp
+    retained: list[Record] = []
+    for record in records:
+        if record.key is None or state.offset_map.get(record.key, record.offset) > record.offset:
+            continue
+        if record.value is None and horizon_passed:
+            state.stats.tombstones_removed += 1
+            continue
+        retained.append(record)
+    return retained
+
+
+def _rebuilt(header: BatchHeader, retained: list[Record], horizon_ms: int | None,
+             base_timestamp: int | None = None) -> bytes:
+    """`header`'s batch re-encoded with `retained` (Kafka's buildRetainedRecordsInto)."""
     return build_batch(
         retained,
         base_offset=header.base_offset,
+        base_timestamp=base_timestamp,
         compression=header.compression,
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         is_transactional=header.is_transactional,
+        is_control=header.is_control,
         log_append_time=header.is_log_append_time,
         partition_leader_epoch=header.partition_leader_epoch,
         delete_horizon_ms=horizon_ms,
@@ -237,12 +393,13 @@ def _retained_batch(header: BatchHeader, data: bytes, offset_map: dict[bytes, in
     )
 
 
-def _delete_horizon_ms(header: BatchHeader, has_tombstones: bool, now_ms: int, delete_retention_ms: int,
-                      stats: CleanerStats) -> int | None:
-    """The horizon to write for a batch that keeps tombstones (its own, or now + delete.retention.ms)."""
-    if not has_tombstones:
+def _delete_horizon_ms(header: BatchHeader, deletable_later: bool, state: _Pass) -> int | None:
+    """The horizon to write for a kept batch that holds something to delete at its horizon (tombstones, or
+    a marker whose transaction has no data left): its own, or now + delete.retention.ms (KIP-534)."""
+    if not deletable_later:
         return None
-    horizon_ms = header.base_timestamp if header.has_delete_horizon else now_ms + delete_retention_ms
+    horizon_ms = header.base_timestamp if header.has_delete_horizon else state.now_ms + state.delete_retention_ms
+    stats = state.stats
     if stats.earliest_delete_horizon_ms is None or horizon_ms < stats.earliest_delete_horizon_ms:
         stats.earliest_delete_horizon_ms = horizon_ms
     return horizon_ms

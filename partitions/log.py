@@ -32,7 +32,7 @@ import bisect
 import posixpath
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from partitions.batch import (
     COMPRESSION_MASK,
@@ -62,7 +62,7 @@ from partitions.errors import (
 )
 from partitions.leader_epoch import LeaderEpochCache
 from partitions.log_config import LogConfig
-from partitions.cleaner import CleanerStats, compact_log
+from partitions.cleaner import CleanerStats, ProducerLastRecord, compact_log
 from partitions.compression import DECOMPRESSED_BYTES_MAX_DEFAULT
 from partitions.records import NO_TIMESTAMP, decode_batch
 from partitions.validation import check_client_records
@@ -790,13 +790,18 @@ class PartitionLog:
     # ---- compaction
 
     def compact(self, now_ms: int, first_uncleanable_offset: int | None = None, force: bool = False,
-                aborted: list[tuple[int, int, int]] | None = None) -> CleanerStats:
+                aborted: list[tuple[int, int, int]] | None = None,
+                last_records: dict[int, ProducerLastRecord] | None = None,
+                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None) -> CleanerStats:
         """Compact closed segments below `first_uncleanable_offset` (the caller passes the last stable offset
         or high watermark) when cleanup.policy has "compact" and the dirty ratio reaches
-        min.cleanable.dirty.ratio (or `force`); `aborted` lists the aborted transactions as (producer id,
-        first offset, marker offset), whose data is removed. See partitions/cleaner.py. Returns CleanerStats."""
+        min.cleanable.dirty.ratio (or `force`). `aborted` lists the aborted transactions as (producer id,
+        first offset, marker offset), whose data is removed; `last_records` the active producers' last data
+        offset and epoch, whose batches stay (possibly empty); `drop_aborted` receives the (producer id,
+        marker offset) of aborted transactions whose index entries must go. See partitions/cleaner.py.
+        Returns CleanerStats."""
         self._now(now_ms)
-        stats = compact_log(self, now_ms, first_uncleanable_offset, force, aborted or [])
+        stats = compact_log(self, now_ms, first_uncleanable_offset, force, aborted or [], last_records, drop_aborted)
         self.delete_due_files(now_ms)
         return stats
 

@@ -50,6 +50,7 @@ from collections import deque
 from typing import Callable
 
 from partitions.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, iter_batches
+from partitions.cleaner import ProducerLastRecord
 from partitions.errors import InvalidRecordError, KafkaError
 from partitions.log import PartitionLog
 from partitions.records import COMMIT, decode_batch, parse_control_record
@@ -282,6 +283,14 @@ class ProducerStateManager:
         if entry is not None and producer_epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
                 f"producer {producer_id} epoch {producer_epoch} is older than the current {entry.producer_epoch}")
+
+    def last_records_of_active_producers(self) -> dict[int, ProducerLastRecord]:
+        """Each producer's last data offset (None when no data batch is cached) and epoch, for the log
+        cleaner: those batches stay so the producer's sequence and epoch survive compaction (Kafka's
+        lastRecordsOfActiveProducers)."""
+        return {producer_id: ProducerLastRecord(entry.batches[-1].last_offset if entry.batches else None,
+                                                entry.producer_epoch)
+                for producer_id, entry in self.producers.items()}
 
     def snapshot(self) -> ProducerStateSnapshot:
         return ProducerStateSnapshot(self.map_end_offset, tuple(self.producers[key] for key in sorted(self.producers)))

@@ -12,6 +12,8 @@ last_stable_offset int64. Entries are appended as markers are written (leader, f
 `flush` fsyncs what was appended (before a producer-state snapshot, so a snapshot never covers an entry a
 power loss could drop). `sync` follows the log's segments: entries of deleted segments go (retention,
 DeleteRecords), entries move with compaction's merged segments, files of vanished segments are deleted.
+`remove` drops the entries compaction names: aborted transactions with no data left in the log, whose
+markers the cleaner may then delete (partitions/cleaner.py), so no entry outlives its marker.
 `truncate_to(offset)` drops entries whose marker is at or past `offset`.
 
 Recovery (`load`): every file is read; a file whose size is not a whole number of entries, or holding an
@@ -132,6 +134,13 @@ class AbortedTxnIndex:
             self._replace(kept)
         else:
             self.sync()
+
+    def remove(self, keys: list[tuple[int, int]]) -> None:
+        """Drop the entries (producer_id, last_offset) of aborted transactions that compaction left without
+        data (Kafka's cleaner rebuilds a cleaned segment's index without them), rewriting their files now."""
+        gone = set(keys) & self._keys
+        if gone:
+            self._replace([e for e in self.entries if (e.producer_id, e.last_offset) not in gone])
 
     def clear(self) -> None:
         self._replace([])

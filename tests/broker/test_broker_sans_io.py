@@ -11,6 +11,7 @@ from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.requests import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    ConfigEntry,
     CreatableTopic,
     CreateTopicsRequest,
 )
@@ -318,3 +319,48 @@ def test_a_restarted_broker_serves_nothing_until_this_incarnation_is_unfenced(cl
     fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0))
     assert fetched.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert not restarted.serving
+
+
+def test_log_cleanup_removes_aborted_data_then_its_marker_and_index_entry(cluster):  # KIP-98, KIP-534
+    configs = (ConfigEntry("cleanup.policy", "compact"), ConfigEntry("delete.retention.ms", "0"),
+               ConfigEntry("min.cleanable.dirty.ratio", "0.01"))
+    response = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="c", num_partitions=1,
+                                                                         replication_factor=3, configs=configs),)))
+    assert response.topics[0].error_code == ErrorCode.NONE
+    leader = cluster.images[1].topics.by_name["c"].partitions[0].leader
+    broker = cluster.brokers[leader]
+    hosted = broker.hosted("c", 0)
+    request_class = messages.ProduceRequest
+
+    def produce(sequence, key, value, transactional):
+        batch = build_batch([(key, value)], base_timestamp=1_700_000_000_000, producer_id=7, producer_epoch=0,
+                            base_sequence=sequence, is_transactional=transactional)
+        answer = cluster.call(leader, ApiKey.PRODUCE, 7, request_class(
+            transactional_id=None, acks=1, timeout_ms=5_000,
+            topic_data=[request_class.TopicProduceData(name="c", partition_data=[
+                request_class.PartitionProduceData(index=0, records=batch)])])).responses[0].partition_responses[0]
+        assert answer.error_code == ErrorCode.NONE
+
+    produce(0, b"k", b"aborted", transactional=True)                     # 0
+    broker.write_txn_marker("c", 0, 7, 0, 0, False, cluster.now_ms)       # 1: abort
+    produce(1, b"k", b"kept", transactional=False)                        # 2
+    cluster.replicate()
+    hosted.log.roll(cluster.now_ms)  # closed segments only are cleaned
+    assert [(e.first_offset, e.last_offset) for e in hosted.producer_state.aborted_index.entries] == [(0, 1)]
+
+    def cleanup_tick():
+        cluster.now_ms += 60_000  # past the retention check interval
+        broker.tick(cluster.now_ms)
+        batches = list(decode_batches(hosted.log.read(0, 1 << 20).records))
+        return [(b.header.base_offset, b.header.is_control, len(b.records)) for b in batches]
+
+    # The aborted data goes (the abort marker stays: this pass read its transaction's data); then the
+    # entry goes and the marker gets its horizon; then the marker goes. Producer 7's last batch stays.
+    assert cleanup_tick() == [(1, True, 1), (2, False, 1)]
+    assert hosted.producer_state.aborted_index.entries != []
+    produce(2, b"other", b"v", transactional=False)  # a pass is due when something is dirty
+    cluster.replicate()
+    hosted.log.roll(cluster.now_ms)
+    assert cleanup_tick() == [(1, True, 1), (2, False, 1), (3, False, 1)]
+    assert hosted.producer_state.aborted_index.entries == []
+    assert cleanup_tick() == [(2, False, 1), (3, False, 1)]
