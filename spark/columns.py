@@ -4,9 +4,9 @@ Theory of operation: a Fetch response's records field is a run of v2 batches. `C
 walks their headers (partitions.batch), checks each CRC, decompresses a compressed records section, and
 decodes its records into columns. Two decoders give the same columns (a property test holds them to the
 record codec):
-- with numpy and without headers (the common case), spark/vectorized.py: one varint per record in Python,
-  every other field for all records at once, keys and values as Arrow binary_view structs over the section
-  bytes, cast to binary by Arrow in C;
+- without headers (the common case) and with the extension built, partitions/_recordscan.c `decode_columns`:
+  one pass in C that appends each record's fields straight into the Arrow buffers of the batch (bytearrays,
+  handed to Arrow without a copy), so the Python work is per section, not per record;
 - otherwise a hand-inlined Python loop that appends offsets and timestamps to `array.array`s and key, value
   and header bytes to `_BinaryColumn`s, joined once per Arrow batch.
 No tuple, Record or Python row is made per record on either path.
@@ -27,12 +27,10 @@ from partitions.compression import decompress
 from partitions.errors import CorruptRecordError, InvalidRecordError
 from partitions.records import ABORT, VARINT_BYTES_MAX, VARLONG_BYTES_MAX, decode_batch, parse_control_record, read_varint
 
-try:  # numpy decodes every field but the record lengths in bulk (spark/vectorized.py); optional
-    import numpy as np
-
-    from spark import vectorized
-except ImportError:  # pragma: no cover - the Python loop below does the same work, slower
-    np = vectorized = None
+try:  # the compiled decoder (partitions/_recordscan.c, built by setup.py when a C compiler is there)
+    from partitions._recordscan import decode_columns as _decode_columns
+except ImportError:  # pragma: no cover - depends on the build; the Python loop below does the same work, slower
+    _decode_columns = None
 
 DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
 TIMESTAMP_TYPE_CREATE_TIME = 0
@@ -52,7 +50,7 @@ def next_fetch_offset(records_field: bytes | memoryview, offset: int) -> int:
 class ColumnBuilder:
     """Accumulates the records of one topic-partition in [start_offset, end_offset) as flat columns."""
 
-    def __init__(self, start_offset: int, end_offset: int, include_headers: bool, vectorize: bool = True) -> None:
+    def __init__(self, start_offset: int, end_offset: int, include_headers: bool, compiled: bool = True) -> None:
         assert 0 <= start_offset <= end_offset, f"start_offset={start_offset} end_offset={end_offset}"
         self.start_offset = start_offset
         self.end_offset = end_offset
@@ -67,19 +65,19 @@ class ColumnBuilder:
         self.header_firsts = array("i", [0])
         self.header_keys = _BinaryColumn()
         self.header_values = _BinaryColumn()
-        # the numpy path (headers left out): per section its columns and its bytes
-        self.vectorized = vectorized is not None and not include_headers and vectorize
-        self._vector_sections: list = []
-        self._vector_buffers: list[bytes] = []
-        self._vector_rows = 0
+        # the compiled path (headers left out) fills these instead of the columns above
+        self.compiled = _decode_columns is not None and not include_headers and compiled
+        self._compiled_columns = _CompiledColumns() if self.compiled else None
 
     @property
     def rows(self) -> int:
-        return self._vector_rows if self.vectorized else len(self.offsets)
+        return len(self.timestamp_types)
 
     @property
     def payload_bytes(self) -> int:
         """Bytes of keys and values accumulated so far (to bound the size of one Arrow batch)."""
+        if self.compiled:
+            return self._compiled_columns.payload_bytes
         return self.keys.total + self.values.total
 
     def add_fetched(self, records_field: bytes | memoryview, aborted: tuple[tuple[int, int], ...] = ()) -> int:
@@ -114,28 +112,17 @@ class ColumnBuilder:
         return self.next_offset
 
     def _add_section(self, section: bytes, header) -> None:
-        if self.vectorized:
-            self._add_section_vectorized(section, header)
-            return
         try:
-            kept = self._decode_records(section, header)
+            if self.compiled:
+                kept = self._compiled_columns.add(section, header, self.start_offset, self.end_offset)
+            else:
+                kept = self._decode_records(section, header)
         except IndexError:
             raise CorruptRecordError(f"records section of batch at offset {header.base_offset} truncated") from None
         timestamp_type = TIMESTAMP_TYPE_LOG_APPEND_TIME if header.is_log_append_time else TIMESTAMP_TYPE_CREATE_TIME
         self.timestamp_types.extend(array("i", [timestamp_type]) * kept)
-        if header.is_log_append_time and kept:
+        if header.is_log_append_time and kept and not self.compiled:
             self.timestamps[len(self.timestamps) - kept:] = array("q", [header.max_timestamp]) * kept
-
-    def _add_section_vectorized(self, section: bytes, header) -> None:
-        try:
-            columns = vectorized.decode_section(section, header, self.start_offset, self.end_offset,
-                                                len(self._vector_buffers))
-        except IndexError:
-            raise CorruptRecordError(f"records section of batch at offset {header.base_offset} truncated") from None
-        if columns.rows:
-            self._vector_sections.append((columns, header.is_log_append_time))
-            self._vector_buffers.append(section)
-            self._vector_rows += columns.rows
 
     def _decode_records(self, buffer: bytes, header) -> int:
         """Append the records of one section to the columns; returns how many were kept. Written out by hand
@@ -256,38 +243,24 @@ class ColumnBuilder:
     def to_arrow(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
         """The accumulated rows as one RecordBatch of `schema` (Spark's Kafka source schema in Arrow form:
         key, value, topic, partition, offset, timestamp, timestampType[, headers])."""
-        if self.vectorized:
-            return self._to_arrow_vectorized(topic, partition, schema)
         rows = self.rows
+        timestamp_type = schema.field("timestamp").type
+        if self.compiled:
+            keys, values, offsets, timestamps = self._compiled_columns.to_arrow(rows, timestamp_type)
+        else:
+            keys, values = self.keys.to_arrow(), self.values.to_arrow()
+            offsets, timestamps = pa.array(self.offsets, pa.int64()), _timestamp_column(self.timestamps, timestamp_type)
         columns = [
-            self.keys.to_arrow(),
-            self.values.to_arrow(),
+            keys,
+            values,
             pa.repeat(pa.scalar(topic, pa.string()), rows),
             pa.repeat(pa.scalar(partition, pa.int32()), rows),
-            pa.array(self.offsets, pa.int64()),
-            _timestamp_column(self.timestamps, schema.field("timestamp").type),
-            pa.array(self.timestamp_types, pa.int32()),
+            offsets,
+            timestamps,
+            pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(self.timestamp_types)]),
         ]
         if self.include_headers:
             columns.append(self._headers_column(schema.field("headers").type))
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-    def _to_arrow_vectorized(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
-        rows = self._vector_rows
-        sections = [columns for columns, _ in self._vector_sections]
-        buffers = [pa.py_buffer(section) for section in self._vector_buffers]
-        timestamp_types = [np.full(columns.rows, int(append_time), np.int32)
-                           for columns, append_time in self._vector_sections]
-        timestamps = np.concatenate([c.timestamps for c in sections]) if sections else np.zeros(0, np.int64)
-        columns = [
-            _view_column(np, [c.key_views for c in sections], [c.key_valid for c in sections], buffers, rows),
-            _view_column(np, [c.value_views for c in sections], [c.value_valid for c in sections], buffers, rows),
-            pa.repeat(pa.scalar(topic, pa.string()), rows),
-            pa.repeat(pa.scalar(partition, pa.int32()), rows),
-            pa.array(np.concatenate([c.offsets for c in sections]) if sections else [], pa.int64()),
-            pa.array(timestamps * 1000, pa.int64()).cast(schema.field("timestamp").type),
-            pa.array(np.concatenate(timestamp_types) if sections else [], pa.int32()),
-        ]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def _headers_column(self, headers_type: pa.DataType) -> pa.Array:
@@ -295,6 +268,56 @@ class ColumnBuilder:
         keys = self.header_keys.to_arrow().view(pa.string())
         entries = pa.StructArray.from_arrays([keys, self.header_values.to_arrow()], fields=list(struct_type))
         return pa.ListArray.from_arrays(pa.array(self.header_firsts, pa.int32()), entries, type=headers_type)
+
+
+class _CompiledColumns:
+    """The columns partitions/_recordscan.c `decode_columns` appends to, one bytearray each: the Arrow buffers
+    of the batch under construction, so making the Arrow arrays copies nothing."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self) -> None:
+        # offsets, timestamps (us), key ends, key bytes, key validity, value ends, value bytes, value validity;
+        # the ends start with Arrow's leading 0
+        self.buffers = (bytearray(), bytearray(), bytearray(4), bytearray(), bytearray(), bytearray(4), bytearray(),
+                        bytearray())
+
+    @property
+    def payload_bytes(self) -> int:
+        return len(self.buffers[3]) + len(self.buffers[6])
+
+    def add(self, section: bytes, header, start_offset: int, end_offset: int) -> int:
+        """Append the records of one section in [start_offset, end_offset); returns how many were kept.
+        Raises CorruptRecordError as the Python decoder does; ValueError past 2 GiB in one binary column."""
+        log_append_timestamp = header.max_timestamp if header.is_log_append_time else None
+        try:
+            return _decode_columns(section, header.records_count, header.base_offset, header.base_timestamp,
+                                   header.last_offset_delta, start_offset, end_offset, log_append_timestamp,
+                                   self.buffers)
+        except OverflowError as error:
+            raise ValueError(str(error)) from None
+        except ValueError as error:
+            raise CorruptRecordError(f"batch at offset {header.base_offset}: {error}") from None
+
+    def to_arrow(self, rows: int, timestamp_type: pa.DataType) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+        """(keys, values, offsets, timestamps) over the buffers, which must not change afterwards."""
+        offsets, timestamps, key_ends, key_bytes, key_valid, value_ends, value_bytes, value_valid = self.buffers
+        return (_binary_array(rows, key_ends, key_bytes, key_valid),
+                _binary_array(rows, value_ends, value_bytes, value_valid),
+                pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offsets)]),
+                pa.Array.from_buffers(timestamp_type, rows, [None, pa.py_buffer(timestamps)]))
+
+
+def _binary_array(rows: int, ends: bytearray, data: bytearray, valid: bytearray) -> pa.Array:
+    """A binary array from its int32 offsets, its bytes and one validity byte a row (1: present)."""
+    null_count = valid.count(0)
+    return pa.Array.from_buffers(pa.binary(), rows, [_validity_bitmap(valid, rows) if null_count else None,
+                                                     pa.py_buffer(ends), pa.py_buffer(data)], null_count=null_count)
+
+
+def _validity_bitmap(valid: bytes | bytearray, rows: int) -> pa.Buffer:
+    """Arrow's validity bitmap of one byte a row (0: null)."""
+    return pa.Array.from_buffers(pa.int8(), rows, [None, pa.py_buffer(valid)]).cast(pa.bool_()).buffers()[1]
 
 
 class _BinaryColumn:
@@ -330,23 +353,10 @@ class _BinaryColumn:
             valid = bytearray(b"\x01") * rows
             for row in self.nulls:
                 valid[row] = 0
-            validity = pa.Array.from_buffers(pa.int8(), rows, [None, pa.py_buffer(valid)]).cast(pa.bool_()).buffers()[1]
+            validity = _validity_bitmap(valid, rows)
         return pa.Array.from_buffers(pa.binary(), rows, [validity, pa.py_buffer(offsets),
                                                          pa.py_buffer(b"".join(self.parts))],
                                      null_count=len(self.nulls))
-
-
-def _view_column(np, views: list, valid: list, buffers: list, rows: int) -> pa.Array:
-    """A binary column from binary_view structs into `buffers` (Arrow copies the bytes once, in C)."""
-    if not rows:
-        return pa.array([], pa.binary())
-    all_valid = np.concatenate(valid)
-    null_count = int(rows - all_valid.sum())
-    validity = pa.array(all_valid).buffers()[1] if null_count else None
-    view_bytes = pa.py_buffer(np.concatenate(views))
-    array_view = pa.Array.from_buffers(pa.binary_view(), rows, [validity, view_bytes] + buffers,
-                                       null_count=null_count)
-    return array_view.cast(pa.binary())
 
 
 def _timestamp_column(timestamps_ms: array, timestamp_type: pa.DataType) -> pa.Array:

@@ -54,6 +54,7 @@ from spark.options import (
 )
 
 EMPTY_FETCHES_MAX = 50  # fetches that return nothing below the planned end before the read gives up
+ARROW_BATCH_BYTES_MAX = 64 * 1024 * 1024  # keys and values in one Arrow batch (binary columns stop at 2 GiB)
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
@@ -389,7 +390,8 @@ def _rate_limit(start: dict[str, dict[int, int]], latest: dict[str, dict[int, in
 
 
 def read_partition(split: FlotillaInputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The records of `split` as Arrow record batches of `schema` (at most arrow_batch_rows_max rows each).
+    """The records of `split` as Arrow record batches of `schema` (at most arrow_batch_rows_max rows each, and
+    about ARROW_BATCH_BYTES_MAX bytes of keys and values).
     Raises FlotillaDataLossError when failOnDataLoss and records in the range were deleted; NetworkError."""
     client = cluster.client_for(split.bootstrap_servers, split.request_timeout_ms)
     with _Fetcher(client, split) as fetcher:
@@ -422,7 +424,7 @@ def _read_with(fetcher: "_Fetcher", client, split: FlotillaInputPartition, schem
             continue
         empty_fetches = 0
         offset = next_offset
-        if builder.rows >= split.arrow_batch_rows_max:
+        if builder.rows >= split.arrow_batch_rows_max or builder.payload_bytes >= ARROW_BATCH_BYTES_MAX:
             yield builder.to_arrow(split.topic, split.partition, schema)
             builder = ColumnBuilder(offset, split.end_offset, split.include_headers)
     if builder.rows:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from partitions.compression import GZIP, NONE, ZSTD
 from partitions.batch import CRC_POSITION, compute_crc
 from partitions.errors import CorruptRecordError, InvalidRecordError
-from partitions.records import build_batch, build_control_batch, decode_batches
+from partitions.records import ABORT, COMMIT, build_batch, build_control_batch, decode_batches
+from spark import columns
 from spark.columns import ColumnBuilder
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -60,14 +61,20 @@ def _rows(batch: pa.RecordBatch) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("include_headers, vectorize", [(True, False), (False, True), (False, False)])
-@settings(max_examples=30, deadline=None)
+def _require_compiled(compiled: bool) -> None:
+    if compiled and columns._decode_columns is None:
+        pytest.fail("partitions/_recordscan.c was not compiled (python3 setup.py build_ext --inplace)")
+
+
+@pytest.mark.parametrize("include_headers, compiled", [(True, False), (False, True), (False, False)])
+@settings(max_examples=60, deadline=None)
 @given(spec=batches, window=st.tuples(st.integers(0, 100), st.integers(0, 100)))
-def test_columns_match_the_record_codec_for_any_offset_window(include_headers, vectorize, spec, window):
+def test_columns_match_the_record_codec_for_any_offset_window(include_headers, compiled, spec, window):
+    _require_compiled(compiled)
     buffer = _fetched(spec)
     start, end = min(window), max(window)
-    builder = ColumnBuilder(start, end, include_headers=include_headers, vectorize=vectorize)
-    assert builder.vectorized == vectorize
+    builder = ColumnBuilder(start, end, include_headers=include_headers, compiled=compiled)
+    assert builder.compiled == compiled
     builder.add_fetched(buffer)
     schema = ARROW_SCHEMA if include_headers else ARROW_SCHEMA.remove(7)
     batch = builder.to_arrow("events", 7, schema)
@@ -95,6 +102,24 @@ def test_control_batches_are_skipped_but_advance_the_next_offset():
     assert builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7)).column("offset").to_pylist() == [0, 2]
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_aborted_transactions_are_dropped_up_to_their_abort_marker(compiled):
+    # read_committed, as Kafka's consumer: the fetch lists (first_offset, producer_id) of aborted transactions
+    _require_compiled(compiled)
+    buffer = b"".join([
+        build_batch([(b"a", b"aborted")], base_offset=0, producer_id=9, producer_epoch=0, is_transactional=True),
+        build_batch([(b"b", b"committed")], base_offset=1, producer_id=10, producer_epoch=0, is_transactional=True),
+        build_control_batch(ABORT, 9, 0, 0, 5, base_offset=2),
+        build_control_batch(COMMIT, 10, 0, 0, 5, base_offset=3),
+        build_batch([(b"c", b"next")], base_offset=4, producer_id=9, producer_epoch=0, is_transactional=True),
+    ])
+    builder = ColumnBuilder(0, 5, include_headers=False, compiled=compiled)
+    assert builder.add_fetched(buffer, aborted=((0, 9),)) == 5
+    batch = builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7))
+    assert batch.column("offset").to_pylist() == [1, 4]
+    assert batch.column("value").to_pylist() == [b"committed", b"next"]
+
+
 def test_a_partial_batch_at_the_end_of_a_fetch_is_left_for_the_next_fetch():
     buffer = build_batch([(b"a", b"1")] * 3, base_offset=0) + build_batch([(b"b", b"2")] * 3, base_offset=3)
     builder = ColumnBuilder(0, 6, include_headers=False)
@@ -109,17 +134,18 @@ def test_a_batch_with_a_bad_crc_is_refused():
         ColumnBuilder(0, 1, include_headers=False).add_fetched(bytes(buffer))
 
 
-@pytest.mark.parametrize("vectorize", [True, False])
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("compiled", [True, False])
+@settings(max_examples=100, deadline=None)
 @given(data=st.data())
-def test_a_mangled_records_section_raises_only_corrupt_record_errors(vectorize, data):
+def test_a_mangled_records_section_raises_only_corrupt_record_errors(compiled, data):
+    _require_compiled(compiled)
     items = [(b"k%d" % i, b"v" * i, (), 1000 + i) for i in range(data.draw(st.integers(1, 12)))]
     batch = bytearray(build_batch(items))
     for _ in range(data.draw(st.integers(1, 4))):  # change bytes past the header, then fix the CRC
         position = data.draw(st.integers(61, len(batch) - 1))
         batch[position] = data.draw(st.integers(0, 255))
     struct.pack_into(">I", batch, CRC_POSITION, compute_crc(batch))
-    builder = ColumnBuilder(0, 100, include_headers=False, vectorize=vectorize)
+    builder = ColumnBuilder(0, 100, include_headers=False, compiled=compiled)
     try:
         builder.add_fetched(bytes(batch))
     except (CorruptRecordError, InvalidRecordError):
@@ -140,23 +166,21 @@ def test_a_varint_past_32_bits_is_the_same_clear_error_on_both_record_paths():
         columns.read_varint(hostile, 0, columns.VARINT_BYTES_MAX)
 
 
-@given(st.lists(records, min_size=1, max_size=30), st.binary(max_size=8))
-@settings(max_examples=200, deadline=None)
-def test_the_compiled_record_walk_finds_what_the_python_walk_finds(items, tail):
-    """partitions/_recordscan.c record_positions against spark/vectorized.py _walk: the same positions for a
-    well-formed section, and both refuse a section with stray bytes after its records."""
-    import numpy as np
-
-    from partitions.batch import HEADER_SIZE
-    from spark import vectorized
-
-    if vectorized._compiled_positions is None:
-        pytest.skip("the C extension is not built (tests/partitions/test_log_validator.py says so)")
-    section = build_batch([(k, v, tuple(h), t) for k, v, h, t in items])[HEADER_SIZE:]
-    assert list(vectorized.record_positions(section, len(items))) == \
-        list(np.frombuffer(vectorized._walk(section, len(items)), np.int64))
-    if tail:
-        with pytest.raises(CorruptRecordError):
-            vectorized.record_positions(section + tail, len(items))
-        with pytest.raises((CorruptRecordError, IndexError)):
-            vectorized._walk(section + tail, len(items))
+@pytest.mark.parametrize("compiled", [True, False])
+@given(st.lists(records, min_size=1, max_size=30), st.binary(min_size=1, max_size=8))
+@settings(max_examples=100, deadline=None)
+def test_stray_bytes_after_the_records_are_refused_by_both_decoders(compiled, items, tail):
+    """partitions/_recordscan.c decode_columns and the Python loop alike: a batch whose records section has
+    bytes after its records_count records is corrupt. The compiled one also leaves its columns as they were."""
+    _require_compiled(compiled)
+    stray = bytearray(build_batch([(k, v, tuple(h), t) for k, v, h, t in items], base_offset=1) + tail)
+    struct.pack_into(">i", stray, 8, len(stray) - 12)  # batch_length: everything after itself
+    struct.pack_into(">I", stray, CRC_POSITION, compute_crc(stray))
+    builder = ColumnBuilder(0, 100, include_headers=False, compiled=compiled)
+    assert builder.add_fetched(build_batch([(b"k", b"v", (), 7)], base_offset=0)) == 1
+    with pytest.raises(CorruptRecordError):
+        builder.add_fetched(bytes(stray))
+    if not compiled:
+        return  # the Python loop appends as it goes; the read fails as a whole either way
+    batch = builder.to_arrow("events", 7, ARROW_SCHEMA.remove(7))
+    assert _rows(batch) == [{"key": b"k", "value": b"v", "offset": 0, "timestamp_ms": 7, "timestampType": 0}]
