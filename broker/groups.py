@@ -61,7 +61,7 @@ class GroupApis:
             (ApiKey.LEAVE_GROUP, 0, 3, self._single(
                 lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]), Op.READ)),
             (ApiKey.OFFSET_COMMIT, 2, 9, self._single(offset_commit_error, Op.READ, Op.READ)),
-            (ApiKey.TXN_OFFSET_COMMIT, 0, 3, self._single(txn_offset_commit_error, Op.READ, Op.READ)),
+            (ApiKey.TXN_OFFSET_COMMIT, 0, 4, self._single(txn_offset_commit_error, Op.READ, Op.READ)),
             (ApiKey.OFFSET_FETCH, 1, 9, self._offset_fetch),
             (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, self._single(
                 lambda r, c: messages.ConsumerGroupHeartbeatResponse(error_code=c, member_epoch=-1), Op.READ)),

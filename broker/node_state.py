@@ -195,7 +195,8 @@ class NodeState:
                                      lambda partition: TransactionCoordinatorShard(partition, txn_config),
                                      min_insync_replicas=settings.transaction_state_log_min_isr)
         self.coordinators.add_service(service)
-        self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service)
+        self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service,
+                                            settings.transaction_version)
         self.apis.register(self.transactions)
 
     # ------------------------------------------------------------------ metadata publishing

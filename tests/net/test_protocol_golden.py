@@ -121,7 +121,7 @@ def test_unknown_api_key_raises_unsupported_version_with_the_header():
     assert raised.value.header == RequestHeader(99, 0, 5, None)
 
 
-@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 9), (1, 12), (3, 13)])
+@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 13), (1, 12), (3, 13)])
 def test_versions_outside_supported_are_refused_both_ways(api_key, version):
     request_class = messages.REQUESTS[api_key]
     frame = codec.encode_request(RequestHeader(api_key, 3 if api_key == 0 else 4, 1, "c"), request_class())[4:]
