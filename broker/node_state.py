@@ -182,7 +182,7 @@ class NodeState:
                                      lambda partition: GroupCoordinatorShard(partition, group_config),
                                      min_insync_replicas=self.config.topic_defaults.min_insync_replicas)
         self.coordinators.add_service(service)
-        self.apis.register(GroupApis(self.apis, self.coordinators, service))
+        self.apis.register(GroupApis(self.apis, self.coordinators, service, settings.transaction_version))
         self._add_transaction_coordinator(service)
 
     def _add_transaction_coordinator(self, group_service: CoordinatorService) -> None:

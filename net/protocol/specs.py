@@ -676,8 +676,10 @@ END_TXN_RESPONSE = response(
     ),
 )
 
+# TxnOffsetCommit v4 adds the TRANSACTION_ABORTABLE error; v5 (Kafka 4.0, KIP-890 part 2) is sent without
+# AddOffsetsToTxn by a client on transaction.version 2: the group coordinator has the offsets partition added.
 TXN_OFFSET_COMMIT_REQUEST = request(
-    28, 'TxnOffsetCommitRequest', valid="0-4", flexible='3+', fields=(
+    28, 'TxnOffsetCommitRequest', valid="0-5", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('GroupId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
@@ -698,7 +700,7 @@ TXN_OFFSET_COMMIT_REQUEST = request(
 )
 
 TXN_OFFSET_COMMIT_RESPONSE = response(
-    28, 'TxnOffsetCommitResponse', valid="0-4", flexible='3+', fields=(
+    28, 'TxnOffsetCommitResponse', valid="0-5", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
             field('Name', 'string', '0+'),

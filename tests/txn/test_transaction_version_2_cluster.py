@@ -121,6 +121,24 @@ class Producer:
             self.sequences[key] = base_sequence + len(values)
         return code
 
+    def commit_offsets(self, group: str, topic: str, partition: int, offset: int) -> ErrorCode:
+        """TxnOffsetCommit v5 at the group coordinator, without AddOffsetsToTxn (TV2): its answer."""
+        found = self._retry(lambda: self.client.send(None, ApiKey.FIND_COORDINATOR, messages.FindCoordinatorRequest(
+            key=group, key_type=0), api_version=2))
+        request_class = messages.TxnOffsetCommitRequest
+        request = request_class(
+            transactional_id=self.transactional_id, group_id=group, producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch, generation_id=-1, member_id="", group_instance_id=None,
+            topics=[request_class.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                request_class.TxnOffsetCommitRequestPartition(partition_index=partition, committed_offset=offset,
+                                                              committed_leader_epoch=-1, committed_metadata="")])])
+
+        def attempt():
+            response = self.client.send(found.node_id, ApiKey.TXN_OFFSET_COMMIT, request, api_version=5)
+            return messages.EndTxnResponse(error_code=response.topics[0].partitions[0].error_code)
+
+        return ErrorCode(self._retry(attempt).error_code)
+
     def end(self, commit: bool, epoch: int | None = None):
         """EndTxn (v5 for TV2, v3 else) with the current epoch (or `epoch`): the answer."""
         request = messages.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
@@ -160,7 +178,7 @@ def test_api_versions_finalizes_transaction_version_2(cluster):
         assert {(f.name, f.min_version, f.max_version) for f in response.supported_features} == \
             {("transaction.version", 0, 2)}
         versions = {key.api_key: key.max_version for key in response.api_keys}
-        assert (versions[ApiKey.PRODUCE], versions[ApiKey.END_TXN]) == (12, 5)
+        assert (versions[ApiKey.PRODUCE], versions[ApiKey.END_TXN], versions[ApiKey.TXN_OFFSET_COMMIT]) == (12, 5, 5)
 
 
 def test_tv2_commits_and_aborts_bump_the_epoch_and_read_committed_sees_the_commits(cluster):
@@ -212,3 +230,33 @@ def test_tv1_producer_alongside_keeps_its_epoch(cluster):
         assert producer.producer_epoch == epoch
         # Without AddPartitionsToTxn, a version 1 producer's first produce is refused (KIP-890 part 1).
         assert producer.produce("tv2-a", 1, [b"unadded"]) == ErrorCode.INVALID_TXN_STATE
+
+
+def committed_offset(client: SyncKafkaClient, group: str, topic: str, partition: int) -> int:
+    """The group's committed offset (OffsetFetch v7 with require_stable: waits out a pending transaction)."""
+    request_class = messages.OffsetFetchRequest
+    request = request_class(group_id=group, require_stable=True, topics=[request_class.OffsetFetchRequestTopic(
+        name=topic, partition_indexes=[partition])])
+
+    def fetch():
+        found = client.send(None, ApiKey.FIND_COORDINATOR, messages.FindCoordinatorRequest(key=group, key_type=0),
+                            api_version=2)
+        response = client.send(found.node_id, ApiKey.OFFSET_FETCH, request, api_version=7)
+        answer = response.topics[0].partitions[0]
+        return None if response.error_code or answer.error_code else answer.committed_offset
+
+    return eventually(fetch, seconds=30, what=f"the offset of {group}")
+
+
+def test_tv2_txn_offset_commit_v5_adds_the_offsets_partition_without_add_offsets_to_txn(cluster):
+    with SyncKafkaClient(cluster.bootstrap_servers) as client:
+        producer = Producer(client, "tv2-offsets", transaction_version=2)
+        for offset, commit in ((10, True), (20, False), (30, True)):
+            assert producer.produce("tv2-b", 0, [f"offsets-{offset}".encode()]) == ErrorCode.NONE
+            assert producer.commit_offsets("tv2-group", "tv2-a", 0, offset) == ErrorCode.NONE
+            assert producer.end(commit).error_code == ErrorCode.NONE
+            # The markers reached __consumer_offsets too: the offset is decided (committed or dropped).
+            assert committed_offset(client, "tv2-group", "tv2-a", 0) == (offset if commit else 10)
+        stale = producer.producer_epoch - 1
+        producer.producer_epoch = stale
+        assert producer.commit_offsets("tv2-group", "tv2-a", 0, 99) == ErrorCode.INVALID_PRODUCER_EPOCH
