@@ -9,8 +9,9 @@ protocol, for the input partitions it owns (static ownership: the group protocol
     -> Produce (transactional, idempotent sequences) to both -> AddOffsetsToTxn(group)
     -> TxnOffsetCommit(position) -> EndTxn(commit, or abort for a share of them)
 
-A pipeline on transaction version 2 (KIP-890 part 2, `transaction_version=2`) skips AddPartitionsToTxn: its
-Produce v12 adds the output partitions (the leader asks the coordinator), and its EndTxn v5 answers with the
+A pipeline on transaction version 2 (KIP-890 part 2, `transaction_version=2`) is a Kafka 4.0 client: it sends
+neither AddPartitionsToTxn nor AddOffsetsToTxn. Its Produce v12 adds the output partitions (the leader asks
+the coordinator), its TxnOffsetCommit v5 the group's offsets partition, and its EndTxn v5 answers with the
 producer id and epoch of the next transaction (the epoch bumped by every EndTxn, sequences start again at 0);
 a retried EndTxn carries the pre-bump epoch and must be answered as the first one.
 
@@ -64,11 +65,11 @@ ADD_PARTITIONS_VERSION = 3
 ADD_OFFSETS_VERSION = 3
 END_TXN_VERSION = 3
 TXN_OFFSET_COMMIT_VERSION = 3
-# Transaction version 2 (a Kafka 4.0 client on a cluster with transaction.version 2): no AddPartitionsToTxn.
+# Transaction version 2 (a Kafka 4.0 client on a cluster with transaction.version 2): the produce and the
+# offset commit add their partitions, no AddPartitionsToTxn or AddOffsetsToTxn.
 PRODUCE_VERSION_TV2 = 12
-ADD_OFFSETS_VERSION_TV2 = 4
 END_TXN_VERSION_TV2 = 5
-TXN_OFFSET_COMMIT_VERSION_TV2 = 4
+TXN_OFFSET_COMMIT_VERSION_TV2 = 5
 OFFSET_FETCH_VERSION = 7
 PRODUCE_TIMEOUT_MS = 3_000
 OUTPUT_TOPICS = ("out-a", "out-b")
@@ -443,8 +444,12 @@ class SimTxnPipeline(MultiTopicClient):
         txn = self.txn
         pending = [t for t in OUTPUT_TOPICS if t not in txn.produced]
         if not pending:
-            self.state = "add_offsets"
-            self._step_add_offsets()
+            if self.tv2:
+                self.state = "txn_commit"
+                self._step_txn_commit()
+            else:
+                self.state = "add_offsets"
+                self._step_add_offsets()
             return
         topic = pending[0]
         key = (topic, txn.partition)
@@ -490,8 +495,7 @@ class SimTxnPipeline(MultiTopicClient):
                 return
             self.state = "txn_commit"
 
-        self._to_txn_coordinator(ApiKey.ADD_OFFSETS_TO_TXN, ADD_OFFSETS_VERSION_TV2 if self.tv2 else ADD_OFFSETS_VERSION,
-                                 request, on_answer)
+        self._to_txn_coordinator(ApiKey.ADD_OFFSETS_TO_TXN, ADD_OFFSETS_VERSION, request, on_answer)
 
     def _step_txn_commit(self) -> None:
         if self.group_coordinator is None:

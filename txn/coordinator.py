@@ -393,16 +393,9 @@ class TransactionCoordinatorShard:
         if error != ErrorCode.NONE:
             return CoordinatorResult.answer(TxnAnswer(error))
         if value.state is S.ONGOING:
-            new_value = replace(value, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, last_update_ms=now_ms,
-                                client_transaction_version=request.client_transaction_version)
-            if request.client_transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH:
-                next_producer_id = NO_PRODUCER_ID
-                if epoch_exhausted(value.producer_epoch):
-                    next_producer_id = request.allocate()
-                    if next_producer_id is None:
-                        return CoordinatorResult.answer(TxnAnswer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
-                new_value = replace(new_value, producer_epoch=value.producer_epoch + 1,
-                                    next_producer_id=next_producer_id)
+            new_value = _prepared(value, request, now_ms)
+            if isinstance(new_value, ErrorCode):
+                return CoordinatorResult.answer(TxnAnswer(new_value))
             self.parked.setdefault(request.transactional_id, []).append(request_id)
             return CoordinatorResult(records=[self._record(request.transactional_id, new_value)])
         same = {S.COMPLETE_COMMIT: commit, S.COMPLETE_ABORT: not commit,
@@ -490,3 +483,20 @@ def _fence_abort(value: TransactionLogValue, epoch: int, now_ms: int) -> Transac
     PrepareEpochFence, outside the transaction.version 2 retry rules (client_transaction_version 0)."""
     return replace(value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms,
                    next_producer_id=NO_PRODUCER_ID, client_transaction_version=0)
+
+
+def _prepared(value: TransactionLogValue, request: EndTransaction, now_ms: int) -> TransactionLogValue | ErrorCode:
+    """The Prepare* value an EndTxn writes for the Ongoing `value` (Kafka's prepareAbortOrCommit), or the error
+    that answers it. Transaction version 2 bumps the epoch, with a new producer id waiting once it overflows."""
+    prepared = replace(value, state=S.PREPARE_COMMIT if request.commit else S.PREPARE_ABORT, last_update_ms=now_ms,
+                       client_transaction_version=request.client_transaction_version)
+    if request.client_transaction_version < TRANSACTION_VERSION_BUMPS_EPOCH:
+        return prepared
+    if value.producer_epoch >= PRODUCER_EPOCH_MAX:
+        return ErrorCode.PRODUCER_FENCED  # only a fencing bump reaches the last epoch: no client holds it
+    next_producer_id = NO_PRODUCER_ID
+    if epoch_exhausted(value.producer_epoch):
+        next_producer_id = request.allocate()
+        if next_producer_id is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return replace(prepared, producer_epoch=value.producer_epoch + 1, next_producer_id=next_producer_id)

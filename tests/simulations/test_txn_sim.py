@@ -27,7 +27,7 @@ MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 29
 # (its coordinator moved); the coordinator answers PRODUCER_FENCED instead of success, so the pipeline counts as
 # failed a transaction that committed (KIP-890 part 2's retry rule, Kafka's TransactionCoordinator
 # endTxnEpochBumped).
-END_TXN_RETRY_AS_NEW_TXN_SEED = 1
+END_TXN_RETRY_AS_NEW_TXN_SEED = 2
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                 "fenced_never_commits"}
 

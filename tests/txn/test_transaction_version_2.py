@@ -222,3 +222,11 @@ def test_markers_with_the_bumped_epoch_fence_a_late_produce_of_the_old_epoch(com
     assert partition.state.entry(9).current_txn_first_offset == first
     reopened = partition.reopened_state()
     assert reopened.producers == partition.state.producers
+
+
+def test_end_txn_v5_at_the_last_epoch_is_fenced_not_bumped_past_it():
+    coordinator = _at_last_epochs(PRODUCER_EPOCH_MAX)  # only a fencing abort writes it; a hostile client sends it
+    coordinator.call(AddPartitions("t", 77, PRODUCER_EPOCH_MAX, OUT, client_transaction_version=TV2))
+    assert coordinator.call(EndTransaction("t", 77, PRODUCER_EPOCH_MAX, True, TV2, coordinator.allocate)).error == \
+        ErrorCode.PRODUCER_FENCED
+    assert coordinator.shard.metadata("t").value.producer_epoch == PRODUCER_EPOCH_MAX
