@@ -170,6 +170,23 @@ def read_committed(client: SyncKafkaClient, expected: int) -> dict[tuple[str, in
     return eventually(read, seconds=30, what=f"{expected} committed records")
 
 
+def test_transaction_version_1_setting_finalizes_1_and_caps_end_txn_and_txn_offset_commit(tmp_path):
+    single = LocalCluster(str(tmp_path), nodes=1, broker={
+        **FAST_BROKER_SETTINGS, "transaction_version": 1, "offsets_topic_replication_factor": 1,
+        "transaction_state_log_replication_factor": 1, "transaction_state_log_min_isr": 1})
+    single.start()
+    try:
+        wait_for_quorum(single)
+        with SyncKafkaClient(single.bootstrap_servers) as client:
+            response = eventually(lambda: client.send(None, ApiKey.API_VERSIONS, messages.ApiVersionsRequest(
+                client_software_name="flotilla-test", client_software_version="1"), api_version=3), seconds=30)
+            assert {(f.name, f.max_version_level) for f in response.finalized_features} == {("transaction.version", 1)}
+            versions = {key.api_key: key.max_version for key in response.api_keys}
+            assert (versions[ApiKey.END_TXN], versions[ApiKey.TXN_OFFSET_COMMIT]) == (4, 4)
+    finally:
+        single.stop()
+
+
 def test_api_versions_finalizes_transaction_version_2(cluster):
     with SyncKafkaClient(cluster.bootstrap_servers) as client:
         response = client.send(None, ApiKey.API_VERSIONS, messages.ApiVersionsRequest(
