@@ -86,10 +86,14 @@ class KafkaApis:
         # broker id -> {listener name: (host, port)} from the cluster file, when nodes have several listeners;
         # empty: every broker is advertised at its registered endpoint.
         self.listener_endpoints: dict[int, dict[str, tuple[str, int]]] = {}
-        # KIP-890 part 1: `verify(transactional_id, producer_id, producer_epoch, partitions, on_done, now_ms)`
-        # asks the transaction coordinator whether the partitions are in the producer's ongoing transaction;
-        # `on_done({partition: ErrorCode}, now_ms)`. Installed by broker/transactions.py; None without it.
+        # KIP-890 part 1: `verify(transactional_id, producer_id, producer_epoch, partitions, on_done, now_ms,
+        # add=False)` asks the transaction coordinator whether the partitions are in the producer's ongoing
+        # transaction (part 2, add=True for Produce v12: adds them); `on_done({partition: ErrorCode}, now_ms)`.
+        # Installed by broker/transactions.py; None without it.
         self.transaction_verifier: Callable[..., None] | None = None
+        # The features ApiVersions v3+ advertises (net.protocol.codec.Features), None for none; installed by
+        # broker/transactions.py (transaction.version).
+        self.features: Callable[[], Any] = lambda: None
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}

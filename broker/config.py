@@ -98,6 +98,9 @@ class BrokerSettings:
     transaction_state_log_min_isr: int = 2
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
+    # The finalized feature transaction.version (KIP-890): 2 bumps the producer epoch per transaction for
+    # clients that use it (Kafka 4.0's default); 0 or 1 keeps every client on the transaction protocol of 3.x.
+    transaction_version: int = 2
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
@@ -168,6 +171,8 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
     broker = _parse_section(document, "broker", BrokerSettings, source)
     if not 0 <= broker.leader_imbalance_per_broker_percentage <= 100:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_per_broker_percentage' must be between 0 and 100")
+    if not 0 <= broker.transaction_version <= 2:
+        raise ConfigError(f"{source}: key 'broker.transaction_version' must be 0, 1 or 2")
     if broker.leader_imbalance_check_interval_seconds < 1:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_check_interval_seconds' must be >= 1")
     if topic_defaults.partitions < 1:

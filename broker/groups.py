@@ -26,6 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from broker.apis import Deferred
 from broker.coordinators import CoordinatorApis, CoordinatorService
 from broker.handlers_cluster import GROUP_OPERATIONS
 from groupcoord.classic import join_error, sync_error
@@ -41,13 +42,23 @@ if TYPE_CHECKING:
     from broker.apis import KafkaApis
 
 
+TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION = 5  # KIP-890 part 2: no AddOffsetsToTxn before it
+# What a TxnOffsetCommit v5 answers when its partition could not be added (the transaction coordinator's
+# verdict as the partition leader's verifier words it): retriable ones as Kafka's TxnOffsetCommitHandler retries.
+_ADD_OFFSETS_PARTITION_ERRORS = {ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+
+
 class GroupApis:
     """The group APIs over the group coordinator service (see the module docstring)."""
 
-    def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService) -> None:
+    def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService,
+                 transaction_version: int = 2) -> None:
         self.apis = apis
         self.coordinators = coordinators
         self.service = service
+        self._txn_offset_commit_one = self._single(txn_offset_commit_error, Op.READ, Op.READ)
+        self._txn_offset_commit_version_max = \
+            TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION if transaction_version >= 2 else TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION - 1
         self._topics_image: Any = None
         self._topics_view: dict[str, TopicInfo] = {}
         self._offset_fetch_one = self._single(_offset_fetch_error, Op.DESCRIBE, Op.DESCRIBE)
@@ -61,7 +72,7 @@ class GroupApis:
             (ApiKey.LEAVE_GROUP, 0, 3, self._single(
                 lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]), Op.READ)),
             (ApiKey.OFFSET_COMMIT, 2, 9, self._single(offset_commit_error, Op.READ, Op.READ)),
-            (ApiKey.TXN_OFFSET_COMMIT, 0, 3, self._single(txn_offset_commit_error, Op.READ, Op.READ)),
+            (ApiKey.TXN_OFFSET_COMMIT, 0, self._txn_offset_commit_version_max, self._txn_offset_commit),
             (ApiKey.OFFSET_FETCH, 1, 9, self._offset_fetch),
             (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, self._single(
                 lambda r, c: messages.ConsumerGroupHeartbeatResponse(error_code=c, member_epoch=-1), Op.READ)),
@@ -99,7 +110,8 @@ class GroupApis:
         """A handler for an API about one group (its `group_id`), authorized with `group_operation` on the
         group and, for the offset APIs, `topic_operation` on each topic of the request."""
 
-        def handle(header: RequestHeader, request: Any, now_ms: int) -> Any:
+        def handle(header: RequestHeader, request: Any, now_ms: int, on_done=None) -> Any:
+            """The answer, a Deferred, or, with `on_done(answer, now_ms)`, None once handed to the shard."""
             refused = self._refused(header, request, group_operation)
             if refused is not None:
                 return error_response(request, refused)
@@ -120,10 +132,41 @@ class GroupApis:
                                      if self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, t.name, session)]
                 return _with_denied_topics(answer, denied)
 
-            return self.coordinators.submit_all(
-                header, [(self.service, partition, self._request(header, request))], build, now_ms)
+            items = [(self.service, partition, self._request(header, request))]
+            if on_done is not None:
+                self.coordinators.submit_internal(items, build, on_done, now_ms)
+                return None
+            return self.coordinators.submit_all(header, items, build, now_ms)
 
         return handle
+
+    def _txn_offset_commit(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """TxnOffsetCommit; from v5 (KIP-890 part 2: a transaction.version 2 client sends no AddOffsetsToTxn) the
+        transaction coordinator first adds the group's partition of __consumer_offsets to the transaction, as a
+        Produce v12 has its partition added."""
+        verify = self.apis.transaction_verifier
+        partition = self.service.partition_for(request.group_id) if request.group_id else None
+        if (header.api_version < TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION or verify is None or partition is None
+                or self._refused(header, request, Op.READ) is not None):
+            return self._txn_offset_commit_one(header, request, now_ms)
+        key = (self.service.topic.name, partition)
+        request_id = self.apis.defer()
+
+        def done(response: Any, now: int) -> None:
+            self.apis.completed.append((request_id, header, response))
+
+        def on_added(codes: dict, now: int) -> None:
+            code = codes.get(key, ErrorCode.NONE)
+            if code != ErrorCode.NONE:
+                done(txn_offset_commit_error(request, _ADD_OFFSETS_PARTITION_ERRORS.get(code, code)), now)
+                return
+            answer = self._txn_offset_commit_one(header, request, now, on_done=done)
+            if answer is not None:
+                done(answer, now)
+
+        verify(request.transactional_id, request.producer_id, request.producer_epoch, [key], on_added, now_ms,
+               add=True)
+        return Deferred(request_id)
 
     def _refused(self, header: RequestHeader, request: Any, group_operation: Op) -> ErrorCode | None:
         if self.apis.authorizer is None:

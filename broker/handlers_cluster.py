@@ -53,7 +53,7 @@ class ClusterApis:
         return None
 
     def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        return api_versions_response(ErrorCode.NONE, self.apis.supported_apis)
+        return api_versions_response(ErrorCode.NONE, self.apis.supported_apis, features=self.apis.features())
 
     def _active_brokers(self) -> list[tuple[Any, str, int]]:
         """(registration, host, port) of each active broker, at the endpoint of the request's listener."""

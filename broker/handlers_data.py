@@ -38,6 +38,7 @@ LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3  # ListOffsets v7+
 LIST_OFFSETS_EARLIEST_LOCAL = -4  # v8+
 LIST_OFFSETS_LATEST_TIERED = -5  # v9+
+PRODUCE_VERSION_ADDS_PARTITIONS = 12  # KIP-890 part 2: a transactional produce adds its partition
 
 
 @dataclass
@@ -71,7 +72,7 @@ class DataPlaneApis:
 
     def api_handlers(self):
         return [
-            (ApiKey.PRODUCE, 3, 8, self._produce),
+            (ApiKey.PRODUCE, 3, 12, self._produce),
             (ApiKey.FETCH, 4, 11, self._fetch),
             (ApiKey.LIST_OFFSETS, 1, 9, self._list_offsets),
             (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 3, self._offset_for_leader_epoch),
@@ -119,7 +120,8 @@ class DataPlaneApis:
         if unverified:
             # KIP-890 part 1: the first transactional batch of a producer on a partition waits until the
             # coordinator confirms the partition is in its ongoing transaction; a partition never added
-            # (a hanging transaction in the making) is refused.
+            # (a hanging transaction in the making) is refused. Part 2: from Produce v12 (a client on
+            # transaction.version 2, which sends no AddPartitionsToTxn) the coordinator adds it instead.
             producer_id, producer_epoch, keys = unverified
 
             def on_verified(codes: dict, now: int) -> None:
@@ -128,7 +130,8 @@ class DataPlaneApis:
                 if result is not None and not isinstance(result, Deferred):
                     self.apis.completed.append((request_id, header, result))
 
-            verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms)
+            verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms,
+                   add=header.api_version >= PRODUCE_VERSION_ADDS_PARTITIONS)
             return Deferred(request_id) if request.acks != 0 else None
         return self._produce_now(header, request, request_id, now_ms, denied)
 

@@ -182,7 +182,7 @@ class NodeState:
                                      lambda partition: GroupCoordinatorShard(partition, group_config),
                                      min_insync_replicas=self.config.topic_defaults.min_insync_replicas)
         self.coordinators.add_service(service)
-        self.apis.register(GroupApis(self.apis, self.coordinators, service))
+        self.apis.register(GroupApis(self.apis, self.coordinators, service, settings.transaction_version))
         self._add_transaction_coordinator(service)
 
     def _add_transaction_coordinator(self, group_service: CoordinatorService) -> None:
@@ -195,7 +195,8 @@ class NodeState:
                                      lambda partition: TransactionCoordinatorShard(partition, txn_config),
                                      min_insync_replicas=settings.transaction_state_log_min_isr)
         self.coordinators.add_service(service)
-        self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service)
+        self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service,
+                                            settings.transaction_version)
         self.apis.register(self.transactions)
 
     # ------------------------------------------------------------------ metadata publishing

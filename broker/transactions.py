@@ -24,6 +24,13 @@ by a `CoordinatorService` (broker/coordinators.py), as groups live in `__consume
   client asks every broker), DescribeProducers (the producer state of partitions this broker leads).
 
 Old clients get INVALID_PRODUCER_EPOCH where PRODUCER_FENCED did not exist yet (KIP-588), as Kafka maps it.
+
+Transaction version 2 (KIP-890 part 2). The broker setting `transaction_version` (default 2, as Kafka 4.0
+enables it) is advertised in ApiVersions as the finalized feature `transaction.version`, from which Kafka 4.0
+clients decide to use it. At 2, EndTxn v5 ends a transaction with an epoch bump (answered with the producer id
+and epoch to use next) and a transactional Produce v12 adds its partitions to the transaction (the leader
+sends AddPartitionsToTxn v5 without VerifyOnly to the coordinator). Below 2, EndTxn stops at v4 and Produce
+v12 only verifies, as v11 does. Clients that never negotiate these versions (every TV1 client) see no change.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from broker.apis import Deferred
 from broker.coordinators import CoordinatorApis, CoordinatorService
 from net.protocol import messages
-from net.protocol.codec import ApiKey, RequestHeader
+from net.protocol.codec import ApiKey, Features, RequestHeader
 from security.acl import AclOperation as Op, ResourceType
 from partitions.errors import ErrorCode, KafkaError
 from txn.coordinator import (
@@ -45,6 +52,7 @@ from txn.coordinator import (
     InitProducerId,
     ListTransactions,
     MarkerJob,
+    TRANSACTION_VERSION_BUMPS_EPOCH,
     TransactionView,
     TxnAnswer,
 )
@@ -57,6 +65,11 @@ MARKER_RETRY_MS = 100
 MARKER_COMPLETE_RETRY_MS = 5_000
 MARKER_WRITE_TIMEOUT_MS = 30_000
 WRITE_TXN_MARKERS_VERSION = 1
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_VERSION_MAX = 2  # the highest transaction.version this broker implements (KIP-890 part 2)
+END_TXN_VERSION_BUMPS_EPOCH = 5
+ADD_PARTITIONS_VERSION_FROM_BROKERS = 4  # v4+: batched, from brokers; VerifyOnly false adds (KIP-890 part 2)
+ADD_PARTITIONS_VERSION_ADDS = 5
 OFFSETS_TOPIC = "__consumer_offsets"
 # Errors after which a marker is retried (a leader moving, a replica catching up); any other error means this
 # coordinator is stale or the request is wrong: the job is dropped (a newer coordinator finishes it).
@@ -101,7 +114,9 @@ class TransactionApis:
     """The transaction APIs (see the module docstring)."""
 
     def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService,
-                 group_service: CoordinatorService) -> None:
+                 group_service: CoordinatorService, transaction_version: int = TRANSACTION_VERSION_MAX) -> None:
+        assert 0 <= transaction_version <= TRANSACTION_VERSION_MAX, f"transaction_version={transaction_version}"
+        self.transaction_version = transaction_version
         self.apis = apis
         self.broker = apis.broker
         self.coordinators = coordinators
@@ -110,13 +125,26 @@ class TransactionApis:
         self._markers: dict[tuple, _MarkerProgress] = {}
         self._writes: list[_MarkerWrite] = []
         apis.transaction_verifier = self.verify
+        apis.features = self.features
+
+    @property
+    def bumps_epoch(self) -> bool:
+        return self.transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH
+
+    def features(self) -> Features:
+        """transaction.version for ApiVersions; the epoch follows the metadata log (it only moves forward), so a
+        Kafka client re-reads the level after a restart that changed it."""
+        return Features({TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION_MAX)},
+                        {TRANSACTION_VERSION_FEATURE: self.transaction_version},
+                        max(0, self.broker.image.provenance.raft_index))
 
     def api_handlers(self):
         return [
             (ApiKey.INIT_PRODUCER_ID, 0, 4, self._init_producer_id),
-            (ApiKey.ADD_PARTITIONS_TO_TXN, 0, 4, self._add_partitions_to_txn),
-            (ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, self._add_offsets_to_txn),
-            (ApiKey.END_TXN, 0, 3, self._end_txn),
+            (ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self._add_partitions_to_txn),
+            (ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, self._add_offsets_to_txn),
+            (ApiKey.END_TXN, 0, END_TXN_VERSION_BUMPS_EPOCH if self.bumps_epoch else END_TXN_VERSION_BUMPS_EPOCH - 1,
+             self._end_txn),
             (ApiKey.WRITE_TXN_MARKERS, 0, 1, self._write_txn_markers),
             (ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, self._describe_transactions),
             (ApiKey.LIST_TRANSACTIONS, 0, 1, self._list_transactions),
@@ -191,7 +219,7 @@ class TransactionApis:
     def _add_partitions_to_txn(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.AddPartitionsToTxnResponse
         version = header.api_version
-        if version >= 4:
+        if version >= ADD_PARTITIONS_VERSION_FROM_BROKERS:
             return self._add_partitions_batched(header, request, now_ms)
         topics = [(t.name, list(t.partitions)) for t in request.v3_and_below_topics]
 
@@ -222,7 +250,8 @@ class TransactionApis:
                 for t, ps in topics for p in ps}
 
     def _add_partitions_batched(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        """v4 (brokers only, KIP-890): several transactions, each answered per partition."""
+        """v4+ (brokers only, KIP-890): several transactions, each answered per partition. VerifyOnly false
+        is a partition leader adding a produce's partitions for a transaction.version 2 client (part 2)."""
         response_class = messages.AddPartitionsToTxnResponse
         if not self.apis.authorize_cluster(Op.CLUSTER_ACTION):
             return response_class(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -241,7 +270,8 @@ class TransactionApis:
             else:
                 items.append((self.service, partition, AddPartitions(
                     txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                    tuple(sorted({(t, p) for t, ps in topics for p in ps})), verify_only=txn.verify_only)))
+                    tuple(sorted({(t, p) for t, ps in topics for p in ps})), verify_only=txn.verify_only,
+                    client_transaction_version=0 if txn.verify_only else TRANSACTION_VERSION_BUMPS_EPOCH)))
 
         def build(answers: list) -> Any:
             it, results = iter(answers), []
@@ -285,13 +315,17 @@ class TransactionApis:
         response_class = messages.EndTxnResponse
 
         def respond(answer) -> Any:
-            code = answer.error if isinstance(answer, TxnAnswer) else answer
-            return response_class(throttle_time_ms=0, error_code=_fenced_for(header.api_version, 2, code))
+            if isinstance(answer, ErrorCode):
+                answer = TxnAnswer(answer)
+            return response_class(throttle_time_ms=0, error_code=_fenced_for(header.api_version, 2, answer.error),
+                                  producer_id=answer.producer_id, producer_epoch=answer.producer_epoch)
 
         if not self._may_write(request.transactional_id):
             return respond(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        bump = header.api_version >= END_TXN_VERSION_BUMPS_EPOCH  # registered only when transaction.version is 2
         message = EndTransaction(request.transactional_id, request.producer_id, request.producer_epoch,
-                                 bool(request.committed))
+                                 bool(request.committed), TRANSACTION_VERSION_BUMPS_EPOCH if bump else 0,
+                                 self.broker.producer_ids.next_id)
         return self._submit(header, request.transactional_id, message, respond, now_ms)
 
     def _describe_transactions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
@@ -346,9 +380,11 @@ class TransactionApis:
     # --- KIP-890 part 1: a partition leader verifies a transaction's first produce ----------------------------
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-               partitions: list[tuple[str, int]], on_done: Callable[[dict, int], None], now_ms: int) -> None:
+               partitions: list[tuple[str, int]], on_done: Callable[[dict, int], None], now_ms: int,
+               add: bool = False) -> None:
         """Ask the coordinator of `transactional_id` whether `partitions` are in the producer's ongoing
-        transaction (AddPartitionsToTxn v4 with VerifyOnly, locally when this broker is the coordinator).
+        transaction (AddPartitionsToTxn v4 with VerifyOnly, locally when this broker is the coordinator); with
+        `add` on a transaction.version 2 broker, add them instead (v5 without VerifyOnly, KIP-890 part 2).
         `on_done({partition: code}, now_ms)`: NONE (verified), INVALID_TXN_STATE (not in the transaction),
         INVALID_PRODUCER_EPOCH (an older epoch), or NOT_ENOUGH_REPLICAS while the coordinator cannot answer
         (retriable for the producer, as Kafka answers)."""
@@ -368,9 +404,11 @@ class TransactionApis:
         if code != ErrorCode.NONE:
             on_done(answer_all(ErrorCode.NOT_ENOUGH_REPLICAS), now_ms)
             return
+        add = add and self.bumps_epoch
         if coordinator == self.broker.node_id:
             request = AddPartitions(transactional_id, producer_id, producer_epoch, tuple(sorted(partitions)),
-                                    verify_only=True)
+                                    verify_only=not add,
+                                    client_transaction_version=TRANSACTION_VERSION_BUMPS_EPOCH if add else 0)
             self.coordinators.submit_internal(
                 [(self.service, self.service.partition_for(transactional_id), request)],
                 lambda answers: answer_all(client_code(answers[0].error if isinstance(answers[0], TxnAnswer)
@@ -383,7 +421,7 @@ class TransactionApis:
             by_topic.setdefault(topic, []).append(partition)
         request = request_class(transactions=[request_class.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[request_class.AddPartitionsToTxnTopic(name=t, partitions=ps)
+            verify_only=not add, topics=[request_class.AddPartitionsToTxnTopic(name=t, partitions=ps)
                                       for t, ps in by_topic.items()])])
 
         def on_response(response: Any, now: int) -> None:
@@ -397,7 +435,8 @@ class TransactionApis:
                         codes[(topic.name, row.partition_index)] = client_code(ErrorCode(row.partition_error_code))
             on_done(codes, now)
 
-        self.broker.send_to_broker(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, 4, request, on_response, now_ms)
+        version = ADD_PARTITIONS_VERSION_ADDS if add else ADD_PARTITIONS_VERSION_FROM_BROKERS
+        self.broker.send_to_broker(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, version, request, on_response, now_ms)
 
     # --- the partition leader's side -----------------------------------------------------------------------
 

@@ -9,6 +9,12 @@ protocol, for the input partitions it owns (static ownership: the group protocol
     -> Produce (transactional, idempotent sequences) to both -> AddOffsetsToTxn(group)
     -> TxnOffsetCommit(position) -> EndTxn(commit, or abort for a share of them)
 
+A pipeline on transaction version 2 (KIP-890 part 2, `transaction_version=2`) is a Kafka 4.0 client: it sends
+neither AddPartitionsToTxn nor AddOffsetsToTxn. Its Produce v12 adds the output partitions (the leader asks
+the coordinator), its TxnOffsetCommit v5 the group's offsets partition, and its EndTxn v5 answers with the
+producer id and epoch of the next transaction (the epoch bumped by every EndTxn, sequences start again at 0);
+a retried EndTxn carries the pre-bump epoch and must be answered as the first one.
+
 Each output record's value names its transaction and its input: "txn_id|epoch|txn_seq|in_partition:in_offset".
 A retriable answer (a coordinator or leader moving, CONCURRENT_TRANSACTIONS, a timeout) repeats the step
 (every step is idempotent at the broker: a produce retry carries the same sequence). Anything else
@@ -59,6 +65,11 @@ ADD_PARTITIONS_VERSION = 3
 ADD_OFFSETS_VERSION = 3
 END_TXN_VERSION = 3
 TXN_OFFSET_COMMIT_VERSION = 3
+# Transaction version 2 (a Kafka 4.0 client on a cluster with transaction.version 2): the produce and the
+# offset commit add their partitions, no AddPartitionsToTxn or AddOffsetsToTxn.
+PRODUCE_VERSION_TV2 = 12
+END_TXN_VERSION_TV2 = 5
+TXN_OFFSET_COMMIT_VERSION_TV2 = 5
 OFFSET_FETCH_VERSION = 7
 PRODUCE_TIMEOUT_MS = 3_000
 OUTPUT_TOPICS = ("out-a", "out-b")
@@ -127,9 +138,10 @@ class SimTxnPipeline(MultiTopicClient):
     """One exactly-once pipeline instance (see the module docstring)."""
 
     def __init__(self, host: Any, client_id: int, name: str, transactional_id: str, group: str, input_topic: str,
-                 partitions: int, owned: list[int], checkers: Any) -> None:
+                 partitions: int, owned: list[int], checkers: Any, transaction_version: int = 1) -> None:
         super().__init__(host, client_id, name, (input_topic, *OUTPUT_TOPICS), partitions)
         self.transactional_id = transactional_id
+        self.tv2 = transaction_version >= 2
         self.group = group
         self.input_topic = input_topic
         self.owned = owned
@@ -404,7 +416,7 @@ class SimTxnPipeline(MultiTopicClient):
         self.txn = txn
         self.checkers.observe_txn_begin(key, partition, [r.offset for r in records],
                                         {(t, partition): len(v) for t, v in txn.outputs.items()})
-        self.state = "add_partitions"
+        self.state = "produce" if self.tv2 else "add_partitions"
 
     def _step_add_partitions(self) -> None:
         txn = self.txn
@@ -432,8 +444,12 @@ class SimTxnPipeline(MultiTopicClient):
         txn = self.txn
         pending = [t for t in OUTPUT_TOPICS if t not in txn.produced]
         if not pending:
-            self.state = "add_offsets"
-            self._step_add_offsets()
+            if self.tv2:
+                self.state = "txn_commit"
+                self._step_txn_commit()
+            else:
+                self.state = "add_offsets"
+                self._step_add_offsets()
             return
         topic = pending[0]
         key = (topic, txn.partition)
@@ -466,7 +482,8 @@ class SimTxnPipeline(MultiTopicClient):
             else:
                 self._start_over(f"produce:{ErrorCode(code).name}")
 
-        self._request(leader.leader_id, ApiKey.PRODUCE, PRODUCE_VERSION, request, on_response)
+        self._request(leader.leader_id, ApiKey.PRODUCE, PRODUCE_VERSION_TV2 if self.tv2 else PRODUCE_VERSION, request,
+                      on_response)
 
     def _step_add_offsets(self) -> None:
         request = messages.AddOffsetsToTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
@@ -511,7 +528,8 @@ class SimTxnPipeline(MultiTopicClient):
             else:
                 self.state = "end"
 
-        self._request(self.group_coordinator, ApiKey.TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT_VERSION, request, on_response)
+        self._request(self.group_coordinator, ApiKey.TXN_OFFSET_COMMIT,
+                      TXN_OFFSET_COMMIT_VERSION_TV2 if self.tv2 else TXN_OFFSET_COMMIT_VERSION, request, on_response)
 
     def _step_end(self) -> None:
         txn = self.txn
@@ -524,6 +542,9 @@ class SimTxnPipeline(MultiTopicClient):
                 return
             key = self.txn_key(txn)
             self.host.trace("txn.end", self.name, key, int(txn.commit))
+            if self.tv2:  # the next transaction's producer id and epoch (bumped; a new id after an overflow)
+                self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+                self.sequences = {}
             if txn.commit:
                 self.committed_txns += 1
                 self.positions[txn.partition] = txn.end_offset
@@ -536,7 +557,8 @@ class SimTxnPipeline(MultiTopicClient):
             self.txn = None
             self.state = "consume"
 
-        self._to_txn_coordinator(ApiKey.END_TXN, END_TXN_VERSION, request, on_answer)
+        self._to_txn_coordinator(ApiKey.END_TXN, END_TXN_VERSION_TV2 if self.tv2 else END_TXN_VERSION, request,
+                                 on_answer)
         if self.inflight and self.txn_coordinator is not None:
             self.host.end_txn_sent(self, self.txn_coordinator)  # the workload may kill the coordinator now
 

@@ -20,7 +20,13 @@ transactions or not), "txn_offsets_visible_early" (the group coordinator makes a
 the group's at once, before the transaction's marker, so an aborted transaction still moves them) and
 "markers_before_prepare_committed" (the coordinator writes markers as soon as the PrepareCommit/PrepareAbort
 record is written, before the high watermark passes it: only a coordinator failover inside that window shows
-it, see the README's status for how often a seed catches it).
+it, see the README's status for how often a seed catches it), "end_txn_retry_as_new_txn" (the coordinator
+takes a transaction version 2 EndTxn retried with the pre-bump epoch for a new request of a fenced producer:
+a committed transaction whose answer was lost is answered PRODUCER_FENCED, so the client counts as failed a
+transaction that committed).
+
+Transaction versions: per seed, each pipeline is a transaction version 1 or 2 client (`TV2_SHARE`, from the
+seed's "txn-versions" stream), so every checker covers both protocols and their mix on one coordinator.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from simulations.txn_clients import OUTPUT_TOPICS, SimTxnPipeline, SimTxnReader
 GROUP = "txn-group"
 INTERNAL_PARTITIONS = 3
 PIPELINES = (("pipe-0", [0, 2]), ("pipe-1", [1]))
+TV2_SHARE = 0.5  # per seed, each pipeline is a transaction version 2 client (KIP-890 part 2) with this chance
 TXN_FAULT_STEP_MS = 100
 TXN_FAULT_RATES = {"crash": 0.003, "pause": 0.004}
 # Per EndTxn sent: SIGKILL the coordinator's node 0-2 ms later (inside its Prepare write, its markers or its
@@ -54,7 +61,8 @@ KILL_PIPELINE_TOO_SHARE = 0.5
 PIPELINE_DOWN_MS_MIN, PIPELINE_DOWN_MS_MAX = 500, 6_000
 TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
             "markers_before_prepare_committed": "bug_markers_before_prepare_committed",
-            "txn_offsets_visible_early": "bug_txn_offsets_visible_early"}
+            "txn_offsets_visible_early": "bug_txn_offsets_visible_early",
+            "end_txn_retry_as_new_txn": "bug_end_txn_retry_as_new_transaction"}
 FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
 
 
@@ -74,6 +82,9 @@ class TransactionsSimulation(ClusterSimulation):
         if "markers_before_prepare_committed" in self.workload_bugs:
             configure_shards(state.coordinators.services[1].runtime,
                              lambda shard: setattr(shard, "bug_markers_before_prepare_committed", True))
+        if "end_txn_retry_as_new_txn" in self.workload_bugs:
+            configure_shards(state.coordinators.services[1].runtime,
+                             lambda shard: setattr(shard, "bug_end_txn_retry_as_new_transaction", True))
         if "txn_offsets_visible_early" in self.workload_bugs:
             configure_shards(state.coordinators.services[0].runtime,
                              lambda shard: setattr(shard.offsets, "bug_txn_offsets_visible_early", True))
@@ -84,8 +95,11 @@ class TransactionsSimulation(ClusterSimulation):
         replication_factor = min(REPLICATION_FACTOR, len(self.node_ids))
         self.output_admins = [TopicCreator(self, CLIENT_ID_BASE + 30 + i, topic, PARTITIONS, replication_factor, configs)
                               for i, topic in enumerate(OUTPUT_TOPICS)]
+        versions_rng = self.loop.derive_rng("txn-versions")
+        self.transaction_versions = [2 if versions_rng.random() < TV2_SHARE else 1 for _ in PIPELINES]
         self.pipelines = [SimTxnPipeline(self, CLIENT_ID_BASE + 40 + i, name, name, GROUP, TOPIC, PARTITIONS, owned,
-                                         self.checkers) for i, (name, owned) in enumerate(PIPELINES)]
+                                         self.checkers, version)
+                          for i, ((name, owned), version) in enumerate(zip(PIPELINES, self.transaction_versions))]
         self.txn_reader = SimTxnReader(self, CLIENT_ID_BASE + 49, "txn-reader", OUTPUT_TOPICS, PARTITIONS,
                                        self.checkers.observe_output_record)
         self.clients = [*self.clients, *self.output_admins, *self.pipelines, self.txn_reader]
@@ -247,6 +261,7 @@ class TransactionsSimulation(ClusterSimulation):
             "txn_fenced": len(self.checkers.fenced_keys),
             "txn_reader_records": self.txn_reader.records,
             "producer_inits": self.checkers.inits,
+            "txn_tv2_pipelines": sum(version >= 2 for version in self.transaction_versions),
         })
         return result
 

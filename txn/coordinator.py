@@ -28,6 +28,20 @@ only by `replay`; every transition writes the whole metadata of its id, as Kafka
   producer is fenced, as Kafka's abortTimedOutTransactions does); an idle Empty/Complete* id older than
   `transactional_id_expiration_ms` is removed by a tombstone.
 
+Transaction version 2 (KIP-890 part 2, Kafka 4.0's TransactionCoordinator.endTransaction and
+TransactionMetadata.prepareAbortOrCommit / prepareComplete). A client on transaction.version 2 never sends
+AddPartitionsToTxn: the partition leader adds the partition on its first transactional produce
+(`AddPartitions` with client_transaction_version 2). Its EndTxn (v5, client_transaction_version 2) bumps the
+epoch: Prepare* carries epoch + 1 and the markers are written with it, so a late produce of the old epoch is
+refused by the partitions (INVALID_PRODUCER_EPOCH) and by the coordinator (PRODUCER_FENCED). When the epoch
+would reach the last one (`epoch_exhausted`), a new producer id is allocated into next_producer_id and becomes
+the producer id (epoch 0) at Complete*, the old one kept as previous_producer_id. The client is answered with
+the producer id and epoch to use next. For a transaction ended this way, a same-epoch EndTxn is a new request
+(PRODUCER_FENCED in Prepare*/Complete*, as Kafka answers) and an EndTxn with the pre-bump epoch is a retry:
+answered as the first one (parked in Prepare*, success in Complete*), also across an epoch overflow
+(previous_producer_id, epoch PRODUCER_EPOCH_MAX - 1, stored epoch 0). Fencing aborts (timeout, InitProducerId)
+are recorded with client_transaction_version 0, as Kafka keeps PrepareEpochFence out of these rules.
+
 Invariants: an id's epoch never decreases for one producer id; markers are only due for a Prepare* state
 whose record is below the high watermark; a transaction's partitions only grow while it is Ongoing.
 This module never imports the broker, trio, clocks or files.
@@ -40,13 +54,21 @@ from typing import Any, Callable
 
 from coordinator.shard import CoordinatorRecord, CoordinatorResult, LoadedRecord
 from partitions.errors import ErrorCode, KafkaError
-from txn.records import TransactionLogValue, TransactionState, decode_key, decode_value, encode_key, encode_value
+from txn.records import (
+    NO_PRODUCER_ID,
+    TransactionLogValue,
+    TransactionState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 
 TRANSACTION_MAX_TIMEOUT_MS_DEFAULT = 900_000  # transaction.max.timeout.ms
 TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT = 604_800_000  # transactional.id.expiration.ms
 PRODUCER_EPOCH_MAX = (1 << 15) - 1
-NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+TRANSACTION_VERSION_BUMPS_EPOCH = 2  # transaction.version from which EndTxn bumps the epoch (KIP-890 part 2)
 TRANSACTIONAL_ID_BYTES_MAX = 32_767
 PARKED_PER_ID_MAX = 16  # EndTxn retries waiting for one transaction's markers; more get CONCURRENT_TRANSACTIONS
 
@@ -92,6 +114,7 @@ class AddPartitions:
     producer_epoch: int
     partitions: tuple[tuple[str, int], ...]
     verify_only: bool = False  # KIP-890: answer whether they are in the transaction, change nothing
+    client_transaction_version: int = 0  # 2: a partition leader adds it on a produce (KIP-890 part 2)
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,8 @@ class EndTransaction:
     producer_id: int
     producer_epoch: int
     commit: bool
+    client_transaction_version: int = 0  # 2 for EndTxn v5: bump the epoch (KIP-890 part 2)
+    allocate: Callable[[], int | None] = lambda: None  # a producer id for an epoch overflow, None while none
 
 
 @dataclass(frozen=True)
@@ -181,6 +206,9 @@ class TransactionCoordinatorShard:
         # Test-only planted bug for the simulator's checkers: markers are listed as soon as the Prepare record
         # is written, before the high watermark passes it (a failover can then lose the decision).
         self.bug_markers_before_prepare_committed = False
+        # Test-only planted bug: a retried transaction.version 2 EndTxn (the pre-bump epoch) is taken for a new
+        # request of a fenced producer, so a committed transaction is answered PRODUCER_FENCED.
+        self.bug_end_txn_retry_as_new_transaction = False
 
     # --- the shard contract ----------------------------------------------------------------------------
 
@@ -227,8 +255,7 @@ class TransactionCoordinatorShard:
             value = metadata.value
             if value.state is S.ONGOING and value.start_ms + value.timeout_ms <= now_ms:
                 epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
-                records.append(self._record(metadata.transactional_id, replace(
-                    value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms)))
+                records.append(self._record(metadata.transactional_id, _fence_abort(value, epoch, now_ms)))
             elif value.state in FINISHED_STATES and \
                     value.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms:
                 records.append(CoordinatorRecord(encode_key(metadata.transactional_id), None))
@@ -301,8 +328,8 @@ class TransactionCoordinatorShard:
         if value.state is S.ONGOING:
             # Fence the open transaction: abort it under a bumped epoch; the client retries after the abort.
             epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
-            fenced = replace(value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms)
-            return self._write(transactional_id, fenced, TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+            return self._write(transactional_id, _fence_abort(value, epoch, now_ms),
+                               TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
         if value.state not in FINISHED_STATES:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
         if expected and request.producer_epoch != value.producer_epoch:
@@ -312,10 +339,12 @@ class TransactionCoordinatorShard:
             if producer_id is None:
                 return CoordinatorResult.answer(TxnAnswer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
             new_value = replace(value, producer_id=producer_id, producer_epoch=0, timeout_ms=request.timeout_ms,
-                                state=S.EMPTY, partitions=(), last_update_ms=now_ms, start_ms=-1)
+                                state=S.EMPTY, partitions=(), last_update_ms=now_ms, start_ms=-1,
+                                next_producer_id=NO_PRODUCER_ID, client_transaction_version=0)
         else:
             new_value = replace(value, producer_epoch=value.producer_epoch + 1, timeout_ms=request.timeout_ms,
-                                state=S.EMPTY, partitions=(), last_update_ms=now_ms, start_ms=-1)
+                                state=S.EMPTY, partitions=(), last_update_ms=now_ms, start_ms=-1,
+                                next_producer_id=NO_PRODUCER_ID, client_transaction_version=0)
         return self._write(transactional_id, new_value,
                            TxnAnswer(ErrorCode.NONE, new_value.producer_id, new_value.producer_epoch))
 
@@ -345,18 +374,28 @@ class TransactionCoordinatorShard:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))
         if value.state not in FINISHED_STATES and value.state is not S.ONGOING:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
-        start_ms = value.start_ms if value.state is S.ONGOING else now_ms
+        starting = value.state is not S.ONGOING
+        start_ms = now_ms if starting else value.start_ms
+        version = request.client_transaction_version if starting else \
+            max(value.client_transaction_version, request.client_transaction_version)
         new_value = replace(value, state=S.ONGOING, partitions=tuple(sorted(wanted | set(value.partitions))),
-                            last_update_ms=now_ms, start_ms=start_ms)
+                            last_update_ms=now_ms, start_ms=start_ms, client_transaction_version=version)
         return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
 
     def _end_transaction(self, request_id: int, request: EndTransaction, now_ms: int) -> CoordinatorResult:
-        metadata, error = self._check_producer(request.transactional_id, request.producer_id, request.producer_epoch)
+        if not request.transactional_id:
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_REQUEST))
+        metadata = self.transactions.get(request.transactional_id)
         if metadata is None:
-            return CoordinatorResult.answer(TxnAnswer(error))
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_PRODUCER_ID_MAPPING))
         value, commit = metadata.value, request.commit
+        error = self._end_txn_producer_error(value, request)
+        if error != ErrorCode.NONE:
+            return CoordinatorResult.answer(TxnAnswer(error))
         if value.state is S.ONGOING:
-            new_value = replace(value, state=S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, last_update_ms=now_ms)
+            new_value = _prepared(value, request, now_ms)
+            if isinstance(new_value, ErrorCode):
+                return CoordinatorResult.answer(TxnAnswer(new_value))
             self.parked.setdefault(request.transactional_id, []).append(request_id)
             return CoordinatorResult(records=[self._record(request.transactional_id, new_value)])
         same = {S.COMPLETE_COMMIT: commit, S.COMPLETE_ABORT: not commit,
@@ -368,7 +407,28 @@ class TransactionCoordinatorShard:
                 return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
             self.parked.setdefault(request.transactional_id, []).append(request_id)
             return CoordinatorResult()  # answered with the first one, when the markers are written
-        return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))  # a retry of a finished EndTxn
+        # A retry of a finished EndTxn: the producer id and epoch to use next.
+        return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE, value.producer_id, value.producer_epoch))
+
+    def _end_txn_producer_error(self, value: TransactionLogValue, request: EndTransaction) -> ErrorCode:
+        """Kafka's producer checks of endTransaction: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED or NONE.
+        A transaction ended by a transaction.version 2 EndTxn carries the bumped epoch: there, only a retry
+        (the pre-bump epoch, or the old producer id at the last epoch after an overflow) is valid."""
+        bumped = value.client_transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH
+        retry_on_epoch_bump = bumped and value.producer_epoch == request.producer_epoch + 1
+        retry_on_overflow = (bumped and value.previous_producer_id == request.producer_id
+                             and request.producer_epoch == PRODUCER_EPOCH_MAX - 1 and value.producer_epoch == 0)
+        if self.bug_end_txn_retry_as_new_transaction:
+            retry_on_epoch_bump = retry_on_overflow = False
+        if value.producer_id != request.producer_id and not retry_on_overflow:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if not bumped or value.state in (S.ONGOING, S.EMPTY):
+            valid = request.producer_epoch == value.producer_epoch
+        elif value.state in PREPARE_STATES:
+            valid = retry_on_epoch_bump
+        else:
+            valid = retry_on_epoch_bump or retry_on_overflow
+        return ErrorCode.NONE if valid else ErrorCode.PRODUCER_FENCED
 
     def _complete_transaction(self, request: CompleteTransaction, now_ms: int) -> CoordinatorResult:
         metadata = self.transactions.get(request.transactional_id)
@@ -377,11 +437,18 @@ class TransactionCoordinatorShard:
                 or metadata.value.producer_id != request.producer_id
                 or metadata.value.producer_epoch != request.producer_epoch):
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))  # already completed (a stale job)
-        new_value = replace(metadata.value, state=S.COMPLETE_COMMIT if request.commit else S.COMPLETE_ABORT,
+        value = metadata.value
+        new_value = replace(value, state=S.COMPLETE_COMMIT if request.commit else S.COMPLETE_ABORT,
                             partitions=(), last_update_ms=now_ms)
+        if value.client_transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH:
+            # The markers carry the bumped epoch; after an overflow the next producer id takes over at epoch 0.
+            if value.next_producer_id != NO_PRODUCER_ID:
+                new_value = replace(new_value, producer_id=value.next_producer_id, producer_epoch=0,
+                                    next_producer_id=NO_PRODUCER_ID)
+            new_value = replace(new_value, previous_producer_id=value.producer_id)
         result = self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
-        result.completions = [(parked, TxnAnswer(ErrorCode.NONE))
-                              for parked in self.parked.pop(request.transactional_id, [])]
+        answer = TxnAnswer(ErrorCode.NONE, new_value.producer_id, new_value.producer_epoch)
+        result.completions = [(parked, answer) for parked in self.parked.pop(request.transactional_id, [])]
         # The outcome was durable with the Prepare record and every marker is written: the client need not
         # wait for the Complete record (a new coordinator would redo the markers and complete it).
         result.completions_precede_records = True
@@ -409,3 +476,27 @@ class TransactionCoordinatorShard:
                 continue
             views.append(self._describe(transactional_id))
         return views
+
+
+def _fence_abort(value: TransactionLogValue, epoch: int, now_ms: int) -> TransactionLogValue:
+    """An Ongoing transaction aborted to fence its producer (timeout, InitProducerId) under `epoch`: Kafka's
+    PrepareEpochFence, outside the transaction.version 2 retry rules (client_transaction_version 0)."""
+    return replace(value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms,
+                   next_producer_id=NO_PRODUCER_ID, client_transaction_version=0)
+
+
+def _prepared(value: TransactionLogValue, request: EndTransaction, now_ms: int) -> TransactionLogValue | ErrorCode:
+    """The Prepare* value an EndTxn writes for the Ongoing `value` (Kafka's prepareAbortOrCommit), or the error
+    that answers it. Transaction version 2 bumps the epoch, with a new producer id waiting once it overflows."""
+    prepared = replace(value, state=S.PREPARE_COMMIT if request.commit else S.PREPARE_ABORT, last_update_ms=now_ms,
+                       client_transaction_version=request.client_transaction_version)
+    if request.client_transaction_version < TRANSACTION_VERSION_BUMPS_EPOCH:
+        return prepared
+    if value.producer_epoch >= PRODUCER_EPOCH_MAX:
+        return ErrorCode.PRODUCER_FENCED  # only a fencing bump reaches the last epoch: no client holds it
+    next_producer_id = NO_PRODUCER_ID
+    if epoch_exhausted(value.producer_epoch):
+        next_producer_id = request.allocate()
+        if next_producer_id is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return replace(prepared, producer_epoch=value.producer_epoch + 1, next_producer_id=next_producer_id)

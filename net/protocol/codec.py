@@ -278,15 +278,36 @@ def _peek_error_code(reader: Reader) -> int:
 
 
 def api_versions_response(
-    error_code: int = ErrorCode.NONE, supported: dict[int, tuple[int, int]] | None = None, throttle_time_ms: int = 0
+    error_code: int = ErrorCode.NONE, supported: dict[int, tuple[int, int]] | None = None, throttle_time_ms: int = 0,
+    features: "Features | None" = None,
 ) -> Message:
-    """An ApiVersionsResponse listing `supported` (default: everything this codec implements)."""
+    """An ApiVersionsResponse listing `supported` (default: everything this codec implements) and, from v3,
+    the broker's supported and finalized `features` (tagged fields, left out when there are none)."""
     response_class = messages.ApiVersionsResponse
     api_keys = [
         response_class.ApiVersion(api_key=api_key, min_version=lowest, max_version=highest)
         for api_key, (lowest, highest) in sorted((supported or SUPPORTED).items())
     ]
-    return response_class(error_code=int(error_code), api_keys=api_keys, throttle_time_ms=throttle_time_ms)
+    response = response_class(error_code=int(error_code), api_keys=api_keys, throttle_time_ms=throttle_time_ms)
+    if features is not None:
+        response.supported_features = [response_class.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+                                       for name, (low, high) in sorted(features.supported.items())]
+        response.finalized_features_epoch = features.finalized_epoch
+        response.finalized_features = [response_class.FinalizedFeatureKey(
+            name=name, max_version_level=level, min_version_level=level)
+            for name, level in sorted(features.finalized.items())]
+    return response
+
+
+@dataclass(frozen=True)
+class Features:
+    """What ApiVersions v3+ says of the cluster's features (KIP-584): the levels this broker supports and the
+    finalized ones clients act on (a Kafka 4.0 producer uses transaction version 2 when transaction.version
+    is finalized at 2 or more: its TransactionManager.maybeUpdateTransactionV2Enabled)."""
+
+    supported: dict[str, tuple[int, int]]
+    finalized: dict[str, int]
+    finalized_epoch: int
 
 
 def encode_api_versions_fallback(header: RequestHeader, supported: dict[int, tuple[int, int]] | None = None) -> bytes:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from net.protocol.schema import field, request, response
 
+# Produce v12 (Kafka 4.0, KIP-890 part 2): the same fields as v11; in a transaction of a client that negotiated
+# transaction.version 2 it also adds the partition to the transaction (the leader asks the coordinator).
 PRODUCE_REQUEST = request(
-    0, 'ProduceRequest', valid="3-8", flexible='9+', fields=(
+    0, 'ProduceRequest', valid="3-12", flexible='9+', fields=(
         field('TransactionalId', 'string', '3+', nullable='3+', default=None),
         field('Acks', 'int16', '0+'),
         field('TimeoutMs', 'int32', '0+'),
@@ -33,7 +35,7 @@ PRODUCE_REQUEST = request(
 )
 
 PRODUCE_RESPONSE = response(
-    0, 'ProduceResponse', valid="3-8", flexible='9+', fields=(
+    0, 'ProduceResponse', valid="3-12", flexible='9+', fields=(
         field('Responses', '[]TopicProduceResponse', '0+', fields=(
             field('Name', 'string', '0-12'),
             field('PartitionResponses', '[]PartitionProduceResponse', '0+', fields=(
@@ -47,9 +49,19 @@ PRODUCE_RESPONSE = response(
                     field('BatchIndexErrorMessage', 'string', '8+', nullable='8+', default=None),
                 )),
                 field('ErrorMessage', 'string', '8+', nullable='8+', default=None),
+                field('CurrentLeader', 'LeaderIdAndEpoch', '10+', tagged='10+', tag=0, fields=(
+                    field('LeaderId', 'int32', '10+', default=-1),
+                    field('LeaderEpoch', 'int32', '10+', default=-1),
+                )),
             )),
         )),
         field('ThrottleTimeMs', 'int32', '1+', default=0),
+        field('NodeEndpoints', '[]NodeEndpoint', '10+', tagged='10+', tag=0, fields=(
+            field('NodeId', 'int32', '10+'),
+            field('Host', 'string', '10+'),
+            field('Port', 'int32', '10+'),
+            field('Rack', 'string', '10+', nullable='10+', default=None),
+        )),
     ),
 )
 
@@ -582,7 +594,7 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = response(
 )
 
 ADD_PARTITIONS_TO_TXN_REQUEST = request(
-    24, 'AddPartitionsToTxnRequest', valid="0-4", flexible='3+', fields=(
+    24, 'AddPartitionsToTxnRequest', valid="0-5", flexible='3+', fields=(
         # v4+ is sent by brokers only (KIP-890): many transactions per request, VerifyOnly checks membership.
         field('Transactions', '[]AddPartitionsToTxnTransaction', '4+', fields=(
             field('TransactionalId', 'string', '4+'),
@@ -605,7 +617,7 @@ ADD_PARTITIONS_TO_TXN_REQUEST = request(
 )
 
 ADD_PARTITIONS_TO_TXN_RESPONSE = response(
-    24, 'AddPartitionsToTxnResponse', valid="0-4", flexible='3+', fields=(
+    24, 'AddPartitionsToTxnResponse', valid="0-5", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '4+', default=0),
         field('ResultsByTransaction', '[]AddPartitionsToTxnResult', '4+', fields=(
@@ -629,7 +641,7 @@ ADD_PARTITIONS_TO_TXN_RESPONSE = response(
 )
 
 ADD_OFFSETS_TO_TXN_REQUEST = request(
-    25, 'AddOffsetsToTxnRequest', valid="0-3", flexible='3+', fields=(
+    25, 'AddOffsetsToTxnRequest', valid="0-4", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
         field('ProducerEpoch', 'int16', '0+'),
@@ -638,14 +650,16 @@ ADD_OFFSETS_TO_TXN_REQUEST = request(
 )
 
 ADD_OFFSETS_TO_TXN_RESPONSE = response(
-    25, 'AddOffsetsToTxnResponse', valid="0-3", flexible='3+', fields=(
+    25, 'AddOffsetsToTxnResponse', valid="0-4", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
     ),
 )
 
+# EndTxn v4 adds the TRANSACTION_ABORTABLE error; v5 (KIP-890 part 2) bumps the producer epoch at the end of
+# every transaction and answers with the producer id and epoch to use next.
 END_TXN_REQUEST = request(
-    26, 'EndTxnRequest', valid="0-3", flexible='3+', fields=(
+    26, 'EndTxnRequest', valid="0-5", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
         field('ProducerEpoch', 'int16', '0+'),
@@ -654,14 +668,18 @@ END_TXN_REQUEST = request(
 )
 
 END_TXN_RESPONSE = response(
-    26, 'EndTxnResponse', valid="0-3", flexible='3+', fields=(
+    26, 'EndTxnResponse', valid="0-5", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
+        field('ProducerId', 'int64', '5+', default=-1),
+        field('ProducerEpoch', 'int16', '5+', default=-1),
     ),
 )
 
+# TxnOffsetCommit v4 adds the TRANSACTION_ABORTABLE error; v5 (Kafka 4.0, KIP-890 part 2) is sent without
+# AddOffsetsToTxn by a client on transaction.version 2: the group coordinator has the offsets partition added.
 TXN_OFFSET_COMMIT_REQUEST = request(
-    28, 'TxnOffsetCommitRequest', valid="0-3", flexible='3+', fields=(
+    28, 'TxnOffsetCommitRequest', valid="0-5", flexible='3+', fields=(
         field('TransactionalId', 'string', '0+'),
         field('GroupId', 'string', '0+'),
         field('ProducerId', 'int64', '0+'),
@@ -682,7 +700,7 @@ TXN_OFFSET_COMMIT_REQUEST = request(
 )
 
 TXN_OFFSET_COMMIT_RESPONSE = response(
-    28, 'TxnOffsetCommitResponse', valid="0-3", flexible='3+', fields=(
+    28, 'TxnOffsetCommitResponse', valid="0-5", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Topics', '[]TxnOffsetCommitResponseTopic', '0+', fields=(
             field('Name', 'string', '0+'),

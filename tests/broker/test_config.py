@@ -56,6 +56,8 @@ def test_a_good_file_loads_with_data_dirs_relative_to_the_file(tmp_path):
         (lambda t: t.replace("partitions = 2", "partitions = 0"), "topic_defaults.partitions"),
         (lambda t: t.replace("min_insync_replicas = 1", "min_insync_replicas = 3"), "topic_defaults.min_insync_replicas"),
         (lambda t: t.replace("[topic_defaults]", "[topic_defaults]\nflavour = 1"), "topic_defaults.flavour"),
+        (lambda t: t.replace("[topic_defaults]", "[broker]\ntransaction_version = 3\n[topic_defaults]"),
+         "broker.transaction_version"),  # the transaction.version feature: 0-2 (KIP-890)
         (lambda t: t.replace('roles = ["broker", "controller"]', 'roles = ["broker"]'), "roles"),
     ],
 )

@@ -69,7 +69,7 @@ def test_api_versions_falls_back_to_broker_version_on_unsupported_version():  # 
 
 def test_no_common_version_raises_unsupported_version():
     with pytest.raises(UnsupportedVersionError):
-        choose_version(ApiKey.PRODUCE, {ApiKey.PRODUCE: (9, 11)})
+        choose_version(ApiKey.PRODUCE, {ApiKey.PRODUCE: (13, 13)})
     with pytest.raises(UnsupportedVersionError):
         choose_version(ApiKey.PRODUCE, {})
 

@@ -121,7 +121,7 @@ def test_unknown_api_key_raises_unsupported_version_with_the_header():
     assert raised.value.header == RequestHeader(99, 0, 5, None)
 
 
-@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 9), (1, 12), (3, 13)])
+@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 13), (1, 12), (3, 13)])
 def test_versions_outside_supported_are_refused_both_ways(api_key, version):
     request_class = messages.REQUESTS[api_key]
     frame = codec.encode_request(RequestHeader(api_key, 3 if api_key == 0 else 4, 1, "c"), request_class())[4:]
@@ -251,3 +251,61 @@ def test_metadata_request_v12_golden_bytes_ask_by_topic_id():  # KIP-516: the to
     assert frame.hex() == f"{len(frame) - 4:08x}" + header + body
     _, decoded = codec.decode_request(frame[4:])
     assert decoded.topics[0].topic_id == topic_id and decoded.topics[0].name is None
+
+
+# --- KIP-890 part 2 (transaction version 2): EndTxn v5, Produce v12, the transaction.version feature ---------
+
+def test_end_txn_response_v5_golden_bytes_carry_the_producer_id_and_epoch():  # EndTxnResponse.json v5
+    response = messages.EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=1000, producer_epoch=2)
+    v5 = bytes.fromhex("00000016" "00000001" "00" "00000000" "0000" "00000000000003e8" "0002" "00")
+    assert codec.encode_response(RequestHeader(26, 5, 1, "c"), response) == v5
+    assert codec.decode_response(26, 5, v5[4:], strict=True) == (1, response)
+    # v4 has neither field: the same answer leaves them out, and decodes with their defaults (-1).
+    v4 = bytes.fromhex("0000000c" "00000001" "00" "00000000" "0000" "00")
+    assert codec.encode_response(RequestHeader(26, 4, 1, "c"), response) == v4
+    decoded = codec.decode_response(26, 4, v4[4:], strict=True)[1]
+    assert (decoded.producer_id, decoded.producer_epoch) == (-1, -1)
+
+
+def test_end_txn_request_v5_golden_bytes():
+    request = messages.EndTxnRequest(transactional_id="t", producer_id=1000, producer_epoch=2, committed=True)
+    frame = bytes.fromhex("0000001a" "001a" "0005" "00000001" "0001" "63" "00"
+                          "0274" "00000000000003e8" "0002" "01" "00")
+    assert codec.encode_request(RequestHeader(26, 5, 1, "c"), request) == frame
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(26, 5, 1, "c"), request)
+
+
+def test_produce_request_v12_golden_bytes_is_flexible():  # ProduceRequest.json: flexible from v9
+    request = messages.ProduceRequest(transactional_id="t", acks=-1, timeout_ms=3000, topic_data=[
+        messages.ProduceRequest.TopicProduceData(name="o", partition_data=[
+            messages.ProduceRequest.PartitionProduceData(index=0, records=b"\x01\x02")])])
+    frame = bytes.fromhex("00000022" "0000" "000c" "00000001" "0001" "63" "00"
+                          "0274" "ffff" "00000bb8" "02" "026f" "02" "00000000" "030102" "00" "00" "00")
+    assert codec.encode_request(RequestHeader(0, 12, 1, "c"), request) == frame
+    header, decoded = codec.decode_request(frame[4:], strict=True)
+    assert header == RequestHeader(0, 12, 1, "c")
+    assert bytes(decoded.topic_data[0].partition_data[0].records) == b"\x01\x02"
+
+
+def test_produce_response_v12_leaves_out_default_tagged_current_leader_and_node_endpoints():  # KIP-951 tags
+    response_class = messages.ProduceResponse
+    response = response_class(responses=[response_class.TopicProduceResponse(name="o", partition_responses=[
+        response_class.PartitionProduceResponse(index=0, error_code=0, base_offset=7)])])
+    frame = bytes.fromhex("00000030" "00000001" "00" "02" "026f" "02" "00000000" "0000" "0000000000000007"
+                          "ffffffffffffffff" "ffffffffffffffff" "01" "00" "00" "00" "00000000" "00")
+    assert codec.encode_response(RequestHeader(0, 12, 1, "c"), response) == frame
+    assert codec.decode_response(0, 12, frame[4:], strict=True) == (1, response)
+
+
+def test_api_versions_v3_advertises_the_transaction_version_feature_golden_bytes():  # KIP-584, KIP-890
+    features = codec.Features({"transaction.version": (0, 2)}, {"transaction.version": 2}, 5)
+    response = codec.api_versions_response(0, {0: (3, 8), 18: (0, 3)}, features=features)
+    name = "14" + "transaction.version".encode().hex()  # compact string: length + 1, then the bytes
+    frame = bytes.fromhex(
+        "0000005c" "00000001" "0000" "03" "0000" "0003" "0008" "00" "0012" "0000" "0003" "00" "00000000"
+        "03"                                                   # three tagged fields, in tag order
+        "00" "1a" "02" + name + "0000" "0002" "00"             # SupportedFeatures: min 0, max 2
+        + "01" "08" "0000000000000005"                         # FinalizedFeaturesEpoch
+        + "02" "1a" "02" + name + "0002" "0002" "00")          # FinalizedFeatures: max level 2, min level 2
+    assert codec.encode_response(RequestHeader(18, 3, 1, "c"), response) == frame
+    assert codec.decode_response(18, 3, frame[4:], strict=True) == (1, response)

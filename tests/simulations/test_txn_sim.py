@@ -21,8 +21,14 @@ LSO_IGNORES_OPEN_TXN_SEED = 1
 TXN_OFFSETS_VISIBLE_EARLY_SEED = 1
 # markers_before_prepare_committed: the coordinator's node is killed (with the pipeline) after its COMMIT marker
 # reached another leader but before its PrepareCommit record was replicated; the next coordinator aborts the
-# transaction, so one output partition committed it and the other aborted it.
-MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 29
+# transaction, so one output partition committed it and the other aborted it. (Seed 29 until the pipelines
+# became a per-seed mix of transaction versions 1 and 2, which changed every run.)
+MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 61
+# end_txn_retry_as_new_txn: a transaction version 2 pipeline's EndTxn(commit) is retried with the pre-bump epoch
+# (its coordinator moved); the coordinator answers PRODUCER_FENCED instead of success, so the pipeline counts as
+# failed a transaction that committed (KIP-890 part 2's retry rule, Kafka's TransactionCoordinator
+# endTxnEpochBumped).
+END_TXN_RETRY_AS_NEW_TXN_SEED = 2
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                 "fenced_never_commits"}
 
@@ -36,6 +42,12 @@ def test_a_fault_free_run_commits_transactions_and_passes_every_checker():
     assert result.ok, failed_checkers(result)
     assert result.stats["txn_committed"] > 10 and result.stats["txn_aborted"] > 0
     assert result.stats["txn_reader_records"] > 0
+    assert result.stats["txn_tv2_pipelines"] == 2  # seed 2: both pipelines on transaction version 2
+
+
+def test_seeds_mix_transaction_version_1_and_2_pipelines():  # KIP-890 part 2: both protocols on one cluster
+    versions = {seed: run_one(_config(seed=seed, duration_s=2.0)).stats["txn_tv2_pipelines"] for seed in (1, 2, 3)}
+    assert versions == {1: 1, 2: 2, 3: 1}
 
 
 def _value(key: str, partition: int, offset: int) -> bytes:
@@ -96,6 +108,11 @@ def test_txn_offsets_visible_early_fails_a_transaction_checker_at_its_known_seed
 @pytest.mark.slow
 def test_markers_before_prepare_committed_fails_a_transaction_checker_at_its_known_seed():
     _assert_teeth("markers_before_prepare_committed", MARKERS_BEFORE_PREPARE_COMMITTED_SEED)
+
+
+@pytest.mark.slow
+def test_end_txn_retry_as_new_txn_fails_a_transaction_checker_at_its_known_seed():
+    _assert_teeth("end_txn_retry_as_new_txn", END_TXN_RETRY_AS_NEW_TXN_SEED)
 
 
 @pytest.mark.slow

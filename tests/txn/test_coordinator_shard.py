@@ -86,8 +86,9 @@ def test_init_add_end_commit_and_markers_wait_for_the_prepare_record_to_commit()
     complete_id = coordinator.runtime.submit(0, CompleteTransaction("t", 1000, 0, True), 30)
     coordinator.port.commit_all()
     answers = dict(coordinator.runtime.poll(30))
-    assert answers == {complete_id: TxnAnswer(ErrorCode.NONE), end_id: TxnAnswer(ErrorCode.NONE),
-                       retry_id: TxnAnswer(ErrorCode.NONE)}
+    # EndTxn is answered with the producer id and epoch (EndTxn v5 carries them; v0-4 leave them out).
+    assert answers == {complete_id: TxnAnswer(ErrorCode.NONE), end_id: TxnAnswer(ErrorCode.NONE, 1000, 0),
+                       retry_id: TxnAnswer(ErrorCode.NONE, 1000, 0)}
     assert coordinator.state() is S.COMPLETE_COMMIT
     assert coordinator.shard.metadata("t").value.partitions == ()
     assert coordinator.shard.markers_due(10**9) == []

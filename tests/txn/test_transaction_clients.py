@@ -291,10 +291,11 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
                 batch = build_batch([(None, b"never")], producer_id=pid, producer_epoch=producer_epoch,
                                     base_sequence=sequence, is_transactional=True)
                 request_class = messages.ProduceRequest
+                # v11: a transaction version 1 producer (from v12 the produce adds the partition, KIP-890 part 2)
                 response = await client.send(leader, ApiKey.PRODUCE, request_class(
                     transactional_id="bad-input", acks=-1, timeout_ms=10_000, topic_data=[
                         request_class.TopicProduceData(name="txn-bad", partition_data=[
-                            request_class.PartitionProduceData(index=0, records=batch)])]))
+                            request_class.PartitionProduceData(index=0, records=batch)])]), api_version=11)
                 return response.responses[0].partition_responses[0].error_code
 
             assert await produce(epoch, 0) == ErrorCode.INVALID_TXN_STATE  # never added to the transaction
