@@ -518,20 +518,24 @@ def test_recovery_after_cleaning_markers_equals_a_fresh_replay(passes):
        st.integers(150, 600), st.lists(st.integers(0, 2), min_size=1, max_size=5))
 def test_read_committed_after_any_passes_is_the_last_committed_value_per_key(operations, segment_bytes, days):
     txn = TxnPartition(segment_bytes=segment_bytes)
-    visible: dict[bytes, bytes] = {}
-    open_txns: dict[int, dict[bytes, bytes]] = {}
+    # key -> (offset order, value) of its last committed record: a read_committed reader meets the records in
+    # offset order, so a transaction committed late does not override a later offset of the same key.
+    latest: dict[bytes, tuple[int, bytes]] = {}
+    open_txns: dict[int, dict[bytes, tuple[int, bytes]]] = {}
     for index, (producer_id, key_number, action) in enumerate(operations):
         key, value = b"k%d" % key_number, b"v%d" % index
         if producer_id == 9:
             txn.produce(9, [(key, value)], transactional=False)
-            visible[key] = value
+            latest[key] = (index, value)
         elif action == "write":
             txn.produce(producer_id, [(key, value)])
-            open_txns.setdefault(producer_id, {})[key] = value
+            open_txns.setdefault(producer_id, {})[key] = (index, value)
         elif producer_id in open_txns:
             txn.end_txn(producer_id, committed=action == "commit")
-            written = open_txns.pop(producer_id)
-            visible.update(written if action == "commit" else {})
+            for written_key, written in open_txns.pop(producer_id).items():
+                if action == "commit" and written[0] > latest.get(written_key, (-1, b""))[0]:
+                    latest[written_key] = written
+    visible = {key: value for key, (_, value) in latest.items()}
     for producer_id in list(open_txns):
         txn.end_txn(producer_id, committed=False)
     txn.log.roll(TXN_NOW_MS)
