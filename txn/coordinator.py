@@ -254,8 +254,7 @@ class TransactionCoordinatorShard:
         for metadata in self.transactions.values():
             value = metadata.value
             if value.state is S.ONGOING and value.start_ms + value.timeout_ms <= now_ms:
-                epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
-                records.append(self._record(metadata.transactional_id, _fence_abort(value, epoch, now_ms)))
+                records.append(self._record(metadata.transactional_id, _fence_abort(value, now_ms)))
             elif value.state in FINISHED_STATES and \
                     value.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms:
                 records.append(CoordinatorRecord(encode_key(metadata.transactional_id), None))
@@ -327,8 +326,7 @@ class TransactionCoordinatorShard:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
         if value.state is S.ONGOING:
             # Fence the open transaction: abort it under a bumped epoch; the client retries after the abort.
-            epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
-            return self._write(transactional_id, _fence_abort(value, epoch, now_ms),
+            return self._write(transactional_id, _fence_abort(value, now_ms),
                                TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
         if value.state not in FINISHED_STATES:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
@@ -348,12 +346,19 @@ class TransactionCoordinatorShard:
         return self._write(transactional_id, new_value,
                            TxnAnswer(ErrorCode.NONE, new_value.producer_id, new_value.producer_epoch))
 
-    def _check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int
-                        ) -> tuple[TransactionMetadata | None, ErrorCode]:
+    def _known(self, transactional_id: str) -> tuple[TransactionMetadata | None, ErrorCode]:
+        """The id's metadata, or the error for an empty (INVALID_REQUEST) or unknown one."""
         if not transactional_id:
             return None, ErrorCode.INVALID_REQUEST
         metadata = self.transactions.get(transactional_id)
-        if metadata is None or metadata.value.producer_id != producer_id:
+        return metadata, ErrorCode.NONE if metadata is not None else ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+    def _check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int
+                        ) -> tuple[TransactionMetadata | None, ErrorCode]:
+        metadata, error = self._known(transactional_id)
+        if metadata is None:
+            return None, error
+        if metadata.value.producer_id != producer_id:
             return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if metadata.value.producer_epoch != producer_epoch:
             return None, ErrorCode.PRODUCER_FENCED
@@ -383,11 +388,9 @@ class TransactionCoordinatorShard:
         return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
 
     def _end_transaction(self, request_id: int, request: EndTransaction, now_ms: int) -> CoordinatorResult:
-        if not request.transactional_id:
-            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_REQUEST))
-        metadata = self.transactions.get(request.transactional_id)
+        metadata, error = self._known(request.transactional_id)
         if metadata is None:
-            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_PRODUCER_ID_MAPPING))
+            return CoordinatorResult.answer(TxnAnswer(error))
         value, commit = metadata.value, request.commit
         error = self._end_txn_producer_error(value, request)
         if error != ErrorCode.NONE:
@@ -478,9 +481,11 @@ class TransactionCoordinatorShard:
         return views
 
 
-def _fence_abort(value: TransactionLogValue, epoch: int, now_ms: int) -> TransactionLogValue:
-    """An Ongoing transaction aborted to fence its producer (timeout, InitProducerId) under `epoch`: Kafka's
-    PrepareEpochFence, outside the transaction.version 2 retry rules (client_transaction_version 0)."""
+def _fence_abort(value: TransactionLogValue, now_ms: int) -> TransactionLogValue:
+    """An Ongoing transaction aborted to fence its producer (timeout, InitProducerId) under a bumped epoch (the
+    same one once exhausted): Kafka's PrepareEpochFence, outside the transaction.version 2 retry rules
+    (client_transaction_version 0)."""
+    epoch = value.producer_epoch if epoch_exhausted(value.producer_epoch) else value.producer_epoch + 1
     return replace(value, producer_epoch=epoch, state=S.PREPARE_ABORT, last_update_ms=now_ms,
                    next_producer_id=NO_PRODUCER_ID, client_transaction_version=0)
 
