@@ -27,6 +27,7 @@ from dataclasses import dataclass, field as dataclass_field
 from typing import Any, Callable
 
 from net.protocol import types as t
+from net.protocol.codegen import specialize
 from net.protocol.types import ProtocolDecodeError, ProtocolEncodeError, Reader
 
 VERSION_MAX = 0x7FFF  # "N+" means up to the largest int16 version
@@ -269,11 +270,36 @@ def _class_attributes(fields: tuple[Field, ...], structs: dict[str, type[Struct]
     assert len(set(names)) == len(names), f"duplicate field names {names}"
     return {
         "__slots__": names,
+        "__init__": _generated_init(fields, factories),
         "_fields": fields,
         "_names": names,
         "_default_factories": tuple(factories),
         "_struct_classes": {spec.name: structs[spec.item_type] for spec in fields if spec.is_struct},
     }
+
+
+def _generated_init(fields: tuple[Field, ...], factories: list[Callable[[], Any]]) -> Callable[..., None]:
+    """`Struct.__init__` written out for these fields (keyword-only, each default made only when the field is
+    not given): a message is built per request and per response, and the generic loop was a tenth of a small
+    request's cost. An unknown keyword is a TypeError, as from the generic one."""
+    namespace: dict[str, Any] = {"MISSING": _MISSING}
+    parameters, lines = [], []
+    for spec, make in zip(fields, factories):
+        name = spec.name
+        parameters.append(f"{name}=MISSING")
+        if make is list:
+            default = "[]"
+        elif make is not None and isinstance(make, type):
+            namespace[f"make_{name}"] = make
+            default = f"make_{name}()"
+        else:
+            namespace[f"default_{name}"] = make()  # immutable: one shared value
+            default = f"default_{name}"
+        lines.append(f"    self.{name} = {default} if {name} is MISSING else {name}")
+    signature = f"def __init__(self, *, {', '.join(parameters)}):" if parameters else "def __init__(self):"
+    source = "\n".join([signature, *lines, "    return None"]) + "\n"
+    exec(compile(source, "<struct __init__>", "exec"), namespace)
+    return namespace["__init__"]
 
 
 def _struct_class(spec: Field, structs: dict[str, type[Struct]]) -> type[Struct]:
@@ -358,6 +384,7 @@ class StructCodec:
 
 
 _CODECS: dict[tuple[type, int], StructCodec] = {}
+_REFERENCE_CODECS: dict[tuple[type, int], StructCodec] = {}
 
 
 def compiled_codec(cls: type, version: int) -> StructCodec:
@@ -369,45 +396,65 @@ def compiled_codec(cls: type, version: int) -> StructCodec:
     return codec
 
 
+def reference_codec(cls: type, version: int) -> StructCodec:
+    """The same codec without generated functions: the field walk that `compiled_codec`'s generated
+    `encode`/`decode` must match (tests/net/test_protocol_codegen.py)."""
+    codec = _REFERENCE_CODECS.get((cls, version))
+    if codec is None:
+        codec = _compile(cls, version, _is_flexible(cls, version), generated=False)
+        _REFERENCE_CODECS[(cls, version)] = codec
+    return codec
+
+
 def _is_flexible(cls: type, version: int) -> bool:
     spec: MessageSpec = cls.SPEC
     return version in spec.flexible
 
 
-def _compile(cls: type, version: int, flexible: bool) -> StructCodec:
+def _compile(cls: type, version: int, flexible: bool, generated: bool = True) -> StructCodec:
+    """The codec of `cls` in `version`: its field walk, with `encode`/`decode` generated from it
+    (net/protocol/codegen.py) unless `generated` is False (the reference the generated ones are tested against)."""
     plain, tagged, absent = [], [], []
+    plain_specs, nested = [], {}
     bytes_min = 1 if flexible else 0  # the tagged-field count
     for spec, make_default in zip(cls._fields, cls._default_factories):
         if flexible and version in spec.tagged:
-            encode, decode, _ = _field_codec(spec, cls, version, flexible)
+            encode, decode, _ = _field_codec(spec, cls, version, flexible, generated)
             tagged.append((spec.tag, spec.name, encode, decode, make_default))
             absent.append((spec.name, make_default))  # default unless the tag is on the wire
         elif version in spec.versions and version not in spec.tagged:
-            encode, decode, size_min = _field_codec(spec, cls, version, flexible)
+            encode, decode, size_min = _field_codec(spec, cls, version, flexible, generated)
             plain.append((spec.name, encode, decode))
+            plain_specs.append(spec)
+            if spec.is_array and spec.is_struct:
+                nested[spec.name] = _nested_codec(cls._struct_classes[spec.name], version, flexible, generated)
             bytes_min += size_min
         else:
             absent.append((spec.name, make_default))
     tagged.sort(key=lambda entry: entry[0])
     tags = [entry[0] for entry in tagged]
     assert len(set(tags)) == len(tags), f"{cls.__name__} v{version}: duplicate tags {tags}"
-    return StructCodec(cls, version, flexible, plain, tagged, absent, bytes_min)
+    codec = StructCodec(cls, version, flexible, plain, tagged, absent, bytes_min)
+    if generated:
+        specialize(codec, plain_specs, nested)
+    return codec
 
 
-def _field_codec(spec: Field, owner: type, version: int, flexible: bool) -> tuple[Encoder, Decoder, int]:
+def _field_codec(spec: Field, owner: type, version: int, flexible: bool,
+                 generated: bool) -> tuple[Encoder, Decoder, int]:
     nullable = version in spec.nullable
     if spec.is_array:
-        item = _item_codec(spec, owner, version, flexible)
+        item = _item_codec(spec, owner, version, flexible, generated)
         return _array_codec(item, flexible, nullable)
-    return _item_codec(spec, owner, version, flexible, nullable)
+    return _item_codec(spec, owner, version, flexible, generated, nullable)
 
 
 def _item_codec(
-    spec: Field, owner: type, version: int, flexible: bool, nullable: bool = False
+    spec: Field, owner: type, version: int, flexible: bool, generated: bool, nullable: bool = False
 ) -> tuple[Encoder, Decoder, int]:
     kind = spec.item_type
     if spec.is_struct:
-        struct_codec = _nested_codec(owner._struct_classes[spec.name], version, flexible)
+        struct_codec = _nested_codec(owner._struct_classes[spec.name], version, flexible, generated)
         if nullable:
             return _nullable_struct_codec(struct_codec)
         return struct_codec.encode, struct_codec.decode, struct_codec.bytes_min
@@ -485,11 +532,12 @@ def _array_codec(item: tuple[Encoder, Decoder, int], flexible: bool, nullable: b
     return encode, decode, 1 if flexible else 4
 
 
-def _nested_codec(cls: type, version: int, flexible: bool) -> StructCodec:
-    codec = _CODECS.get((cls, version))
+def _nested_codec(cls: type, version: int, flexible: bool, generated: bool) -> StructCodec:
+    cache = _CODECS if generated else _REFERENCE_CODECS
+    codec = cache.get((cls, version))
     if codec is None:
-        codec = _compile(cls, version, flexible)
-        _CODECS[(cls, version)] = codec
+        codec = _compile(cls, version, flexible, generated)
+        cache[(cls, version)] = codec
     return codec
 
 

@@ -115,6 +115,12 @@ class Reader:
         return uuid.UUID(bytes=bytes(self.buf[start : start + 16]))
 
     def unsigned_varint(self, bytes_max: int = UNSIGNED_VARINT32_BYTES_MAX) -> int:
+        position = self.pos
+        if position < self.end:  # one byte: every compact length and tag count below 128
+            byte = self.buf[position]
+            if byte < 0x80:
+                self.pos = position + 1
+                return byte
         value = 0
         for index in range(bytes_max):
             byte = self.buf[self._take(1)]
@@ -143,11 +149,14 @@ class Reader:
         return self.int32() if wide else self.int16()
 
     def _slice(self, length: int, nullable: bool, what: str) -> memoryview | None:
-        if length == -1 and nullable:
-            return None
         if length < 0:
+            if length == -1 and nullable:
+                return None
             raise ProtocolDecodeError(f"{what} length {length} is negative (null not allowed here)")
-        start = self._take(length)
+        start = self.pos
+        if length > self.end - start:
+            raise ProtocolDecodeError(f"need {length} bytes at position {start}, {self.end - start} remain")
+        self.pos = start + length
         return self.buf[start : start + length]
 
     def string(self, compact: bool = False, nullable: bool = False) -> str | None:
