@@ -7,10 +7,13 @@ a `setattr`. `specialize(codec)` writes the same walk out as the source of two f
 
 - consecutive fixed-width fields (int8-64, uint16/32, float64, bool) are read with one `unpack_from` straight
   into the slots and written with one `pack`, after one bounds check for the whole run;
-- strings, bytes, records, uuids and array counts go through the `Reader`'s checked methods, called directly;
+- strings and array counts are read and written inline when they are short and well formed (a compact length
+  of one byte, an in-range int16/int32 length); anything else (null, too long, truncated) goes through the
+  `Reader`'s checked methods or the plain writers, as do bytes, records and uuids;
 - arrays of structs call the nested struct's generated decoder in a comprehension;
-- the tagged-field section costs one byte comparison when it is empty (the common case) and otherwise falls
-  back to the codec's own tagged walk, so unknown tags are skipped exactly as before.
+- the tagged-field section costs one byte comparison on decode and one comparison per tagged field on encode
+  when every tagged field is at its default (the common case), and otherwise falls back to the codec's own
+  tagged walk, so unknown tags are skipped and present ones written exactly as before.
 
 The generated functions accept and produce exactly what the closure codec does (same bytes, same values,
 ProtocolDecodeError on the same inputs; only the wording of a short-buffer error differs, as it names the
@@ -42,7 +45,8 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
     `specs` are the fields of `codec.plain`, in order; `nested` the codecs of struct fields by field name."""
     namespace: dict[str, Any] = {"new": object.__new__, "cls": codec.cls, "short": _short, "t": t,
                                  "ProtocolDecodeError": ProtocolDecodeError, "unpack_h": t.INT16.unpack_from,
-                                 "unpack_i": t.INT32.unpack_from}
+                                 "unpack_i": t.INT32.unpack_from,
+                                 "pack_h": t.INT16.pack, "pack_i": t.INT32.pack, "small": t.SMALL_UNSIGNED_VARINTS}
     decode_lines = ["def decode(reader):", "    buf = reader.buf", "    pos = reader.pos", "    end = reader.end",
                     "    v = new(cls)"]
     encode_lines = ["def encode(v, out):", "    append = out.append"]
@@ -82,11 +86,25 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
                              "    if items is None:",
                              f"        enc_{name}(items, out)",
                              "    else:",
-                             f"        t.write_length(len(items), {codec.flexible}, True, out)",
+                             (f"        append(small[len(items) + 1] if len(items) < 127 else t.uvarint(len(items) + 1))"
+                              if codec.flexible else "        append(pack_i(len(items)))"),
                              "        for item in items:",
                              f"            item_enc_{name}(item, out)"]
             continue
-        encode_lines.append(f"    enc_{name}(v.{name}, out)")
+        if not spec.is_array and spec.type == "string":
+            # Fast path: a string of under 127 bytes (compact) or 32 KiB; else the checked write (nulls, errors).
+            encode_lines += [f"    s = v.{name}",
+                             "    if s is not None:",
+                             "        b = s.encode('utf-8')",
+                             f"        if len(b) < {127 if codec.flexible else 0x8000}:",
+                             f"            append({'small[len(b) + 1]' if codec.flexible else 'pack_h(len(b))'})",
+                             "            append(b)",
+                             "        else:",
+                             f"            enc_{name}(s, out)",
+                             "    else:",
+                             f"        enc_{name}(s, out)"]
+        else:
+            encode_lines.append(f"    enc_{name}(v.{name}, out)")
         if not spec.is_array and spec.type == "string":
             # Fast path: a non-null string whose length fits; else the checked read (nulls, errors).
             if codec.flexible:
@@ -121,7 +139,18 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
                          "    else:",
                          "        reader.pos = pos",
                          "        decode_tagged(v, reader)"]
-        encode_lines.append("    encode_tagged(v, out)" if codec.tagged else "    append(b'\\x00')")
+        if codec.tagged:
+            # Tagged fields are written only when they differ from their defaults; all at default: an empty section.
+            checks = []
+            for tag, name, _, _, make_default in codec.tagged:
+                namespace[f"tag_default_{name}"] = make_default()  # compared with, never handed out
+                checks.append(f"v.{name} == tag_default_{name}")
+            encode_lines += [f"    if {' and '.join(checks)}:",
+                             "        append(b'\\x00')",
+                             "    else:",
+                             "        encode_tagged(v, out)"]
+        else:
+            encode_lines.append("    append(b'\\x00')")
     else:
         decode_lines.append("    reader.pos = pos")
     decode_lines.append("    return v")

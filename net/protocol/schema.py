@@ -8,7 +8,9 @@ nested fields for structs. `specs.py` holds that data; this module turns it into
   * a class per message and per nested struct (`Struct` subclasses with `__slots__`, keyword construction,
     defaults for every field, `__eq__`, `__repr__`), and
   * for each (struct, version) a compiled `StructCodec`: a flat list of field encoders/decoders chosen once,
-    so encoding and decoding walk no schema at run time.
+    so encoding and decoding walk no schema at run time, whose `encode`/`decode` are then written out as
+    generated Python functions (net/protocol/codegen.py; message classes get a generated `__init__` too).
+    `reference_codec` keeps the plain field walk, which the generated functions are tested against.
 
 Field names are Kafka's JSON names in snake_case (`ThrottleTimeMs` -> `throttle_time_ms`). A field that does
 not exist in a version is skipped on encode and takes its default on decode (Kafka's generated code does the

@@ -226,6 +226,14 @@ def write_unsigned_varint(value: int, out: list) -> None:
 
 
 _SMALL_VARINTS = tuple(bytes((value,)) for value in range(0x80))
+SMALL_UNSIGNED_VARINTS = _SMALL_VARINTS  # the one-byte encodings of 0-127
+
+
+def uvarint(value: int) -> bytes:
+    """An unsigned varint as bytes."""
+    out: list = []
+    write_unsigned_varint(value, out)
+    return out[0]
 
 
 def zigzag32(value: int) -> int:
