@@ -69,6 +69,26 @@ class KafkaDispatcher:
         self._client_hosts: dict[int, str] = {}
         self._sessions: dict[int, Session] = {}
         self._anonymous = anonymous_session()
+        self._batch_depth = 0  # > 0 while the server hands over the frames of one read (`batch`)
+        self._event_pending = False
+
+    def batch_begin(self) -> None:
+        """The server is about to hand over the frames of one read: what they complete is delivered once, at
+        `batch_end` (one poll of the cores for all of them instead of one each)."""
+        self._batch_depth += 1
+
+    def batch_end(self) -> None:
+        """Deliver what the frames handled since `batch_begin` completed; the server calls it before it waits."""
+        self._batch_depth = max(0, self._batch_depth - 1)
+        if self._event_pending:
+            self._event_pending = False
+            self.after_event()
+
+    def _after_event(self) -> None:
+        if self._batch_depth:
+            self._event_pending = True
+        else:
+            self.after_event()
 
     def connection_opened(self, connection_id: int, peer_host: str, listener: Any = None,
                           certificate: bytes | None = None) -> None:
@@ -106,9 +126,9 @@ class KafkaDispatcher:
         if isinstance(result, Deferred):
             pending = PendingReply()
             self._pending[result.request_id] = (pending, header, connection_id, started, acks)
-            self.after_event()
+            self._after_event()
             return pending
-        self.after_event()
+        self._after_event()
         if result is None:
             self._record(header, acks, started, None)
             return NO_REPLY

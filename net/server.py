@@ -121,6 +121,9 @@ class Dispatcher(Protocol):
     def connection_closed(self, connection_id: int) -> None:
         """Forget per-connection state (pending replies are abandoned)."""
 
+    # Optional: `batch_begin()` before the frames of one read and `batch_end()` after them (and before the
+    # server waits for room), so the dispatcher may deliver what they completed once instead of per frame.
+
 
 @dataclass(frozen=True)
 class ServerLimits:
@@ -215,23 +218,33 @@ class FrameServer:
                 return
             buffer += receive_available(stream, data, RECEIVE_BYTES_MAX)
             position = 0
-            while len(buffer) - position >= 4:
-                (length,) = FRAME_LENGTH.unpack_from(buffer, position)
-                if length < 0 or length > self._request_bytes_max(connection_id, length):
-                    self.log.info("request_too_large", connection_id=connection_id, size=length)
-                    raise CloseConnection(f"frame length {length}")
-                if len(buffer) - position - 4 < length:
-                    break
-                frame = bytes(buffer[position + 4 : position + 4 + length])
-                position += 4 + length
-                reply = self.dispatcher.handle_frame(connection_id, frame)
-                idle.deadline = math.inf  # a deferred reply or a full pipeline is not idleness
-                try:  # without a scheduler checkpoint while there is room: the frames of one read queue up
-                    slots.send_nowait(reply)  # together and their replies can leave in one send
-                except trio.WouldBlock:
-                    await slots.send(reply)
-                if isinstance(reply, CloseAfter):
-                    return
+            batch_begin = getattr(self.dispatcher, "batch_begin", None)
+            if batch_begin is not None:
+                batch_begin()  # what the frames of this read complete is delivered once, after them
+            try:
+                while len(buffer) - position >= 4:
+                    (length,) = FRAME_LENGTH.unpack_from(buffer, position)
+                    if length < 0 or length > self._request_bytes_max(connection_id, length):
+                        self.log.info("request_too_large", connection_id=connection_id, size=length)
+                        raise CloseConnection(f"frame length {length}")
+                    if len(buffer) - position - 4 < length:
+                        break
+                    frame = bytes(buffer[position + 4 : position + 4 + length])
+                    position += 4 + length
+                    reply = self.dispatcher.handle_frame(connection_id, frame)
+                    idle.deadline = math.inf  # a deferred reply or a full pipeline is not idleness
+                    try:  # without a scheduler checkpoint while there is room: the frames of one read queue up
+                        slots.send_nowait(reply)  # together and their replies can leave in one send
+                    except trio.WouldBlock:
+                        if batch_begin is not None:  # deliver before waiting: the replies awaited may need it
+                            self.dispatcher.batch_end()
+                            batch_begin()
+                        await slots.send(reply)
+                    if isinstance(reply, CloseAfter):
+                        return
+            finally:
+                if batch_begin is not None:
+                    self.dispatcher.batch_end()
             del buffer[:position]
 
     def _request_bytes_max(self, connection_id: int, length: int) -> int:
