@@ -41,6 +41,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="draw a single run as one self-contained HTML page (cluster, groups and transactions)")
     parser.add_argument("--json", action="store_true", help="one JSON object per run on stdout")
     parser.add_argument("--stop-at-first-failure", action="store_true", help="end a sweep at its first failure")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="run a sweep's seeds in N worker processes (default 1; results stay in seed order)")
     parser.add_argument(
         "--wall-timeout", type=float, default=600.0,
         help="stop and fail a run after this many real seconds (safety net; default 600)",
@@ -65,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         base_config.validate()
         if args.seeds is not None and args.seeds <= 0:
             raise ValueError(f"--seeds {args.seeds}: expected a positive count")
+        if args.jobs < 1:
+            raise ValueError(f"--jobs {args.jobs}: expected at least 1")
         if args.trace and args.seeds is not None:
             raise ValueError("--trace writes one run's trace: use it with --seed")
         if args.html and args.seeds is not None:
@@ -113,7 +117,7 @@ def _run_sweep(simulations_run: Any, base_config: Any, args: argparse.Namespace)
 
     summary = simulations_run.sweep(
         base_config, seeds, on_result, stop_at_first_failure=args.stop_at_first_failure,
-        wall_seconds_max=args.wall_timeout,
+        wall_seconds_max=args.wall_timeout, jobs=args.jobs,
     )
     print(summary.format(), file=progress, flush=True)
     return 1 if summary.failed_seeds else 0

@@ -13,14 +13,16 @@ anything) and writes trace files. Nothing measured here feeds back into a run.
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib
 import json
+import multiprocessing
 import shlex
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
 from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
 
@@ -179,15 +181,19 @@ class SweepSummary:
     runs: int = 0
     failed_seeds: list[int] = field(default_factory=list)
     simulated_seconds: float = 0.0
-    wall_seconds: float = 0.0
+    wall_seconds: float = 0.0  # the runs' own wall seconds, summed (per worker, as if one after another)
+    elapsed_seconds: float = 0.0  # the sweep's wall seconds (less than wall_seconds with several jobs)
+    jobs: int = 1
 
     def format(self) -> str:
-        seeds_per_minute = 60.0 * self.runs / max(self.wall_seconds, 1e-9)
+        elapsed = self.elapsed_seconds or self.wall_seconds
+        seeds_per_minute = 60.0 * self.runs / max(elapsed, 1e-9)
         speed = self.simulated_seconds / max(self.wall_seconds, 1e-9)
         failed = ", ".join(str(seed) for seed in self.failed_seeds) or "none"
+        jobs = f" with {self.jobs} jobs" if self.jobs > 1 else ""
         return (
             f"{self.runs} runs, {len(self.failed_seeds)} failed (seeds: {failed}); "
-            f"{seeds_per_minute:.1f} seeds/min, {speed:.0f} simulated s per wall s"
+            f"{seeds_per_minute:.1f} seeds/min{jobs}, {speed:.0f} simulated s per wall s of a run"
         )
 
 
@@ -197,24 +203,43 @@ def sweep(
     on_result: Callable[[RunResult, RunConfig], None] | None = None,
     stop_at_first_failure: bool = False,
     wall_seconds_max: float = WALL_SECONDS_MAX_DEFAULT,
+    jobs: int = 1,
 ) -> SweepSummary:
-    """Run `base` once per seed, calling `on_result` after each run."""
-    summary = SweepSummary()
-    for seed in seeds:
-        config = RunConfig(
-            seed=seed, nodes=base.nodes, duration_s=base.duration_s, faults=base.faults,
-            workload=base.workload, bugs_live=base.bugs_live, trace_path=None,
-        )
-        result = run_one(config, wall_seconds_max)
-        summary.runs += 1
-        summary.simulated_seconds += result.simulated_seconds
-        summary.wall_seconds += result.wall_seconds
-        if not result.ok:
-            summary.failed_seeds.append(seed)
-        if on_result is not None:
-            on_result(result, config)
-        if stop_at_first_failure and not result.ok:
-            break
+    """Run `base` once per seed, calling `on_result` after each run, in seed order. With `jobs` > 1 the runs
+    go to that many worker processes (each seed is a fresh, deterministic run: the same trace hash in any
+    process); results are still taken, reported and summed in seed order, and a stop at the first failure
+    cancels the seeds not started yet."""
+    if jobs < 1:
+        raise ValueError(f"jobs {jobs}: expected at least 1")
+    configs = [
+        RunConfig(seed=seed, nodes=base.nodes, duration_s=base.duration_s, faults=base.faults,
+                  workload=base.workload, bugs_live=base.bugs_live, trace_path=None)
+        for seed in seeds
+    ]
+    summary = SweepSummary(jobs=jobs)
+    started = time.perf_counter()
+    pool = None
+    if jobs > 1 and len(configs) > 1:
+        pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(configs)),
+                                                      mp_context=multiprocessing.get_context("spawn"))
+        results: Iterator[RunResult] = pool.map(run_one, configs, [wall_seconds_max] * len(configs))
+    else:
+        results = (run_one(config, wall_seconds_max) for config in configs)
+    try:
+        for config, result in zip(configs, results):
+            summary.runs += 1
+            summary.simulated_seconds += result.simulated_seconds
+            summary.wall_seconds += result.wall_seconds
+            if not result.ok:
+                summary.failed_seeds.append(config.seed)
+            if on_result is not None:
+                on_result(result, config)
+            if stop_at_first_failure and not result.ok:
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    summary.elapsed_seconds = time.perf_counter() - started
     return summary
 
 

@@ -206,5 +206,5 @@ def test_truncate_to_own_hw_fails_a_safety_checker_at_its_known_seed():
 def test_sweep_with_every_fix_in_place_finds_no_failure():
     # The CLI's default fault mix (crashes, power loss, crash points, partitions, pauses, delays, drops,
     # resets): about two minutes for 50 seeds of 10 simulated seconds.
-    summary = sweep(_config(seed=1, duration_s=10.0, faults=DEFAULT_FAULTS), list(range(1, 51)))
+    summary = sweep(_config(seed=1, duration_s=10.0, faults=DEFAULT_FAULTS), list(range(1, 51)), jobs=2)
     assert not summary.failed_seeds, summary.format()

@@ -51,5 +51,5 @@ def test_assign_unreleased_fails_partition_exclusive_at_its_known_seed():
 
 @pytest.mark.slow
 def test_consumer_groups_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(workload_config("consumer-groups", 1, 20.0, DEFAULT_FAULTS), list(range(1, 31)))
+    summary = sweep(workload_config("consumer-groups", 1, 20.0, DEFAULT_FAULTS), list(range(1, 31)), jobs=2)
     assert not summary.failed_seeds, summary.format()

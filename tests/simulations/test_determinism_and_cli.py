@@ -9,7 +9,7 @@ import pytest
 
 from cli.main import main
 from simulations.faults import DEFAULT_FAULTS, format_faults, parse_faults
-from simulations.run import RunConfig, replay_command
+from simulations.run import RunConfig, replay_command, sweep
 
 FAULTS = "crash=0.02,power_loss=0.01,partition=0.02,isolate_leader=0.02,drop=0.01,pause=0.01,reset=0.02"
 
@@ -62,9 +62,32 @@ def test_sweep_prints_progress_and_a_summary(capsys):
     assert "2 runs, 0 failed" in out and "seeds/min" in out
 
 
+def test_a_sweep_in_two_jobs_gives_each_seed_the_trace_of_a_sweep_in_one(capsys):
+    config = RunConfig(seed=1, nodes=3, duration_s=4.0, faults=FAULTS, workload="cluster")
+    seeds = [7, 3, 5, 4]  # not sorted: results come back in the order asked
+    serial, parallel = [], []
+    one = sweep(config, seeds, lambda result, run: serial.append((run.seed, result.seed, result.trace_sha256)))
+    two = sweep(config, seeds, lambda result, run: parallel.append((run.seed, result.seed, result.trace_sha256)),
+                jobs=2)
+    assert [entry[0] for entry in parallel] == seeds and all(a == b for a, b, _ in parallel)
+    assert parallel == serial
+    assert (two.runs, two.failed_seeds, two.jobs) == (one.runs, one.failed_seeds, 2)
+    assert "with 2 jobs" in two.format()
+
+
+def test_a_sweep_in_two_jobs_stops_at_its_first_failure_in_seed_order():
+    # With raft fix A off the first failing seed is 9 (tests/simulations/test_raft_sim.py).
+    config = RunConfig(seed=0, duration_s=10.0, bugs_live=frozenset({"A"}))
+    seen = []
+    summary = sweep(config, list(range(1, 13)), lambda result, run: seen.append((run.seed, result.ok)),
+                    stop_at_first_failure=True, jobs=2)
+    assert summary.failed_seeds == [9] and summary.runs == 9
+    assert seen == [(seed, seed != 9) for seed in range(1, 10)]
+
+
 @pytest.mark.parametrize("arguments", [
     ["--faults", "crash=2"], ["--faults", "meteor=0.1"], ["--nodes", "0"], ["--workload", "nope"],
-    ["--duration", "-1"],
+    ["--duration", "-1"], ["--jobs", "0"],
 ])
 def test_bad_arguments_exit_2_with_a_message(arguments, capsys):
     assert main(["simulate", "--seed", "1", *arguments]) == 2

@@ -90,5 +90,5 @@ def test_stale_generation_commit_fails_a_group_checker_at_its_known_seed():
 
 @pytest.mark.slow
 def test_groups_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 31)))
+    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 31)), jobs=2)
     assert not summary.failed_seeds, summary.format()

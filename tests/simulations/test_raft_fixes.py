@@ -82,7 +82,7 @@ def _earlier_seed_ranges() -> list[tuple[str, int, int]]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("bug", "first", "last"), _earlier_seed_ranges())
 def test_no_earlier_seed_fails_with_the_fix_off(bug: str, first: int, last: int) -> None:
-    summary = sweep(_config(bug), list(range(first, last + 1)), wall_seconds_max=WALL_SECONDS_MAX)
+    summary = sweep(_config(bug), list(range(first, last + 1)), wall_seconds_max=WALL_SECONDS_MAX, jobs=2)
     assert summary.failed_seeds == [], f"fix {bug} off: seeds {summary.failed_seeds} fail before the recorded seed"
 
 

@@ -54,7 +54,7 @@ def test_fix_a_off_loses_an_acknowledged_write_at_its_seed_and_the_replay_fails_
 def test_sweep_with_fix_a_off_first_fails_at_the_expected_seed():
     summary = sweep(
         RunConfig(seed=0, duration_s=SWEEP_DURATION_S, bugs_live=frozenset({"A"})),
-        list(range(1, 301)), stop_at_first_failure=True,
+        list(range(1, 301)), stop_at_first_failure=True, jobs=2,
     )
     assert summary.failed_seeds == [FIX_A_FIRST_FAILING_SEED]
 
@@ -63,7 +63,7 @@ def test_sweep_with_fix_a_off_first_fails_at_the_expected_seed():
 def _all_fixes_on_sweep(seed_count=50):
     results = []
     sweep(RunConfig(seed=0, duration_s=SWEEP_DURATION_S), list(range(1, seed_count + 1)),
-          on_result=lambda result, config: results.append(result))
+          on_result=lambda result, config: results.append(result), jobs=2)
     return results
 
 

@@ -58,5 +58,5 @@ def test_a_fetch_session_silent_on_a_named_partition_fails_liveness_at_its_known
 
 @pytest.mark.slow
 def test_reassign_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)))
+    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
     assert summary.runs == 20 and not summary.failed_seeds, summary.format()

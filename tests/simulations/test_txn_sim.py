@@ -117,5 +117,5 @@ def test_end_txn_retry_as_new_txn_fails_a_transaction_checker_at_its_known_seed(
 
 @pytest.mark.slow
 def test_transactions_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)))
+    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
     assert not summary.failed_seeds, summary.format()
