@@ -69,7 +69,7 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
             # Fast path: a count that is neither null nor too large for what remains; else the checked read.
             if codec.flexible:
                 decode_lines += [
-                    f"    n = (buf[pos] - 1) if pos < end and buf[pos] < 0x80 else -1",
+                    "    n = (buf[pos] - 1) if pos < end and buf[pos] < 0x80 else -1",
                     f"    if n >= 0 and n * {item_codec.bytes_min} <= end - pos - 1:",
                     "        reader.pos = pos + 1"]
             else:
@@ -86,43 +86,41 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
                              "    if items is None:",
                              f"        enc_{name}(items, out)",
                              "    else:",
-                             (f"        append(small[len(items) + 1] if len(items) < 127 else t.uvarint(len(items) + 1))"
+                             ("        append(small[len(items) + 1] if len(items) < 127 else t.uvarint(len(items) + 1))"
                               if codec.flexible else "        append(pack_i(len(items)))"),
                              "        for item in items:",
                              f"            item_enc_{name}(item, out)"]
             continue
-        if not spec.is_array and spec.type == "string":
-            # Fast path: a string of under 127 bytes (compact) or 32 KiB; else the checked write (nulls, errors).
-            encode_lines += [f"    s = v.{name}",
-                             "    if s is not None:",
-                             "        b = s.encode('utf-8')",
-                             f"        if len(b) < {127 if codec.flexible else 0x8000}:",
-                             f"            append({'small[len(b) + 1]' if codec.flexible else 'pack_h(len(b))'})",
-                             "            append(b)",
-                             "        else:",
-                             f"            enc_{name}(s, out)",
-                             "    else:",
-                             f"        enc_{name}(s, out)"]
-        else:
+        if spec.is_array or spec.type != "string":
             encode_lines.append(f"    enc_{name}(v.{name}, out)")
-        if not spec.is_array and spec.type == "string":
-            # Fast path: a non-null string whose length fits; else the checked read (nulls, errors).
-            if codec.flexible:
-                decode_lines += ["    n = (buf[pos] - 1) if pos < end and buf[pos] < 0x80 else -1",
-                                 "    if 0 <= n <= end - pos - 1:",
-                                 f"        v.{name} = str(buf[pos + 1:pos + 1 + n], 'utf-8')",
-                                 "        pos += 1 + n"]
-            else:
-                decode_lines += ["    n = unpack_h(buf, pos)[0] if end - pos >= 2 else -1",
-                                 "    if 0 <= n <= end - pos - 2:",
-                                 f"        v.{name} = str(buf[pos + 2:pos + 2 + n], 'utf-8')",
-                                 "        pos += 2 + n"]
-            decode_lines += ["    else:",
-                             "        reader.pos = pos",
-                             f"        v.{name} = dec_{name}(reader)",
-                             "        pos = reader.pos"]
+            decode_lines += ["    reader.pos = pos", f"    v.{name} = dec_{name}(reader)", "    pos = reader.pos"]
             continue
-        decode_lines += ["    reader.pos = pos", f"    v.{name} = dec_{name}(reader)", "    pos = reader.pos"]
+        # A string. Fast paths: a non-null one of under 127 bytes (compact) or 32 KiB, whose length fits in what
+        # remains; else the checked write or read (nulls, errors).
+        encode_lines += [f"    s = v.{name}",
+                         "    if s is not None:",
+                         "        b = s.encode('utf-8')",
+                         f"        if len(b) < {127 if codec.flexible else 0x8000}:",
+                         f"            append({'small[len(b) + 1]' if codec.flexible else 'pack_h(len(b))'})",
+                         "            append(b)",
+                         "        else:",
+                         f"            enc_{name}(s, out)",
+                         "    else:",
+                         f"        enc_{name}(s, out)"]
+        if codec.flexible:
+            decode_lines += ["    n = (buf[pos] - 1) if pos < end and buf[pos] < 0x80 else -1",
+                             "    if 0 <= n <= end - pos - 1:",
+                             f"        v.{name} = str(buf[pos + 1:pos + 1 + n], 'utf-8')",
+                             "        pos += 1 + n"]
+        else:
+            decode_lines += ["    n = unpack_h(buf, pos)[0] if end - pos >= 2 else -1",
+                             "    if 0 <= n <= end - pos - 2:",
+                             f"        v.{name} = str(buf[pos + 2:pos + 2 + n], 'utf-8')",
+                             "        pos += 2 + n"]
+        decode_lines += ["    else:",
+                         "        reader.pos = pos",
+                         f"        v.{name} = dec_{name}(reader)",
+                         "        pos = reader.pos"]
     for name, make_default in codec.absent:
         if make_default is list:
             decode_lines.append(f"    v.{name} = []")
