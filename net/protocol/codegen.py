@@ -40,6 +40,18 @@ def _short(position: int, end: int, size: int) -> None:
     raise ProtocolDecodeError(f"need {size} bytes at position {position}, {end - position} remain")
 
 
+def default_expression(name: str, make_default: Any, namespace: dict[str, Any]) -> str:
+    """Source for a field's default made by `make_default` (schema.default_factory: `list`, a struct class, or
+    a function returning an immutable value), binding in `namespace` what the source names."""
+    if make_default is list:
+        return "[]"
+    if isinstance(make_default, type):  # a struct: a new one each time
+        namespace[f"make_{name}"] = make_default
+        return f"make_{name}()"
+    namespace[f"default_{name}"] = make_default()  # immutable: one shared value
+    return f"default_{name}"
+
+
 def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "StructCodec"]) -> None:
     """Replace `codec.decode` and `codec.encode` with generated functions (see the module docstring).
     `specs` are the fields of `codec.plain`, in order; `nested` the codecs of struct fields by field name."""
@@ -86,8 +98,11 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
                              "    if items is None:",
                              f"        enc_{name}(items, out)",
                              "    else:",
-                             ("        append(small[len(items) + 1] if len(items) < 127 else t.uvarint(len(items) + 1))"
-                              if codec.flexible else "        append(pack_i(len(items)))"),
+                             *(["        if len(items) < 127:",
+                                 "            append(small[len(items) + 1])",
+                                 "        else:",
+                                 "            t.write_length(len(items), True, True, out)"]
+                               if codec.flexible else ["        append(pack_i(len(items)))"]),
                              "        for item in items:",
                              f"            item_enc_{name}(item, out)"]
             continue
@@ -122,14 +137,7 @@ def specialize(codec: "StructCodec", specs: list["Field"], nested: dict[str, "St
                          f"        v.{name} = dec_{name}(reader)",
                          "        pos = reader.pos"]
     for name, make_default in codec.absent:
-        if make_default is list:
-            decode_lines.append(f"    v.{name} = []")
-        elif isinstance(make_default, type):  # a struct: a new one each time
-            namespace[f"make_{name}"] = make_default
-            decode_lines.append(f"    v.{name} = make_{name}()")
-        else:
-            namespace[f"default_{name}"] = make_default()  # immutable: one shared value
-            decode_lines.append(f"    v.{name} = default_{name}")
+        decode_lines.append(f"    v.{name} = {default_expression(name, make_default, namespace)}")
     if codec.flexible:
         namespace["decode_tagged"], namespace["encode_tagged"] = codec._decode_tagged, codec._encode_tagged
         decode_lines += ["    if pos < end and buf[pos] == 0:",

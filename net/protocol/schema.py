@@ -29,7 +29,7 @@ from dataclasses import dataclass, field as dataclass_field
 from typing import Any, Callable
 
 from net.protocol import types as t
-from net.protocol.codegen import specialize
+from net.protocol.codegen import default_expression, specialize
 from net.protocol.types import ProtocolDecodeError, ProtocolEncodeError, Reader
 
 VERSION_MAX = 0x7FFF  # "N+" means up to the largest int16 version
@@ -289,15 +289,7 @@ def _generated_init(fields: tuple[Field, ...], factories: list[Callable[[], Any]
     for spec, make in zip(fields, factories):
         name = spec.name
         parameters.append(f"{name}=MISSING")
-        if make is list:
-            default = "[]"
-        elif make is not None and isinstance(make, type):
-            namespace[f"make_{name}"] = make
-            default = f"make_{name}()"
-        else:
-            namespace[f"default_{name}"] = make()  # immutable: one shared value
-            default = f"default_{name}"
-        lines.append(f"    self.{name} = {default} if {name} is MISSING else {name}")
+        lines.append(f"    self.{name} = {default_expression(name, make, namespace)} if {name} is MISSING else {name}")
     signature = f"def __init__(self, *, {', '.join(parameters)}):" if parameters else "def __init__(self):"
     source = "\n".join([signature, *lines, "    return None"]) + "\n"
     exec(compile(source, "<struct __init__>", "exec"), namespace)

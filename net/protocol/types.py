@@ -153,10 +153,7 @@ class Reader:
             if length == -1 and nullable:
                 return None
             raise ProtocolDecodeError(f"{what} length {length} is negative (null not allowed here)")
-        start = self.pos
-        if length > self.end - start:
-            raise ProtocolDecodeError(f"need {length} bytes at position {start}, {self.end - start} remain")
-        self.pos = start + length
+        start = self._take(length)
         return self.buf[start : start + length]
 
     def string(self, compact: bool = False, nullable: bool = False) -> str | None:
@@ -215,7 +212,7 @@ class Reader:
 def write_unsigned_varint(value: int, out: list) -> None:
     assert value >= 0, f"unsigned varint {value} is negative"
     if value < 0x80:
-        out.append(_SMALL_VARINTS[value])
+        out.append(SMALL_UNSIGNED_VARINTS[value])
         return
     chunk = bytearray()
     while value >= 0x80:
@@ -225,15 +222,7 @@ def write_unsigned_varint(value: int, out: list) -> None:
     out.append(bytes(chunk))
 
 
-_SMALL_VARINTS = tuple(bytes((value,)) for value in range(0x80))
-SMALL_UNSIGNED_VARINTS = _SMALL_VARINTS  # the one-byte encodings of 0-127
-
-
-def uvarint(value: int) -> bytes:
-    """An unsigned varint as bytes."""
-    out: list = []
-    write_unsigned_varint(value, out)
-    return out[0]
+SMALL_UNSIGNED_VARINTS = tuple(bytes((value,)) for value in range(0x80))  # the one-byte encodings of 0-127
 
 
 def zigzag32(value: int) -> int:

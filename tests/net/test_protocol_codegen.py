@@ -97,3 +97,18 @@ def test_generated_init_gives_each_field_its_default_and_takes_keywords():
     assert request.group_id == "g" and request.subscribed_topic_names is None  # the spec's null default
     with pytest.raises(TypeError):
         messages.ProduceRequest(acks=1, no_such_field=2)
+
+
+@pytest.mark.parametrize("version", [7, 9])
+def test_strings_and_arrays_past_the_one_byte_lengths_take_the_checked_paths_with_the_same_bytes(version):
+    # The generated fast paths cover compact lengths below 127; the strategies draw short values only.
+    produce = messages.ProduceRequest
+    request = produce(acks=1, timeout_ms=5, topic_data=[produce.TopicProduceData(
+        name="t" * 200, partition_data=[produce.PartitionProduceData(index=i, records=b"x") for i in range(300)])])
+    generated, reference = compiled_codec(produce, version), reference_codec(produce, version)
+    out_generated, out_reference = [], []
+    generated.encode(request, out_generated)
+    reference.encode(request, out_reference)
+    body = b"".join(bytes(chunk) for chunk in out_reference)
+    assert b"".join(bytes(chunk) for chunk in out_generated) == body
+    assert _outcome(generated, body) == _outcome(reference, body) == (request, len(body))
