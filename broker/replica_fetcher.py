@@ -238,7 +238,7 @@ class ReplicaFetcher:
     def _apply_fetched_partition(self, hosted: HostedPartition, key: TopicPartition, data: Any,
                                  fetch_offset: int | None, now_ms: int) -> None:
         replica = hosted.replica
-        log_end_offset = hosted.log.log_end_offset
+        log_end_offset, log_start_offset = hosted.log.log_end_offset, hosted.log.log_start_offset
         if data.error_code == ErrorCode.NONE:
             records = bytes(data.records or b"")
             if hosted.follower_throttled:
@@ -255,7 +255,8 @@ class ReplicaFetcher:
                     headers = [h for _, h in iter_batches(records) if h.base_offset >= log_end_offset]
                     hosted.producer_state.update(
                         headers, markers_in(records) if any(h.is_control for h in headers) else None)
-                hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
+                if hosted.log.log_start_offset != log_start_offset:  # a directory listing: only when it moved
+                    hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
                 hosted.producer_state.last_stable_offset(replica.high_watermark)  # prunes decided transactions
             self.core.dirty_partitions.add(key)
             return

@@ -605,18 +605,25 @@ class PartitionLog:
         last_end = None
         slot = max(0, bisect.bisect_right(self.segments, offset, key=lambda s: s.base_offset) - 1)
         for segment in self.segments[slot:]:
-            found = segment.translate_offset(offset)
-            if found is None:
-                continue
-            position, header = found
-            if max_offset is not None and header.last_offset >= max_offset:
-                break
-            limit = segment.size
-            if max_offset is not None and max_offset < segment.next_offset:
-                limit = segment.translate_offset(max_offset, position)[0]
-            end = segment.batch_boundary_at_or_before(min(limit, position + remaining), position)
+            span = segment.tail_span(offset, max_offset, remaining)  # near the end: placed from memory
+            if span is not None:
+                position, end, first_end = span
+                if first_end == position:
+                    break
+            else:
+                found = segment.translate_offset(offset)
+                if found is None:
+                    continue
+                position, header = found
+                if max_offset is not None and header.last_offset >= max_offset:
+                    break
+                first_end = position + header.size
+                limit = segment.size
+                if max_offset is not None and max_offset < segment.next_offset:
+                    limit = segment.translate_offset(max_offset, position)[0]
+                end = segment.batch_boundary_at_or_before(min(limit, position + remaining), position)
             if end == position and min_one_batch and not slices:
-                end = position + header.size
+                end = first_end
             if end > position:
                 slices.append(FileSlice(segment.log, position, end - position))
                 remaining -= min(remaining, end - position)

@@ -12,7 +12,10 @@ swapped in, or waits for deletion (Kafka's protocol; see partitions/log.py for t
 Theory of operation: the segment never decodes records. Appends write the already-stamped batches in one
 write and add index entries every `index_interval_bytes`. Reads find the batch holding an offset through the
 offset index and a forward scan of 61-byte headers, then hand out (handle, position, size) slices; the bytes
-are read with one positional read per slice, or sent with os.sendfile by the edge.
+are read with one positional read per slice, or sent with os.sendfile by the edge. The positions and last
+offsets of the most recently accounted batches (at least TAIL_BATCHES, at most twice that) are also kept in
+memory, so a reader near the end of the log (a follower, a tailing consumer: most fetches) is placed
+without a header read: `tail_span`.
 
 Guarantees: after `recover`, the .log holds only whole batches with valid CRCs and increasing offsets, and
 both indexes are consistent with it. `next_offset` is one past the last offset held (the base offset while
@@ -21,6 +24,8 @@ empty); `max_timestamp` is the largest batch max_timestamp (-1 while empty).
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -39,6 +44,7 @@ SWAP_SUFFIX = ".swap"  # fully written replacement; recovery completes the swap
 DELETED_SUFFIX = ".deleted"  # waiting for file.delete.delay.ms; deleted on recovery
 RECOVERY_READ_BYTES_MAX = 8 * 1024 * 1024  # recovery reads the log in chunks of this size (or one batch)
 NO_TIMESTAMP = -1
+TAIL_BATCHES = 64  # batches placed from memory: kept between this and twice this (16 bytes each)
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -93,6 +99,10 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp: int | None = None
         self.bytes_since_last_index_entry = 0
+        # The tail window: start positions and last offsets of the latest batches, contiguous, ending at _tail_end.
+        self._tail_positions = array("q")
+        self._tail_last_offsets = array("q")
+        self._tail_end = 0
         # Handles replaced by a rename stay open until delete/close: a fetch may still be sending from them.
         self.retired_handles: list[FileHandle] = []
 
@@ -140,6 +150,12 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += placement.size
         self.next_offset = placement.last_offset + 1
+        positions = self._tail_positions  # batches are accounted in file order, each where the last one ended
+        if len(positions) >= 2 * TAIL_BATCHES:
+            del positions[:TAIL_BATCHES], self._tail_last_offsets[:TAIL_BATCHES]
+        positions.append(position)
+        self._tail_last_offsets.append(placement.last_offset)
+        self._tail_end = position + placement.size
 
     def should_roll(self, incoming_bytes: int, incoming_last_offset: int, segment_bytes: int, segment_ms: int,
                     now_ms: int) -> str | None:
@@ -180,6 +196,32 @@ class LogSegment:
             if header.last_offset >= offset:
                 return position, header
         return None
+
+    def tail_span(self, offset: int, max_offset: int | None, max_bytes: int) -> tuple[int, int, int] | None:
+        """From the in-memory tail window, without I/O: (start, end, first_end) where `start` is the position
+        of the batch holding `offset`, `first_end` where that batch ends, and `end` the greatest batch boundary
+        at most `max_bytes` past `start` below the first batch holding an offset >= `max_offset` (end == start:
+        not even the first batch fits; start == first_end == end: the first batch is at or past `max_offset`).
+        None when the window cannot tell (`offset` not past the window's first batch, or past its end): the
+        caller scans as `translate_offset` does."""
+        lasts = self._tail_last_offsets
+        if not lasts or offset <= lasts[0] or offset > lasts[-1] or self._tail_end != self.log.size():
+            return None
+        positions, tail_end = self._tail_positions, self._tail_end
+        count = len(lasts)
+        first = bisect_left(lasts, offset)  # >= 1: the batch before it ends below `offset`
+        start = positions[first]
+        first_end = positions[first + 1] if first + 1 < count else tail_end
+        if max_offset is not None and lasts[first] >= max_offset:
+            return start, start, start
+        limit = tail_end
+        if max_offset is not None:
+            stop = bisect_left(lasts, max_offset, first)
+            if stop < count:
+                limit = positions[stop]
+        cap = min(limit, start + max_bytes)
+        end = tail_end if tail_end <= cap else positions[bisect_right(positions, cap, first) - 1]
+        return start, end, first_end
 
     def base_offset_at(self, position: int) -> int:
         """The base offset of the batch starting at `position` (a batch start below the segment's size)."""
@@ -275,6 +317,8 @@ class LogSegment:
         return None
 
     def _reset_stats(self) -> None:
+        del self._tail_positions[:], self._tail_last_offsets[:]
+        self._tail_end = 0
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = self.base_offset
