@@ -124,6 +124,9 @@ class TransactionApis:
         self.group_service = group_service
         self._markers: dict[tuple, _MarkerProgress] = {}
         self._writes: list[_MarkerWrite] = []
+        # Test-only planted bug for the simulator: a transaction is completed once its markers are sent, before
+        # the leaders have written them, so the producer's next transaction may reach a partition first.
+        self.bug_complete_before_markers_written = False
         apis.transaction_verifier = self.verify
         apis.features = self.features
 
@@ -598,6 +601,8 @@ class TransactionApis:
                 topics=[messages.WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
                         for t, ps in sorted(by_topic.items())])])
             callback = self._marker_callback(progress, partitions)
+            if self.bug_complete_before_markers_written:
+                progress.remaining.difference_update(partitions)
             if leader == self.broker.node_id:  # this broker leads them: no round trip through the network
                 write = self._append_markers(request, None, callback, now_ms)
                 if not write.waiting:

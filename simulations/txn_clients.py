@@ -172,6 +172,7 @@ class SimTxnPipeline(MultiTopicClient):
         self.input_end: dict[int, int] = {}  # the input high watermark seen per owned partition
         self.state_after_find = "init"
         self.state_after_group: str | None = None
+        self.consume_at_once = False  # the next fetch leaves at once, not at the next tick
 
     # --- lifecycle ---------------------------------------------------------------------------------------
 
@@ -223,7 +224,8 @@ class SimTxnPipeline(MultiTopicClient):
 
     def _step_now(self) -> None:
         if self.running and not self.paused and not self.inflight and self.loop.now_ms >= self.retry_at_ms \
-                and self.state != "consume":
+                and (self.state != "consume" or self.consume_at_once):
+            self.consume_at_once = False
             getattr(self, f"_step_{self.state}")()
 
     def _request(self, broker: int | None, api_key: int, version: int, request: Any,
@@ -556,6 +558,9 @@ class SimTxnPipeline(MultiTopicClient):
                 self.checkers.observe_txn_aborted(key)
             self.txn = None
             self.state = "consume"
+            # As a librdkafka pipeline, whose consumer has the next records prefetched: the next transaction
+            # starts as soon as EndTxn is answered, usually before the coordinator has written the markers.
+            self.consume_at_once = True
 
         self._to_txn_coordinator(ApiKey.END_TXN, END_TXN_VERSION_TV2 if self.tv2 else END_TXN_VERSION, request,
                                  on_answer)

@@ -23,7 +23,10 @@ record is written, before the high watermark passes it: only a coordinator failo
 it, see the README's status for how often a seed catches it), "end_txn_retry_as_new_txn" (the coordinator
 takes a transaction version 2 EndTxn retried with the pre-bump epoch for a new request of a fenced producer:
 a committed transaction whose answer was lost is answered PRODUCER_FENCED, so the client counts as failed a
-transaction that committed).
+transaction that committed), "complete_before_markers_written" (the coordinator completes a
+transaction once its WriteTxnMarkers requests are sent, not once the leaders have written the markers: the
+producer's next transaction, whose AddPartitionsToTxn waited for Complete*, can then put records on a
+partition ahead of the previous transaction's marker, which decides them too).
 
 Transaction versions: per seed, each pipeline is a transaction version 1 or 2 client (`TV2_SHARE`, from the
 seed's "txn-versions" stream), so every checker covers both protocols and their mix on one coordinator.
@@ -62,7 +65,8 @@ PIPELINE_DOWN_MS_MIN, PIPELINE_DOWN_MS_MAX = 500, 6_000
 TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
             "markers_before_prepare_committed": "bug_markers_before_prepare_committed",
             "txn_offsets_visible_early": "bug_txn_offsets_visible_early",
-            "end_txn_retry_as_new_txn": "bug_end_txn_retry_as_new_transaction"}
+            "end_txn_retry_as_new_txn": "bug_end_txn_retry_as_new_transaction",
+            "complete_before_markers_written": "bug_complete_before_markers_written"}
 FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
 
 
@@ -85,6 +89,8 @@ class TransactionsSimulation(ClusterSimulation):
         if "end_txn_retry_as_new_txn" in self.workload_bugs:
             configure_shards(state.coordinators.services[1].runtime,
                              lambda shard: setattr(shard, "bug_end_txn_retry_as_new_transaction", True))
+        if "complete_before_markers_written" in self.workload_bugs:
+            state.transactions.bug_complete_before_markers_written = True
         if "txn_offsets_visible_early" in self.workload_bugs:
             configure_shards(state.coordinators.services[0].runtime,
                              lambda shard: setattr(shard.offsets, "bug_txn_offsets_visible_early", True))

@@ -16,10 +16,17 @@ only by `replay`; every transition writes the whole metadata of its id, as Kafka
   caller must be the current producer.
 - AddPartitions (AddPartitionsToTxn, and AddOffsetsToTxn with the group's `__consumer_offsets` partition):
   Ongoing with the union of partitions; the start time is set when the transaction begins.
-- EndTransaction: Ongoing -> Prepare*. The answer is parked until the transaction is Complete* (every marker
-  written), later than Kafka's answer after the Prepare record: a client's next AddPartitionsToTxn then never
-  meets CONCURRENT_TRANSACTIONS and its retry backoff (tens of ms per transaction with librdkafka). A retry
-  of a Prepare* decision parks too; retries of a finished transaction are answered as Kafka does.
+- EndTransaction: Ongoing -> Prepare*, answered once the Prepare record is committed, as Kafka answers (the
+  decision is durable; the markers follow). The client's next AddPartitionsToTxn or AddOffsetsToTxn usually
+  arrives before the markers are written: Kafka answers it CONCURRENT_TRANSACTIONS and the client retries after
+  a backoff (tens of ms per transaction with librdkafka); here it is parked (at most PARKED_PER_ID_MAX per id,
+  each at most PARKED_ADD_MS_MAX, then CONCURRENT_TRANSACTIONS) and handled when the markers are written, its
+  Ongoing record in the same batch as the Complete one. A transaction.version 2 EndTxn is answered when the
+  markers are written instead: its client's next partitions are added by the partition leaders, over
+  inter-broker connections that carry one request at a time, where a parked request would hold up markers
+  (a leader's add during Prepare* is answered CONCURRENT_TRANSACTIONS, retried by the leader's producer). A
+  retry of a Prepare* decision parks until the markers are written; retries of a finished transaction are
+  answered as Kafka does.
 - Markers: `markers_due(high_watermark)` lists the Prepare* transactions whose Prepare record is committed;
   the broker writes their markers on every partition and then submits `CompleteTransaction`, which writes
   Complete* with the partition set cleared. A shard loaded with a Prepare* transaction lists it again, so
@@ -70,7 +77,8 @@ PRODUCER_EPOCH_MAX = (1 << 15) - 1
 NO_PRODUCER_EPOCH = -1
 TRANSACTION_VERSION_BUMPS_EPOCH = 2  # transaction.version from which EndTxn bumps the epoch (KIP-890 part 2)
 TRANSACTIONAL_ID_BYTES_MAX = 32_767
-PARKED_PER_ID_MAX = 16  # EndTxn retries waiting for one transaction's markers; more get CONCURRENT_TRANSACTIONS
+PARKED_PER_ID_MAX = 16  # requests waiting for one transaction's markers; more get CONCURRENT_TRANSACTIONS
+PARKED_ADD_MS_MAX = 2_000  # an add parked behind a transaction's markers longer than this: CONCURRENT_TRANSACTIONS
 
 S = TransactionState
 PREPARE_STATES = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
@@ -203,6 +211,8 @@ class TransactionCoordinatorShard:
         self._order: dict[str, int] = {}  # a transactional id's place in `transactions` (its insertion order)
         self._inserted = 0
         self.parked: dict[str, list[int]] = {}  # volatile: EndTxn requests waiting for Complete*
+        # volatile: the next transaction's adds waiting for Complete*: (request id, request, deadline)
+        self.parked_adds: dict[str, list[tuple[int, AddPartitions, int]]] = {}
         # Test-only planted bug for the simulator's checkers: markers are listed as soon as the Prepare record
         # is written, before the high watermark passes it (a failover can then lose the decision).
         self.bug_markers_before_prepare_committed = False
@@ -216,7 +226,7 @@ class TransactionCoordinatorShard:
         if isinstance(request, InitProducerId):
             return self._init_producer_id(request, now_ms)
         if isinstance(request, AddPartitions):
-            return self._add_partitions(request, now_ms)
+            return self._add_partitions(request_id, request, now_ms)
         if isinstance(request, EndTransaction):
             return self._end_transaction(request_id, request, now_ms)
         if isinstance(request, CompleteTransaction):
@@ -250,6 +260,17 @@ class TransactionCoordinatorShard:
                 self.preparing.discard(transactional_id)
 
     def poll(self, now_ms: int) -> CoordinatorResult:
+        completions = []
+        for transactional_id, waiting in list(self.parked_adds.items()):
+            expired = [(request_id, TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+                       for request_id, _, deadline_ms in waiting if deadline_ms <= now_ms]
+            if expired:
+                completions.extend(expired)
+                kept = [entry for entry in waiting if entry[2] > now_ms]
+                if kept:
+                    self.parked_adds[transactional_id] = kept
+                else:
+                    del self.parked_adds[transactional_id]
         records = []
         for metadata in self.transactions.values():
             value = metadata.value
@@ -258,10 +279,10 @@ class TransactionCoordinatorShard:
             elif value.state in FINISHED_STATES and \
                     value.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms:
                 records.append(CoordinatorRecord(encode_key(metadata.transactional_id), None))
-        return CoordinatorResult(records=records)
+        return CoordinatorResult(records=records, completions=completions)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = []
+        deadlines = [deadline_ms for waiting in self.parked_adds.values() for _, _, deadline_ms in waiting]
         for metadata in self.transactions.values():
             value = metadata.value
             if value.state is S.ONGOING:
@@ -274,7 +295,8 @@ class TransactionCoordinatorShard:
         pass  # every deadline and marker job derives from durable state
 
     def parked_request_ids(self) -> list[int]:
-        return [request_id for waiting in self.parked.values() for request_id in waiting]
+        return [request_id for waiting in self.parked.values() for request_id in waiting] + \
+            [request_id for waiting in self.parked_adds.values() for request_id, _, _ in waiting]
 
     # --- read-only views for the broker ----------------------------------------------------------------
 
@@ -364,27 +386,29 @@ class TransactionCoordinatorShard:
             return None, ErrorCode.PRODUCER_FENCED
         return metadata, ErrorCode.NONE
 
-    def _add_partitions(self, request: AddPartitions, now_ms: int) -> CoordinatorResult:
+    def _add_partitions(self, request_id: int, request: AddPartitions, now_ms: int) -> CoordinatorResult:
         metadata, error = self._check_producer(request.transactional_id, request.producer_id, request.producer_epoch)
         if metadata is None:
             return CoordinatorResult.answer(TxnAnswer(error))
         value = metadata.value
-        wanted = set(request.partitions)
         if request.verify_only:
-            ok = value.state is S.ONGOING and wanted <= set(value.partitions)
+            ok = value.state is S.ONGOING and set(request.partitions) <= set(value.partitions)
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE if ok else ErrorCode.INVALID_TXN_STATE))
         if value.state in PREPARE_STATES:
-            return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
-        if value.state is S.ONGOING and wanted <= set(value.partitions):
+            parked = len(self.parked_adds.get(request.transactional_id, ())) + \
+                len(self.parked.get(request.transactional_id, ()))
+            if (value.client_transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH
+                    or request.client_transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH
+                    or parked >= PARKED_PER_ID_MAX):
+                return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+            self.parked_adds.setdefault(request.transactional_id, []).append(
+                (request_id, request, now_ms + PARKED_ADD_MS_MAX))
+            return CoordinatorResult()  # handled when the markers are written (_complete_transaction)
+        new_value = _added(value, request, now_ms)
+        if isinstance(new_value, ErrorCode):
+            return CoordinatorResult.answer(TxnAnswer(new_value))
+        if new_value is value:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.NONE))
-        if value.state not in FINISHED_STATES and value.state is not S.ONGOING:
-            return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
-        starting = value.state is not S.ONGOING
-        start_ms = now_ms if starting else value.start_ms
-        version = request.client_transaction_version if starting else \
-            max(value.client_transaction_version, request.client_transaction_version)
-        new_value = replace(value, state=S.ONGOING, partitions=tuple(sorted(wanted | set(value.partitions))),
-                            last_update_ms=now_ms, start_ms=start_ms, client_transaction_version=version)
         return self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
 
     def _end_transaction(self, request_id: int, request: EndTransaction, now_ms: int) -> CoordinatorResult:
@@ -399,8 +423,11 @@ class TransactionCoordinatorShard:
             new_value = _prepared(value, request, now_ms)
             if isinstance(new_value, ErrorCode):
                 return CoordinatorResult.answer(TxnAnswer(new_value))
-            self.parked.setdefault(request.transactional_id, []).append(request_id)
-            return CoordinatorResult(records=[self._record(request.transactional_id, new_value)])
+            if new_value.client_transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH:
+                self.parked.setdefault(request.transactional_id, []).append(request_id)
+                return CoordinatorResult(records=[self._record(request.transactional_id, new_value)])
+            return self._write(request.transactional_id, new_value,
+                               TxnAnswer(ErrorCode.NONE, new_value.producer_id, new_value.producer_epoch))
         same = {S.COMPLETE_COMMIT: commit, S.COMPLETE_ABORT: not commit,
                 S.PREPARE_COMMIT: commit, S.PREPARE_ABORT: not commit}.get(value.state)
         if same is None or not same:
@@ -449,12 +476,22 @@ class TransactionCoordinatorShard:
                 new_value = replace(new_value, producer_id=value.next_producer_id, producer_epoch=0,
                                     next_producer_id=NO_PRODUCER_ID)
             new_value = replace(new_value, previous_producer_id=value.producer_id)
-        result = self._write(request.transactional_id, new_value, TxnAnswer(ErrorCode.NONE))
         answer = TxnAnswer(ErrorCode.NONE, new_value.producer_id, new_value.producer_epoch)
-        result.completions = [(parked, answer) for parked in self.parked.pop(request.transactional_id, [])]
-        # The outcome was durable with the Prepare record and every marker is written: the client need not
-        # wait for the Complete record (a new coordinator would redo the markers and complete it).
-        result.completions_precede_records = True
+        completions = [(parked, answer) for parked in self.parked.pop(request.transactional_id, [])]
+        records = [self._record(request.transactional_id, new_value)]
+        # The next transaction's parked adds, in arrival order, on top of Complete*: one Ongoing record after it.
+        next_value = new_value
+        # Only transaction.version 1 adds park, checked against the producer id and epoch that Complete* keeps.
+        for request_id, add, _ in self.parked_adds.pop(request.transactional_id, []):
+            next_value = _added(next_value, add, now_ms)  # from Complete* or Ongoing: never an error
+            completions.append((request_id, TxnAnswer(ErrorCode.NONE)))
+        if next_value is not new_value:
+            records.append(self._record(request.transactional_id, next_value))
+        result = CoordinatorResult(records=records, response=TxnAnswer(ErrorCode.NONE), completions=completions)
+        # The outcome was durable with the Prepare record and every marker is written: a parked EndTxn retry
+        # need not wait for the Complete record (a new coordinator would redo the markers and complete it). An
+        # add waits for its Ongoing record.
+        result.completions_precede_records = next_value is new_value
         return result
 
     def _describe(self, transactional_id: str) -> TransactionView:
@@ -479,6 +516,22 @@ class TransactionCoordinatorShard:
                 continue
             views.append(self._describe(transactional_id))
         return views
+
+
+def _added(value: TransactionLogValue, request: AddPartitions, now_ms: int) -> TransactionLogValue | ErrorCode:
+    """The Ongoing value once `request`'s partitions are in the transaction of `value` (Ongoing, or finished:
+    a new transaction starts), `value` itself when they all are already, or the error that answers it."""
+    wanted = set(request.partitions)
+    if value.state is S.ONGOING and wanted <= set(value.partitions):
+        return value
+    if value.state not in FINISHED_STATES and value.state is not S.ONGOING:
+        return ErrorCode.INVALID_TXN_STATE
+    starting = value.state is not S.ONGOING
+    start_ms = now_ms if starting else value.start_ms
+    version = request.client_transaction_version if starting else \
+        max(value.client_transaction_version, request.client_transaction_version)
+    return replace(value, state=S.ONGOING, partitions=tuple(sorted(wanted | set(value.partitions))),
+                   last_update_ms=now_ms, start_ms=start_ms, client_transaction_version=version)
 
 
 def _fence_abort(value: TransactionLogValue, now_ms: int) -> TransactionLogValue:

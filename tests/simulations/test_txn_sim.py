@@ -22,13 +22,18 @@ TXN_OFFSETS_VISIBLE_EARLY_SEED = 1
 # markers_before_prepare_committed: the coordinator's node is killed (with the pipeline) after its COMMIT marker
 # reached another leader but before its PrepareCommit record was replicated; the next coordinator aborts the
 # transaction, so one output partition committed it and the other aborted it. (Seed 29 until the pipelines
-# became a per-seed mix of transaction versions 1 and 2, which changed every run.)
-MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 61
+# became a per-seed mix of transaction versions 1 and 2, which changed every run; 61 until they started their
+# next transaction as soon as EndTxn is answered.)
+MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 3
 # end_txn_retry_as_new_txn: a transaction version 2 pipeline's EndTxn(commit) is retried with the pre-bump epoch
 # (its coordinator moved); the coordinator answers PRODUCER_FENCED instead of success, so the pipeline counts as
 # failed a transaction that committed (KIP-890 part 2's retry rule, Kafka's TransactionCoordinator
-# endTxnEpochBumped).
-END_TXN_RETRY_AS_NEW_TXN_SEED = 2
+# endTxnEpochBumped). (Seed 2 until the pipelines started their next transaction as soon as EndTxn is answered.)
+END_TXN_RETRY_AS_NEW_TXN_SEED = 4
+# complete_before_markers_written: the transaction is completed while its markers are still in flight; one that
+# fails is never retried, so a committed transaction is committed on one output partition only (seed 4 fails
+# first, on liveness: a TxnOffsetCommit whose marker was lost keeps the group's offsets unstable forever).
+COMPLETE_BEFORE_MARKERS_WRITTEN_SEED = 29
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                 "fenced_never_commits"}
 
@@ -119,3 +124,8 @@ def test_end_txn_retry_as_new_txn_fails_a_transaction_checker_at_its_known_seed(
 def test_transactions_sweep_with_every_fix_in_place_finds_no_failure():
     summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
     assert not summary.failed_seeds, summary.format()
+
+
+@pytest.mark.slow
+def test_complete_before_markers_written_fails_a_transaction_checker_at_its_known_seed():
+    _assert_teeth("complete_before_markers_written", COMPLETE_BEFORE_MARKERS_WRITTEN_SEED)

@@ -9,6 +9,8 @@ from coordinator.runtime import CoordinatorRuntime
 from partitions.errors import ErrorCode
 from tests.coordinator.ports import LogPort
 from txn.coordinator import (
+    PARKED_ADD_MS_MAX,
+    PARKED_PER_ID_MAX,
     AddPartitions,
     CompleteTransaction,
     DescribeTransactions,
@@ -72,13 +74,15 @@ def test_init_add_end_commit_and_markers_wait_for_the_prepare_record_to_commit()
     assert answer == TxnAnswer(ErrorCode.NONE, 1000, 0)
     assert coordinator.call(AddPartitions("t", 1000, 0, (("out", 0), ("out", 1))), 10).error == ErrorCode.NONE
     assert coordinator.state() is S.ONGOING
-    # EndTxn: the markers wait for the PrepareCommit record to be committed, the answer for Complete*.
+    # EndTxn: the answer and the markers wait for the PrepareCommit record to be committed, not for the markers.
     end_id = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, True), 20)
     assert coordinator.runtime.poll(20) == []
     assert coordinator.state() is S.PREPARE_COMMIT
-    retry_id = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, True), 21)  # a retry parks too
+    retry_id = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, True), 21)  # a retry parks until Complete*
     assert coordinator.shard.markers_due(coordinator.port.high_watermark(0)) == []
     coordinator.port.commit_all()
+    # EndTxn is answered with the producer id and epoch (EndTxn v5 carries them; v0-4 leave them out).
+    assert dict(coordinator.runtime.poll(22)) == {end_id: TxnAnswer(ErrorCode.NONE, 1000, 0)}
     jobs = coordinator.shard.markers_due(coordinator.port.high_watermark(0))
     assert [(j.producer_id, j.producer_epoch, j.commit, j.partitions) for j in jobs] == \
         [(1000, 0, True, (("out", 0), ("out", 1)))]
@@ -86,15 +90,78 @@ def test_init_add_end_commit_and_markers_wait_for_the_prepare_record_to_commit()
     complete_id = coordinator.runtime.submit(0, CompleteTransaction("t", 1000, 0, True), 30)
     coordinator.port.commit_all()
     answers = dict(coordinator.runtime.poll(30))
-    # EndTxn is answered with the producer id and epoch (EndTxn v5 carries them; v0-4 leave them out).
-    assert answers == {complete_id: TxnAnswer(ErrorCode.NONE), end_id: TxnAnswer(ErrorCode.NONE, 1000, 0),
-                       retry_id: TxnAnswer(ErrorCode.NONE, 1000, 0)}
+    assert answers == {complete_id: TxnAnswer(ErrorCode.NONE), retry_id: TxnAnswer(ErrorCode.NONE, 1000, 0)}
     assert coordinator.state() is S.COMPLETE_COMMIT
     assert coordinator.shard.metadata("t").value.partitions == ()
     assert coordinator.shard.markers_due(10**9) == []
     # A retried EndTxn of the finished transaction is answered as Kafka does.
     assert coordinator.call(EndTransaction("t", 1000, 0, True), 40).error == ErrorCode.NONE
     assert coordinator.call(EndTransaction("t", 1000, 0, False), 40).error == ErrorCode.INVALID_TXN_STATE
+
+
+def committed_states(coordinator: Coordinator, txn_id: str = "t") -> list[TransactionState]:
+    """The states of `txn_id`'s records in the log, in order."""
+    return [decode_value(r.value).state for r in coordinator.port.read(0, 0, 1 << 20)[0]
+            if r.key is not None and decode_key(r.key) == txn_id and r.value is not None]
+
+
+def prepared(coordinator: Coordinator) -> None:
+    """Producer 1000 epoch 0 with a committed PrepareCommit of ("out", 0)."""
+    coordinator.init()
+    assert coordinator.call(AddPartitions("t", 1000, 0, (("out", 0),)), 10).error == ErrorCode.NONE
+    assert coordinator.call(EndTransaction("t", 1000, 0, True), 20) == TxnAnswer(ErrorCode.NONE, 1000, 0)
+    assert coordinator.state() is S.PREPARE_COMMIT
+
+
+def test_the_next_transactions_adds_wait_for_the_markers_and_follow_complete_in_one_batch():
+    coordinator = Coordinator()
+    prepared(coordinator)
+    # The client's next transaction starts before the markers are written: its adds park, not
+    # CONCURRENT_TRANSACTIONS (which costs a librdkafka client its retry backoff).
+    first = coordinator.runtime.submit(0, AddPartitions("t", 1000, 0, (("out", 1),)), 21)
+    offsets = coordinator.runtime.submit(0, AddPartitions("t", 1000, 0, (("__consumer_offsets", 3),)), 22)
+    coordinator.port.commit_all()
+    assert coordinator.runtime.poll(23) == []
+    assert coordinator.shard.parked_request_ids() == [first, offsets]
+    appends_before = coordinator.port.appends
+    complete = coordinator.runtime.submit(0, CompleteTransaction("t", 1000, 0, True), 30)
+    # Complete* and the next Ongoing are one batch, and the adds are answered once it is committed.
+    assert coordinator.port.appends == appends_before + 1
+    assert coordinator.runtime.poll(31) == []
+    coordinator.port.commit_all()
+    assert dict(coordinator.runtime.poll(32)) == {complete: TxnAnswer(ErrorCode.NONE), first: TxnAnswer(ErrorCode.NONE),
+                                                  offsets: TxnAnswer(ErrorCode.NONE)}
+    assert committed_states(coordinator)[-2:] == [S.COMPLETE_COMMIT, S.ONGOING]
+    value = coordinator.shard.metadata("t").value
+    assert (value.state, value.partitions, value.start_ms) == (S.ONGOING, (("__consumer_offsets", 3), ("out", 1)), 30)
+    assert coordinator.shard.parked_request_ids() == []
+    # The new transaction commits as any other.
+    assert coordinator.call(EndTransaction("t", 1000, 0, True), 40) == TxnAnswer(ErrorCode.NONE, 1000, 0)
+
+
+def test_a_parked_add_gets_concurrent_transactions_when_the_markers_take_too_long():
+    coordinator = Coordinator()
+    prepared(coordinator)
+    add = coordinator.runtime.submit(0, AddPartitions("t", 1000, 0, (("out", 1),)), 100)
+    assert coordinator.runtime.next_deadline_ms() == 100 + PARKED_ADD_MS_MAX
+    assert coordinator.runtime.poll(100 + PARKED_ADD_MS_MAX - 1) == []
+    assert dict(coordinator.runtime.poll(100 + PARKED_ADD_MS_MAX)) == {add: TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS)}
+    assert coordinator.shard.parked_request_ids() == []
+    assert coordinator.state() is S.PREPARE_COMMIT
+
+
+def test_parked_adds_are_bounded_and_answered_not_coordinator_on_resignation():
+    coordinator = Coordinator()
+    prepared(coordinator)
+    parked = [coordinator.runtime.submit(0, AddPartitions("t", 1000, 0, (("out", 1),)), 21)
+              for _ in range(PARKED_PER_ID_MAX)]
+    assert coordinator.call(AddPartitions("t", 1000, 0, (("out", 1),)), 22).error == ErrorCode.CONCURRENT_TRANSACTIONS
+    # A fenced or unknown producer is answered at once, not parked.
+    assert coordinator.call(AddPartitions("t", 1000, 1, (("out", 1),)), 22).error == ErrorCode.PRODUCER_FENCED
+    assert coordinator.call(AddPartitions("t", 7, 0, (("out", 1),)), 22).error == \
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    coordinator.runtime.on_resigned(0, 23)
+    assert dict(coordinator.runtime.poll(23)) == {request_id: ErrorCode.NOT_COORDINATOR for request_id in parked}
 
 
 def test_a_second_init_fences_the_first_producer():

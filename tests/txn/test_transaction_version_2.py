@@ -174,9 +174,13 @@ def test_transaction_version_1_clients_keep_their_epoch_and_value_version_0():
     coordinator = Coordinator()
     init = coordinator.init()
     coordinator.call(AddPartitions("t", init.producer_id, 0, OUT))
-    end_id, [job] = _end(coordinator, init.producer_id, 0, version=0)
+    # A version 1 EndTxn is answered once its PrepareCommit record is committed, with the same epoch.
+    end_id = coordinator.runtime.submit(0, EndTransaction("t", init.producer_id, 0, True, 0, coordinator.allocate), 20)
+    coordinator.port.commit_all()
+    assert dict(coordinator.runtime.poll(20))[end_id] == TxnAnswer(ErrorCode.NONE, init.producer_id, 0)
+    [job] = coordinator.shard.markers_due(coordinator.port.high_watermark(0))
     assert job.producer_epoch == 0
-    assert _complete(coordinator, job)[end_id] == TxnAnswer(ErrorCode.NONE, init.producer_id, 0)
+    _complete(coordinator, job)
     assert coordinator.call(EndTransaction("t", init.producer_id, 0, True), 40).error == ErrorCode.NONE
     assert coordinator.call(AddPartitions("t", init.producer_id, 0, OUT)).error == ErrorCode.NONE
     records, _ = coordinator.port.read(0, 0, 1 << 20)
