@@ -186,8 +186,7 @@ class SweepSummary:
     jobs: int = 1
 
     def format(self) -> str:
-        elapsed = self.elapsed_seconds or self.wall_seconds
-        seeds_per_minute = 60.0 * self.runs / max(elapsed, 1e-9)
+        seeds_per_minute = 60.0 * self.runs / max(self.elapsed_seconds, 1e-9)
         speed = self.simulated_seconds / max(self.wall_seconds, 1e-9)
         failed = ", ".join(str(seed) for seed in self.failed_seeds) or "none"
         jobs = f" with {self.jobs} jobs" if self.jobs > 1 else ""
