@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 
 TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION = 5  # KIP-890 part 2: no AddOffsetsToTxn before it
-# What a TxnOffsetCommit v5 answers when its partition could not be added (the transaction coordinator's
+# What a TxnOffsetCommit answers when its partition could not be verified or added (the transaction coordinator's
 # verdict as the partition leader's verifier words it): retriable ones as Kafka's TxnOffsetCommitHandler retries.
 _ADD_OFFSETS_PARTITION_ERRORS = {ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
@@ -141,13 +141,16 @@ class GroupApis:
         return handle
 
     def _txn_offset_commit(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        """TxnOffsetCommit; from v5 (KIP-890 part 2: a transaction.version 2 client sends no AddOffsetsToTxn) the
-        transaction coordinator first adds the group's partition of __consumer_offsets to the transaction, as a
-        Produce v12 has its partition added."""
+        """TxnOffsetCommit, written only once the transaction coordinator confirms that the group's partition of
+        __consumer_offsets is in the producer's ongoing transaction (KIP-890 part 1, as Kafka verifies it since
+        KAFKA-15449): a request that arrives after its transaction ended (the client timed out, aborted, and the
+        request was still on its way) would otherwise leave offsets pending under a marker that never comes, and
+        OffsetFetch with require_stable would answer UNSTABLE_OFFSET_COMMIT for them for ever. From v5 (KIP-890
+        part 2: a transaction version 2 client sends no AddOffsetsToTxn) the coordinator adds the partition
+        instead, as a Produce v12 has its partition added."""
         verify = self.apis.transaction_verifier
         partition = self.service.partition_for(request.group_id) if request.group_id else None
-        if (header.api_version < TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION or verify is None or partition is None
-                or self._refused(header, request, Op.READ) is not None):
+        if verify is None or partition is None or self._refused(header, request, Op.READ) is not None:
             return self._txn_offset_commit_one(header, request, now_ms)
         key = (self.service.topic.name, partition)
         request_id = self.apis.defer()
@@ -155,7 +158,7 @@ class GroupApis:
         def done(response: Any, now: int) -> None:
             self.apis.completed.append((request_id, header, response))
 
-        def on_added(codes: dict, now: int) -> None:
+        def on_verified(codes: dict, now: int) -> None:
             code = codes.get(key, ErrorCode.NONE)
             if code != ErrorCode.NONE:
                 done(txn_offset_commit_error(request, _ADD_OFFSETS_PARTITION_ERRORS.get(code, code)), now)
@@ -164,8 +167,8 @@ class GroupApis:
             if answer is not None:
                 done(answer, now)
 
-        verify(request.transactional_id, request.producer_id, request.producer_epoch, [key], on_added, now_ms,
-               add=True)
+        verify(request.transactional_id, request.producer_id, request.producer_epoch, [key], on_verified, now_ms,
+               add=header.api_version >= TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION)
         return Deferred(request_id)
 
     def _refused(self, header: RequestHeader, request: Any, group_operation: Op) -> ErrorCode | None:

@@ -28,8 +28,9 @@ MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 3
 # end_txn_retry_as_new_txn: a transaction version 2 pipeline's EndTxn(commit) is retried with the pre-bump epoch
 # (its coordinator moved); the coordinator answers PRODUCER_FENCED instead of success, so the pipeline counts as
 # failed a transaction that committed (KIP-890 part 2's retry rule, Kafka's TransactionCoordinator
-# endTxnEpochBumped). (Seed 2 until the pipelines started their next transaction as soon as EndTxn is answered.)
-END_TXN_RETRY_AS_NEW_TXN_SEED = 4
+# endTxnEpochBumped). (Seed 2 until the pipelines started their next transaction as soon as EndTxn is answered;
+# 4 until a transaction version 1 TxnOffsetCommit was verified with the transaction coordinator.)
+END_TXN_RETRY_AS_NEW_TXN_SEED = 22
 # complete_before_markers_written: the transaction is completed while its markers are still in flight; one that
 # fails is never retried, so a committed transaction is committed on one output partition only (seed 4 fails
 # first, on liveness: a TxnOffsetCommit whose marker was lost keeps the group's offsets unstable forever).

@@ -6,6 +6,12 @@ the output topic, the consumer's offsets committed in the producer's transaction
 
 Each output record carries its input record's value. On an abortable error the transaction is aborted and the
 consumer rewinds to the committed offsets; a fatal one (fenced) exits with status 3 (the test restarts it).
+
+A transactional call that has not returned well after its own timeout exits the process with status 4, as a
+supervisor's liveness probe would end it: librdkafka (2.16) can block in send_offsets_to_transaction() for ever
+when the group coordinator it cached left the cluster's metadata (a restarted broker is fenced, so absent from
+Metadata, until it has caught up, as in Kafka), and that call does not honour its timeout while it waits for a
+coordinator (librdkafka issues 5511 and 5456).
 PROGRESS_FILE gets a line per committed transaction with the number of records in it. RATE (records per
 second, default unlimited) paces the pipeline, so that a test's kills land while input remains.
 """
@@ -13,12 +19,40 @@ second, default unlimited) paces the pipeline, so that a test's kills land while
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
+import threading
 import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 TRANSACTION_RECORDS_MAX = 500
+API_TIMEOUT_S = 30
+HUNG_AFTER_S = API_TIMEOUT_S + 15  # a call still blocked this long after it began ignored its timeout
+EXIT_HUNG = 4
+
+
+class Watchdog:
+    """Ends the process (status 4) when a transactional call stays blocked past its timeout."""
+
+    def __init__(self) -> None:
+        self.call: tuple[str, float] | None = None
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def __call__(self, name: str, function, *args):
+        self.call = (name, time.monotonic())
+        try:
+            return function(*args)
+        finally:
+            self.call = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1)
+            call = self.call
+            if call is not None and time.monotonic() - call[1] > HUNG_AFTER_S:
+                print(f"hung: {call[0]}() blocked for {HUNG_AFTER_S} s with a {API_TIMEOUT_S} s timeout", flush=True)
+                os._exit(EXIT_HUNG)
 
 
 def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transactional_id: str,
@@ -36,6 +70,7 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transa
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
                          "transaction.timeout.ms": 30_000, "debug": "eos,protocol"})
     producer.init_transactions(60)
+    watchdog = Watchdog()
     consumer.subscribe([input_topic])
     started, committed = time.monotonic(), 0
     with open(progress_path, "a") as progress:
@@ -49,8 +84,9 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transa
                     producer.produce(output_topic, key=message.key(), value=message.value(),
                                      partition=message.partition())
                 positions = consumer.position(consumer.assignment())
-                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 60)
-                producer.commit_transaction(60)
+                watchdog("send_offsets_to_transaction", producer.send_offsets_to_transaction, positions,
+                         consumer.consumer_group_metadata(), API_TIMEOUT_S)
+                watchdog("commit_transaction", producer.commit_transaction, API_TIMEOUT_S)
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.fatal():
@@ -58,7 +94,7 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, transa
                     return 3
                 print(f"abortable: {error}", flush=True)
                 try:
-                    producer.abort_transaction(60)
+                    watchdog("abort_transaction", producer.abort_transaction, API_TIMEOUT_S)
                 except KafkaException as abort_error:
                     if abort_error.args[0].fatal():
                         return 3

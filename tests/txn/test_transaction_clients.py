@@ -307,6 +307,82 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
     trio.run(scenario)
 
 
+
+def test_a_txn_offset_commit_after_its_transaction_ended_is_refused_and_leaves_no_pending_offsets(cluster):
+    """KIP-890 part 1 for offsets (Kafka's KAFKA-15449): a TxnOffsetCommit that reaches
+    the group coordinator after its transaction was aborted answers INVALID_TXN_STATE and writes nothing. Written,
+    its offsets would stay pending under a marker that never comes, and OffsetFetch with require_stable would
+    answer UNSTABLE_OFFSET_COMMIT for that partition for ever: a consumer of the group never starts it. In the
+    transaction, the same request commits with it. The versions are librdkafka's (transaction version 1: an
+    abort keeps the epoch, so the late request is not refused as a fenced one)."""
+    import trio
+
+    from net.client.aio import KafkaClient
+    from net.client.groups import find_coordinator
+    from net.client.transactions import find_transaction_coordinator
+    from net.protocol import messages
+    from net.protocol.codec import ApiKey
+    from partitions.errors import ErrorCode
+
+    create_topic(cluster, "late-in", 1, 3)
+
+    async def scenario() -> None:
+        async with KafkaClient(cluster.bootstrap_servers, "late-offsets") as client:
+            coordinator = await find_transaction_coordinator(client, "late-offsets")
+            group_coordinator = await find_coordinator(client, "late-group")
+            init = await client.send(coordinator, ApiKey.INIT_PRODUCER_ID, messages.InitProducerIdRequest(
+                transactional_id="late-offsets", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+            assert init.error_code == ErrorCode.NONE
+            pid, epoch = init.producer_id, init.producer_epoch
+
+            async def add_offsets() -> int:
+                return (await client.send(coordinator, ApiKey.ADD_OFFSETS_TO_TXN, messages.AddOffsetsToTxnRequest(
+                    transactional_id="late-offsets", producer_id=pid, producer_epoch=epoch,
+                    group_id="late-group"), api_version=0)).error_code
+
+            async def end(committed: bool) -> int:
+                return (await client.send(coordinator, ApiKey.END_TXN, messages.EndTxnRequest(
+                    transactional_id="late-offsets", producer_id=pid, producer_epoch=epoch,
+                    committed=committed), api_version=1)).error_code
+
+            async def txn_offset_commit(offset: int) -> int:
+                request_class = messages.TxnOffsetCommitRequest
+                response = await client.send(group_coordinator, ApiKey.TXN_OFFSET_COMMIT, request_class(
+                    transactional_id="late-offsets", group_id="late-group", producer_id=pid, producer_epoch=epoch,
+                    generation_id=-1, member_id="", topics=[request_class.TxnOffsetCommitRequestTopic(
+                        name="late-in", partitions=[request_class.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=offset)])]), api_version=3)
+                return response.topics[0].partitions[0].error_code
+
+            async def stable_offset() -> tuple[int, int]:
+                request_class = messages.OffsetFetchRequest
+                response = await client.send(group_coordinator, ApiKey.OFFSET_FETCH, request_class(
+                    group_id="late-group", require_stable=True, topics=[request_class.OffsetFetchRequestTopic(
+                        name="late-in", partition_indexes=[0])]), api_version=7)
+                row = response.topics[0].partitions[0]
+                return row.error_code, row.committed_offset
+
+            assert await add_offsets() == ErrorCode.NONE
+            assert await end(committed=False) == ErrorCode.NONE
+            # The client gave up on its TxnOffsetCommit and aborted; the request arrives now.
+            assert await txn_offset_commit(5) == ErrorCode.INVALID_TXN_STATE
+            assert await stable_offset() == (ErrorCode.NONE, -1)
+
+            # In a transaction: verified, pending until the commit marker, then the group's offset.
+            while (code := await add_offsets()) == ErrorCode.CONCURRENT_TRANSACTIONS:
+                await trio.sleep(0.05)  # the abort's markers are still being written
+            assert code == ErrorCode.NONE
+            assert await txn_offset_commit(7) == ErrorCode.NONE
+            assert (await stable_offset())[0] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+            assert await end(committed=True) == ErrorCode.NONE
+            with trio.fail_after(20):
+                while (answer := await stable_offset()) != (ErrorCode.NONE, 7):
+                    assert answer[0] == ErrorCode.UNSTABLE_OFFSET_COMMIT, answer
+                    await trio.sleep(0.05)
+
+    trio.run(scenario)
+
+
 INPUT_RECORDS = 50_000
 PIPELINE_RATE = 2_000  # records/s: 50,000 take 25 s, so that every kill lands while input remains
 
@@ -342,7 +418,8 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
             return 0
 
     def supervised_progress(records: int) -> bool:
-        """As a supervisor would: a pipeline that exited (a fatal error: it was fenced) is started again."""
+        """As a supervisor would: a pipeline that exited (a fatal error: it was fenced; or its watchdog ended it,
+        a librdkafka call blocked past its timeout: see eos_pipeline_process) is started again."""
         nonlocal pipeline
         if pipeline.poll() is not None:
             events.append(f"the pipeline exited with {pipeline.returncode} at {committed_transactions()}; restarted")
