@@ -125,6 +125,70 @@ def test_commits_and_aborts_across_two_topics_are_seen_exactly_by_read_committed
     assert seen == committed
 
 
+
+def test_kafka_python_transactional_producer_commits_aborts_and_sends_offsets(cluster):
+    """kafka-python's own transaction manager (a second implementation beside librdkafka's; transaction version
+    1, AddPartitionsToTxn up to v3): transactions committed and aborted, then a consume-transform-produce step
+    with a kafka-python group consumer and send_offsets_to_transaction. A read_committed reader sees the
+    committed records only, in order; the group's committed offsets are the step's."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    create_topic(cluster, "kp-out", 3, 3)
+    create_topic(cluster, "kp-in", 3, 3)
+    feeder = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+    for i in range(30):
+        feeder.send("kp-in", value=b"in-%d" % i, partition=i % 3)
+    feeder.flush(30)
+    feeder.close()
+
+    transactional = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="kafka-python-txn")
+    group_consumer = KafkaConsumer("kp-in", bootstrap_servers=cluster.bootstrap_servers, group_id="kp-group",
+                                   enable_auto_commit=False, auto_offset_reset="earliest",
+                                   isolation_level="read_committed")
+    try:
+        transactional.init_transactions()
+        expected: dict[int, list[str]] = {0: [], 1: [], 2: []}
+        for t in range(6):
+            transactional.begin_transaction()
+            for i in range(9):
+                transactional.send("kp-out", value=b"t%d-%d" % (t, i), partition=i % 3)
+            if t % 3 == 2:
+                transactional.abort_transaction()
+            else:
+                transactional.commit_transaction()
+                for i in range(9):
+                    expected[i % 3].append(f"t{t}-{i}")
+
+        consumed = []
+        deadline = time.monotonic() + 30
+        while len(consumed) < 30 and time.monotonic() < deadline:
+            for records in group_consumer.poll(500).values():
+                consumed += records
+        assert len(consumed) == 30
+        transactional.begin_transaction()
+        for record in consumed:
+            transactional.send("kp-out", value=b"out-" + record.value, partition=record.partition)
+            expected[record.partition].append("out-" + record.value.decode())
+        positions = {TopicPartition("kp-in", p): OffsetAndMetadata(group_consumer.position(TopicPartition("kp-in", p)),
+                                                                   "", -1) for p in range(3)}
+        transactional.send_offsets_to_transaction(positions, group_consumer.group_metadata())
+        transactional.commit_transaction()
+    finally:
+        group_consumer.close()
+        transactional.close()
+
+    read = consume_confluent(cluster, {"kp-out": 3}, "read_committed", 66)
+    assert {p: [v for _, v in read.get(("kp-out", p), [])] for p in range(3)} == expected
+    assert consume_confluent(cluster, {"kp-out": 3}, "read_committed", 67, seconds=3) == read  # nothing more
+    checker = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="kp-group",
+                            enable_auto_commit=False)
+    try:
+        assert [checker.committed(TopicPartition("kp-in", p)) for p in range(3)] == [10, 10, 10]
+    finally:
+        checker.close()
+
+
 def test_a_second_producer_with_the_same_id_fences_the_first(cluster):
     from confluent_kafka import KafkaException
 
