@@ -1,0 +1,69 @@
+"""kafkajs, a Kafka client written from scratch in JavaScript, against a real three-node cluster, unchanged
+(tests/clients/kafkajs_check.js): an idempotent acks=all producer, a consumer group that reads and commits,
+a transactional producer that commits, aborts and sends a group's offsets, and a read_committed consumer.
+
+kafkajs comes from npm (pinned below) into build/js on first use; without node and npm the test is skipped."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, wait_for_quorum
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KAFKAJS = "kafkajs@2.2.4"
+PREFIX = os.path.join(ROOT, "build", "js")
+SCRIPT = os.path.join(ROOT, "tests", "clients", "kafkajs_check.js")
+
+
+@pytest.fixture(scope="module")
+def node_path():
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("kafkajs needs node and npm")
+    modules = os.path.join(PREFIX, "node_modules")
+    if not os.path.isdir(os.path.join(modules, "kafkajs")):
+        installed = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", PREFIX, KAFKAJS],
+                                   capture_output=True, text=True, timeout=300)
+        assert installed.returncode == 0, f"npm install {KAFKAJS}: {installed.stderr[-2000:]}"
+    return modules
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("kafkajs")), nodes=3, broker={
+        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
+    cluster.start()
+    wait_for_quorum(cluster)
+    yield cluster
+    cluster.stop()
+
+
+def test_kafkajs_produces_consumes_in_a_group_and_runs_transactions(cluster, node_path):
+    create_topic(cluster, "kjs-plain", 3, 3, min_insync_replicas="2")
+    create_topic(cluster, "kjs-txn", 3, 3)
+    env = {**os.environ, "NODE_PATH": node_path, "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
+    run = subprocess.run(["node", SCRIPT, cluster.bootstrap_servers, "kjs"], capture_output=True, text=True,
+                         timeout=240, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout)
+
+    # The group read every record, each partition in offset order, and committed its end.
+    for partition in range(3):
+        values = [f"plain-{i}" for i in range(300) if i % 3 == partition]
+        assert result["group_read"][str(partition)] == [[offset, value] for offset, value in enumerate(values)]
+    assert result["group_offsets"] == [[0, 100], [1, 100], [2, 100]]
+
+    # Offsets sent in a committed transaction are the group's; a read_committed reader sees the committed
+    # transactions' records in order and none of the aborted ones (the markers take offsets in between).
+    assert result["eos_offsets"] == [[0, 42], [1, 43], [2, 44]]
+    for partition in range(3):
+        committed = [value for p, value in result["committed"] if p == partition]
+        read = result["read_committed"][str(partition)]
+        assert [value for _, value in read] == committed
+        assert all(not value.startswith(("t1-", "t4-")) for _, value in read)
+        assert [offset for offset, _ in read] == sorted(offset for offset, _ in read)
