@@ -546,8 +546,11 @@ def test_an_exactly_once_pipeline_survives_killed_coordinator_pipeline_and_outpu
     missing = {b"in-%d" % i for i in range(INPUT_RECORDS)} - set(values)
     assert duplicates == 0, f"{duplicates} duplicates"  # exactly-once safety: never relaxed
     if missing:
-        # Known liveness defect (issue #11): under load the pipeline has stopped consuming one input partition
-        # after the kills (33,000 of 50,000 committed, twice in the full suite; 6 of 7 isolated runs passed).
+        # Known liveness defect (issue #11): under load the pipeline has stopped short after the kills (33,000 of
+        # 50,000 committed, twice in the full suite). One cause is found: librdkafka blocking for ever in
+        # send_offsets_to_transaction when the group coordinator it cached was a restarted node, absent from
+        # Metadata while fenced (librdkafka issues 5511 and 5456); the pipeline's watchdog now ends such a
+        # process and the supervisor restarts it. Whether that was the only cause is not known yet.
         log.flush()
         pytest.xfail(f"{len(missing)} input records never went through the pipeline: {events}; the pipeline's "
                      f"librdkafka log (cgrp,topic,fetch,broker): {tmp_path / 'pipeline.log'}")
