@@ -1,9 +1,10 @@
 // kafkajs (a Kafka client written from scratch in JavaScript) against a Flotilla cluster, unchanged:
 //   node kafkajs_check.js BOOTSTRAP PREFIX
-// Creates nothing (the test creates PREFIX-plain and PREFIX-txn with 3 partitions each, RF 3). Prints one JSON
-// object: what an idempotent acks=all producer sent, what a consumer group read (and committed), what a
-// transactional producer committed, aborted and sent as offsets, and what a read_committed consumer read.
-const { Kafka, logLevel } = require('kafkajs')
+// The test creates PREFIX-plain and PREFIX-txn (3 partitions each, RF 3); the admin part creates and deletes
+// PREFIX-admin itself. Prints one JSON object: what an idempotent acks=all producer sent, what a consumer group
+// read (and committed), what a transactional producer committed, aborted and sent as offsets, what a
+// read_committed consumer read, and what the admin client saw.
+const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
 
 const [bootstrap, prefix] = process.argv.slice(2)
 const kafka = new Kafka({ clientId: 'kafkajs-check', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING,
@@ -27,6 +28,58 @@ async function readAll (groupId, topic, expected, options = {}) {
   })
   await done
   await consumer.disconnect() // commits what was read (autoCommit)
+  return seen
+}
+
+async function adminChecks (topic) {
+  // The admin API as kafkajs drives it: topics with configs, partitions added, gzip batches with headers,
+  // offsets by timestamp, a group's offsets set and reset, records deleted, the topic deleted.
+  const seen = {}
+  const admin = kafka.admin()
+  await admin.connect()
+  seen.created = await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 2,
+    replicationFactor: 3, configEntries: [{ name: 'retention.ms', value: '3600000' }] }] })
+  await admin.alterConfigs({ resources: [{ type: 2, name: topic, configEntries: [{ name: 'retention.ms', value: '7200000' }] }] })
+  const described = await admin.describeConfigs({ resources: [{ type: 2, name: topic, configNames: ['retention.ms'] }] })
+  seen.retention_ms = described.resources[0].configEntries.find(e => e.configName === 'retention.ms').configValue
+  await admin.createPartitions({ topicPartitions: [{ topic, count: 3 }] })
+  seen.partitions = (await admin.fetchTopicMetadata({ topics: [topic] })).topics[0].partitions.length
+  const producer = kafka.producer()
+  await producer.connect()
+  await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [0, 1, 2, 3, 4, 5].map(i =>
+    ({ value: `g${i}`, partition: i % 3, headers: { index: `${i}` } })) })
+  await producer.disconnect()
+  const consumer = kafka.consumer({ groupId: `${topic}-group` })
+  await consumer.connect()
+  await consumer.subscribe({ topic, fromBeginning: true })
+  seen.headers = []
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('admin topic not read')), 60000)
+    consumer.run({ eachMessage: async ({ message }) => {
+      seen.headers.push([message.value.toString(), message.headers.index.toString()])
+      if (seen.headers.length === 6) { clearTimeout(timer); resolve() }
+    } }).catch(reject)
+  })
+  const group = (await admin.describeGroups([`${topic}-group`])).groups[0]
+  seen.group = [group.state, group.members.length]
+  await consumer.disconnect()
+  seen.listed = (await admin.listGroups()).groups.some(g => g.groupId === `${topic}-group`)
+  const offsets = async () => (await admin.fetchOffsets({ groupId: `${topic}-group`, topics: [topic] }))[0].partitions
+    .map(p => [p.partition, Number(p.offset)]).sort((a, b) => a[0] - b[0])
+  seen.offsets_read = await offsets()
+  await admin.setOffsets({ groupId: `${topic}-group`, topic, partitions: [{ partition: 0, offset: '1' }] })
+  seen.offsets_set = await offsets()
+  await admin.resetOffsets({ groupId: `${topic}-group`, topic, earliest: true })
+  seen.offsets_reset = await offsets()
+  seen.by_timestamp = (await admin.fetchTopicOffsetsByTimestamp(topic, Date.now() + 3600000))
+    .map(p => [p.partition, Number(p.offset)]).sort((a, b) => a[0] - b[0])
+  await admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '1' }] })
+  seen.low_high = (await admin.fetchTopicOffsets(topic)).map(p => [p.partition, Number(p.low), Number(p.high)])
+    .sort((a, b) => a[0] - b[0])
+  await admin.deleteGroups([`${topic}-group`])
+  await admin.deleteTopics({ topics: [topic] })
+  seen.still_listed = (await admin.listTopics()).includes(topic)
+  await admin.disconnect()
   return seen
 }
 
@@ -70,6 +123,7 @@ async function main () {
     .map(p => [p.partition, Number(p.offset)]).sort((a, b) => a[0] - b[0])
   await admin.disconnect()
   result.read_committed = await readAll(`${prefix}-reader`, txnTopic, result.committed.length)
+  result.admin = await adminChecks(`${prefix}-admin`)
   console.log(JSON.stringify(result))
 }
 

@@ -1,6 +1,8 @@
 """kafkajs, a Kafka client written from scratch in JavaScript, against a real three-node cluster, unchanged
 (tests/clients/kafkajs_check.js): an idempotent acks=all producer, a consumer group that reads and commits,
-a transactional producer that commits, aborts and sends a group's offsets, and a read_committed consumer.
+a transactional producer that commits, aborts and sends a group's offsets, a read_committed consumer, and
+the admin client (topics with configs, partitions added, gzip with headers, group offsets set and reset,
+records and topics deleted).
 
 kafkajs comes from npm (pinned below) into build/js on first use; without node and npm the test is skipped."""
 
@@ -67,3 +69,17 @@ def test_kafkajs_produces_consumes_in_a_group_and_runs_transactions(cluster, nod
         assert [value for _, value in read] == committed
         assert all(not value.startswith(("t1-", "t4-")) for _, value in read)
         assert [offset for offset, _ in read] == sorted(offset for offset, _ in read)
+
+    # The admin client's view (a topic it created, grew, wrote gzip batches with headers to and deleted).
+    admin = result["admin"]
+    assert admin["created"] is True and admin["retention_ms"] == "7200000" and admin["partitions"] == 3
+    assert sorted(admin["headers"]) == [[f"g{i}", str(i)] for i in range(6)]
+    assert admin["group"] == ["Stable", 1] and admin["listed"] is True
+    assert admin["offsets_read"] == [[0, 2], [1, 2], [2, 2]]
+    assert admin["offsets_set"] == [[0, 1], [1, 2], [2, 2]]
+    # kafkajs resets to the earliest offset by committing EARLIEST_OFFSET (-2) itself, which Kafka stores as
+    # sent and kafkajs resolves when a consumer of the group next starts.
+    assert admin["offsets_reset"] == [[0, -2], [1, -2], [2, -2]]
+    assert admin["by_timestamp"] == [[0, 2], [1, 2], [2, 2]]  # nothing after that time: the end
+    assert admin["low_high"] == [[0, 1, 2], [1, 0, 2], [2, 0, 2]]
+    assert admin["still_listed"] is False
