@@ -7,13 +7,14 @@ the output topic, the consumer's offsets committed in the producer's transaction
 Each output record carries its input record's value. On an abortable error the transaction is aborted and the
 consumer rewinds to the committed offsets; a fatal one (fenced) exits with status 3 (the test restarts it).
 
+PROGRESS_FILE gets a line per committed transaction with the number of records in it. RATE (records per
+second, default unlimited) paces the pipeline, so that a test's kills land while input remains.
+
 A transactional call that has not returned well after its own timeout exits the process with status 4, as a
 supervisor's liveness probe would end it: librdkafka (2.16) can block in send_offsets_to_transaction() for ever
 when the group coordinator it cached left the cluster's metadata (a restarted broker is fenced, so absent from
 Metadata, until it has caught up, as in Kafka), and that call does not honour its timeout while it waits for a
 coordinator (librdkafka issues 5511 and 5456).
-PROGRESS_FILE gets a line per committed transaction with the number of records in it. RATE (records per
-second, default unlimited) paces the pipeline, so that a test's kills land while input remains.
 """
 
 from __future__ import annotations
