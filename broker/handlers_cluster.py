@@ -29,6 +29,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
+ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER = 1, 2  # DescribeCluster v1+ (KIP-919)
 
 
 class ClusterApis:
@@ -43,7 +44,7 @@ class ClusterApis:
         return [
             (ApiKey.API_VERSIONS, 0, 3, self._api_versions),
             (ApiKey.METADATA, 0, 12, self._metadata),
-            (ApiKey.DESCRIBE_CLUSTER, 0, 0, self._describe_cluster),
+            (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
         ]
 
     def poll(self, now_ms: int) -> None:
@@ -169,21 +170,41 @@ class ClusterApis:
         self.broker.call_controller(ControllerCreateTopics(topics=(CreatableTopic(name=name),)), on_response)
 
     def _describe_cluster(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """DescribeCluster: the active brokers at this listener; from v1 the endpoint type asked for (KIP-919: a
+        broker describes brokers, so asking it for controllers answers MISMATCHED_ENDPOINT_TYPE, an unknown type
+        UNSUPPORTED_ENDPOINT_TYPE, v0 INVALID_REQUEST for either, as Kafka's brokers answer); from v2 the fenced
+        brokers too when asked, each with IsFenced (KIP-1073)."""
         response_class = messages.DescribeClusterResponse
+        if request.endpoint_type != ENDPOINT_TYPE_BROKER:
+            known = request.endpoint_type == ENDPOINT_TYPE_CONTROLLER
+            code = ErrorCode.INVALID_REQUEST if header.api_version == 0 else (
+                ErrorCode.MISMATCHED_ENDPOINT_TYPE if known else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE)
+            message = ("The request was sent to an endpoint of type brokers, but it wanted controllers" if known
+                       else f"Unsupported endpoint type {request.endpoint_type}")
+            return response_class(throttle_time_ms=0, error_code=code, error_message=message, cluster_id="",
+                                  brokers=[], cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
         if not self.apis.authorize_cluster(Op.DESCRIBE):
             return response_class(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                   error_message="Cluster authorization failed.", cluster_id=self.apis.cluster_id,
                                   controller_id=-1, brokers=[], cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        brokers = [response_class.DescribeClusterBroker(broker_id=b.broker_id, host=host, port=port, rack=b.rack,
+                                                        is_fenced=False)
+                   for b, host, port in self._active_brokers()]
+        if request.include_fenced_brokers:
+            for b in self.broker.image.cluster.brokers.values():
+                endpoint = self.apis.advertised_endpoint(b) if b.fenced and "broker" in b.roles else None
+                if endpoint is not None:
+                    brokers.append(response_class.DescribeClusterBroker(broker_id=b.broker_id, host=endpoint[0],
+                                                                        port=endpoint[1], rack=b.rack, is_fenced=True))
+            brokers.sort(key=lambda broker: broker.broker_id)
         return response_class(
             throttle_time_ms=0,
             error_code=ErrorCode.NONE,
             error_message=None,
+            endpoint_type=ENDPOINT_TYPE_BROKER,
             cluster_id=self.apis.cluster_id,
             controller_id=self.apis.controller_id(),
-            brokers=[
-                response_class.DescribeClusterBroker(broker_id=b.broker_id, host=host, port=port, rack=b.rack)
-                for b, host, port in self._active_brokers()
-            ],
+            brokers=brokers,
             cluster_authorized_operations=self._cluster_operations()
             if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
         )

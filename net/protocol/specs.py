@@ -869,16 +869,19 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE = response(
 )
 
 DESCRIBE_CLUSTER_REQUEST = request(
-    60, 'DescribeClusterRequest', valid="0-0", flexible='0+', fields=(
+    60, 'DescribeClusterRequest', valid="0-2", flexible='0+', fields=(
         field('IncludeClusterAuthorizedOperations', 'bool', '0+'),
+        field('EndpointType', 'int8', '1+', default=1),  # KIP-919: 1 = brokers, 2 = controllers
+        field('IncludeFencedBrokers', 'bool', '2+'),  # KIP-1073
     ),
 )
 
 DESCRIBE_CLUSTER_RESPONSE = response(
-    60, 'DescribeClusterResponse', valid="0-0", flexible='0+', fields=(
+    60, 'DescribeClusterResponse', valid="0-2", flexible='0+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
         field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('EndpointType', 'int8', '1+', default=1),
         field('ClusterId', 'string', '0+'),
         field('ControllerId', 'int32', '0+', default=-1),
         field('Brokers', '[]DescribeClusterBroker', '0+', fields=(
@@ -886,6 +889,7 @@ DESCRIBE_CLUSTER_RESPONSE = response(
             field('Host', 'string', '0+'),
             field('Port', 'int32', '0+'),
             field('Rack', 'string', '0+', nullable='0+', default=None),
+            field('IsFenced', 'bool', '2+'),
         )),
         field('ClusterAuthorizedOperations', 'int32', '0+', default=-2147483648),
     ),

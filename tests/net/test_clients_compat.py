@@ -127,3 +127,48 @@ def test_kafka_python_producer_and_consumer_assign_seek(cluster):
         if md.partition == 1 or md.offset >= 10
     }
     assert received == expected
+
+
+def test_describe_cluster_endpoint_types_and_fenced_brokers(cluster):
+    """DescribeCluster v1-v2 (KIP-919, KIP-1073): kafka-python's admin client, which reads the endpoint type of
+    the answer, describes the cluster; asking a broker for controllers answers MISMATCHED_ENDPOINT_TYPE, an
+    unknown type UNSUPPORTED_ENDPOINT_TYPE; a killed broker, once fenced, is listed only when fenced brokers
+    are asked for, with IsFenced. (Last in this module: it kills and restarts node 3.)"""
+    import trio
+    from kafka import KafkaAdminClient
+
+    from net.client.aio import KafkaClient
+    from net.protocol import messages
+    from net.protocol.codec import ApiKey
+    from partitions.errors import ErrorCode
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        described = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert [(b["broker_id"], b["is_fenced"]) for b in described["brokers"]] == [(1, False), (2, False), (3, False)]
+    assert described["cluster_id"] and described["controller_id"] in (1, 2, 3)
+
+    async def describe(endpoint_type: int, include_fenced: bool = False, version: int = 2):
+        async with KafkaClient(cluster.bootstrap_servers, "describe-cluster") as client:
+            return await client.send(None, ApiKey.DESCRIBE_CLUSTER, messages.DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=endpoint_type,
+                include_fenced_brokers=include_fenced), api_version=version)
+
+    assert trio.run(describe, 2).error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+    assert trio.run(describe, 7).error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+    both = trio.run(describe, 1, True)
+    assert both.endpoint_type == 1 and [(b.broker_id, b.is_fenced) for b in both.brokers] == [
+        (1, False), (2, False), (3, False)]
+
+    cluster.kill(3)
+    try:
+        def fenced() -> bool:
+            brokers = [(b.broker_id, b.is_fenced) for b in trio.run(describe, 1, True).brokers]
+            return brokers == [(1, False), (2, False), (3, True)]
+
+        eventually(fenced, 60, what="node 3 fenced")
+        assert [b.broker_id for b in trio.run(describe, 1, False).brokers] == [1, 2]
+    finally:
+        cluster.start_node(3)
