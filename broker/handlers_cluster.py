@@ -56,11 +56,12 @@ class ClusterApis:
     def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         return api_versions_response(ErrorCode.NONE, self.apis.supported_apis, features=self.apis.features())
 
-    def _active_brokers(self) -> list[tuple[Any, str, int]]:
-        """(registration, host, port) of each active broker, at the endpoint of the request's listener."""
+    def _active_brokers(self, include_fenced: bool = False) -> list[tuple[Any, str, int]]:
+        """(registration, host, port) of each active broker (and each fenced one with `include_fenced`), at the
+        endpoint of the request's listener."""
         active = []
         for b in sorted(self.broker.image.cluster.brokers.values(), key=lambda b: b.broker_id):
-            if not b.fenced and "broker" in b.roles:
+            if (include_fenced or not b.fenced) and "broker" in b.roles:
                 endpoint = self.apis.advertised_endpoint(b)
                 if endpoint is not None:
                     active.append((b, *endpoint))
@@ -188,15 +189,8 @@ class ClusterApis:
                                   error_message="Cluster authorization failed.", cluster_id=self.apis.cluster_id,
                                   controller_id=-1, brokers=[], cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
         brokers = [response_class.DescribeClusterBroker(broker_id=b.broker_id, host=host, port=port, rack=b.rack,
-                                                        is_fenced=False)
-                   for b, host, port in self._active_brokers()]
-        if request.include_fenced_brokers:
-            for b in self.broker.image.cluster.brokers.values():
-                endpoint = self.apis.advertised_endpoint(b) if b.fenced and "broker" in b.roles else None
-                if endpoint is not None:
-                    brokers.append(response_class.DescribeClusterBroker(broker_id=b.broker_id, host=endpoint[0],
-                                                                        port=endpoint[1], rack=b.rack, is_fenced=True))
-            brokers.sort(key=lambda broker: broker.broker_id)
+                                                        is_fenced=b.fenced)
+                   for b, host, port in self._active_brokers(include_fenced=request.include_fenced_brokers)]
         return response_class(
             throttle_time_ms=0,
             error_code=ErrorCode.NONE,
