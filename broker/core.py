@@ -46,7 +46,7 @@ from metadata.requests import (
     BrokerRegistrationResponse,
 )
 from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from partitions.log import AppendOrigin, PartitionLog
+from partitions.log import AppendOrigin, LogClock, PartitionLog
 from partitions.log_config import LogConfig
 from partitions.replica import Partition
 from partitions.storage import Storage, read_file, write_file_atomically
@@ -168,6 +168,7 @@ class BrokerCore:
         self._next_heartbeat_ms = 0
         self._next_isr_check_ms = 0
         self._next_log_tick_ms = 0
+        self.log_clock = LogClock()
         self._next_hw_checkpoint_ms = 0
         self._next_retention_ms = 0
         self._hw_checkpoint = self._read_hw_checkpoint()
@@ -266,7 +267,9 @@ class BrokerCore:
         directory = partition_directory(*key)
         self._discard_if_other_topic(directory, local.topic_id)
         log_config = self._log_config(local.topic_name)
-        log = PartitionLog.open(self.storage, directory, log_config, now_ms)
+        log = PartitionLog.open(self.storage, directory, log_config, now_ms, self.log_clock)
+        if log.has_timed_work:
+            self.log_clock.timed.add(log)
         write_file_atomically(self.storage, f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode())
         replica = Partition(
             local.topic_name,
@@ -338,6 +341,8 @@ class BrokerCore:
             if log_config != hosted.log_config:
                 hosted.log_config = log_config
                 hosted.log.config = log_config
+                if hosted.log.has_timed_work:  # a flush.ms set over records not yet flushed
+                    self.log_clock.timed.add(hosted.log)
             min_isr = self._min_insync_replicas(topic, configs)
             if min_isr != hosted.replica.min_insync_replicas:
                 hosted.replica.set_min_insync_replicas(min_isr, now_ms)
@@ -380,11 +385,13 @@ class BrokerCore:
             # a log with none pending costs two attribute reads (a call per log every tick made idle cost grow
             # with the partitions hosted).
             self._next_log_tick_ms = now_ms + LOG_TICK_INTERVAL_MS
-            for hosted in self.partitions.values():
-                log = hosted.log
-                log.now_ms = max(log.now_ms, now_ms)
-                if log.pending_deletions or (log.unflushed_messages and log.config.flush_ms is not None):
+            clock = self.log_clock
+            clock.ms = max(clock.ms, now_ms)
+            for log in list(clock.timed):
+                if not log.closed:
                     log.maybe_flush(now_ms)
+                if log.closed or not log.has_timed_work:
+                    clock.timed.discard(log)
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + HW_CHECKPOINT_INTERVAL_MS
             self.checkpoint_high_watermarks()

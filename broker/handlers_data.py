@@ -339,7 +339,8 @@ class DataPlaneApis:
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
         size, has_error = 0, False
         topics = []
-        quiet = self._quiet_follower_partition if context.incremental and request.replica_id >= 0 else None
+        quiet = self._quiet_follower_partition if context.incremental and request.replica_id >= 0 \
+            and self.broker.serving else None
         for topic, fetch_partitions in context.topics:
             partitions = []
             for fetch_partition in fetch_partitions:
@@ -367,9 +368,10 @@ class DataPlaneApis:
         """A partition of a follower's incremental session with nothing to say: the follower is in the ISR at our
         log end and the session last told it the current high watermark and log start. Its fetch state
         advances (Partition.touch_caught_up_follower) without a read or a PartitionData to build and drop."""
-        hosted = self.broker.partitions.get((topic, fetch_partition.partition))
-        entry = context.session.partitions.get((topic, fetch_partition.partition))
-        if hosted is None or entry is None or not self.broker.serving:
+        key = (topic, fetch_partition.partition)
+        hosted = self.broker.partitions.get(key)
+        entry = context.session.partitions.get(key)
+        if hosted is None or entry is None:  # (the caller checked that the broker serves)
             return False
         replica = hosted.replica
         high_watermark = replica.high_watermark

@@ -132,12 +132,14 @@ class ReplicaFetcher:
         throttled_bytes_max = None if allowance is None else max(1, min(REPLICA_FETCH_PARTITION_BYTES_MAX,
                                                                          allowance // throttled_count))
         for key, hosted in followed:
-            fetch_state = hosted.replica.follower_fetch_request(now_ms)
-            offsets[key] = fetch_state.fetch_offset
+            # What Partition.follower_fetch_request says (our LEO, the leader epoch) without building it: this
+            # loop runs for every followed partition on every fetch, most of an idle follower's work.
+            log = hosted.log
+            fetch_offset = log.log_end_offset
+            offsets[key] = fetch_offset
             partition_max_bytes = (REPLICA_FETCH_PARTITION_BYTES_MAX
                                    if throttled_bytes_max is None or not hosted.follower_throttled else throttled_bytes_max)
-            positions[key] = (fetch_state.current_leader_epoch, fetch_state.fetch_offset, hosted.log.log_start_offset,
-                              partition_max_bytes)
+            positions[key] = (hosted.replica.leader_epoch, fetch_offset, log.log_start_offset, partition_max_bytes)
         session = self.fetch_sessions.setdefault(leader_id, FollowerFetchSession())
         incremental = session.epoch != 0
         topics: dict[str, list] = {}

@@ -50,6 +50,7 @@ from metadata.image import (
     MetadataImage,
     PartitionRegistration,
     Provenance,
+    TopicsImage,
     image_to_records,
     records_to_image,
 )
@@ -158,6 +159,8 @@ class QuorumController:
         self._active_since_ms: int | None = None
         self._registration_offsets: dict[int, int] = {}  # broker_id -> raft index of its registration
         self._next_balance_ms: int | None = None  # soft state: the next automatic leader balance check
+        # the leaderless partitions of one TopicsImage, by topic id (derived from the image, so not state)
+        self._leaderless: tuple[TopicsImage | None, dict[bytes, frozenset[int]]] = (None, {})
         self.bug_reassign_without_catch_up = False  # a planted bug for the simulator (metadata/reassignment.py)
         self._handlers: dict[type, Callable] = {
             BrokerRegistrationRequest: self._handle_registration,
@@ -410,9 +413,23 @@ class QuorumController:
                     )
                 )
 
+    def _leaderless_in_image(self) -> dict[bytes, frozenset[int]]:
+        """The partitions without a leader in the current image, by topic id: worked out once per image (each
+        tick would otherwise walk every partition, most of an idle controller's CPU with thousands of them)."""
+        topics = self._image.topics
+        if self._leaderless[0] is not topics:
+            index = {}
+            for topic in topics.by_id.values():
+                leaderless = frozenset(p for p, state in topic.partitions.items() if state.leader == NO_LEADER)
+                if leaderless:
+                    index[topic.topic_id] = leaderless
+            self._leaderless = (topics, index)
+        return self._leaderless[1]
+
     def _elect_offline_partitions(self, pending: Pending) -> list[tuple[str, int]]:
         elected = []
-        for name, topic_id, partition, state in list(pending.partitions()):
+        # Leaderless in the image, or changed by this batch (a fenced broker's partitions): no other can be.
+        for name, topic_id, partition, state in pending.partitions_among(self._leaderless_in_image()):
             if state.leader != NO_LEADER:
                 continue
             change = partition_change(

@@ -577,6 +577,10 @@ class MetadataDelta:
             changed.extend(_local(name, topic_id, p, state) for p, state in partitions.items())
         return tuple(sorted(changed, key=lambda c: (c.topic_name, c.partition)))
 
+    def changed_partition_ids(self, topic_id: bytes) -> frozenset[int]:
+        """The partitions of `topic_id` created or changed in this delta."""
+        return frozenset(self._partitions.get(topic_id, ()))
+
     def deleted_partitions(self) -> tuple[LocalPartition, ...]:
         """The last state of every partition of a topic deleted in this delta (base-image topics only)."""
         deleted = [

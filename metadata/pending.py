@@ -4,7 +4,7 @@ Shared by the QuorumController (metadata/controller.py) and its topic operations
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from metadata import reassignment
 from metadata.image import MetadataDelta, MetadataImage, PartitionRegistration
@@ -34,6 +34,22 @@ class Pending:
     def is_active(self, broker_id: int) -> bool:
         registration = self.delta.broker(broker_id)
         return registration is not None and registration.is_active
+
+    def partitions_among(self, candidates: Mapping[bytes, frozenset[int]]
+                         ) -> list[tuple[str, bytes, int, PartitionRegistration]]:
+        """What `partitions` yields, for the partitions in `candidates` (by topic id) and those this batch has
+        changed only: a scan for a state that the base image indexes (leaderless partitions, say) without a
+        walk over every partition. Same order as `partitions`."""
+        found = []
+        for topic in self.image.topics.by_name.values():
+            chosen = candidates.get(topic.topic_id, frozenset()) | self.delta.changed_partition_ids(topic.topic_id)
+            for partition in sorted(chosen):
+                if partition not in topic.partitions:
+                    continue  # created in this batch: `partitions` covers the base image's partitions
+                state = self.delta.partition(topic.topic_id, partition)
+                if state is not None:
+                    found.append((topic.name, topic.topic_id, partition, state))
+        return found
 
     def partitions(self) -> Iterator[tuple[str, bytes, int, PartitionRegistration]]:
         """(topic name, topic id, partition, state) of every partition of the base image's live topics."""

@@ -239,10 +239,24 @@ def _stamp_headers_only(records: bytes, checked: list[tuple[int, tuple]], first_
     return pieces, written
 
 
+class LogClock:
+    """The time and the time-based work the logs of one owner share. The owner advances `ms` (a log's now_ms is
+    the later of its own and this), and runs `maybe_flush` on the logs in `timed` only: those with segment
+    files waiting for file.delete.delay.ms, or unflushed records under a flush.ms. A log enters `timed` when it
+    gets such work; the owner drops it once it has none. So a tick costs nothing per idle log."""
+
+    __slots__ = ("ms", "timed")
+
+    def __init__(self, ms: int = 0) -> None:
+        self.ms = ms
+        self.timed: set[PartitionLog] = set()
+
+
 class PartitionLog:
     """One partition's segmented log in `directory` of `storage`. Not thread-safe: one owner."""
 
-    def __init__(self, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> None:
+    def __init__(self, storage: Storage, directory: str, config: LogConfig, now_ms: int,
+                 clock: LogClock | None = None) -> None:
         self.storage = storage
         self.directory = directory
         self.config = config
@@ -251,7 +265,8 @@ class PartitionLog:
         self.epoch_cache = LeaderEpochCache(storage, directory)
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms
-        self.now_ms = now_ms
+        self.clock = LogClock(now_ms) if clock is None else clock
+        self._now_ms = now_ms
         self.pending_deletions: list[tuple[int, LogSegment]] = []
         self.cleaner_checkpoint = 0  # first offset not yet compacted (Kafka's cleaner-offset-checkpoint)
         self.earliest_delete_horizon_ms: int | None = None  # when kept tombstones may go (KIP-534)
@@ -260,13 +275,14 @@ class PartitionLog:
     # ---- opening and recovery
 
     @classmethod
-    def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> PartitionLog:
+    def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int,
+             clock: LogClock | None = None) -> PartitionLog:
         """Load (and recover) the log in `directory`, creating it when empty. Raises StorageError."""
         if not storage.exists(directory):
             storage.makedirs(directory)
             # A new replica's directory must survive a power loss like its first fsynced batch.
             storage.fsync_dir(posixpath.dirname(normalize_path(directory)))
-        log = cls(storage, directory, config, now_ms)
+        log = cls(storage, directory, config, now_ms, clock)
         names = storage.list(directory)
         clean_shutdown = CLEAN_SHUTDOWN_FILE_NAME in names
         swap_bases = log._remove_leftovers(names)
@@ -410,8 +426,20 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(segment.size for segment in self.segments)
 
+    @property
+    def now_ms(self) -> int:
+        """The latest time this log or its clock has seen."""
+        own, shared = self._now_ms, self.clock.ms
+        return own if own > shared else shared
+
     def _now(self, now_ms: int) -> None:
-        self.now_ms = max(self.now_ms, now_ms)
+        if now_ms > self._now_ms:
+            self._now_ms = now_ms
+
+    @property
+    def has_timed_work(self) -> bool:
+        """Segment files waiting for their deletion, or unflushed records under a flush.ms."""
+        return bool(self.pending_deletions) or (self.unflushed_messages > 0 and self.config.flush_ms is not None)
 
     # ---- appends
     #
@@ -547,6 +575,8 @@ class PartitionLog:
         self.unflushed_messages += record_count
         if config.flush_messages is not None and self.unflushed_messages >= config.flush_messages:
             self.flush(now_ms)
+        if config.flush_ms is not None:
+            self.clock.timed.add(self)
         best = placements[0] if len(placements) == 1 else max(placements, key=lambda p: p.max_timestamp)
         return AppendInfo(first_offset, last_offset, best.max_timestamp, best.last_offset, log_append_time_ms,
                           self.log_start_offset, record_count, size, written)
@@ -785,6 +815,7 @@ class PartitionLog:
         """Rename a segment that left the log to .deleted; its files go after file.delete.delay.ms."""
         segment.change_suffix(DELETED_SUFFIX)
         self.pending_deletions.append((self.now_ms + self.config.file_delete_delay_ms, segment))
+        self.clock.timed.add(self)
 
     def delete_due_files(self, now_ms: int) -> int:
         """Delete the files of segments whose file.delete.delay.ms has passed. Returns how many."""

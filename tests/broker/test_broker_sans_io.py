@@ -9,11 +9,14 @@ import pytest
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.requests import (
+    AlterableConfig,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     ConfigEntry,
+    ConfigResource,
     CreatableTopic,
     CreateTopicsRequest,
+    IncrementalAlterConfigsRequest,
 )
 from broker.core import BrokerCore
 from broker.apis import Deferred, KafkaApis
@@ -364,3 +367,48 @@ def test_log_cleanup_removes_aborted_data_then_its_marker_and_index_entry(cluste
     assert cleanup_tick() == [(1, True, 1), (2, False, 1), (3, False, 1)]
     assert hosted.producer_state.aborted_index.entries == []
     assert cleanup_tick() == [(2, False, 1), (3, False, 1)]
+
+
+def test_time_based_log_work_runs_on_the_logs_that_have_some_and_follows_a_dynamic_flush_ms(cluster):
+    """A broker's tick visits only the logs with time-based work (broker/core.py, partitions/log.py LogClock):
+    segment files waiting out file.delete.delay.ms, unflushed records under a flush.ms. The work still happens,
+    a flush.ms set later over records not yet flushed included, and a log without work is dropped again."""
+    configs = (ConfigEntry("file.delete.delay.ms", "5000"), ConfigEntry("retention.bytes", "1"))
+    response = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="d", num_partitions=1,
+                                                                         replication_factor=3, configs=configs),)))
+    assert response.topics[0].error_code == ErrorCode.NONE
+    leader = cluster.images[1].topics.by_name["d"].partitions[0].leader
+    broker = cluster.brokers[leader]
+    log = broker.hosted("d", 0).log
+    assert broker.log_clock.timed == set()  # nothing pending anywhere: a tick visits no log
+
+    def tick(advance_ms):
+        cluster.now_ms += advance_ms
+        broker.tick(cluster.now_ms)
+
+    # Retention retires the closed segment; its files stay for file.delete.delay.ms, then go.
+    for _ in range(2):
+        answer = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("d", 0, [b"x" * 100], acks=1))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        log.roll(cluster.now_ms)
+    tick(30_000)  # the retention check
+    retired = [segment for _, segment in log.pending_deletions]
+    assert retired and broker.log_clock.timed == {log}
+    names_before = set(broker.storage.list(log.directory))
+    tick(1_000)
+    assert set(broker.storage.list(log.directory)) == names_before  # not yet due
+    tick(5_000)
+    assert log.pending_deletions == [] and broker.log_clock.timed == set()
+    assert set(broker.storage.list(log.directory)) < names_before
+
+    # Records appended without a flush.ms stay unflushed and the log stays out of the tick; a flush.ms set
+    # afterwards brings it in, and the tick flushes them once flush.ms has passed.
+    answer = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("d", 0, [b"y"], acks=1))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    tick(200)
+    assert log.unflushed_messages == 1 and broker.log_clock.timed == set()
+    cluster.commit(IncrementalAlterConfigsRequest((ConfigResource(2, "d", (AlterableConfig("flush.ms", "1000"),)),)))
+    assert log.config.flush_ms == 1000 and broker.log_clock.timed == {log}
+    tick(1_100)
+    assert log.unflushed_messages == 0 and broker.log_clock.timed == set()
+    assert log.now_ms >= cluster.now_ms - 100  # the shared clock moved the log's time with the ticks
