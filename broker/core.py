@@ -149,6 +149,9 @@ class BrokerCore:
         self.image = MetadataImage()
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
+        # Moves on whenever partitions may have changed (dirty partitions polled, metadata applied, a replica
+        # removed): a follower's fetch session found quiet at one generation stays quiet while it holds.
+        self.partition_generation = 0
         self.metrics = BrokerMetrics()  # counters for the metrics endpoint (broker/metrics.py)
         self.fetcher = ReplicaFetcher(self)  # the follower side of replication (broker/replica_fetcher.py)
         self.broker_epoch: int | None = None
@@ -189,6 +192,7 @@ class BrokerCore:
     def apply_metadata(self, delta: MetadataDelta, image: MetadataImage, now_ms: int) -> None:
         """React to a committed metadata delta (Kafka's ReplicaManager.applyDelta)."""
         self.fetcher.forget_following()
+        self.partition_generation += 1
         self.image = image
         self.metadata_offset = image.provenance.raft_index
         changes = delta.local_changes(self.node_id)
@@ -302,6 +306,7 @@ class BrokerCore:
 
     def remove_partition(self, topic: str, partition: int) -> None:
         self.fetcher.forget_following()
+        self.partition_generation += 1
         hosted = self.partitions.pop((topic, partition), None)
         if hosted is not None:
             hosted.replica.become_follower(None, hosted.replica.leader_epoch + 1, hosted.replica.partition_epoch,

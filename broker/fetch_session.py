@@ -7,7 +7,9 @@ partitions whose position changed (added or updated) and those it drops (Forgott
 lists only the partitions that have something new: records, an error, or a high watermark, last stable offset
 or log start offset other than last sent. An idle fetcher of a thousand partitions sends and receives
 requests of a few bytes; the leader still reads every partition of the session (a follower's fetch position
-keeps its place in the ISR, as in Kafka).
+keeps its place in the ISR, as in Kafka), except while nothing can have changed: a follower's session whose
+every partition was found quiet (broker/handlers_data.py) at a `quiet_generation` of the broker's partitions
+that still holds, and whose follower names no partition, is parked without a walk (see DataPlaneApis._fetch).
 
 Kafka's rules for the (SessionId, SessionEpoch) pair:
   (0, -1)        no session: a full fetch, answered in full with SessionId 0;
@@ -58,6 +60,21 @@ class FetchSession:
     session_id: int
     next_epoch: int
     partitions: dict[TopicPartition, SessionPartition] = field(default_factory=dict)
+    # The broker's partition generation at the last walk that found every partition quiet for a follower
+    # (-1: none since the partitions last changed), and when that walk touched them.
+    quiet_generation: int = -1
+    quiet_walk_ms: int = 0
+    _keys: frozenset[TopicPartition] | None = None
+
+    def changed(self) -> None:
+        """The partitions or the fetcher's positions changed: no quiet walk holds, no cached key set."""
+        self.quiet_generation = -1
+        self._keys = None
+
+    def keys(self) -> frozenset[TopicPartition]:
+        if self._keys is None:
+            self._keys = frozenset(self.partitions)
+        return self._keys
 
     def fetch_topics(self) -> list[tuple[str, list[Any]]]:
         """(topic, [FetchPartition]) of every partition of the session, in the order they were added."""
@@ -70,18 +87,29 @@ class FetchSession:
 @dataclass
 class FetchContext:
     """What a Fetch request reads and how its response is cut: `session` is None for a sessionless fetch;
-    `incremental` responses carry only the partitions with news; `error` refuses the request."""
+    `incremental` responses carry only the partitions with news; `error` refuses the request. An incremental
+    context lists its session's partitions (`topics`) only when asked; `unchanged` when the request named no
+    partition and forgot none."""
 
-    topics: list[tuple[str, list[Any]]]
+    _topics: list[tuple[str, list[Any]]] | None
     session: FetchSession | None = None
     incremental: bool = False
     error: ErrorCode = ErrorCode.NONE
+    unchanged: bool = False
 
     @property
     def session_id(self) -> int:
         return 0 if self.session is None else self.session.session_id
 
+    @property
+    def topics(self) -> list[tuple[str, list[Any]]]:
+        if self._topics is None:
+            self._topics = self.session.fetch_topics()
+        return self._topics
+
     def partitions(self) -> frozenset[TopicPartition]:
+        if self.incremental:
+            return self.session.keys()
         return frozenset((topic, p.partition) for topic, partitions in self.topics for p in partitions)
 
     def keep(self, topic: str, data: Any) -> bool:
@@ -141,6 +169,9 @@ class FetchSessionCache:
             return FetchContext([], error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
         self.sessions.move_to_end(session_id)
         session.next_epoch = next_epoch(session.next_epoch)
+        unchanged = not requested and not request.forgotten_topics_data
+        if not unchanged:
+            session.changed()
         for forgotten in request.forgotten_topics_data:
             for partition in forgotten.partitions:
                 session.partitions.pop((forgotten.topic, partition), None)
@@ -154,7 +185,7 @@ class FetchSessionCache:
                     entry.fetch_partition = fetch_partition
                 else:
                     session.partitions[key] = SessionPartition(fetch_partition)
-        return FetchContext(session.fetch_topics(), session, incremental=True)
+        return FetchContext(None, session, incremental=True, unchanged=unchanged)
 
     def _open(self, requested: list[tuple[str, list[Any]]], now_ms: int) -> FetchSession | None:
         if self.slots <= 0:

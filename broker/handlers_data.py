@@ -82,6 +82,8 @@ class DataPlaneApis:
     def poll(self, now_ms: int) -> None:
         dirty = self.broker.dirty_partitions
         self.broker.dirty_partitions = set()
+        if dirty:
+            self.broker.partition_generation += 1  # what a follower's quiet walk found may no longer hold
         self._complete_produces(now_ms)
         self._complete_fetches(dirty, now_ms)
 
@@ -278,15 +280,34 @@ class DataPlaneApis:
         context = self.fetch_sessions.context(request, now_ms)
         if context.error != ErrorCode.NONE:
             return messages.FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0, responses=[])
+        max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
+        if max_wait_ms > 0 and self._still_quiet(request, context, now_ms):
+            # What a walk would find: every partition quiet, so an empty answer once the wait is over, unless
+            # one moves first (then the delayed fetch reads them all, as any other).
+            request_id = self.apis.defer()
+            self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
+                                                      frozenset(), context)
+            return Deferred(request_id)
         denied = self._fetch_denied(request, context)
         response, size, has_error = self._read_fetch(header, request, context, now_ms, denied)
-        max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
         if max_wait_ms == 0 or size >= request.min_bytes or has_error:
             return self._answer_fetch(request, context, response)
         request_id = self.apis.defer()
         self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
                                                   denied, context)
         return Deferred(request_id)
+
+    def _still_quiet(self, request: Any, context: FetchContext, now_ms: int) -> bool:
+        """A follower's incremental fetch that names no partition, on a session whose last walk found every
+        partition quiet (_read_fetch) while no partition of this broker has moved since (the generation
+        holds and nothing is dirty), and that walk touched the follower's fetch states recently enough: a
+        quarter of replica.lag.time.max.ms, so skipping the touches never costs the follower its ISR place."""
+        session = context.session
+        broker = self.broker
+        return (context.unchanged and request.replica_id >= 0 and session.quiet_generation == broker.partition_generation
+                and not broker.dirty_partitions and broker.serving
+                and now_ms - session.quiet_walk_ms < broker.replica_lag_time_max_ms // 4
+                and (self.apis.authorizer is None or self.apis.authorize_cluster(Op.CLUSTER_ACTION)))
 
     def _answer_fetch(self, request: Any, context: FetchContext, response: Any) -> Any:
         context.sent(response)
@@ -341,12 +362,15 @@ class DataPlaneApis:
         topics = []
         quiet = self._quiet_follower_partition if context.incremental and request.replica_id >= 0 \
             and self.broker.serving else None
+        generation = self.broker.partition_generation
+        all_quiet = quiet is not None and not denied
         for topic, fetch_partitions in context.topics:
             partitions = []
             for fetch_partition in fetch_partitions:
                 if quiet is not None and topic not in denied and quiet(request.replica_id, context, topic,
                                                                        fetch_partition, now_ms):
                     continue
+                all_quiet = False
                 if topic in denied:
                     data = self._refused_fetch_partition(fetch_partition.partition)
                 else:
@@ -361,6 +385,11 @@ class DataPlaneApis:
                 topics.append(response_class.FetchableTopicResponse(topic=topic, partitions=partitions))
         response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=context.session_id,
                                   responses=topics)
+        if all_quiet:  # every partition touched and nothing to say: see _still_quiet
+            context.session.quiet_generation = generation
+            context.session.quiet_walk_ms = now_ms
+        elif context.session is not None:
+            context.session.quiet_generation = -1
         return response, size, has_error
 
     def _quiet_follower_partition(self, replica_id: int, context: FetchContext, topic: str, fetch_partition: Any,

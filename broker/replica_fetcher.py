@@ -60,6 +60,10 @@ class FollowerFetchSession:
     session_id: int = 0
     epoch: int = 0
     positions: dict[TopicPartition, tuple] = field(default_factory=dict)
+    # (the broker's partition generation, fetch offsets) when the last request named no partition although it
+    # covered every partition followed from this leader: until the generation moves, partitions are dirtied
+    # or an answer brings news, the next request is the same (ReplicaFetcher._quiet_fetch_request)
+    quiet: tuple[int, dict[TopicPartition, int]] | None = None
 
 
 class ReplicaFetcher:
@@ -93,6 +97,10 @@ class ReplicaFetcher:
     def next_replica_request(self, leader_id: int, now_ms: int) -> ReplicaRequest | None:
         """The next request to `leader_id`: OffsetsForLeaderEpoch for partitions whose leader epoch is new,
         otherwise one Fetch for every partition it leads for us. None when there is nothing to ask."""
+        session = self.fetch_sessions.get(leader_id)
+        if session is not None and session.quiet is not None and session.quiet[0] == self.core.partition_generation \
+                and not self.core.dirty_partitions:
+            return self._fetch_request_message(leader_id, session, {}, {}, session.quiet[1], session.positions)
         throttled = self.core.follower_quota.exceeded(now_ms)
         followed = [(key, hosted) for key, hosted in self._following().get(leader_id, ())
                     if hosted.fetch_backoff_until_ms <= now_ms and not (throttled and hosted.follower_throttled)]
@@ -154,6 +162,15 @@ class ReplicaFetcher:
         if incremental:
             for topic, partition in session.positions.keys() - positions.keys():
                 forgotten.setdefault(topic, []).append(partition)
+        everything = len(followed) == len(self._following().get(leader_id, ()))
+        quiet = incremental and not topics and not forgotten and not throttled_count and everything
+        session.quiet = (self.core.partition_generation, offsets) if quiet else None
+        return self._fetch_request_message(leader_id, session, topics, forgotten, offsets, positions)
+
+    def _fetch_request_message(self, leader_id: int, session: FollowerFetchSession, topics: dict[str, list],
+                               forgotten: dict[str, list[int]], offsets: dict[TopicPartition, int],
+                               positions: dict[TopicPartition, tuple]) -> ReplicaRequest:
+        request_class = messages.FetchRequest
         request = request_class(
             replica_id=self.core.node_id,
             max_wait_ms=REPLICA_FETCH_MAX_WAIT_MS,
@@ -187,6 +204,10 @@ class ReplicaFetcher:
         """Apply a leader's answer; `response` is None when the request failed (connection lost)."""
         if sent.api_key == ApiKey.FETCH:
             self._fetch_session_answered(sent, response)
+            session = self.fetch_sessions.get(sent.leader_id)
+            if session is not None and (response is None or response.error_code != ErrorCode.NONE
+                                        or response.responses):
+                session.quiet = None  # news, an error or a backoff: the next request is worked out afresh
         if response is None:
             for hosted in self._followed_by(sent.leader_id):
                 hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS

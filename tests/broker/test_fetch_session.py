@@ -8,6 +8,7 @@ import pytest
 from broker.fetch_session import FetchSessionCache
 from net.protocol import messages
 from net.protocol.codec import ApiKey
+from metadata.requests import CreatableTopic, CreateTopicsRequest
 from partitions.errors import ErrorCode
 from tests.broker.test_broker_sans_io import cluster, leader_of, produce_request  # noqa: F401  (fixture)
 
@@ -151,3 +152,86 @@ def test_an_idle_followers_incremental_fetch_reads_no_partition_and_keeps_it_in_
     follower = next(b for b in cluster.brokers if b != leader)
     state = cluster.brokers[leader].hosted("t", 0).replica.follower_states[follower]
     assert state.last_caught_up_time_ms == cluster.now_ms
+
+
+def test_a_quiet_followers_session_is_parked_without_a_walk_until_a_partition_moves_or_its_touches_age(cluster):
+    """A follower's incremental fetch that names nothing, on a session whose last walk found every partition
+    quiet while nothing moved since, is parked without touching a partition (DataPlaneApis._still_quiet). A
+    walk comes back when a partition moves anywhere on the broker, or once the last touches are a quarter of
+    replica.lag.time.max.ms old, so the follower keeps its ISR place through a long idle spell."""
+    from broker.apis import Deferred
+
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate(rounds=5)
+    broker = cluster.brokers[leader]
+    follower_id = next(b for b in cluster.brokers if b != leader)
+    follower = cluster.brokers[follower_id]
+    led = [p for p in range(3) if leader_of(cluster, p) == leader]
+    walks = []
+    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
+    original = data._quiet_follower_partition
+    data._quiet_follower_partition = lambda *args: walks.append(args[2:4]) or original(*args)
+
+    def follower_fetch(wait_ms=500):
+        """One long-polled fetch of the follower's, waited out; the answer handed back to the follower."""
+        sent = follower.next_replica_request(leader, cluster.now_ms)
+        assert sent.request.topics == [] and sent.api_key == ApiKey.FETCH
+        sent.request.max_wait_ms = wait_ms
+        result = cluster.call(leader, sent.api_key, sent.api_version, sent.request)
+        assert isinstance(result, Deferred)
+        cluster.now_ms += wait_ms
+        answered = {request_id: r for request_id, _, r in cluster.apis[leader].poll(cluster.now_ms)}
+        follower.on_replica_response(sent, answered[result.request_id], cluster.now_ms)
+        return answered[result.request_id]
+
+    cluster.apis[leader].poll(cluster.now_ms)
+    follower_fetch()  # walks, unless the last walk of replicate() found every partition quiet already
+    assert len(walks) in (0, len(led))
+    walks.clear()
+    states = [broker.hosted("t", p).replica.follower_states[follower_id] for p in led]
+    touched_at = [state.last_fetch_time_ms for state in states]
+    for _ in range(10):
+        assert follower_fetch().responses == []
+    assert walks == []  # parked without a walk: no partition touched
+    assert [state.last_fetch_time_ms for state in states] == touched_at
+
+    # A record on a partition moves the generation: the next fetch walks again, and its answer carries news.
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", led[0], [b"b"], acks=1))
+    cluster.apis[leader].poll(cluster.now_ms)
+    sent = follower.next_replica_request(leader, cluster.now_ms)
+    answer = cluster.call(leader, sent.api_key, sent.api_version, sent.request)
+    assert [(p.partition_index, bool(p.records)) for t in answer.responses for p in t.partitions] == [(led[0], True)]
+    follower.on_replica_response(sent, answer, cluster.now_ms)
+    # The follower's next request names its new position (its own quiet request no longer holds), so the
+    # leader's high watermark passes the record.
+    moved = follower.next_replica_request(leader, cluster.now_ms)
+    assert [(p.partition, p.fetch_offset) for t in moved.request.topics for p in t.partitions] == [(led[0], 2)]
+    cluster.replicate(rounds=3)
+    assert broker.hosted("t", led[0]).replica.high_watermark == 2
+    assert all(b.hosted("t", led[0]).log.log_end_offset == 2 for b in cluster.brokers.values())
+
+    # An idle spell three times replica.lag.time.max.ms long: walks come back once a quarter of it has passed,
+    # so the follower's touches never age out and the leader never drops it from the ISR.
+    lag_ms = broker.replica_lag_time_max_ms
+    walks.clear()
+    for _ in range(3 * lag_ms // 500):
+        follower_fetch()
+        broker.tick(cluster.now_ms)
+        cluster.deliver_controller_calls()
+        assert all(follower_id in broker.hosted("t", p).replica.isr for p in led)
+        assert all(cluster.now_ms - state.last_caught_up_time_ms <= lag_ms // 4 + 500 for state in states)
+    fetches = 3 * lag_ms // 500
+    # one walk per quarter of the lag at most, beside the few while the last record's high watermark settles
+    assert 0 < len(walks) // len(led) <= fetches // (lag_ms // 4 // 500) + 5 < fetches // 4
+
+    # New partitions led by the same leader (metadata moves the generation): the follower's next request
+    # names them, although its last one was quiet.
+    assert follower.next_replica_request(leader, cluster.now_ms).request.topics == []
+    created = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="u", num_partitions=6,
+                                                                        replication_factor=3),)))
+    assert created.topics[0].error_code == ErrorCode.NONE
+    led_u = {p for p, state in cluster.images[1].topics.by_name["u"].partitions.items() if state.leader == leader}
+    assert led_u
+    named = follower.next_replica_request(leader, cluster.now_ms).request
+    assert {p.partition for t in named.topics if t.topic == "u" for p in t.partitions} == led_u
