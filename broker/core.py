@@ -380,7 +380,9 @@ class BrokerCore:
         self._maybe_register_or_heartbeat(now_ms)
         self._maybe_request_producer_ids(now_ms)
         if now_ms >= self._next_isr_check_ms:
-            self._next_isr_check_ms = now_ms + ISR_CHECK_INTERVAL_MS
+            # Kafka checks every replica.lag.time.max.ms / 2; a quarter of it here, and at least every second
+            # when it is short: a walk over every hosted partition that finds nothing to do when all is well.
+            self._next_isr_check_ms = now_ms + max(ISR_CHECK_INTERVAL_MS, self.replica_lag_time_max_ms // 4)
             for hosted in self.partitions.values():
                 proposal = hosted.replica.maybe_shrink_isr(now_ms)
                 if proposal is not None:
@@ -407,22 +409,26 @@ class BrokerCore:
     def _run_log_cleanup(self, now_ms: int) -> None:
         # Every replica applies retention on its own, as Kafka's LogManager does.
         for key, hosted in self.partitions.items():
+            moved = False
             if hosted.log_config.delete:
                 log_start_offset = hosted.log.log_start_offset
                 hosted.log.apply_retention(now_ms)
                 if hosted.log.log_start_offset != log_start_offset:  # nothing deleted: nothing to follow
                     hosted.replica.log_start_moved()
                     hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
+                    moved = True
             hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
                 state = hosted.producer_state
                 aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
-                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.last_stable_offset, aborted=aborted,
-                                   last_records=state.last_records_of_active_producers(),
-                                   drop_aborted=state.aborted_index.remove)
+                stats = hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.last_stable_offset,
+                                           aborted=aborted, last_records=state.last_records_of_active_producers(),
+                                           drop_aborted=state.aborted_index.remove)
+                moved = moved or stats.skipped_reason is None
             hosted.producer_state.aborted_index.sync()
-            self.dirty_partitions.add(key)
+            if moved:  # waiting fetches look again; an untouched partition keeps follower sessions quiet
+                self.dirty_partitions.add(key)
 
     def close(self) -> None:
         self.checkpoint_high_watermarks()
