@@ -184,6 +184,9 @@ class BrokerCore:
             self.storage.fsync_dir("")
         # Test-only planted bugs for the simulator's checkers (see partitions/replica.py); never configured.
         self.bug_hw_from_leader_leo = False
+        # A planted bug for the simulator (simulations/cluster_sim.py, idle phase), never configured: a quiet
+        # follower session stays parked without a walk however old its last touches are.
+        self.bug_quiet_sessions_never_age = False
         self.bug_truncate_to_own_hw = False
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
 

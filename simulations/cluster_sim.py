@@ -27,10 +27,14 @@ A run: create the topic, produce and consume for `duration_s` simulated seconds 
 phase), then heal everything, stop generating records and require, within `LIVENESS_MS_MAX`, that every
 producer settles, every replica of every partition converges (same log end offset, high watermark at it) and
 the consumer has read up to it (the liveness phase). Then the converged logs are compared with what was
-acknowledged and read (see simulations/cluster_checkers.py).
+acknowledged and read (see simulations/cluster_checkers.py). This workload then stays idle for `IDLE_PHASE_MS`
+(the other workloads skip it, `idle_phase_ms`): followers whose fetch sessions have nothing to say are parked
+by the leaders without a walk over their partitions (broker/handlers_data.py), and every replica must keep its
+place in every ISR throughout (`idle_isr_stable`).
 
 Bug switches (never a node's config): pysyncobj fixes "A", "B", "D", "E" off (RaftDriver bug_switches) and
-the planted broker bugs "hw_from_leader_leo" and "truncate_to_own_hw".
+the planted broker bugs "hw_from_leader_leo", "truncate_to_own_hw" and "quiet_session_never_ages" (the last
+caught by the idle phase).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from simulations.node_process import (
     _describe,
     _NodeDied,
 )
-from simulations.run import RunConfig, RunResult
+from simulations.run import CheckerVerdict, RunConfig, RunResult
 
 DESCRIPTION = "the whole cluster (NodeState cores) with Kafka producers (acks=all, acks=1) and a consumer"
 TOPIC = "sim"
@@ -70,6 +74,9 @@ PARTITIONS = 3
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 LIVENESS_MS_MAX = 60_000
+IDLE_PHASE_MS = 10_000  # > 3x the workload's replica.lag.time.max.ms
+RESUME_MS = 2_000  # records again after the idle spell
+RESUME_EXTRA_LATENCY_MS = 300  # on every link meanwhile (the workload's replica.lag.time.max.ms is 3,000)
 LIVENESS_CHECK_INTERVAL_MS = 100
 FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
 # This workload's own faults (probability per FAULT_STEP of 100 ms), on whenever the run has any faults.
@@ -130,6 +137,7 @@ class ClusterSimulation(NodeFaultsMixin):
     extra_bugs: dict[str, str] = {}
     broker_settings_extra: dict[str, int] = {}
     replication_factor = REPLICATION_FACTOR  # of the workload's topic (capped at the number of nodes)
+    idle_phase_ms = IDLE_PHASE_MS  # after the final checks; 0: none (the other workloads)
     observers = 0  # broker-only nodes after the `--nodes` broker+controller ones
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
@@ -360,8 +368,11 @@ class ClusterSimulation(NodeFaultsMixin):
         self.loop.run_until(fault_phase_us)
         self._heal_everything()
         self._check_liveness(fault_phase_us)
+        self.idle_isr_detail: str | None = None
         if self.checkers.liveness_ok:
             self._final_checks()
+            if self.idle_phase_ms:
+                self._check_idle()
         for client in self.clients:
             client.running = False
         result = self._result()
@@ -406,10 +417,13 @@ class ClusterSimulation(NodeFaultsMixin):
         for producer in self.producers:
             stats[f"acked_{producer.name}"] = producer.stats.acked_records
             stats[f"failed_{producer.name}"] = producer.stats.failed_records
+        verdicts = self.checkers.verdicts(self.node_errors)
+        if self.idle_phase_ms:
+            verdicts.append(CheckerVerdict("idle_isr_stable", self.idle_isr_detail is None, self.idle_isr_detail or ""))
         return RunResult(
             seed=self.config.seed,
             trace_sha256=self.loop.trace.sha256(),
-            checkers=self.checkers.verdicts(self.node_errors),
+            checkers=verdicts,
             simulated_seconds=self.loop.now_us / US_PER_S,
             stats=stats,
         )
@@ -421,6 +435,48 @@ class ClusterSimulation(NodeFaultsMixin):
             self.trace("liveness.ok")
             return
         self.checkers.liveness_detail = f"not converged {LIVENESS_MS_MAX} ms after heal: {self._lagging()}"
+
+    def _check_idle(self) -> None:
+        """Nothing produced for `idle_phase_ms` with every node up, then records again for `RESUME_MS`: no
+        replica may leave an ISR. A follower at the leader's log end is in sync however long it is idle (as in
+        Kafka), so the hazard is the first records after the spell: a leader that parked the follower's fetches
+        without touching its fetch state (broker/handlers_data.py) holds a caught-up time as old as the spell,
+        and its next ISR check, before the follower fetched the new records, would drop it."""
+        # Convergence does not wait for ISR expansions still on their way to the controller: those first.
+        full_by_us = self.loop.now_us + LIVENESS_MS_MAX * US_PER_MS
+        if not self.loop.run_until_condition(lambda: self._isr_short() is None, full_by_us):
+            self.idle_isr_detail = f"an ISR still short {LIVENESS_MS_MAX} ms after convergence: {self._isr_short()}"
+            return
+        self.trace("idle", self.idle_phase_ms)
+        for phase, duration_ms in (("while idle", self.idle_phase_ms), ("after the idle spell", RESUME_MS)):
+            end_us = self.loop.now_us + duration_ms * US_PER_MS
+            if self.loop.run_until_condition(lambda: self._isr_short() is not None, end_us):
+                self.idle_isr_detail = f"{phase}: {self._isr_short()}"
+                self.trace("idle.isr_short")
+                break
+            if phase == "while idle":
+                # Records again, over links slow enough that the followers' first fetches after the spell
+                # take a while: the window in which an old caught-up time would cost a follower its place.
+                for producer in self.producers:
+                    producer.generating = True
+                for a in self.node_ids:
+                    for b in self.node_ids:
+                        if a != b:
+                            self.network.slow(a, b, RESUME_EXTRA_LATENCY_MS * US_PER_MS)
+        for producer in self.producers:
+            producer.generating = False
+        self.network.heal()
+
+    def _isr_short(self) -> str | None:
+        for partition in range(PARTITIONS):
+            leader = self._leader_replica(TOPIC, partition)
+            if leader is None:
+                return f"{TOPIC}-{partition} has no leader"
+            pending = leader.pending_isr_change
+            if set(leader.isr) != set(leader.replicas) or pending is not None:
+                change = "" if pending is None else f", change to {sorted(pending.proposed_isr)} proposed"
+                return f"{TOPIC}-{partition} ISR {sorted(leader.isr)} of replicas {sorted(leader.replicas)}{change}"
+        return None
 
     def _converged(self) -> bool:
         return self._lagging() is None

@@ -43,6 +43,7 @@ class GroupsSimulation(ClusterSimulation):
 
     checkers_class = GroupCheckers
     extra_bugs = GROUP_BUGS
+    idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
     member_class: type = SimGroupConsumer
     group_id = GROUP
     broker_settings_extra = {

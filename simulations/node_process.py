@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from simulations.cluster_sim import ClusterSimulation
 
 
-BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_hw": "bug_truncate_to_own_hw"}
+BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_hw": "bug_truncate_to_own_hw",
+               "quiet_session_never_ages": "bug_quiet_sessions_never_age"}
 STEP_INTERVAL_MS = 50  # the broker tick (the real node's is 20 ms; nothing here is due more often)
 TICK_SPACING_US_MIN = 100
 CONTROLLER_CALL_TIMEOUT_MS = 10_000

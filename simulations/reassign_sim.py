@@ -126,6 +126,7 @@ class ReassignSimulation(ClusterSimulation):
 
     checkers_class = ReassignCheckers
     extra_bugs = REASSIGN_BUGS
+    idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
     replication_factor = REPLICATION_FACTOR
     observers = 1  # a broker-only node (KRaft observer) after the controllers: moves go to and from it too
 

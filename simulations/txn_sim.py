@@ -75,6 +75,7 @@ class TransactionsSimulation(ClusterSimulation):
 
     checkers_class = TxnCheckers
     extra_bugs = TXN_BUGS
+    idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
     broker_settings_extra = {
         "offsets_topic_num_partitions": INTERNAL_PARTITIONS,
         "transaction_state_log_num_partitions": INTERNAL_PARTITIONS,

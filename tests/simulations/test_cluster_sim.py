@@ -202,6 +202,24 @@ def test_truncate_to_own_hw_fails_a_safety_checker_at_its_known_seed():
     _assert_teeth("truncate_to_own_hw", TRUNCATE_BUG_SEED, TRUNCATE_BUG_FAULTS)
 
 
+# quiet_session_never_ages: a leader parks a quiet follower session without a walk however old its last
+# touches are. Idle followers at the log end stay in sync (as in Kafka), but the first records after the
+# idle phase find their caught-up times as old as the spell, and the next ISR check drops them. Caught at the
+# first seed of a fault-free run, as at every seed tried (1-6); the same seeds pass with the bug off.
+QUIET_BUG_SEED = 1
+
+
+@pytest.mark.slow
+def test_quiet_session_never_ages_fails_idle_isr_stable_at_its_known_seed():
+    buggy = _config(seed=QUIET_BUG_SEED, bugs=frozenset({"quiet_session_never_ages"}))
+    first = run_one(buggy)
+    assert _failed(first) == ["idle_isr_stable"], [(v.name, v.detail) for v in first.checkers]
+    assert "after the idle spell" in next(v.detail for v in first.checkers if v.name == "idle_isr_stable")
+    assert run_one(buggy).trace_sha256 == first.trace_sha256
+    fixed = run_one(_config(seed=QUIET_BUG_SEED))
+    assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
+
+
 @pytest.mark.slow
 def test_sweep_with_every_fix_in_place_finds_no_failure():
     # The CLI's default fault mix (crashes, power loss, crash points, partitions, pauses, delays, drops,
