@@ -275,8 +275,6 @@ class BrokerCore:
         self._discard_if_other_topic(directory, local.topic_id)
         log_config = self._log_config(local.topic_name)
         log = PartitionLog.open(self.storage, directory, log_config, now_ms, self.log_clock)
-        if log.has_timed_work:
-            self.log_clock.timed.add(log)
         write_file_atomically(self.storage, f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode())
         replica = Partition(
             local.topic_name,
@@ -391,9 +389,9 @@ class BrokerCore:
                 if proposal is not None:
                     self._send_alter_partition(hosted, proposal)
         if now_ms >= self._next_log_tick_ms:
-            # Time-based log work (flush.ms, file.delete.delay.ms) is due at most every LOG_TICK_INTERVAL_MS;
-            # a log with none pending costs two attribute reads (a call per log every tick made idle cost grow
-            # with the partitions hosted).
+            # Time-based log work (flush.ms, file.delete.delay.ms) is due at most every LOG_TICK_INTERVAL_MS,
+            # and only the logs that have some are visited (partitions/log.py LogClock): a call per log every
+            # tick made idle cost grow with the partitions hosted.
             self._next_log_tick_ms = now_ms + LOG_TICK_INTERVAL_MS
             clock = self.log_clock
             clock.ms = max(clock.ms, now_ms)

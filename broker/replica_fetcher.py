@@ -62,7 +62,7 @@ class FollowerFetchSession:
     positions: dict[TopicPartition, tuple] = field(default_factory=dict)
     # (the broker's partition generation, fetch offsets) when the last request named no partition although it
     # covered every partition followed from this leader: until the generation moves, partitions are dirtied
-    # or an answer brings news, the next request is the same (ReplicaFetcher._quiet_fetch_request)
+    # or an answer brings news, the next request is the same (ReplicaFetcher.next_replica_request)
     quiet: tuple[int, dict[TopicPartition, int]] | None = None
 
 
@@ -204,10 +204,9 @@ class ReplicaFetcher:
         """Apply a leader's answer; `response` is None when the request failed (connection lost)."""
         if sent.api_key == ApiKey.FETCH:
             self._fetch_session_answered(sent, response)
-            session = self.fetch_sessions.get(sent.leader_id)
-            if session is not None and (response is None or response.error_code != ErrorCode.NONE
-                                        or response.responses):
-                session.quiet = None  # news, an error or a backoff: the next request is worked out afresh
+            session = self.fetch_sessions.get(sent.leader_id)  # gone after a failure or an error
+            if session is not None and response.responses:
+                session.quiet = None  # news or a partition error: the next request is worked out afresh
         if response is None:
             for hosted in self._followed_by(sent.leader_id):
                 hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
