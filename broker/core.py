@@ -272,10 +272,11 @@ class BrokerCore:
         if hosted is not None:  # same name, new topic: the old replica is gone
             self.remove_partition(*key)
         directory = partition_directory(*key)
-        self._discard_if_other_topic(directory, local.topic_id)
+        recorded = self._discard_if_other_topic(directory, local.topic_id)
         log_config = self._log_config(local.topic_name)
         log = PartitionLog.open(self.storage, directory, log_config, now_ms, self.log_clock)
-        write_file_atomically(self.storage, f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode())
+        if not recorded:  # once per directory, not at every load (a temporary file and two fsyncs each time)
+            write_file_atomically(self.storage, f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode())
         replica = Partition(
             local.topic_name,
             local.partition,
@@ -298,12 +299,15 @@ class BrokerCore:
         self.partitions[key] = hosted
         return hosted
 
-    def _discard_if_other_topic(self, directory: str, topic_id: bytes) -> None:
+    def _discard_if_other_topic(self, directory: str, topic_id: bytes) -> bool:
+        """Delete `directory` when its partition.metadata names another topic; True when it names this one."""
         path = f"{directory}/{PARTITION_METADATA_FILE}"
         if not self.storage.exists(path):
-            return
+            return False
         if read_file(self.storage, path).strip() != topic_id.hex().encode():
             self.storage.delete_tree(directory)
+            return False
+        return True
 
     def remove_partition(self, topic: str, partition: int) -> None:
         self.fetcher.forget_following()

@@ -12,7 +12,9 @@ batch headers forward from that position. The time index maps the largest timest
 offset of the batch that carried it; it only grows when the timestamp grows.
 
 Invariants: entries are strictly increasing in offset (and position / timestamp); the file holds exactly
-the entries in memory (no preallocation, so no trailing zeros to trim). An index is only a hint: when it is
+the entries in memory (no preallocation, so no trailing zeros to trim). The file is created with its first
+entry (Kafka's LazyIndex creates it on first use): a missing file is an empty index, so a new replica costs
+one file (its .log) rather than three, and a segment without entries never has one. An index is only a hint: when it is
 missing, torn or insane (`sanity_error`), the segment rebuilds it from the log. Entries are kept in memory
 as well, so lookups never touch the file.
 """
@@ -49,16 +51,17 @@ class _SparseIndex:
         self.base_offset = base_offset
         self.entries_max = max(1, index_bytes_max // self.entry.size)
         self._storage = storage
-        self._handle: FileHandle = storage.open(path)
+        self._handle: FileHandle | None = storage.open(path) if storage.exists(path) else None
         self.keys: list[int] = []
         self.values: list[int] = []
         self.torn = False
         self._pending = bytearray()
-        self._load()
+        if self._handle is not None:
+            self._load(self._handle)
 
-    def _load(self) -> None:
-        size = self._handle.size()
-        data = self._handle.read_at(0, size)
+    def _load(self, handle: FileHandle) -> None:
+        size = handle.size()
+        data = handle.read_at(0, size)
         whole = size - size % self.entry.size
         self.torn = whole != size
         for key, value in self.entry.iter_unpack(memoryview(data)[:whole]):
@@ -94,8 +97,10 @@ class _SparseIndex:
             self.write_pending()
 
     def write_pending(self) -> None:
-        """Write buffered entries to the file (not fsynced)."""
+        """Write buffered entries to the file (not fsynced), creating it with the first ones."""
         if self._pending:
+            if self._handle is None:
+                self._handle = self._storage.open(self.path)
             self._handle.append(self._pending)
             self._pending = bytearray()
 
@@ -108,7 +113,8 @@ class _SparseIndex:
         self.write_pending()
         del self.keys[count:]
         del self.values[count:]
-        self._handle.truncate(count * self.entry.size)
+        if self._handle is not None:
+            self._handle.truncate(count * self.entry.size)
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
@@ -117,23 +123,29 @@ class _SparseIndex:
 
     def fsync(self) -> None:
         self.write_pending()
-        self._handle.fsync()
+        if self._handle is not None:  # no file: an empty index, nothing to make durable
+            self._handle.fsync()
 
     def close(self) -> None:
         self.write_pending()
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()
 
     def rename(self, path: str) -> None:
         """Rename the file and keep using it (the storage's rename keeps the bytes)."""
         self.write_pending()
-        self._handle.close()
-        self._storage.rename(self.path, path)
+        if self._handle is None:
+            self._storage.delete(path)  # what an old file there held is not this empty index
+        else:
+            self._handle.close()
+            self._storage.rename(self.path, path)
+            self._handle = self._storage.open(path)
         self.path = path
-        self._handle = self._storage.open(path)
 
     def delete(self) -> None:
         self._pending = bytearray()
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()
         self._storage.delete(self.path)
 
 

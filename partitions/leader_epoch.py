@@ -64,6 +64,7 @@ class LeaderEpochCache:
         self.path = f"{directory}/{CHECKPOINT_FILE_NAME}" if directory else CHECKPOINT_FILE_NAME
         self.epochs: list[int] = []
         self.start_offsets: list[int] = []
+        self.unsaved = False  # entries assigned to an empty log and not written yet (see `assign`)
         if storage.exists(self.path):
             try:
                 entries = parse_checkpoint(read_file(storage, self.path).decode("ascii", "replace"))
@@ -84,14 +85,21 @@ class LeaderEpochCache:
     def earliest_entry(self) -> tuple[int, int] | None:
         return (self.epochs[0], self.start_offsets[0]) if self.epochs else None
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, save: bool = True) -> bool:
         """Record that `epoch` starts at `start_offset`; True when the cache changed.
-        Entries that conflict (epoch >= `epoch` or start >= `start_offset`) are removed first, as in Kafka."""
+        Entries that conflict (epoch >= `epoch` or start >= `start_offset`) are removed first, as in Kafka.
+        With `save` False (a new leader of an empty log) the file is written by the next assign instead, which
+        the first append makes: until a record exists, an epoch's start protects nothing, and a power loss
+        that drops it leaves what a restart rebuilds anyway (the leader assigns its epoch again). A new
+        replica is thus created without this file and its two fsyncs (BrokerCore.apply_metadata)."""
         assert epoch >= 0 and start_offset >= 0, f"epoch={epoch} start_offset={start_offset}"
         if self.epochs and epoch == self.epochs[-1] and start_offset >= self.start_offsets[-1]:
+            if self.unsaved and save:
+                self._replace(self.entries())
             return False
         kept = [(e, o) for e, o in self.entries() if e < epoch and o < start_offset]
-        self._replace(kept + [(epoch, start_offset)])
+        self._replace(kept + [(epoch, start_offset)], flush=save)
+        self.unsaved = not save
         return True
 
     def epoch_for_offset(self, offset: int) -> int | None:
@@ -138,4 +146,5 @@ class LeaderEpochCache:
         self.epochs = [epoch for epoch, _ in entries]
         self.start_offsets = [offset for _, offset in entries]
         if flush:
+            self.unsaved = False
             write_file_atomically(self._storage, self.path, format_checkpoint(entries).encode("ascii"))

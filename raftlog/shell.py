@@ -69,6 +69,7 @@ peer_queue_messages_max = 10_000
 committed_feed_entries_max = 1_000_000
 rpc_frame_bytes_max = 4 * 1024 * 1024
 receive_batch_frames_max = 256
+step_wait_checkpoints_max = 8  # scheduler rounds a deferred on_step waits for the frames queued before it
 
 assert reconnect_backoff_min_ms < reconnect_backoff_max_ms
 
@@ -223,6 +224,9 @@ class RaftShell:
         self._waiters: dict[int, trio.Event] = {}
         self._outcomes: dict[int, int | RaftError] = {}
         self._wakeup = trio.Event()
+        self._step_soon = False  # an `on_step` deferred until the frames queued before it are sent (_pump)
+        self.frames_queued = 0  # frames handed to the peers' senders, and frames they wrote to their streams
+        self.frames_sent = 0
         self._proposal_queue: list[tuple[bytes, int, trio.Event, list[int]]] = []
         self.rejected_handshakes = 0
 
@@ -294,15 +298,26 @@ class RaftShell:
         self._wakeup.set()
 
     def _pump(self) -> None:
+        queued = False
         for peer_id, payload in self.driver.take_outbox():
             if not self._peer_up.get(peer_id):
                 continue
             try:
                 self._peer_queues[peer_id][0].send_nowait(payload)
+                self.frames_queued += 1
+                queued = True
             except trio.WouldBlock:
                 self._overflowed.add(peer_id)  # the sender resets this stream: like a full TCP buffer
         if self._on_step is not None:
-            self._on_step()
+            if queued or self._step_soon:
+                # A step can take seconds (a metadata delta that creates a thousand replicas). The frames just
+                # queued (a leader's new commit index, a follower's acknowledgement) leave first, from the
+                # senders' tasks, so that the other nodes apply the same entries meanwhile, not after this one:
+                # the tick loop runs the step once they are written.
+                self._step_soon = True
+                self._wake()
+            else:
+                self._on_step()
             return
         for ticket, outcome in self.driver.take_completions():
             self._outcomes[ticket] = outcome
@@ -319,6 +334,16 @@ class RaftShell:
 
     async def _tick_loop(self) -> None:
         while True:
+            if self._step_soon:
+                queued = self.frames_queued
+                for _ in range(step_wait_checkpoints_max):  # the senders write what was queued before the step
+                    await trio.lowlevel.checkpoint()
+                    if self.frames_sent >= queued:
+                        break
+                self._step_soon = False
+                self._on_step()
+                await trio.lowlevel.checkpoint()
+                continue
             wait_ms = self.driver.next_deadline_ms() - monotonic_ms()
             if wait_ms > 0:
                 with trio.move_on_after(wait_ms / 1000.0):
@@ -387,6 +412,7 @@ class RaftShell:
             if peer_id in self._overflowed:
                 return  # messages were dropped: this stream is no longer FIFO-complete
             await framed.send_frame(payload)
+            self.frames_sent += 1
 
     async def _watch_eof(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         # Raft streams are one-way: any byte or EOF from the peer means the stream is over.

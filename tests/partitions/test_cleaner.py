@@ -130,7 +130,7 @@ def test_compaction_swaps_atomically_and_leaves_no_temporary_files():
     log.roll(1_000)
     log.compact(now_ms=2_000)
     suffixes = {path.rsplit(".", 1)[-1] for path in storage.files if "/0" in path}
-    assert suffixes == {"log", "index", "timeindex"}
+    assert "log" in suffixes and suffixes <= {"log", "index", "timeindex"}  # an index file only with entries
     log.close()
     reopened = compacted_log(storage)
     assert key_values(reopened) == [(9, b"k", b"9")]

@@ -16,9 +16,26 @@ def test_offset_index_file_layout_is_kafkas():
     index = OffsetIndex(storage, "p/00000000000000000100.index", 100, 1024)
     index.append(104, 0)
     index.append(110, 4_200)
-    assert storage.files["p/00000000000000000100.index"] == b""  # buffered until flushed
+    assert "p/00000000000000000100.index" not in storage.files  # buffered until flushed, created with them
     index.fsync()
     assert bytes(storage.files["p/00000000000000000100.index"]) == struct.pack(">IIII", 4, 0, 10, 4_200)
+
+
+def test_an_index_file_is_created_with_its_first_entry_and_a_missing_one_is_empty():
+    storage = MemoryStorage()
+    index = OffsetIndex(storage, "p/00000000000000000000.index", 0, 1024)
+    index.fsync()
+    index.truncate_to(0)
+    index.close()
+    assert "p/00000000000000000000.index" not in storage.files  # never an entry: never a file
+    reopened = OffsetIndex(storage, "p/00000000000000000000.index", 0, 1024)
+    assert len(reopened) == 0 and reopened.sanity_error(log_size=500) is None
+    storage.files["p/00000000000000000000.index.swap"] = bytearray(b"stale entries of an older segment")
+    reopened.rename("p/00000000000000000000.index.swap")  # an empty index renamed over a stale file
+    assert "p/00000000000000000000.index.swap" not in storage.files
+    reopened.append(7, 100)
+    reopened.close()
+    assert bytes(storage.files["p/00000000000000000000.index.swap"]) == struct.pack(">II", 7, 100)
 
 
 def test_offset_index_lookup_returns_the_floor_entry():

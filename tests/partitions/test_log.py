@@ -228,7 +228,8 @@ def test_roll_fsyncs_the_closed_segment():
 def test_flush_messages_one_fsyncs_every_append():
     storage = MemoryStorage()
     log = open_log(storage, flush_messages=1)
-    log.assign_epoch_start(0, 0)  # (the checkpoint write fsyncs too)
+    log.assign_epoch_start(0, 0)
+    fill(log, 1)  # the first append also writes the epoch checkpoint (file and directory fsyncs)
     before = storage.fsync_count
     fill(log, 4)
     assert storage.fsync_count - before == 4  # the .log once per append
@@ -241,17 +242,18 @@ def test_flush_messages_counts_records_not_batches():
     log.assign_epoch_start(0, 0)
     before = storage.fsync_count
     log.append_as_leader(batch(b"a", b"b", b"c"), 0, 1_000)
-    assert storage.fsync_count == before
+    assert storage.fsync_count == before + 2  # the epoch checkpoint (file and directory), not the .log
     log.append_as_leader(batch(b"d", b"e"), 0, 1_000)
-    assert storage.fsync_count == before + 1
+    assert storage.fsync_count == before + 3
 
 
 def test_no_flush_policy_never_fsyncs_on_append():
     storage = MemoryStorage()
     log = open_log(storage)
     log.assign_epoch_start(0, 0)
+    fill(log, 1)  # (writes the epoch checkpoint)
     before = storage.fsync_count
-    fill(log, 20)
+    fill(log, 19, start=1)
     assert storage.fsync_count == before
     assert log.unflushed_messages == 20
 
@@ -361,7 +363,9 @@ def test_deleted_segments_keep_their_files_until_file_delete_delay_ms():
     fill(log, 3, now_ms=0)
     log.delete_records_before(2)
     deleted = [name for name in storage.files if name.endswith(".deleted")]
-    assert len(deleted) == 6  # two segments, three files each
+    assert sorted(name for name in deleted if name.endswith(".log.deleted")) == [
+        f"{DIRECTORY}/00000000000000000000.log.deleted", f"{DIRECTORY}/00000000000000000001.log.deleted"]
+    assert {name.split("/")[-1].split(".")[0] for name in deleted} == {"00000000000000000000", "00000000000000000001"}
     log.maybe_flush(500)
     assert [name for name in storage.files if name.endswith(".deleted")] == deleted
     log.maybe_flush(1_002)
@@ -370,8 +374,10 @@ def test_deleted_segments_keep_their_files_until_file_delete_delay_ms():
 
 def test_directory_files_are_named_as_kafka_names_them():
     storage = MemoryStorage()
-    log = open_log(storage, segment_bytes=len(batch(b"v0")) * 2)
-    fill(log, 3, epoch=5)
+    # An index entry for every batch after a segment's first, so that each segment has its index files.
+    log = open_log(storage, segment_bytes=len(batch(b"v0")) * 2, index_interval_bytes=1)
+    fill(log, 4, epoch=5)
+    log.close()  # (the active segment's entries are buffered until then)
     names = sorted(name.split("/")[1] for name in storage.files)
     assert names == [
         "00000000000000000000.index",
@@ -380,6 +386,7 @@ def test_directory_files_are_named_as_kafka_names_them():
         "00000000000000000002.index",
         "00000000000000000002.log",
         "00000000000000000002.timeindex",
+        "clean-shutdown",
         "leader-epoch-checkpoint",
     ]
     assert bytes(storage.files[f"{DIRECTORY}/leader-epoch-checkpoint"]) == b"0\n1\n5 0\n"
@@ -403,3 +410,29 @@ def test_large_immutable_batches_are_written_without_a_whole_copy_and_read_back_
     assert [(d.header.base_offset, d.header.partition_leader_epoch) for d in decoded] == [(0, 6), (2, 6), (4, 6)]
     assert [d.records[1].value for d in decoded] == [b"\x01" * 10, b"\x02" * 10, b"\x03" * 10]
     assert info.batch_headers == tuple(d.header for d in decoded)
+
+
+def test_a_new_leader_of_an_empty_log_writes_its_epoch_checkpoint_with_the_first_append():
+    storage = MemoryStorage()
+    checkpoint = f"{DIRECTORY}/leader-epoch-checkpoint"
+    log = open_log(storage)
+    log.assign_epoch_start(3, 0)
+    assert checkpoint not in storage.files and log.latest_epoch == 3  # held, not written
+    assert log.end_offset_for_epoch(3) == (3, 0)
+    log.assign_epoch_start(4, 0)  # a newer leadership before any record: still only in memory
+    assert checkpoint not in storage.files
+    log.append_as_leader(batch(b"a"), 4, 1_000)
+    assert bytes(storage.files[checkpoint]) == b"0\n1\n4 0\n"
+    log.assign_epoch_start(5, 1)  # a log with records writes at once
+    assert bytes(storage.files[checkpoint]) == b"0\n2\n4 0\n5 1\n"
+    reopened = open_log(storage)
+    assert reopened.epoch_cache.entries() == [(4, 0)]  # epoch 5 starts at the log end: no record of it yet
+
+
+def test_a_follower_of_an_empty_log_writes_the_epochs_of_what_it_appends():
+    storage = MemoryStorage()
+    leader = open_log()
+    leader.append_as_leader(batch(b"a"), 7, 1_000)
+    follower = open_log(storage)
+    follower.append_as_follower(read_all(leader), 1_000)
+    assert bytes(storage.files[f"{DIRECTORY}/leader-epoch-checkpoint"]) == b"0\n1\n7 0\n"

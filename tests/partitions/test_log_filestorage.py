@@ -50,3 +50,13 @@ def test_deleted_segment_stays_readable_through_an_open_slice(tmp_path):
 def batch_at_offset(offset: int, data: bytes) -> bytes:
     assert int.from_bytes(data[:8], "big") == offset
     return data
+
+
+def test_a_new_log_on_real_files_has_one_segment_file_until_it_has_index_entries(tmp_path):
+    storage = FileStorage(str(tmp_path))
+    log = open_log(storage)
+    log.assign_epoch_start(0, 0)
+    assert sorted(os.listdir(tmp_path / DIRECTORY)) == ["00000000000000000000.log"]
+    log.append_as_leader(batch(b"a"), 0, 1_000)
+    assert sorted(os.listdir(tmp_path / DIRECTORY)) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
+    log.close()

@@ -152,8 +152,9 @@ def test_missing_index_is_rebuilt():
 
 def test_leftover_cleaned_deleted_and_tmp_files_are_removed():
     storage = MemoryStorage()
-    log = open_log(storage)
+    log = open_log(storage, index_interval_bytes=1)  # an index entry (and files) for the second batch
     log.append_as_leader(batch(b"a"), 0, 1_000)
+    log.append_as_leader(batch(b"b"), 0, 1_000)
     log.close()
     for name in ("00000000000000000000.log.cleaned", "00000000000000000000.index.cleaned",
                  "00000000000000000005.log.deleted", "leader-epoch-checkpoint.tmp", "00000000000000000009.index"):
@@ -162,7 +163,7 @@ def test_leftover_cleaned_deleted_and_tmp_files_are_removed():
     names = sorted(path.split("/")[1] for path in storage.files)
     assert names == ["00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
                      "leader-epoch-checkpoint"]
-    assert values(reopened) == [(0, b"a")]
+    assert values(reopened) == [(0, b"a"), (1, b"b")]
 
 
 def test_interrupted_swap_is_completed_on_recovery():

@@ -141,3 +141,44 @@ async def test_unauthenticated_garbage_and_oversized_frames_are_closed_without_h
         response_port = shells[1].listen_port
         assert response_port == port
         nursery.cancel_scope.cancel()
+
+
+async def test_the_frames_of_a_driver_step_leave_before_the_owners_step_runs() -> None:
+    """A node's step can take seconds (a metadata delta that creates a thousand replicas). The leader's new
+    commit index and a follower's acknowledgement, queued by the driver step before it, must be on their way
+    by then, so that the other members apply the same entry meanwhile instead of after this one."""
+    import random
+
+    from raftlog.driver import RaftDriver
+    from raftlog.shell import monotonic_ms
+
+    ports = dict(zip((1, 2, 3), _free_ports(3)))
+    shells: dict[int, RaftShell] = {}
+    unsent_at_step: dict[int, int] = {}  # frames queued but not yet written when a member's step saw the entry
+
+    def on_step(i: int) -> None:
+        driver = shells[i].driver
+        driver.take_completions()
+        driver.take_late_completions()
+        for _, data in driver.take_committed():
+            if data == b"probe":
+                unsent_at_step[i] = shells[i].frames_queued - shells[i].frames_sent
+
+    for i in (1, 2, 3):
+        machine = StateMachine()
+        peers = {p: ("127.0.0.1", ports[p]) for p in ports if p != i}
+        driver = RaftDriver(i, sorted(peers), MemoryStorage(), f"raft-{i}", monotonic_ms, random.Random(i),
+                            machine.snapshot, machine.restore, SHELL_CONFIG)
+        shells[i] = RaftShell(driver, i, "127.0.0.1", ports[i], peers, CLUSTER, b"s3cret",
+                              on_step=lambda i=i: on_step(i))
+    async with trio.open_nursery() as nursery:
+        for shell in shells.values():
+            await nursery.start(shell.run)
+        leader = await _wait_leader(shells, set(shells))
+        shells[leader].driver.propose(b"probe", monotonic_ms() + 5_000)
+        shells[leader].wake()
+        with trio.fail_after(10):
+            while len(unsent_at_step) < 3:
+                await trio.sleep(0.01)
+        assert unsent_at_step == {1: 0, 2: 0, 3: 0}
+        nursery.cancel_scope.cancel()
