@@ -278,13 +278,21 @@ class PartitionLog:
     def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int,
              clock: LogClock | None = None) -> PartitionLog:
         """Load (and recover) the log in `directory`, creating it when empty. Raises StorageError."""
-        if not storage.exists(directory):
+        parent = posixpath.dirname(normalize_path(directory))
+        existed = storage.exists(directory)
+        if not existed:
             storage.makedirs(directory)
             # A new replica's directory must survive a power loss like its first fsynced batch.
-            storage.fsync_dir(posixpath.dirname(normalize_path(directory)))
+            storage.fsync_dir(parent)
         log = cls(storage, directory, config, now_ms, clock)
         names = storage.list(directory)
         clean_shutdown = CLEAN_SHUTDOWN_FILE_NAME in names
+        if existed and not clean_shutdown:
+            # A crashed process may have created this directory or its files without the fsync that makes
+            # their names durable (it died in between): what is found is made durable before it takes
+            # records, or a power loss would drop flushed, acknowledged ones with the names.
+            storage.fsync_dir(parent)
+            storage.fsync_dir(directory)
         swap_bases = log._remove_leftovers(names)
         log._load_segments(clean_shutdown)
         for base_offset in swap_bases:

@@ -194,3 +194,26 @@ def test_epoch_cache_is_truncated_to_the_recovered_log_end():
     recovered = open_log(storage)
     assert recovered.log_end_offset == 1
     assert recovered.epoch_cache.entries() == [(1, 0)]
+
+
+def test_a_log_directory_found_after_a_crash_is_made_durable_before_it_takes_records():
+    """A process crash right after a new log's directory was created (before the parent's fsync made it
+    durable): the restarted node finds the directory, so it is not new any more. Its flushed records must
+    still survive a power loss, so opening a log after an unclean shutdown syncs the directory's own entry."""
+    import random
+
+    from simulations.disk import SimDisk, SimulatedCrash
+
+    disk = SimDisk(random.Random(1))
+    disk.makedirs("logs")
+    disk.fsync_dir("")
+    disk.arm_crash(1)  # the first mutating call after the directory's creation: the parent's fsync
+    try:
+        open_log(disk, flush_messages=1)
+    except SimulatedCrash:
+        pass
+    assert disk.exists(DIRECTORY)  # created, not durable
+    log = open_log(disk, flush_messages=1)  # the restarted process
+    log.append_as_leader(batch(b"acknowledged"), 0, 1_000)  # fsynced before an acknowledgement
+    disk.power_loss()
+    assert values(open_log(disk)) == [(0, b"acknowledged")]
