@@ -14,8 +14,8 @@ offset of the batch that carried it; it only grows when the timestamp grows.
 Invariants: entries are strictly increasing in offset (and position / timestamp); the file holds exactly
 the entries in memory (no preallocation, so no trailing zeros to trim). The file is created with its first
 entry (Kafka's LazyIndex creates it on first use): a missing file is an empty index, so a new replica costs
-one file (its .log) rather than three, and a segment without entries never has one. An index is only a hint: when it is
-missing, torn or insane (`sanity_error`), the segment rebuilds it from the log. Entries are kept in memory
+one file (its .log) rather than three, and a segment without entries never has one. An index is only a hint:
+when it is missing, torn or insane (`sanity_error`), the segment rebuilds it from the log. Entries are kept in memory
 as well, so lookups never touch the file.
 """
 

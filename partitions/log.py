@@ -725,8 +725,8 @@ class PartitionLog:
     def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` starts at `start_offset` (a new leader does this with its log end offset); for an
         empty log the checkpoint file is written by the first append (LeaderEpochCache.assign)."""
-        self.epoch_cache.assign(epoch, start_offset, save=self.log_end_offset > self.log_start_offset
-                                or self.log_end_offset != start_offset)
+        empty_from_here = self.log_start_offset == self.log_end_offset == start_offset
+        self.epoch_cache.assign(epoch, start_offset, save=not empty_from_here)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, its end offset) for OffsetsForLeaderEpoch (KIP-101); (-1, -1) if unknown."""

@@ -225,7 +225,9 @@ class RaftShell:
         self._outcomes: dict[int, int | RaftError] = {}
         self._wakeup = trio.Event()
         self._step_soon = False  # an `on_step` deferred until the frames queued before it are sent (_pump)
-        self.frames_queued = 0  # frames handed to the peers' senders, and frames they wrote to their streams
+        # Frames handed to the peers' senders (less those dropped with a broken or overflowed stream), and frames
+        # they wrote to their streams: a deferred step waits until the second reaches the first.
+        self.frames_queued = 0
         self.frames_sent = 0
         self._proposal_queue: list[tuple[bytes, int, trio.Event, list[int]]] = []
         self.rejected_handshakes = 0
@@ -381,6 +383,7 @@ class RaftShell:
                 receive.receive_nowait()
             except trio.WouldBlock:
                 return
+            self.frames_queued -= 1  # never to be sent: a deferred step no longer waits for it
 
     async def _run_outgoing_stream(self, peer_id: int) -> None:
         """Connect, authenticate, then send frames until the stream breaks (returns or raises)."""
@@ -410,8 +413,13 @@ class RaftShell:
         while True:
             payload = await receive.receive()
             if peer_id in self._overflowed:
+                self.frames_queued -= 1  # dropped, as the rest of the queue will be (_drain_queue)
                 return  # messages were dropped: this stream is no longer FIFO-complete
-            await framed.send_frame(payload)
+            try:
+                await framed.send_frame(payload)
+            except BaseException:
+                self.frames_queued -= 1  # lost with the stream: a deferred step no longer waits for it
+                raise
             self.frames_sent += 1
 
     async def _watch_eof(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:

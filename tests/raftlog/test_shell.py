@@ -182,3 +182,15 @@ async def test_the_frames_of_a_driver_step_leave_before_the_owners_step_runs() -
                 await trio.sleep(0.01)
         assert unsent_at_step == {1: 0, 2: 0, 3: 0}
         nursery.cancel_scope.cancel()
+
+
+def test_frames_dropped_with_a_stream_are_not_waited_for() -> None:
+    """Frames drained with a broken stream never leave: they stop counting as queued, or every later deferred
+    step would wait out its rounds for them."""
+    shell = _make_shells({1: b"s", 2: b"s", 3: b"s"})[1]
+    shell._peer_up[2] = True
+    shell.driver._outbox.extend([(2, b"frame-a"), (2, b"frame-b")])
+    shell._pump()
+    assert shell.frames_queued == 2 and shell.frames_sent == 0
+    shell._drain_queue(2)  # the stream to peer 2 broke
+    assert shell.frames_queued == 0
