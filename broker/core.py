@@ -420,6 +420,7 @@ class BrokerCore:
                 if hosted.log.log_start_offset != log_start_offset:  # nothing deleted: nothing to follow
                     hosted.replica.log_start_moved()
                     hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
+                    self.dirty_partitions.add(key)  # fetchers learn the new log start
             hosted.producer_state.remove_expired(now_ms)
             if hosted.log_config.compact:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
@@ -429,10 +430,6 @@ class BrokerCore:
                                    aborted=aborted, last_records=state.last_records_of_active_producers(),
                                    drop_aborted=state.aborted_index.remove)
             hosted.producer_state.aborted_index.sync()
-            # Every partition, moved or not (`moved` alone was tried: the reassign simulation's seed 23 at 20 s
-            # then left a follower of a broker-only leader behind for good, so something still relies on this
-            # periodic wake-up; until that is found, every quiet follower session walks once per check).
-            self.dirty_partitions.add(key)
 
     def close(self) -> None:
         self.checkpoint_high_watermarks()

@@ -56,7 +56,7 @@ class _DelayedFetch:
     partitions: frozenset[tuple[str, int]]
     denied: frozenset[str]  # topics the principal may not read (decided when the request arrived)
     context: FetchContext  # the partitions read and the session (KIP-227) that cuts the response
-    touched: bool = False  # one of its partitions was marked dirty while it waited
+    touched: bool = False  # its arrival read found news, or one of its partitions was marked dirty since
 
 
 class DataPlaneApis:
@@ -69,6 +69,9 @@ class DataPlaneApis:
         self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
         self.fetch_sessions = FetchSessionCache()
+        # A planted bug for the simulator (simulations/reassign_sim.py), never configured: a parked fetch whose
+        # arrival read found news without records answers empty at its deadline, and the news is never sent.
+        self.bug_parked_fetch_drops_news = False
 
     def api_handlers(self):
         return [
@@ -293,8 +296,11 @@ class DataPlaneApis:
         if max_wait_ms == 0 or size >= request.min_bytes or has_error:
             return self._answer_fetch(request, context, response)
         request_id = self.apis.defer()
+        # `touched` when the read found news other than records (a high watermark, last stable offset or log
+        # start the session has not sent): the answer at the deadline must read again to carry it.
         self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
-                                                  denied, context)
+                                                  denied, context,
+                                                  touched=bool(response.responses) and not self.bug_parked_fetch_drops_news)
         return Deferred(request_id)
 
     def _still_quiet(self, request: Any, context: FetchContext, now_ms: int) -> bool:

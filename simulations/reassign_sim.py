@@ -47,7 +47,8 @@ ELECT_SHARE = 0.10
 ELECT_LEADERS_VERSION = 1
 REASSIGN_CHECKER_NAMES = ("assignment_settled",)
 REASSIGN_BUGS = {"reassign_without_catch_up": "bug_reassign_without_catch_up",
-                 "fetch_session_silent_on_named": "bug_named_partition_keeps_last_sent"}
+                 "fetch_session_silent_on_named": "bug_named_partition_keeps_last_sent",
+                 "parked_fetch_drops_news": "bug_parked_fetch_drops_news"}
 
 
 class ReassignCheckers(ClusterCheckers):
@@ -137,6 +138,10 @@ class ReassignSimulation(ClusterSimulation):
             for group in state.apis._groups:
                 if hasattr(group, "fetch_sessions"):
                     group.fetch_sessions.bug_named_partition_keeps_last_sent = True
+        if "parked_fetch_drops_news" in self.workload_bugs and state.apis is not None:
+            for group in state.apis._groups:
+                if hasattr(group, "fetch_sessions"):
+                    group.bug_parked_fetch_drops_news = True
 
     def _build_clients(self) -> None:
         super()._build_clients()

@@ -138,6 +138,31 @@ def test_a_waiting_incremental_fetch_that_nothing_touched_expires_empty_without_
     assert [(p.partition_index, bool(p.records)) for t in answer.responses for p in t.partitions] == [(0, True)]
 
 
+def test_a_waiting_fetch_whose_arrival_read_found_news_without_records_carries_it_at_the_deadline(cluster):
+    """A partition named again at the log end has no records to send but news for the session (its high
+    watermark was never answered there): the fetch waits for records, and the answer at the deadline reads
+    again to carry the news. An empty answer would leave the session's entry unanswered, so every later
+    wait would end empty too and the fetcher would never learn the high watermark (a follower stuck behind
+    its leader's high watermark until something else moved the partition)."""
+    from broker.apis import Deferred
+
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate()
+    full = cluster.call(leader, ApiKey.FETCH, 11, fetch(0, 0, [(0, 1)]))
+    cluster.apis[leader].poll(cluster.now_ms)  # nothing left marked dirty: only the deadline ends a wait
+    for epoch in (1, 2):
+        waiting = fetch(full.session_id, epoch, [(0, 1)] if epoch == 1 else ())
+        waiting.max_wait_ms = 500
+        parked = cluster.call(leader, ApiKey.FETCH, 11, waiting)
+        assert isinstance(parked, Deferred)
+        cluster.now_ms += 501
+        answered = {request_id: r for request_id, _, r in cluster.apis[leader].poll(cluster.now_ms)}
+        news = [(p.partition_index, p.high_watermark, bool(p.records))
+                for t in answered[parked.request_id].responses for p in t.partitions]
+        assert news == ([(0, 1, False)] if epoch == 1 else [])  # told once, then nothing new
+
+
 def test_an_idle_followers_incremental_fetch_reads_no_partition_and_keeps_it_in_the_isr(cluster):
     leader = leader_of(cluster, 0)
     cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))

@@ -18,6 +18,7 @@ from simulations.run import RunConfig, run_one, sweep
 
 REASSIGN_WITHOUT_CATCH_UP_SEED = 1
 FETCH_SESSION_SILENT_SEED = 23  # of `--duration 20`: the defect the sweep found in the first fetch sessions
+PARKED_FETCH_DROPS_NEWS_SEED = 23  # of `--duration 20`: found once log cleanup stopped waking every partition
 SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}
 
 
@@ -54,6 +55,12 @@ def test_reassign_without_catch_up_fails_a_safety_checker_at_its_known_seed():
 @pytest.mark.slow
 def test_a_fetch_session_silent_on_a_named_partition_fails_liveness_at_its_known_seed():
     assert_teeth("reassign", "fetch_session_silent_on_named", FETCH_SESSION_SILENT_SEED, 20.0, {"liveness"})
+
+
+@pytest.mark.slow
+def test_a_parked_fetch_that_drops_its_news_fails_liveness_at_its_known_seed():
+    # A follower that named a partition again at its log end never learns the high watermark there.
+    assert_teeth("reassign", "parked_fetch_drops_news", PARKED_FETCH_DROPS_NEWS_SEED, 20.0, {"liveness"})
 
 
 @pytest.mark.slow
