@@ -275,8 +275,12 @@ class BrokerCore:
         recorded = self._discard_if_other_topic(directory, local.topic_id)
         log_config = self._log_config(local.topic_name)
         log = PartitionLog.open(self.storage, directory, log_config, now_ms, self.log_clock)
-        if not recorded:  # once per directory, not at every load (a temporary file and two fsyncs each time)
-            write_file_atomically(self.storage, f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode())
+        if not recorded:
+            # Once per directory, not at every load (a temporary file and two fsyncs each time), and only with the
+            # first segment file: a directory without partition.metadata holds no records, so a broker that
+            # finds one adopts it whatever topic left it (and a new replica costs a file creation less).
+            path, topic_id = f"{directory}/{PARTITION_METADATA_FILE}", local.topic_id.hex().encode()
+            log.before_first_segment_file(lambda: write_file_atomically(self.storage, path, topic_id))
         replica = Partition(
             local.topic_name,
             local.partition,

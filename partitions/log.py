@@ -74,6 +74,7 @@ from partitions.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     BatchPlacement,
+    LazyLogFile,
     LogSegment,
     join,
 )
@@ -271,6 +272,8 @@ class PartitionLog:
         self.cleaner_checkpoint = 0  # first offset not yet compacted (Kafka's cleaner-offset-checkpoint)
         self.earliest_delete_horizon_ms: int | None = None  # when kept tombstones may go (KIP-534)
         self.closed = False
+        self._before_first_file: Callable[[], None] | None = None  # see before_first_segment_file
+        self._unsynced_parent: str | None = None  # a new directory's parent, until the first record is synced
 
     # ---- opening and recovery
 
@@ -281,10 +284,11 @@ class PartitionLog:
         parent = posixpath.dirname(normalize_path(directory))
         existed = storage.exists(directory)
         if not existed:
+            # Its entry in the parent becomes durable with the log's first fsync (segment.LazyLogFile): until a
+            # record is flushed, a power loss that drops the new directory drops the same empty log.
             storage.makedirs(directory)
-            # A new replica's directory must survive a power loss like its first fsynced batch.
-            storage.fsync_dir(parent)
         log = cls(storage, directory, config, now_ms, clock)
+        log._unsynced_parent = None if existed else parent
         names = storage.list(directory)
         clean_shutdown = CLEAN_SHUTDOWN_FILE_NAME in names
         if existed and not clean_shutdown:
@@ -299,7 +303,10 @@ class PartitionLog:
             log._complete_swap(base_offset)
         checkpointed_start = log._read_log_start_offset()
         if not log.segments:
-            log.segments.append(log._new_segment(checkpointed_start or 0, now_ms))
+            # No segment file yet: the first one is created with the first record (segment.LazyLogFile).
+            log.segments.append(log.segment_object(
+                checkpointed_start or 0,
+                lazy_log=lambda path: LazyLogFile(storage, path, log._first_segment_file, log._sync_parent)))
         log.log_start_offset = max(checkpointed_start or 0, log.segments[0].base_offset)
         if log.log_start_offset > log.log_end_offset:
             log.truncate_fully_and_start_at(log.log_start_offset)
@@ -352,7 +359,8 @@ class PartitionLog:
             if segment.first_batch_timestamp is not None and segment.first_batch_timestamp >= 0:
                 segment.created_ms = segment.first_batch_timestamp
 
-    def segment_object(self, base_offset: int, suffix: str = "") -> LogSegment:
+    def segment_object(self, base_offset: int, suffix: str = "",
+                       lazy_log: Callable[[str], LazyLogFile] | None = None) -> LogSegment:
         return LogSegment(
             self.storage,
             self.directory,
@@ -361,6 +369,7 @@ class PartitionLog:
             self.config.index_interval_bytes,
             self.now_ms,
             suffix,
+            lazy_log,
         )
 
     def _complete_swap(self, base_offset: int) -> None:
@@ -401,12 +410,34 @@ class PartitionLog:
         """Persist the first dirty offset (Kafka's cleaner-offset-checkpoint) after a compaction pass."""
         self._write_offset_checkpoint(CLEANER_CHECKPOINT_FILE_NAME, self.cleaner_checkpoint)
 
+    def before_first_segment_file(self, callback: Callable[[], None]) -> None:
+        """Run `callback` just before this log creates its first segment file, or now if it has one: the broker
+        writes partition.metadata so, and a directory without it holds no records (BrokerCore)."""
+        if len(self.segments) == 1 and isinstance(self.segments[0].log, LazyLogFile) \
+                and not self.segments[0].log.created:
+            self._before_first_file = callback
+        else:
+            callback()
+
+    def _first_segment_file(self) -> None:
+        callback, self._before_first_file = self._before_first_file, None
+        if callback is not None:
+            callback()
+
+    def _sync_parent(self) -> None:
+        """Make a new log directory's entry in its parent durable (once, before its first flushed record)."""
+        if self._unsynced_parent is not None:
+            self.storage.fsync_dir(self._unsynced_parent)
+            self._unsynced_parent = None
+
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        self._first_segment_file()
         for file_suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             self.storage.delete(self._path(f"{base_offset:020d}{file_suffix}"))
         segment = self.segment_object(base_offset)
         segment.created_ms = now_ms
         self.storage.fsync_dir(self.directory)
+        self._sync_parent()
         return segment
 
     def _check_invariants(self) -> None:

@@ -24,16 +24,17 @@ empty); `max_timestamp` is the largest batch max_timestamp (-1 while empty).
 
 from __future__ import annotations
 
+import posixpath
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from partitions.batch import HEADER_SIZE, BatchHeader, parse_header, peek_offset_and_length, validate_batch
 from partitions.errors import CorruptRecordError, KafkaError
 from partitions.index import RELATIVE_OFFSET_MAX, OffsetIndex, TimeIndex
-from partitions.storage import FileHandle, Storage
+from partitions.storage import FileHandle, Storage, StorageError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -53,6 +54,76 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 def join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
+
+
+class LazyLogFile:
+    """The .log handle of a log's first segment in a directory without segments: the file is created with its
+    first write. Until then it is an empty file that is not there, and a restart finds a directory without
+    segments, which is the same empty log. A new replica costs one file creation less (partitions/log.py
+    PartitionLog.open).
+
+    `before_create` runs just before the file is created (the broker writes partition.metadata then). The
+    name of the file becomes durable with the first fsync, which also fsyncs its directory and then calls
+    `after_first_sync` (the log syncs a new directory's entry in its parent then): a flushed record never
+    sits in a file whose name, or whose directory's, a power loss can drop."""
+
+    def __init__(self, storage: Storage, path: str, before_create: Callable[[], None] | None = None,
+                 after_first_sync: Callable[[], None] | None = None) -> None:
+        self.path = path
+        self._storage = storage
+        self._handle: FileHandle | None = None
+        self._before_create = before_create
+        self._after_first_sync = after_first_sync
+        self._name_unsynced = False
+        self._closed = False
+
+    @property
+    def created(self) -> bool:
+        return self._handle is not None
+
+    def _file(self) -> FileHandle:
+        if self._handle is None:
+            if self._closed:
+                raise StorageError(f"file is closed: {self.path}")
+            if self._before_create is not None:
+                self._before_create()
+            self._handle = self._storage.open(self.path)
+            self._name_unsynced = True
+        return self._handle
+
+    def size(self) -> int:
+        return 0 if self._handle is None else self._handle.size()
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        return self._file().append(data)
+
+    def write_at(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        self._file().write_at(position, data)
+
+    def read_at(self, position: int, size: int) -> bytes:
+        return b"" if self._handle is None else self._handle.read_at(position, size)
+
+    def truncate(self, size: int) -> None:
+        if self._handle is not None:
+            self._handle.truncate(size)
+
+    def fsync(self) -> None:
+        if self._handle is None:
+            return
+        self._handle.fsync()
+        if self._name_unsynced:
+            self._storage.fsync_dir(posixpath.dirname(self.path))
+            if self._after_first_sync is not None:
+                self._after_first_sync()
+            self._name_unsynced = False
+
+    def fileno(self) -> int | None:
+        return None if self._handle is None else self._handle.fileno()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._handle is not None:
+            self._handle.close()
 
 
 class BatchPlacement(NamedTuple):
@@ -84,6 +155,7 @@ class LogSegment:
         index_interval_bytes: int,
         created_ms: int,
         suffix: str = "",
+        lazy_log: Callable[[str], LazyLogFile] | None = None,
     ) -> None:
         self.storage = storage
         self.directory = directory
@@ -91,7 +163,8 @@ class LogSegment:
         self.suffix = suffix
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        self.log: FileHandle = storage.open(self.path(LOG_SUFFIX))
+        # `lazy_log` makes the .log handle for this segment's path when the file is to wait for its first write
+        self.log: FileHandle = storage.open(self.path(LOG_SUFFIX)) if lazy_log is None else lazy_log(self.path(LOG_SUFFIX))
         self.offset_index = OffsetIndex(storage, self.path(INDEX_SUFFIX), base_offset, index_bytes_max)
         self.time_index = TimeIndex(storage, self.path(TIME_INDEX_SUFFIX), base_offset, index_bytes_max)
         self.next_offset = base_offset
@@ -392,12 +465,20 @@ class LogSegment:
         """Rename the three files to carry `suffix` (atomically each; the caller fsyncs the directory)."""
         if suffix == self.suffix:
             return
-        self.retired_handles.append(self.log)
-        self.storage.rename(self.path(LOG_SUFFIX), self.path(LOG_SUFFIX, suffix))
+        uncreated = isinstance(self.log, LazyLogFile) and not self.log.created
+        if uncreated:
+            self.storage.delete(self.path(LOG_SUFFIX, suffix))  # what an old file there held is not this log
+        else:
+            self.retired_handles.append(self.log)
+            self.storage.rename(self.path(LOG_SUFFIX), self.path(LOG_SUFFIX, suffix))
         self.offset_index.rename(self.path(INDEX_SUFFIX, suffix))
         self.time_index.rename(self.path(TIME_INDEX_SUFFIX, suffix))
         self.suffix = suffix
-        self.log = self.storage.open(self.path(LOG_SUFFIX))
+        path = self.path(LOG_SUFFIX)
+        if uncreated:
+            self.log.path = path
+        else:
+            self.log = self.storage.open(path)
 
     def close(self) -> None:
         for handle in self.retired_handles:

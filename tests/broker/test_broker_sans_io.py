@@ -412,3 +412,22 @@ def test_time_based_log_work_runs_on_the_logs_that_have_some_and_follows_a_dynam
     tick(1_100)
     assert log.unflushed_messages == 0 and broker.log_clock.timed == set()
     assert log.now_ms >= cluster.now_ms - 100  # the shared clock moved the log's time with the ticks
+
+
+def test_a_replica_directory_gets_partition_metadata_with_its_first_segment_file(cluster):
+    """A new replica is one directory and nothing in it: the segment file comes with the first record, and
+    partition.metadata (the topic id, KIP-516) just before it, so a directory holding records always names its
+    topic while a directory without it holds none (BrokerCore._ensure_partition)."""
+    from broker.core import PARTITION_METADATA_FILE, partition_directory
+    from partitions.storage import read_file
+
+    topic_id = cluster.images[1].topics.by_name["t"].topic_id.hex().encode()
+    for broker in cluster.brokers.values():
+        assert [broker.storage.list(partition_directory("t", p)) for p in range(3)] == [[], [], []]
+    cluster.call(leader_of(cluster, 0), ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate()
+    for broker in cluster.brokers.values():
+        names = broker.storage.list(partition_directory("t", 0))
+        assert "00000000000000000000.log" in names and PARTITION_METADATA_FILE in names
+        assert read_file(broker.storage, f"{partition_directory('t', 0)}/{PARTITION_METADATA_FILE}") == topic_id
+        assert broker.storage.list(partition_directory("t", 1)) == []

@@ -52,11 +52,16 @@ def batch_at_offset(offset: int, data: bytes) -> bytes:
     return data
 
 
-def test_a_new_log_on_real_files_has_one_segment_file_until_it_has_index_entries(tmp_path):
+def test_a_new_log_on_real_files_has_no_file_until_its_first_record_then_no_index_until_an_entry(tmp_path):
     storage = FileStorage(str(tmp_path))
     log = open_log(storage)
     log.assign_epoch_start(0, 0)
-    assert sorted(os.listdir(tmp_path / DIRECTORY)) == ["00000000000000000000.log"]
+    assert os.listdir(tmp_path / DIRECTORY) == []
+    log.close()
+    log = open_log(storage)  # a directory without segments: the same empty log
+    assert (log.log_start_offset, log.log_end_offset, os.listdir(tmp_path / DIRECTORY)) == (0, 0, [])
+    log.assign_epoch_start(0, 0)
     log.append_as_leader(batch(b"a"), 0, 1_000)
     assert sorted(os.listdir(tmp_path / DIRECTORY)) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
     log.close()
+    assert values(open_log(storage)) == [(0, b"a")]
