@@ -298,9 +298,9 @@ class DataPlaneApis:
         request_id = self.apis.defer()
         # `touched` when the read found news other than records (a high watermark, last stable offset or log
         # start the session has not sent): the answer at the deadline must read again to carry it.
+        news = bool(response.responses) and not self.bug_parked_fetch_drops_news
         self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
-                                                  denied, context,
-                                                  touched=bool(response.responses) and not self.bug_parked_fetch_drops_news)
+                                                  denied, context, touched=news)
         return Deferred(request_id)
 
     def _still_quiet(self, request: Any, context: FetchContext, now_ms: int) -> bool:

@@ -164,7 +164,8 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         # `lazy_log` makes the .log handle for this segment's path when the file is to wait for its first write
-        self.log: FileHandle = storage.open(self.path(LOG_SUFFIX)) if lazy_log is None else lazy_log(self.path(LOG_SUFFIX))
+        log_path = self.path(LOG_SUFFIX)
+        self.log: FileHandle = storage.open(log_path) if lazy_log is None else lazy_log(log_path)
         self.offset_index = OffsetIndex(storage, self.path(INDEX_SUFFIX), base_offset, index_bytes_max)
         self.time_index = TimeIndex(storage, self.path(TIME_INDEX_SUFFIX), base_offset, index_bytes_max)
         self.next_offset = base_offset

@@ -134,14 +134,12 @@ class ReassignSimulation(ClusterSimulation):
     def configure_node(self, state: Any) -> None:
         if "reassign_without_catch_up" in self.workload_bugs:
             state.controller.bug_reassign_without_catch_up = True
-        if "fetch_session_silent_on_named" in self.workload_bugs and state.apis is not None:
-            for group in state.apis._groups:
-                if hasattr(group, "fetch_sessions"):
-                    group.fetch_sessions.bug_named_partition_keeps_last_sent = True
-        if "parked_fetch_drops_news" in self.workload_bugs and state.apis is not None:
-            for group in state.apis._groups:
-                if hasattr(group, "fetch_sessions"):
-                    group.bug_parked_fetch_drops_news = True
+        data_planes = [g for g in state.apis._groups if hasattr(g, "fetch_sessions")] if state.apis is not None else []
+        for data_plane in data_planes:
+            if "fetch_session_silent_on_named" in self.workload_bugs:
+                data_plane.fetch_sessions.bug_named_partition_keeps_last_sent = True
+            if "parked_fetch_drops_news" in self.workload_bugs:
+                data_plane.bug_parked_fetch_drops_news = True
 
     def _build_clients(self) -> None:
         super()._build_clients()
