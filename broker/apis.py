@@ -11,18 +11,22 @@ produce waits for the high watermark, a fetch for min_bytes or max_wait_ms, a fo
 controller, a coordinator request for its shard's write to commit. A group answers a deferred request by
 appending `(request_id, header, response)` to `completed`. Whoever drives this object calls `poll(now_ms)`
 after every event that may complete a deferred request (a produce, a follower fetch, a controller answer, a
-metadata change, time passing): every group's `poll` runs, and what completed is returned. Errors are per
-partition (or per topic) Kafka error codes, as the protocol wants; an exception escaping `handle` is a bug,
-and the connection is closed.
+metadata change, time passing): every group's `poll(now_ms, changed)` runs with the partitions that changed
+since the previous poll (`BrokerCore.dirty_partitions`: appended to, or their high watermark, log start or
+leadership moved), so a group looks only at what can have moved, and what completed is returned. A group
+that waits on a partition for another reason keeps its own list (an answer held behind a write already
+committed, a timer). Errors are per partition (or per topic) Kafka error codes, as the protocol wants; an
+exception escaping `handle` is a bug, and the connection is closed.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from broker.core import BrokerCore
+from broker.core import BrokerCore, TopicPartition
 from net.protocol.codec import SUPPORTED, RequestHeader
 from security.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from security.session import Session, anonymous_session
@@ -43,8 +47,9 @@ class HandlerGroup(Protocol):
     def api_handlers(self) -> list[tuple[int, int, int, Handler]]:
         """(api_key, lowest version, highest version, handler) for each API the group serves."""
 
-    def poll(self, now_ms: int) -> None:
-        """Complete deferred requests that can be answered now (append to `KafkaApis.completed`)."""
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
+        """Complete deferred requests that can be answered now (append to `KafkaApis.completed`); `changed`:
+        the partitions that moved since the previous poll (read only)."""
 
     def next_deadline_ms(self) -> int | None:
         """When `poll` must run at the latest, or None."""
@@ -164,10 +169,14 @@ class KafkaApis:
 
     def poll(self, now_ms: int) -> list[tuple[int, RequestHeader, Any]]:
         """Deferred requests that are now answered: (request id, header, response)."""
+        broker = self.broker
         for _ in range(POLL_ROUNDS_MAX):
+            changed, broker.dirty_partitions = broker.dirty_partitions, set()
+            if changed:
+                broker.partition_generation += 1  # what a follower's quiet walk found may no longer hold
             for group in self._groups:
-                group.poll(now_ms)
-            if not self.broker.dirty_partitions:
+                group.poll(now_ms, changed)
+            if not broker.dirty_partitions:
                 break
         completed, self.completed = self.completed, []
         return completed

@@ -24,11 +24,12 @@ log's batches (control batches included) into `LoadedRecord`s.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from broker.apis import Deferred
-from broker.core import BrokerCore, HostedPartition
+from broker.core import BrokerCore, HostedPartition, TopicPartition
 from coordinator.batches import coordinator_batch, loaded_records
 from coordinator.keys import partition_for_key
 from coordinator.runtime import CoordinatorRuntime
@@ -122,6 +123,11 @@ class CoordinatorService:
             self.runtime.on_became_leader(partition, leader_epoch, now_ms)
         else:
             self.runtime.on_resigned(partition, now_ms)
+
+    def changed_partitions(self, changed: AbstractSet[TopicPartition]) -> set[int]:
+        """The partitions of the internal topic among `changed` (a poll's changed partitions)."""
+        name = self.topic.name
+        return {partition for topic, partition in changed if topic == name}
 
     def partition_count(self) -> int | None:
         """The internal topic's partition count from the metadata image (None until it exists)."""
@@ -225,9 +231,9 @@ class CoordinatorApis:
             self._waiting[(key_type, runtime_id)] = (gather, slot)
         return gather
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         for key_type, service in self.services.items():
-            for runtime_id, answer in service.runtime.poll(now_ms):
+            for runtime_id, answer in service.runtime.poll(now_ms, service.changed_partitions(changed)):
                 waiting = self._waiting.pop((key_type, runtime_id), None)
                 if waiting is None:
                     continue  # already answered (a request both parked and failed), or internal

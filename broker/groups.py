@@ -39,7 +39,10 @@ from partitions.errors import ErrorCode
 from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from broker.apis import KafkaApis
+    from broker.core import TopicPartition
 
 
 TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION = 5  # KIP-890 part 2: no AddOffsetsToTxn before it
@@ -84,7 +87,7 @@ class GroupApis:
             (ApiKey.DELETE_GROUPS, 0, 1, self._delete_groups),
         ]
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         """Answers come out of CoordinatorApis.poll."""
 
     def next_deadline_ms(self) -> int | None:

@@ -32,7 +32,10 @@ from broker import config_sources
 from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from broker.apis import KafkaApis
+    from broker.core import TopicPartition
 
 RESOURCE_TYPE_TOPIC = 2
 RESOURCE_TYPE_BROKER = 4
@@ -68,7 +71,7 @@ class AdminApis:
             (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 0, self._incremental_alter_configs),
         ]
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         """Forwarded requests complete from the controller's callbacks, not here."""
 
     def next_deadline_ms(self) -> int | None:

@@ -19,7 +19,10 @@ from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from broker.apis import KafkaApis
+    from broker.core import TopicPartition
 
 # KIP-430: the operations a principal may perform on a resource, as a bitfield of Kafka's AclOperation codes
 # (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
@@ -47,7 +50,7 @@ class ClusterApis:
             (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
         ]
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         """Nothing here is deferred."""
 
     def next_deadline_ms(self) -> int | None:

@@ -16,11 +16,12 @@ arrives: a delayed fetch does not re-check.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.apis import Deferred
-from broker.core import HostedPartition
+from broker.core import HostedPartition, TopicPartition
 from broker.fetch_session import FetchContext, FetchSessionCache
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
@@ -82,13 +83,9 @@ class DataPlaneApis:
             (ApiKey.DELETE_RECORDS, 0, 1, self._delete_records),
         ]
 
-    def poll(self, now_ms: int) -> None:
-        dirty = self.broker.dirty_partitions
-        self.broker.dirty_partitions = set()
-        if dirty:
-            self.broker.partition_generation += 1  # what a follower's quiet walk found may no longer hold
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         self._complete_produces(now_ms)
-        self._complete_fetches(dirty, now_ms)
+        self._complete_fetches(changed, now_ms)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [delayed.deadline_ms for delayed in self._fetches.values()]
@@ -337,7 +334,7 @@ class DataPlaneApis:
             return frozenset() if self.apis.authorize_cluster(Op.CLUSTER_ACTION) else frozenset(topics)
         return self._denied_topics(topics, Op.READ)
 
-    def _complete_fetches(self, dirty: set[tuple[str, int]], now_ms: int) -> None:
+    def _complete_fetches(self, dirty: AbstractSet[TopicPartition], now_ms: int) -> None:
         for request_id, delayed in list(self._fetches.items()):
             expired = now_ms >= delayed.deadline_ms
             moved = bool(dirty) and not delayed.partitions.isdisjoint(dirty)

@@ -28,6 +28,9 @@ from security.acl import AclOperation as Op
 from broker.handlers_admin import code_and_message
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
+    from broker.core import TopicPartition
     from broker.handlers_admin import AdminApis
 
 _DENIED = "Cluster authorization failed."
@@ -48,7 +51,7 @@ class ElasticityApis:
             (ApiKey.UNREGISTER_BROKER, 0, 0, self._unregister_broker),
         ]
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         """Forwarded requests complete from the controller's callbacks."""
 
     def next_deadline_ms(self) -> int | None:

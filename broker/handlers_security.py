@@ -27,7 +27,10 @@ from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclFilter, AclOperation as Op, InvalidAclError, binding_of
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from broker.apis import KafkaApis
+    from broker.core import TopicPartition
     from broker.handlers_admin import AdminApis
 
 NO_AUTHORIZER = "No Authorizer is configured."
@@ -62,7 +65,7 @@ class SecurityApis:
             "SASL authentication is not expected here (a plaintext listener, or the connection is authenticated)"),
             auth_bytes=b"", session_lifetime_ms=0)
 
-    def poll(self, now_ms: int) -> None:
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         """Forwarded requests complete from the controller's callbacks."""
 
     def next_deadline_ms(self) -> int | None:

@@ -35,6 +35,7 @@ v12 only verifies, as v11 does. Clients that never negotiate these versions (eve
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -60,6 +61,7 @@ from txn.records import TransactionState
 
 if TYPE_CHECKING:
     from broker.apis import KafkaApis
+    from broker.core import TopicPartition
 
 MARKER_RETRY_MS = 100
 MARKER_COMPLETE_RETRY_MS = 5_000
@@ -123,6 +125,7 @@ class TransactionApis:
         self.service = service
         self.group_service = group_service
         self._markers: dict[tuple, _MarkerProgress] = {}
+        self._scanned_generation = -1  # the coordinator runtime's generation when every shard was last scanned
         self._writes: list[_MarkerWrite] = []
         # Test-only planted bug for the simulator: a transaction is completed once its markers are sent, before
         # the leaders have written them, so the producer's next transaction may reach a partition first.
@@ -154,8 +157,8 @@ class TransactionApis:
             (ApiKey.DESCRIBE_PRODUCERS, 0, 0, self._describe_producers),
         ]
 
-    def poll(self, now_ms: int) -> None:
-        self._send_markers(now_ms)
+    def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
+        self._send_markers(now_ms, self.service.changed_partitions(changed))
         self._complete_marker_writes(now_ms)
 
     def next_deadline_ms(self) -> int | None:
@@ -554,12 +557,24 @@ class TransactionApis:
 
     # --- the coordinator's markers -------------------------------------------------------------------------
 
-    def _send_markers(self, now_ms: int) -> None:
+    def _send_markers(self, now_ms: int, changed: set[int]) -> None:
+        """Start or advance the markers of every Prepare* transaction whose record is committed. A shard's
+        markers become due only when its partition changes (a Prepare record written, the high watermark
+        passing it) or it is loaded, so the shards looked at are those that changed, those with markers in
+        flight, and all of them after the set of loaded shards changed."""
         runtime, port = self.service.runtime, self.service.runtime.port
+        if runtime.generation != self._scanned_generation:
+            self._scanned_generation = runtime.generation
+            scan = runtime.loaded_partitions()
+        else:
+            scan = sorted(changed.union(key[0] for key in self._markers))
         due = {}
-        for partition in runtime.loaded_partitions():
+        for partition in scan:
+            shard = runtime.shard(partition)
+            if shard is None:
+                continue  # loading, or no longer led: its jobs are dropped below
             coordinator_epoch = runtime.leader_epoch(partition)
-            for job in runtime.shard(partition).markers_due(port.high_watermark(partition)):
+            for job in shard.markers_due(port.high_watermark(partition)):
                 due[(partition, job.transactional_id, job.producer_id, job.producer_epoch, job.commit)] = \
                     (job, coordinator_epoch)
         for key in [k for k in self._markers if k not in due]:

@@ -15,10 +15,13 @@ that this broker leads. The broker drives the runtime with four inputs, each wit
   back and replayed; the response is held until the high watermark passes the last offset the shard had
   written (`poll` releases it). A result without records is held behind the shard's earlier writes, so no
   answer ever shows state that a leader failover could lose.
-- `poll(now_ms)`: advances loads, replays records others appended (transaction markers on
+- `poll(now_ms, changed)`: advances loads, replays records others appended (transaction markers on
   `__consumer_offsets`), fires shard timers (`shard.poll`), and returns the answers whose offsets the high
   watermark has passed: `(request_id, response)` or `(request_id, ErrorCode)` for the broker to turn into
-  that API's error response.
+  that API's error response. `changed` names the partitions whose log end or high watermark may have moved
+  since the previous poll (None: any); only those, the loading ones, the ones given a request since, and the
+  ones whose timer or oldest held answer is due are read, so a poll costs what moved, not what is led (the
+  broker polls after every request and a broker leads dozens of these partitions).
 
 Replay is one path: the shard reads its partition back through `port.read`, in offset order, from its next
 offset (`_Context.next_offset`); its own writes, the load and others' markers all arrive that way.
@@ -40,6 +43,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -134,6 +138,10 @@ class CoordinatorRuntime:
         self.load_bytes_per_poll = load_bytes_per_poll
         self.held_answers_max = held_answers_max
         self._contexts: dict[int, _Context] = {}
+        self._attention: set[int] = set()  # partitions given a request since the last poll: read them then
+        # Bumped whenever the set of ACTIVE shards changes: who scans the shards (the broker's marker writer)
+        # scans them all again, and otherwise only the partitions that changed.
+        self.generation = 0
         self._request_ids = itertools.count(1)
         # Test-only planted bug for the simulator's checkers (simulations/groups_sim.py); never configured:
         # answers leave without waiting for the high watermark.
@@ -150,6 +158,7 @@ class CoordinatorRuntime:
         if context is not None:
             self._fail_waiting(context, ErrorCode.NOT_COORDINATOR)
             del self._contexts[partition]
+            self.generation += 1
         try:
             self._contexts[partition] = self._loading_context(partition, leader_epoch, deque())
         except KafkaError:
@@ -160,6 +169,7 @@ class CoordinatorRuntime:
         context = self._contexts.pop(partition, None)
         if context is not None:
             self._fail_waiting(context, ErrorCode.NOT_COORDINATOR)
+            self.generation += 1
 
     def _loading_context(self, partition: int, leader_epoch: int, held: deque) -> _Context:
         return _Context(partition, leader_epoch, self.shard_factory(partition), ShardState.LOADING,
@@ -193,6 +203,7 @@ class CoordinatorRuntime:
         request_id = next(self._request_ids)
         self._apply(context, request_id, context.shard.handle(request_id, request, now_ms), now_ms)
         self._refresh_deadline(partition)
+        self._attention.add(partition)  # its answer may be releasable at once (behind a committed write)
         return request_id
 
     def shard(self, partition: int) -> CoordinatorShard | None:
@@ -213,18 +224,25 @@ class CoordinatorRuntime:
 
     # --- time ----------------------------------------------------------------------------------------------
 
-    def poll(self, now_ms: int) -> list[tuple[int, Any]]:
-        """Advance loads, replay others' records, fire timers; the answers now releasable."""
+    def poll(self, now_ms: int, changed: AbstractSet[int] | None = None) -> list[tuple[int, Any]]:
+        """Advance loads, replay others' records, fire timers; the answers now releasable. `changed`: the
+        partitions whose log end or high watermark may have moved since the last poll (None: any of them)."""
+        attention, self._attention = self._attention, set()
         for context in list(self._contexts.values()):
+            partition = context.partition
+            look = changed is None or partition in changed or partition in attention
             if context.state is ShardState.LOADING:
                 self._advance_load(context, now_ms)
+                look = True
             if context.state is ShardState.ACTIVE:
-                if self._replay_available(context):
+                if look and self._replay_available(context):
                     context.deadline_ms = context.shard.next_deadline_ms()
                 if context.deadline_ms is not None and context.deadline_ms <= now_ms:
                     self._apply(context, None, context.shard.poll(now_ms), now_ms)
-                    self._refresh_deadline(context.partition)
-            self._release(context, now_ms)
+                    self._refresh_deadline(partition)
+                    look = True
+            if look or (context.held and context.held[0].deadline_ms <= now_ms):
+                self._release(context, now_ms)
         answers, self._answers = self._answers, []
         return answers
 
@@ -282,6 +300,7 @@ class CoordinatorRuntime:
         old = context.shard
         self._answers.extend((parked_id, ErrorCode.NOT_COORDINATOR) for parked_id in old.parked_request_ids()
                              if parked_id != request_id)
+        self.generation += 1
         try:
             self._contexts[context.partition] = self._loading_context(context.partition, context.leader_epoch,
                                                                       context.held)
@@ -296,6 +315,7 @@ class CoordinatorRuntime:
             budget -= self._replay_chunk(context, min(budget, READ_BYTES_MAX))
         if context.next_offset >= end:
             context.state = ShardState.ACTIVE
+            self.generation += 1
             # Answers given after the load wait until what was loaded is committed.
             context.last_written_offset = max(context.last_written_offset, end - 1)
             context.shard.on_loaded(now_ms)

@@ -154,6 +154,83 @@ def test_markers_written_by_others_reach_the_shard_in_offset_order():  # KIP-98:
     assert runtime.shard(0).replayed == [0, 1]
 
 
+class CountingPort(LogPort):
+    """A LogPort that counts the partitions the runtime reads the log end or high watermark of."""
+
+    def __init__(self, partitions: int = 3) -> None:
+        super().__init__(partitions)
+        self.looked_at: list[int] = []
+
+    def log_end_offset(self, partition) -> int:
+        self.looked_at.append(partition)
+        return super().log_end_offset(partition)
+
+    def high_watermark(self, partition) -> int:
+        self.looked_at.append(partition)
+        return super().high_watermark(partition)
+
+
+def loaded_all(port: LogPort) -> CoordinatorRuntime:
+    runtime = runtime_over(port)
+    for partition in port.logs:
+        runtime.on_became_leader(partition, 1, 0)
+    runtime.poll(0)
+    return runtime
+
+
+def test_a_poll_reads_only_the_partitions_that_changed():
+    # The broker polls after every request and leads dozens of these partitions: a poll must cost what moved.
+    port = CountingPort()
+    runtime = loaded_all(port)
+    generation = runtime.generation
+    port.looked_at.clear()
+    assert runtime.poll(1, changed=set()) == [] and port.looked_at == []
+    port.append(2, 1, [CoordinatorRecord(b"m", b"1")], None, 1)  # written by someone else (a marker)
+    runtime.poll(2, changed={2})
+    assert set(port.looked_at) == {2} and runtime.shard(2).values == {b"m": b"1"}
+    assert runtime.generation == generation  # the loaded shards are the same ones
+
+
+def test_an_answer_behind_a_committed_write_leaves_at_the_next_poll_even_if_nothing_changed():
+    port = CountingPort()
+    runtime = loaded_all(port)
+    write = runtime.submit(1, ("put", "a", "1"), 1)
+    port.commit_all()
+    assert runtime.poll(2, changed={1}) == [(write, ("ok", "a"))]
+    read = runtime.submit(1, ("get", "a"), 3)  # no write: held behind the committed one
+    assert runtime.poll(3, changed=set()) == [(read, ("value", b"1"))]
+
+
+def test_an_answer_held_for_the_high_watermark_leaves_when_its_partition_changes_and_times_out_without():
+    port = CountingPort()
+    runtime = loaded_all(port)
+    write = runtime.submit(0, ("put", "a", "1"), 1)
+    assert runtime.poll(1, changed=set()) == []
+    port.commit_all()
+    assert runtime.poll(2, changed={1}) == []  # another partition moved
+    assert runtime.poll(3, changed={0}) == [(write, ("ok", "a"))]
+    lost = runtime.submit(0, ("put", "b", "2"), 10)
+    assert runtime.poll(4_000, changed=set()) == []
+    assert runtime.poll(5_010, changed=set()) == [(lost, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
+
+
+def test_timers_and_loads_run_whatever_changed():
+    port = CountingPort()
+    runtime = loaded_all(port)
+    runtime.submit(0, ("put", "a", "1"), 0)
+    runtime.submit(0, ("expire", "a", 5_000), 0)
+    runtime.poll(1, changed=set())
+    runtime.poll(5_000, changed=set())
+    assert runtime.shard(0).values == {}
+    generation = runtime.generation
+    runtime.on_became_leader(1, 2, 5_001)  # a newer epoch reloads it: it takes no requests until loaded
+    assert runtime.generation == generation + 1 and runtime.status(1) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    runtime.poll(5_002, changed=set())
+    assert runtime.status(1) == ErrorCode.NONE and runtime.generation == generation + 2
+    runtime.on_resigned(2, 5_003)
+    assert runtime.generation == generation + 3
+
+
 def test_an_older_leader_epoch_is_ignored_and_a_newer_one_reloads():
     port = LogPort()
     runtime = loaded(port, epoch=5)
