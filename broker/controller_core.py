@@ -133,17 +133,17 @@ class ControllerCore:
 
     def _step(self, now_ms: int) -> None:
         self._collect_raft_completions()
-        status = self.raft.status()
-        if not status.is_leader:
+        is_leader, term, leader_id = self.raft.leadership()
+        if not is_leader:
             self._ready_term = None
             self._barrier_term = None
-            self._reject_queue(status.leader_id)
+            self._reject_queue(leader_id)
             return
         if self._in_flight is not None:
             return
-        if self._ready_term != status.term:
-            if self._barrier_term != status.term:
-                self._barrier_term = status.term
+        if self._ready_term != term:
+            if self._barrier_term != term:
+                self._barrier_term = term
                 self._propose(None, [NoOpRecord()], None, now_ms)
             return
         if self._queue:
@@ -170,12 +170,12 @@ class ControllerCore:
 
     @property
     def is_ready_leader(self) -> bool:
-        status = self.raft.status()
-        return status.is_leader and self._ready_term == status.term
+        is_leader, term, _ = self.raft.leadership()
+        return is_leader and self._ready_term == term
 
     # -- internals --------------------------------------------------------------------------------------------
     def _propose(self, operation_id: int | None, records: list[Any], response: Any, now_ms: int) -> None:
-        term = self._barrier_term if self._barrier_term is not None else self.raft.status().term
+        term = self._barrier_term if self._barrier_term is not None else self.raft.leadership()[1]
         ticket = self.raft.propose(encode_entry(term, records), now_ms + PROPOSAL_TIMEOUT_MS)
         self._proposals += 1
         self._in_flight = _InFlight(operation_id, response, ticket)

@@ -310,7 +310,7 @@ class NodeState:
 
     def quorum_leader_id(self) -> int | None:
         """The metadata quorum's leader as this node knows it (an observer: as the last answer named it)."""
-        return self.leader_hint if self.raft is None else self.raft.status().leader_id
+        return self.leader_hint if self.raft is None else self.raft.leadership()[2]
 
     def controller_to_ask(self, reachable: Callable[[int], bool] = lambda node_id: True) -> int | None:
         """Where a controller request or metadata fetch goes: the quorum leader as this node knows it (None on a

@@ -446,6 +446,10 @@ class RaftDriver:
             deadline = min(deadline, self._deadlines[0][0])
         return max(deadline, soonest_ms)
 
+    def leadership(self) -> tuple[bool, int, int | None]:
+        core = self._core
+        return bool(core._isLeader()), int(core.raftCurrentTerm), self._leader_id()
+
     def status(self) -> RaftStatus:
         core = self._core
         is_leader = bool(core._isLeader())

@@ -158,3 +158,7 @@ class RaftLog(Protocol):
 
     def status(self) -> RaftStatus:
         """Leader, term, commit and apply progress, and per-member replication progress."""
+
+    def leadership(self) -> tuple[bool, int, int | None]:
+        """(is leader, current term, leader id or None): what `status` says of them, without building it (its
+        owner asks at every step)."""

@@ -291,6 +291,9 @@ class RaftShell:
     def status(self) -> RaftStatus:
         return self.driver.status()
 
+    def leadership(self) -> tuple[bool, int, int | None]:
+        return self.driver.leadership()
+
     # -- driver plumbing -------------------------------------------------------------------------------------------
     def wake(self) -> None:
         """Run a driver step now (after the owner proposed through the driver)."""

@@ -390,9 +390,9 @@ class NodeProcess:
     def _observe(self) -> None:
         checkers = self.sim.checkers
         if self.raft is not None:
-            status = self._guard(self.raft.status)
-            if status.is_leader:
-                checkers.observe_raft_leader(self.node_id, status.term)
+            is_leader, term, _ = self._guard(self.raft.leadership)
+            if is_leader:
+                checkers.observe_raft_leader(self.node_id, term)
         observe_stable = getattr(checkers, "observe_last_stable_offset", None)
         for key in sorted(self.broker.partitions):
             replica = self.broker.partitions[key].replica

@@ -226,6 +226,10 @@ def test_memory_storage_restart_replays_journal_meta() -> None:
         cluster.start(i)
     new_leader = cluster.wait_leader()
     assert cluster.members[new_leader].driver.status().term > term
+    for member in cluster.members.values():  # the cheap accessor agrees with the full status
+        status = member.driver.status()
+        assert member.driver.leadership() == (status.is_leader, status.term, status.leader_id)
+    assert cluster.members[new_leader].driver.leadership()[0]
     cluster.commit(b"two")
     cluster.run_for(300)
     for member in cluster.members.values():
