@@ -233,7 +233,10 @@ class CoordinatorApis:
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
         for key_type, service in self.services.items():
-            for runtime_id, answer in service.runtime.poll(now_ms, service.changed_partitions(changed)):
+            runtime = service.runtime
+            if not runtime.has_shards() and not runtime.has_answers():
+                continue  # leads none of its partitions (most polls of most brokers with few of them)
+            for runtime_id, answer in runtime.poll(now_ms, service.changed_partitions(changed)):
                 waiting = self._waiting.pop((key_type, runtime_id), None)
                 if waiting is None:
                     continue  # already answered (a request both parked and failed), or internal

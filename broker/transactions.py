@@ -158,8 +158,11 @@ class TransactionApis:
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
-        self._send_markers(now_ms, self.service.changed_partitions(changed))
-        self._complete_marker_writes(now_ms)
+        runtime = self.service.runtime
+        if runtime.has_shards() or self._markers or runtime.generation != self._scanned_generation:
+            self._send_markers(now_ms, self.service.changed_partitions(changed))
+        if self._writes:
+            self._complete_marker_writes(now_ms)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [w.deadline_ms for w in self._writes]

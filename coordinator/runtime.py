@@ -216,6 +216,14 @@ class CoordinatorRuntime:
         context = self._contexts.get(partition)
         return context.leader_epoch if context is not None else None
 
+    def has_shards(self) -> bool:
+        """Whether any shard is loaded or loading here."""
+        return bool(self._contexts)
+
+    def has_answers(self) -> bool:
+        """Whether answers wait to leave at the next poll (a resignation's NOT_COORDINATOR ones)."""
+        return bool(self._answers)
+
     def loaded_partitions(self) -> list[int]:
         return sorted(p for p, c in self._contexts.items() if c.state is ShardState.ACTIVE)
 

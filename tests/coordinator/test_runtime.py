@@ -214,6 +214,20 @@ def test_an_answer_held_for_the_high_watermark_leaves_when_its_partition_changes
     assert runtime.poll(5_010, changed=set()) == [(lost, ErrorCode.COORDINATOR_NOT_AVAILABLE)]
 
 
+def test_a_runtime_says_whether_it_has_shards_or_answers_to_give():
+    # The broker skips the poll of a coordinator that leads none of its partitions.
+    port = CountingPort()
+    runtime = runtime_over(port)
+    assert not runtime.has_shards() and not runtime.has_answers()
+    runtime.on_became_leader(0, 1, 0)
+    runtime.poll(0, changed=set())
+    parked = runtime.submit(0, ("wait", "x"), 1)
+    runtime.on_resigned(0, 2)
+    assert not runtime.has_shards() and runtime.has_answers()
+    assert runtime.poll(3, changed=set()) == [(parked, ErrorCode.NOT_COORDINATOR)]
+    assert not runtime.has_answers()
+
+
 def test_timers_and_loads_run_whatever_changed():
     port = CountingPort()
     runtime = loaded_all(port)
