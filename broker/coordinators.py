@@ -189,6 +189,9 @@ class CoordinatorApis:
         self.broker = apis.broker
         self.services: dict[int, CoordinatorService] = {}
         self._waiting: dict[tuple[int, int], tuple[_Gather, int]] = {}  # (key type, runtime id) -> (gather, slot)
+        # A planted bug for the simulator (simulations/txn_sim.py), never configured: the runtimes are told
+        # that nothing changed, so an answer held for the high watermark leaves only at its write timeout.
+        self.bug_poll_ignores_changes = False
 
     def add_service(self, service: CoordinatorService) -> None:
         assert service.key_type not in self.services, service.key_type
@@ -236,7 +239,8 @@ class CoordinatorApis:
             runtime = service.runtime
             if not runtime.has_shards() and not runtime.has_answers():
                 continue  # leads none of its partitions (most polls of most brokers with few of them)
-            for runtime_id, answer in runtime.poll(now_ms, service.changed_partitions(changed)):
+            moved = set() if self.bug_poll_ignores_changes else service.changed_partitions(changed)
+            for runtime_id, answer in runtime.poll(now_ms, moved):
                 waiting = self._waiting.pop((key_type, runtime_id), None)
                 if waiting is None:
                     continue  # already answered (a request both parked and failed), or internal

@@ -66,7 +66,8 @@ TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
             "markers_before_prepare_committed": "bug_markers_before_prepare_committed",
             "txn_offsets_visible_early": "bug_txn_offsets_visible_early",
             "end_txn_retry_as_new_txn": "bug_end_txn_retry_as_new_transaction",
-            "complete_before_markers_written": "bug_complete_before_markers_written"}
+            "complete_before_markers_written": "bug_complete_before_markers_written",
+            "poll_ignores_changes": "bug_poll_ignores_changes"}
 FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
 
 
@@ -92,6 +93,8 @@ class TransactionsSimulation(ClusterSimulation):
                              lambda shard: setattr(shard, "bug_end_txn_retry_as_new_transaction", True))
         if "complete_before_markers_written" in self.workload_bugs:
             state.transactions.bug_complete_before_markers_written = True
+        if "poll_ignores_changes" in self.workload_bugs:
+            state.coordinators.bug_poll_ignores_changes = True
         if "txn_offsets_visible_early" in self.workload_bugs:
             configure_shards(state.coordinators.services[0].runtime,
                              lambda shard: setattr(shard.offsets, "bug_txn_offsets_visible_early", True))

@@ -35,6 +35,9 @@ END_TXN_RETRY_AS_NEW_TXN_SEED = 22
 # fails is never retried, so a committed transaction is committed on one output partition only (seed 4 fails
 # first, on liveness: a TxnOffsetCommit whose marker was lost keeps the group's offsets unstable forever).
 COMPLETE_BEFORE_MARKERS_WRITTEN_SEED = 29
+# poll_ignores_changes: the coordinator runtimes are told nothing changed, so every answer held for the high
+# watermark leaves at its write timeout as COORDINATOR_NOT_AVAILABLE: no pipeline ever commits (liveness).
+POLL_IGNORES_CHANGES_SEED = 1
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                 "fenced_never_commits"}
 
@@ -119,6 +122,12 @@ def test_markers_before_prepare_committed_fails_a_transaction_checker_at_its_kno
 @pytest.mark.slow
 def test_end_txn_retry_as_new_txn_fails_a_transaction_checker_at_its_known_seed():
     _assert_teeth("end_txn_retry_as_new_txn", END_TXN_RETRY_AS_NEW_TXN_SEED)
+
+
+@pytest.mark.slow
+def test_poll_ignores_changes_fails_liveness_at_its_known_seed():
+    # A poll reads only the coordinator partitions that moved: one that is never told stops the pipelines.
+    assert_teeth("transactions", "poll_ignores_changes", POLL_IGNORES_CHANGES_SEED, TEETH_DURATION_S, {"liveness"})
 
 
 @pytest.mark.slow
