@@ -450,8 +450,6 @@ class DataPlaneApis:
                            data: Any, now_ms: int) -> None:
         replica = hosted.replica
         high_watermark = replica.high_watermark
-        follower = replica.follower_states.get(replica_id)
-        follower_log_end_offset = follower.log_end_offset if follower is not None else None
         result = replica.handle_follower_fetch(
             replica_id, fetch_partition.fetch_offset, None, now_ms, max(max_bytes, 1),
             current_leader_epoch=fetch_partition.current_leader_epoch,
@@ -459,12 +457,13 @@ class DataPlaneApis:
         )
         records = result.records if max_bytes > 0 else b""
         self.broker.after_follower_fetch(hosted, result.isr_proposal)
-        # Only a fetch that moved something can complete another waiting request. Marking the partition on
-        # every read made a waiting follower fetch re-read itself at every poll, forever (each re-read
-        # marked the partition again).
-        follower = replica.follower_states.get(replica_id)
+        # Only a fetch that moved something others wait on can complete another waiting request: the high
+        # watermark (acks=all produces, consumers, coordinators) or the ISR. Marking the partition on every
+        # read made a waiting follower fetch re-read itself at every poll, forever (each re-read marked the
+        # partition again); marking it when only this follower's log end moved woke the other follower's
+        # and the consumers' parked fetches for a read that found nothing new for them.
         if (replica.high_watermark != high_watermark or result.isr_proposal is not None
-                or follower is None or follower.log_end_offset != follower_log_end_offset):
+                or replica.follower_states.get(replica_id) is None):
             self.broker.dirty_partitions.add((replica.topic, replica.partition))
         data.records = records
         data.high_watermark = result.high_watermark
