@@ -12,7 +12,7 @@ controller, a coordinator request for its shard's write to commit. A group answe
 appending `(request_id, header, response)` to `completed`. Whoever drives this object calls `poll(now_ms)`
 after every event that may complete a deferred request (a produce, a follower fetch, a controller answer, a
 metadata change, time passing): every group's `poll(now_ms, changed)` runs with the partitions that changed
-since the previous poll (`BrokerCore.dirty_partitions`: appended to, or their high watermark, log start or
+since the previous poll (`BrokerCore.dirty_partitions`: appended to, or their high watermark, ISR, log start or
 leadership moved), so a group looks only at what can have moved, and what completed is returned. A group
 that waits on a partition for another reason keeps its own list (an answer held behind a write already
 committed, a timer). Errors are per partition (or per topic) Kafka error codes, as the protocol wants; an
