@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import trio
 
 from net.logs import get_logger
+from partitions.storage import StorageError
 from net.tls import receive_available
 
 FRAME_LENGTH = struct.Struct(">i")
@@ -319,28 +320,47 @@ SENDFILE_SLICE_BYTES_MIN = 64 * 1024
 
 async def send_file_reply(stream: Any, parts: list) -> None:
     """Send a FileReply's chunks in order: buffers and small slices gathered into one send, the other file
-    slices by os.sendfile on a plain socket (read into bytes on TLS, or for a handle without a descriptor)."""
+    slices by os.sendfile on a plain socket (read into bytes on TLS, or for a handle without a descriptor).
+
+    A slice's file may be closed before its bytes leave: the replica was deleted (moved away by a
+    reassignment) or its segment removed after the response was built. The frame's length is already
+    promised, so the connection is closed (trio.BrokenResourceError) and the client fetches again; the node
+    keeps serving. The descriptor is looked up again before every sendfile, after any wait, so a number the
+    kernel reused for another file is never sent from."""
     raw = getattr(stream, "socket", None)  # trio.SocketStream; a trio.SSLStream has none
     pending: list = []
     for part in parts:
         if isinstance(part, _BUFFERS):
             pending.append(part)
             continue
-        fd = part.handle.fileno() if raw is not None and part.size >= SENDFILE_SLICE_BYTES_MIN else None
-        if fd is None:
-            pending.append(part.read())
+        if raw is None or part.size < SENDFILE_SLICE_BYTES_MIN or part.handle.fileno() is None:
+            pending.append(_slice_bytes(part))
             continue
         if pending:
             await stream.send_all(b"".join(pending))
             pending = []
-        await _sendfile(raw, fd, part.position, part.size)
+        await _sendfile(raw, part)
     if pending:
         await stream.send_all(b"".join(pending))
 
 
-async def _sendfile(sock: Any, fd: int, position: int, size: int) -> None:
+def _slice_bytes(part: Any) -> bytes:
+    try:
+        data = part.handle.read_at(part.position, part.size)
+    except StorageError as error:
+        raise trio.BrokenResourceError(f"file slice unreadable: {error}") from error
+    if len(data) != part.size:  # truncated since the response was built
+        raise trio.BrokenResourceError(f"file slice short: {len(data)} of {part.size} bytes at {part.position}")
+    return data
+
+
+async def _sendfile(sock: Any, part: Any) -> None:
     out_fd = sock.fileno()
+    position, size = part.position, part.size
     while size > 0:
+        fd = part.handle.fileno()  # again after every wait (see send_file_reply)
+        if fd is None:
+            raise trio.BrokenResourceError(f"the file of a slice at {position} was closed before it was sent")
         try:
             sent = os.sendfile(out_fd, fd, position, size)
         except BlockingIOError:

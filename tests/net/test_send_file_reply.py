@@ -67,3 +67,77 @@ def test_large_slices_go_by_sendfile(tmp_path):
         handle.close()
     assert received == b"header" + data + b"trailer"
     assert sendfile_calls >= 1 and sends == 2
+
+
+async def _send_expecting_a_closed_connection(parts: list, before_sendfile=None) -> BaseException | None:
+    """Run send_file_reply with the peer reading; the exception it ends with (None when it completed).
+    `before_sendfile` runs inside the send that precedes a sendfile (a wait during which files may close)."""
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    if before_sendfile is not None:
+        original = stream.send_all
+
+        async def send_all_then(data) -> None:
+            await original(data)
+            before_sendfile()
+
+        stream.send_all = send_all_then
+    outcome: list = [None]
+
+    async def send() -> None:
+        try:
+            await server.send_file_reply(stream, parts)
+        except trio.BrokenResourceError as error:
+            outcome[0] = error
+        finally:
+            left.close()  # the server closes the connection: the peer reads its end
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send)
+        with trio.move_on_after(2):
+            while await right.recv(1 << 20):
+                pass
+    right.close()
+    return outcome[0]
+
+
+def test_a_small_slice_of_a_file_closed_before_the_send_closes_the_connection_not_the_node(tmp_path):
+    # A replica moved away by a reassignment closes its segment files while a fetch reply that points into
+    # them waits to be written: the node once died of "file is closed" here.
+    handle = _file(tmp_path, 3_000)
+    parts = [b"header", FileSlice(handle, 0, 1_000)]
+    handle.close()
+    error = trio.run(_send_expecting_a_closed_connection, parts)
+    assert isinstance(error, trio.BrokenResourceError) and "file is closed" in str(error.__cause__)
+
+
+def test_a_large_slice_whose_file_closes_during_an_earlier_send_is_not_sent_from_a_reused_descriptor(tmp_path):
+    size = server.SENDFILE_SLICE_BYTES_MIN * 2
+    handle = _file(tmp_path, size)
+    other = FileStorage(str(tmp_path)).open("other.log", create=True)
+    other.write_at(0, b"\xff" * size)
+    reopened = []
+
+    def close_and_reuse() -> None:  # the descriptor number may now name another file
+        handle.close()
+        reopened.append(FileStorage(str(tmp_path)).open("other.log"))
+
+    try:
+        error = trio.run(_send_expecting_a_closed_connection, [b"header", FileSlice(handle, 0, size)],
+                         close_and_reuse)
+    finally:
+        other.close()
+        for extra in reopened:
+            extra.close()
+    assert isinstance(error, trio.BrokenResourceError) and "closed before it was sent" in str(error)
+
+
+def test_a_slice_cut_short_since_the_response_was_built_closes_the_connection(tmp_path):
+    handle = _file(tmp_path, 3_000)
+    try:
+        parts = [FileSlice(handle, 0, 3_000)]
+        handle.truncate(1_000)
+        error = trio.run(_send_expecting_a_closed_connection, parts)
+    finally:
+        handle.close()
+    assert isinstance(error, trio.BrokenResourceError) and "short" in str(error)
