@@ -346,12 +346,9 @@ async def send_file_reply(stream: Any, parts: list) -> None:
 
 def _slice_bytes(part: Any) -> bytes:
     try:
-        data = part.handle.read_at(part.position, part.size)
+        return part.read()
     except StorageError as error:
         raise trio.BrokenResourceError(f"file slice unreadable: {error}") from error
-    if len(data) != part.size:  # truncated since the response was built
-        raise trio.BrokenResourceError(f"file slice short: {len(data)} of {part.size} bytes at {part.position}")
-    return data
 
 
 async def _sendfile(sock: Any, part: Any) -> None:

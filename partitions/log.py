@@ -154,8 +154,11 @@ class FileSlice:
     size: int
 
     def read(self) -> bytes:
+        """The slice's bytes. Raises StorageError when the file is closed or unreadable, or was cut shorter
+        since the slice was taken (a truncation or a deleted replica between a response and its send)."""
         data = self.handle.read_at(self.position, self.size)
-        assert len(data) == self.size, f"short read {len(data)} of {self.size} at {self.position}"
+        if len(data) != self.size:
+            raise StorageError(f"short read: {len(data)} of {self.size} bytes at {self.position}")
         return data
 
     def __len__(self) -> int:  # a chunk of an encoded response (net/protocol: records written without a copy)
