@@ -43,7 +43,6 @@ from partitions.storage import StorageError
 from net.tls import receive_available
 
 FRAME_LENGTH = struct.Struct(">i")
-RECEIVE_BYTES_MAX = 1024 * 1024
 PRE_AUTH_REQUEST_BYTES_MAX = 512 * 1024  # Kafka's sasl.server.max.receive.size
 TLS_HANDSHAKE_S_MAX = 10.0
 # Connection ids are unique across every listener of the process (one dispatcher serves them all).
@@ -173,10 +172,11 @@ class FrameServer:
         if opened is not None:
             opened(connection_id, peer_host, self.listener, certificate)
         send_slots, receive_slots = trio.open_memory_channel[Reply](self.limits.inflight_requests_max)
+        link = _Link(stream, None if self.ssl_context is not None else socket_stream.socket.fileno())
         try:
             async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_replies, stream, receive_slots, nursery.cancel_scope)
-                await self._read_requests(connection_id, stream, send_slots)
+                nursery.start_soon(self._write_replies, link, receive_slots, nursery.cancel_scope)
+                await self._read_requests(connection_id, link, send_slots)
                 # The client closed its side: let the writer flush what is owed, then stop.
                 await send_slots.aclose()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, CloseConnection):
@@ -199,54 +199,71 @@ class FrameServer:
             await trio.aclose_forcefully(socket_stream)
             return None, None
 
-    async def _read_requests(self, connection_id: int, stream: trio.SocketStream, slots) -> None:
-        idle_seconds = self.limits.idle_ms_max / 1000
-        # One cancel scope for the connection's life, its deadline pushed forward on every read: cheaper than
-        # a new timeout scope per receive on the hot path.
+    async def _read_requests(self, connection_id: int, link: "_Link", slots) -> None:
+        # One cancel scope for the connection's life. Its deadline is pushed forward only when less than
+        # `idle_ms_max` is left (IDLE_DEADLINE_SLACK): moving a deadline costs more than a small request's
+        # read, and a connection is then closed between 1 and 1.1 times `idle_ms_max` after its last frame.
         with trio.CancelScope() as idle:
-            await self._read_frames(connection_id, stream, slots, idle, idle_seconds)
+            await self._read_frames(connection_id, link, slots, idle, self.limits.idle_ms_max / 1000)
         if idle.cancelled_caught:
             self.log.info("connection_idle_closed", connection_id=connection_id)
             raise CloseConnection("idle")
 
-    async def _read_frames(self, connection_id: int, stream: trio.SocketStream, slots, idle: trio.CancelScope,
+    async def _read_frames(self, connection_id: int, link: "_Link", slots, idle: trio.CancelScope,
                            idle_seconds: float) -> None:
-        buffer = bytearray()
+        received = _ReceiveBuffer()
+        batch_begin = getattr(self.dispatcher, "batch_begin", None)
+        idle.deadline = trio.current_time() + idle_seconds * IDLE_DEADLINE_SLACK
         while True:
-            idle.deadline = trio.current_time() + idle_seconds
-            data = await stream.receive_some(RECEIVE_BYTES_MAX)
-            if not data:
+            if idle.deadline - trio.current_time() < idle_seconds:
+                idle.deadline = trio.current_time() + idle_seconds * IDLE_DEADLINE_SLACK
+            if not await link.receive(received):
                 return
-            buffer += receive_available(stream, data, RECEIVE_BYTES_MAX)
-            position = 0
-            batch_begin = getattr(self.dispatcher, "batch_begin", None)
             if batch_begin is not None:
                 batch_begin()  # what the frames of this read complete is delivered once, after them
+            # While the writer owes nothing, the replies this read answers at once are written here, together,
+            # without waking it (`direct`); from the first reply that is not immediate bytes on, every reply
+            # goes through the writer, in order.
+            direct: list | None = [] if link.owed == 0 and link.fd is not None else None
             try:
-                while len(buffer) - position >= 4:
-                    (length,) = FRAME_LENGTH.unpack_from(buffer, position)
-                    if length < 0 or length > self._request_bytes_max(connection_id, length):
-                        self.log.info("request_too_large", connection_id=connection_id, size=length)
-                        raise CloseConnection(f"frame length {length}")
-                    if len(buffer) - position - 4 < length:
-                        break
-                    frame = bytes(buffer[position + 4 : position + 4 + length])
-                    position += 4 + length
+                while (frame := self._next_frame(received, connection_id)) is not None:
                     reply = self.dispatcher.handle_frame(connection_id, frame)
-                    idle.deadline = math.inf  # a deferred reply or a full pipeline is not idleness
+                    if direct is not None:
+                        if type(reply) is bytes:
+                            direct.append(reply)
+                            if len(direct) == DIRECT_REPLIES_MAX:  # the first answers of a long read leave early
+                                direct = _write_direct(link, direct, slots)
+                            continue
+                        if reply is NO_REPLY:
+                            continue
+                        if direct:
+                            link.owed += 1
+                            slots.send_nowait(b"".join(direct))  # the writer owed nothing: there is room
+                        direct = None
+                    link.owed += 1
                     try:  # without a scheduler checkpoint while there is room: the frames of one read queue up
                         slots.send_nowait(reply)  # together and their replies can leave in one send
                     except trio.WouldBlock:
                         if batch_begin is not None:  # deliver before waiting: the replies awaited may need it
                             self.dispatcher.batch_end()
                             batch_begin()
+                        idle.deadline = math.inf  # a full pipeline is not idleness
                         await slots.send(reply)
+                        idle.deadline = trio.current_time() + idle_seconds * IDLE_DEADLINE_SLACK
                     if isinstance(reply, CloseAfter):
                         return
+                if direct:
+                    _write_direct(link, direct, slots)
             finally:
                 if batch_begin is not None:
                     self.dispatcher.batch_end()
-            del buffer[:position]
+
+    def _next_frame(self, received: _ReceiveBuffer, connection_id: int) -> bytes | None:
+        try:
+            return received.next_frame(self._request_bytes_max, connection_id)
+        except FrameTooLarge as error:
+            self.log.info("request_too_large", connection_id=connection_id, error=str(error))
+            raise
 
     def _request_bytes_max(self, connection_id: int, length: int) -> int:
         if length <= PRE_AUTH_REQUEST_BYTES_MAX:
@@ -254,9 +271,9 @@ class FrameServer:
         limit = getattr(self.dispatcher, "request_bytes_max", None)
         return self.limits.request_bytes_max if limit is None else min(limit(connection_id), self.limits.request_bytes_max)
 
-    async def _write_replies(self, stream: trio.SocketStream, slots, cancel_scope: trio.CancelScope) -> None:
+    async def _write_replies(self, link: "_Link", slots, cancel_scope: trio.CancelScope) -> None:
         """Send the replies in request order. Replies already complete when the writer gets to them (pipelined
-        requests answered at once) leave together, in one send."""
+        requests answered at once) leave together, in one send. `link.owed` counts down as each is sent."""
         try:
             async with slots:
                 reply: Any = None
@@ -270,31 +287,189 @@ class FrameServer:
                         reply = await reply.wait()
                     if reply is NO_REPLY:
                         reply = None
+                        link.owed -= 1
                         continue
                     if reply is CLOSE_REPLY:
                         return
                     if isinstance(reply, CloseAfter):
                         await trio.sleep(reply.delay_s)
-                        await stream.send_all(reply.reply)
+                        await link.stream.send_all(reply.reply)
                         return
                     if isinstance(reply, FileReply):
-                        await send_file_reply(stream, reply.parts)
+                        await send_file_reply(link.stream, reply.parts, link)
                         reply = None
+                        link.owed -= 1
                         continue
-                    batch, reply = _ready_replies(slots, reply)
-                    await stream.send_all(batch)
+                    batch, count, reply = _ready_replies(slots, reply)
+                    await link.send_all(batch)
+                    link.owed -= count
         finally:
             cancel_scope.cancel()
+
+
+def _write_direct(link: "_Link", replies: list[bytes], slots) -> list | None:
+    """Write `replies` from the reader (the writer owes nothing). What the socket does not take goes to the
+    writer; then the reader's next replies must follow it there (None), else they may go direct again ([])."""
+    rest = link.write_now(replies[0] if len(replies) == 1 else b"".join(replies))
+    if not rest:
+        return []
+    link.owed += 1
+    slots.send_nowait(rest)  # the writer owed nothing: its queue has room
+    return None
+
+
+# The reader writes a read's immediate replies at least every this many: a read of many small requests (a
+# client that got ahead) answers its first ones before it handles the rest.
+DIRECT_REPLIES_MAX = 32
+# A connection's deadline for idleness is set to this times idle_ms_max ahead, and moved only when less than
+# idle_ms_max is left.
+IDLE_DEADLINE_SLACK = 1.1
+# The reused receive buffer of a connection; it grows to hold a larger frame whole, and is kept up to
+# RECEIVE_BUFFER_KEEP_BYTES for the next one (a producer of 1 MB batches), replaced when larger.
+RECEIVE_BUFFER_BYTES = 64 * 1024
+RECEIVE_BUFFER_KEEP_BYTES = 2 * 1024 * 1024
+# At most this much is asked of a TLS stream per receive: a larger request costs an allocation of its size
+# whatever arrives, and above glibc's mmap threshold (128 KiB) that is a mmap and munmap per read.
+TLS_RECEIVE_BYTES_MAX = 64 * 1024
+
+
+class FrameTooLarge(CloseConnection):
+    """A frame length that is negative or above the connection's limit."""
+
+
+class _ReceiveBuffer:
+    """Received bytes not yet taken as frames (4-byte big-endian length + payload), in one reused bytearray: a
+    plaintext socket is read into it directly (os.readv) and each frame is copied out once, as bytes. When a
+    frame does not fit, the buffer doubles (up to the frame's size) as its bytes arrive, never ahead of them;
+    once it is empty again it goes back to RECEIVE_BUFFER_BYTES, unless it is small enough to keep for the
+    next large frame."""
+
+    __slots__ = ("data", "view", "start", "end", "wanted")
+
+    def __init__(self) -> None:
+        self.data = bytearray(RECEIVE_BUFFER_BYTES)
+        self.view = memoryview(self.data)
+        self.start = self.end = 0  # data[start:end] is received and not yet taken
+        self.wanted = 0  # the size of the frame being received, length prefix included (0: not known yet)
+
+    def room(self) -> memoryview:
+        """The free space after what is buffered; never empty."""
+        if self.end == len(self.data):
+            held = self.end - self.start
+            if self.start > 0 and (self.wanted <= len(self.data) or held <= len(self.data) // 2):
+                self._move(self.data)  # to the front
+            else:
+                self._move(bytearray(min(self.wanted, 2 * len(self.data)) if self.wanted > len(self.data)
+                                     else 2 * len(self.data)))
+        return self.view[self.end:]
+
+    def extend(self, data: bytes | bytearray) -> None:
+        while data:
+            room = self.room()
+            taken = min(len(room), len(data))
+            room[:taken] = data[:taken]
+            self.end += taken
+            data = data[taken:]
+
+    def next_frame(self, bytes_max: Any, connection_id: int) -> bytes | None:
+        """The next complete frame's payload, or None. Raises FrameTooLarge for a negative length or one
+        above `bytes_max(connection_id, length)`."""
+        start = self.start
+        if self.end - start < 4:
+            return None
+        (length,) = FRAME_LENGTH.unpack_from(self.data, start)
+        if length < 0 or length > bytes_max(connection_id, length):
+            raise FrameTooLarge(f"frame length {length}")
+        if self.end - start - 4 < length:
+            self.wanted = 4 + length
+            return None
+        self.wanted = 0
+        frame = bytes(self.view[start + 4 : start + 4 + length])
+        start += 4 + length
+        if start < self.end:
+            self.start = start
+            return frame
+        self.start = self.end = 0
+        if len(self.data) > RECEIVE_BUFFER_KEEP_BYTES:
+            self._move(bytearray(RECEIVE_BUFFER_BYTES))
+        return frame
+
+    def _move(self, data: bytearray) -> None:
+        """What is buffered, moved to the front of `data` (the same buffer, or a new one that replaces it)."""
+        held = self.end - self.start
+        if data is self.data:
+            self.view[:held] = bytes(self.view[self.start : self.end])
+        else:
+            data[:held] = self.view[self.start : self.end]
+            self.view.release()
+            self.data, self.view = data, memoryview(data)
+        self.start, self.end = 0, held
+
+
+class _Link:
+    """A connection's byte stream, with its socket's descriptor when it is plaintext (None on TLS), and the
+    replies handed to the writer and not yet sent (`owed`): while none are, the writer is idle, and the reader
+    may write what a read answered at once itself. On a plaintext socket both ends call the descriptor
+    directly (os.readv, os.write), without trio's socket wrappers and their scheduler checkpoints."""
+
+    __slots__ = ("stream", "fd", "owed")
+
+    def __init__(self, stream: Any, fd: int | None) -> None:
+        self.stream = stream
+        self.fd = fd
+        self.owed = 0
+
+    async def receive(self, buffer: _ReceiveBuffer) -> bool:
+        """Receive into `buffer`; False at the end of the stream. Raises trio.BrokenResourceError."""
+        if self.fd is None:
+            data = await self.stream.receive_some(TLS_RECEIVE_BYTES_MAX)
+            if not data:
+                return False
+            buffer.extend(receive_available(self.stream, data, TLS_RECEIVE_BYTES_MAX))
+            return True
+        waited = False
+        while True:
+            try:
+                received = os.readv(self.fd, [buffer.room()])
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.fd)
+                waited = True
+                continue
+            except OSError as error:
+                raise trio.BrokenResourceError(f"receive: {error}") from error
+            buffer.end += received
+            if not waited:  # the bytes were already there: the node's other tasks run before they are handled
+                await trio.lowlevel.checkpoint()
+            return received > 0
+
+    def write_now(self, data: bytes) -> bytes:
+        """Write what the socket takes at once; the rest (empty when all was written). Plaintext only."""
+        try:
+            written = os.write(self.fd, data)
+        except BlockingIOError:
+            return data
+        except OSError as error:
+            raise trio.BrokenResourceError(f"send: {error}") from error
+        return data[written:] if written < len(data) else b""
+
+    async def send_all(self, data: bytes) -> None:
+        if self.fd is None:
+            await self.stream.send_all(data)
+            return
+        while data := self.write_now(data):
+            await trio.lowlevel.wait_writable(self.fd)
 
 
 _BUFFERS = (bytes, bytearray, memoryview)
 COALESCED_REPLIES_MAX = 64
 
 
-def _ready_replies(slots: Any, first: bytes) -> tuple[bytes, Any]:
-    """`first` joined with the replies behind it that are already complete, and the first one that is not (a
-    pending, file or closing reply, to handle next; None when the queue ran dry)."""
+def _ready_replies(slots: Any, first: bytes) -> tuple[bytes, int, Any]:
+    """`first` joined with the replies behind it that are already complete, how many replies that is (with
+    the empty ones skipped), and the first one that is not complete (a pending, file or closing reply, to
+    handle next; None when the queue ran dry)."""
     batch = [first]
+    count = 1
     while len(batch) < COALESCED_REPLIES_MAX:
         try:
             reply = slots.receive_nowait()
@@ -303,11 +478,13 @@ def _ready_replies(slots: Any, first: bytes) -> tuple[bytes, Any]:
         if isinstance(reply, PendingReply) and reply.done:
             reply = reply._reply
         if reply is NO_REPLY:
+            count += 1
             continue
         if not isinstance(reply, _BUFFERS):
-            return b"".join(batch), reply
+            return b"".join(batch), count, reply
         batch.append(reply)
-    return (first if len(batch) == 1 else b"".join(batch)), None
+        count += 1
+    return (first if len(batch) == 1 else b"".join(batch)), count, None
 # Process-wide counts of os.sendfile calls and the bytes they sent (flotilla_sendfile_* in the metrics).
 SENDFILE_STATS = {"calls": 0, "bytes": 0}
 
@@ -318,7 +495,7 @@ SENDFILE_STATS = {"calls": 0, "bytes": 0}
 SENDFILE_SLICE_BYTES_MIN = 64 * 1024
 
 
-async def send_file_reply(stream: Any, parts: list) -> None:
+async def send_file_reply(stream: Any, parts: list, link: "_Link | None" = None) -> None:
     """Send a FileReply's chunks in order: buffers and small slices gathered into one send, the other file
     slices by os.sendfile on a plain socket (read into bytes on TLS, or for a handle without a descriptor).
 
@@ -328,6 +505,7 @@ async def send_file_reply(stream: Any, parts: list) -> None:
     keeps serving. The descriptor is looked up again before every sendfile, after any wait, so a number the
     kernel reused for another file is never sent from."""
     raw = getattr(stream, "socket", None)  # trio.SocketStream; a trio.SSLStream has none
+    send_all = stream.send_all if link is None else link.send_all
     pending: list = []
     for part in parts:
         if isinstance(part, _BUFFERS):
@@ -337,11 +515,11 @@ async def send_file_reply(stream: Any, parts: list) -> None:
             pending.append(_slice_bytes(part))
             continue
         if pending:
-            await stream.send_all(b"".join(pending))
+            await send_all(b"".join(pending))
             pending = []
         await _sendfile(raw, part)
     if pending:
-        await stream.send_all(b"".join(pending))
+        await send_all(b"".join(pending))
 
 
 def _slice_bytes(part: Any) -> bytes:

@@ -11,17 +11,27 @@ import trio
 from net.dispatcher import KafkaDispatcher
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_response, encode_request
-from net.server import FrameServer, ServerLimits
+from net.server import FrameServer, PendingReply, ServerLimits
 from tests.broker.test_broker_sans_io import Cluster
 
 
 class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
+    """Echoes each frame: at once, or (`deferred`) as a PendingReply completed when the batch ends, as an
+    acks=all produce is answered by the poll of the cores after the frames of a read."""
 
-    def handle_frame(self, connection_id: int, frame: bytes) -> bytes:
+    def __init__(self, deferred: bool = False) -> None:
+        self.calls: list[str] = []
+        self.deferred = deferred
+        self._pending: list[tuple[PendingReply, bytes]] = []
+
+    def handle_frame(self, connection_id: int, frame: bytes) -> bytes | PendingReply:
         self.calls.append("frame")
-        return struct.pack(">i", len(frame)) + frame  # echo
+        echo = struct.pack(">i", len(frame)) + frame
+        if not self.deferred:
+            return echo
+        pending = PendingReply()
+        self._pending.append((pending, echo))
+        return pending
 
     def connection_closed(self, connection_id: int) -> None:
         pass
@@ -31,6 +41,9 @@ class RecordingDispatcher:
 
     def batch_end(self) -> None:
         self.calls.append("end")
+        for pending, echo in self._pending:
+            pending.set(echo)
+        self._pending.clear()
 
 
 async def _exchange(dispatcher, frames: list[bytes], limits: ServerLimits = ServerLimits()) -> bytes:
@@ -59,7 +72,7 @@ async def test_the_frames_of_one_read_are_one_batch():
 
 
 async def test_a_full_pipeline_ends_the_batch_before_it_waits():
-    dispatcher = RecordingDispatcher()
+    dispatcher = RecordingDispatcher(deferred=True)
     frames = [bytes([i]) * 10 for i in range(4)]
     await _exchange(dispatcher, frames, ServerLimits(inflight_requests_max=1))
     calls = dispatcher.calls
