@@ -43,9 +43,11 @@ from broker.controller_core import ControllerOutcome
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
 from net.logs import get_logger
+from net.malloc import keep_heap_pages
 from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
 from net.client.connection import ClientConnection, ConnectionState
 from net.client.security import ClientSecurity, sasl_authenticate
+from net.client.transport import RECEIVE_BYTES_MAX
 from net.server import FrameServer, ServerLimits
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
@@ -432,10 +434,10 @@ class KafkaConnection:
             answer = self.connection.next_response()
             if answer is not None:
                 return answer[1]
-            data = await self.stream.receive_some(1 << 20)
+            data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the peer")
-            self.connection.receive_data(receive_available(self.stream, data, 1 << 20))
+            self.connection.receive_data(receive_available(self.stream, data, RECEIVE_BYTES_MAX))
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
@@ -508,6 +510,7 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
               "node; stop it first", file=sys.stderr)
         return EXIT_CONFIG
     failure: OSError | None = None
+    keep_heap_pages()
     try:
         try:
             trio.run(Node(config, node_id).run)

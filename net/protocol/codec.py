@@ -358,7 +358,8 @@ class FrameReader:
         end = FRAME_PREFIX_BYTES + self._frame_size()
         if len(self._buffer) < end:
             return None
-        frame = bytes(self._buffer[FRAME_PREFIX_BYTES:end])
+        with memoryview(self._buffer) as view:  # one copy (a bytearray slice would be a second)
+            frame = bytes(view[FRAME_PREFIX_BYTES:end])
         del self._buffer[:end]
         return frame
 
