@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import random
 import signal
@@ -42,6 +43,7 @@ from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerOutcome
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
+from net import plainsocket
 from net.logs import get_logger
 from net.malloc import keep_heap_pages
 from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
@@ -241,19 +243,28 @@ class Node:
                 await trio.sleep(0.2)
 
     async def _fetch_loop(self, leader_id: int, connection: "KafkaConnection") -> None:
-        while True:
-            sent = self.broker.next_replica_request(leader_id, wall_clock_ms())
-            if sent is None:
-                await trio.sleep(0.05)
-                continue
-            try:
-                with trio.fail_after(REPLICA_REQUEST_TIMEOUT_MS / 1000):
+        # One timeout scope for the loop, its deadline moved only when less than a request's timeout is left
+        # (as the listener's idle deadline): a request fails after 1 to 1.1 times REPLICA_REQUEST_TIMEOUT_MS,
+        # without a new cancel scope and deadline per fetch.
+        timeout_s = REPLICA_REQUEST_TIMEOUT_MS / 1000
+        with trio.CancelScope() as timeout:
+            while True:
+                sent = self.broker.next_replica_request(leader_id, wall_clock_ms())
+                if sent is None:
+                    timeout.deadline = math.inf
+                    await trio.sleep(0.05)
+                    continue
+                if timeout.deadline - trio.current_time() < timeout_s:
+                    timeout.deadline = trio.current_time() + timeout_s * 1.1
+                try:
                     response = await connection.request(sent.api_key, sent.api_version, sent.request)
-            except BaseException:
-                self.broker.on_replica_response(sent, None, wall_clock_ms())
-                raise
-            self.broker.on_replica_response(sent, response, wall_clock_ms())
-            self._after_kafka_event()
+                except BaseException:
+                    self.broker.on_replica_response(sent, None, wall_clock_ms())
+                    raise
+                self.broker.on_replica_response(sent, response, wall_clock_ms())
+                self._after_kafka_event()
+        if timeout.cancelled_caught:  # the request was answered with None above, as for any failure
+            raise trio.TooSlowError(f"no answer from broker {leader_id} in {timeout_s} s")
 
     # ------------------------------------------------------------------ the outbox
 
@@ -400,6 +411,7 @@ class KafkaConnection:
     def __init__(self, stream: Any, connection: ClientConnection) -> None:
         self.stream = stream
         self.connection = connection
+        self._fd = plainsocket.descriptor(stream)  # None on TLS
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str,
@@ -426,7 +438,10 @@ class KafkaConnection:
         """The response to `request`. Raises KafkaError (a protocol violation: the connection is unusable),
         trio.BrokenResourceError when the peer closed it."""
         _, data = self.connection.send_request(api_key, request, api_version)
-        await self.stream.send_all(data)
+        if self._fd is None:
+            await self.stream.send_all(data)
+        else:
+            await plainsocket.send_all(self._fd, data)
         return await self._next_response()
 
     async def _next_response(self) -> Any:
@@ -434,10 +449,14 @@ class KafkaConnection:
             answer = self.connection.next_response()
             if answer is not None:
                 return answer[1]
-            data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+            if self._fd is None:
+                data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+                data = receive_available(self.stream, data, RECEIVE_BYTES_MAX) if data else data
+            else:
+                data = await plainsocket.receive_some(self._fd, RECEIVE_BYTES_MAX)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the peer")
-            self.connection.receive_data(receive_available(self.stream, data, RECEIVE_BYTES_MAX))
+            self.connection.receive_data(data)
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import trio
 
+from net import plainsocket
 from net.logs import get_logger
 from partitions.storage import StorageError
 from net.tls import receive_available
@@ -172,7 +173,7 @@ class FrameServer:
         if opened is not None:
             opened(connection_id, peer_host, self.listener, certificate)
         send_slots, receive_slots = trio.open_memory_channel[Reply](self.limits.inflight_requests_max)
-        link = _Link(stream, None if self.ssl_context is not None else socket_stream.socket.fileno())
+        link = _Link(stream, plainsocket.descriptor(stream))
         try:
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_replies, link, receive_slots, nursery.cancel_scope)
@@ -427,37 +428,21 @@ class _Link:
                 return False
             buffer.extend(receive_available(self.stream, data, TLS_RECEIVE_BYTES_MAX))
             return True
-        waited = False
-        while True:
-            try:
-                received = os.readv(self.fd, [buffer.room()])
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(self.fd)
-                waited = True
-                continue
-            except OSError as error:
-                raise trio.BrokenResourceError(f"receive: {error}") from error
-            buffer.end += received
-            if not waited:  # the bytes were already there: the node's other tasks run before they are handled
-                await trio.lowlevel.checkpoint()
-            return received > 0
+        received, waited = await plainsocket.read_into(self.fd, buffer.room())
+        buffer.end += received
+        if not waited:  # the bytes were already there: the node's other tasks run before they are handled
+            await trio.lowlevel.checkpoint()
+        return received > 0
 
     def write_now(self, data: bytes) -> bytes:
         """Write what the socket takes at once; the rest (empty when all was written). Plaintext only."""
-        try:
-            written = os.write(self.fd, data)
-        except BlockingIOError:
-            return data
-        except OSError as error:
-            raise trio.BrokenResourceError(f"send: {error}") from error
-        return data[written:] if written < len(data) else b""
+        return plainsocket.write_now(self.fd, data)
 
     async def send_all(self, data: bytes) -> None:
         if self.fd is None:
             await self.stream.send_all(data)
-            return
-        while data := self.write_now(data):
-            await trio.lowlevel.wait_writable(self.fd)
+        else:
+            await plainsocket.send_all(self.fd, data)
 
 
 _BUFFERS = (bytes, bytearray, memoryview)

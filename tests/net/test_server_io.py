@@ -183,3 +183,29 @@ async def test_a_connection_idle_for_idle_ms_max_is_closed_and_a_busy_one_is_not
         assert waited >= 0.2 * 0.95  # not before idle_ms_max after the last frame (5%: the last reply's trip)
 
     await _serve(lambda nursery: Echo(), ServerLimits(idle_ms_max=200), client)
+
+
+async def test_plainsocket_reads_and_writes_a_descriptor_and_reports_a_closed_peer():
+    from net import plainsocket
+
+    left, right = trio.socket.socketpair()
+    with left, right:
+        payload = bytes(range(256)) * 20_000  # 5 MB: more than the socket takes at once
+        received = bytearray()
+
+        async def read_all() -> None:
+            while len(received) < len(payload):
+                chunk = await plainsocket.receive_some(right.fileno(), 65536)
+                assert chunk
+                received.extend(chunk)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_all)
+            await plainsocket.send_all(left.fileno(), payload)
+        assert bytes(received) == payload
+        buffer = memoryview(bytearray(10))
+        left.close()
+        assert await plainsocket.read_into(right.fileno(), buffer) == (0, False)  # end of stream, at once
+        with pytest.raises(trio.BrokenResourceError):
+            for _ in range(100):  # the first write after the peer closed may still be taken
+                await plainsocket.send_all(right.fileno(), b"x" * 65536)
