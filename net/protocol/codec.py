@@ -228,21 +228,31 @@ def encode_response(header: RequestHeader, response: Message) -> bytes:
     Raises ProtocolEncodeError when `response` does not fit the api or version, UnsupportedVersionError when
     the version is not implemented.
     """
-    parts = encode_response_parts(header, response)
     if header.api_key == ApiKey.FETCH:  # records may be file slices of a log read (sent by sendfile at the edge)
-        parts = t.materialized(parts)
-    return b"".join(parts)
+        return b"".join(t.materialized(encode_response_parts(header, response)))
+    out = _response_body_parts(header, response)
+    body = b"".join(out)
+    if len(body) > 0x7FFFFFFF:
+        raise ProtocolEncodeError(f"frame of {len(body)} bytes exceeds the int32 length prefix")
+    return t.INT32.pack(len(body)) + body
 
 
 def encode_response_parts(header: RequestHeader, response: Message) -> list:
     """Like encode_response, as a list of buffers for a vectored send (records are not copied). A Fetch
     response's records may be file slices (partitions.log.FileSlice: `.read()`, `.handle.fileno()`)."""
-    _check_message(response, header.api_key, header.api_version, "response")
-    out: list = [b"", t.INT32.pack(header.correlation_id)]
-    if response_header_version(header.api_key, header.api_version) == 1:
-        t.write_tagged_fields([], out)
-    encode_body(response, header.api_version, out)
+    out = _response_body_parts(header, response)
+    out.insert(0, b"")
     return _prefix_length(out)
+
+
+def _response_body_parts(header: RequestHeader, response: Message) -> list:
+    """The response header and body as a list of buffers (no length prefix)."""
+    _check_message(response, header.api_key, header.api_version, "response")
+    out: list = [t.INT32.pack(header.correlation_id)]
+    if response_header_version(header.api_key, header.api_version) == 1:
+        out.append(b"\x00")  # no header tagged fields
+    encode_body(response, header.api_version, out)
+    return out
 
 
 def decode_response(
