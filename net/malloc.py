@@ -6,8 +6,10 @@ its batch is stamped in, a follower's fetch response. glibc serves an allocation
 back to the system above its trim threshold; with blocks of that size coming and going, the heap was given
 back and taken again around every request, and every page of every buffer was a fresh page fault: 1 MB
 produce requests of 1 KiB records cost a node about 1.2 s of CPU per 250,000 records, 0.4 s once the heap
-keeps its pages. Fixed thresholds keep blocks up to MMAP_THRESHOLD_BYTES in the heap and at most
-TRIM_THRESHOLD_BYTES of free heap unreturned; larger blocks still come and go by mmap.
+keeps its pages. The thresholds are fixed at the highest values glibc's own adjustment reaches on 64-bit
+(DEFAULT_MMAP_THRESHOLD_MAX, and twice that for trimming), where it would otherwise arrive only after the
+right sequence of frees: blocks up to 32 MiB (a TLS fetch response's file slices read into memory) come from
+the heap, and at most 64 MiB of free heap is kept.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 TRIM_THRESHOLD_BYTES = 2 * MMAP_THRESHOLD_BYTES  # glibc's own ratio when it moves the threshold itself
 _M_TRIM_THRESHOLD = -1  # malloc.h
 _M_MMAP_THRESHOLD = -3
