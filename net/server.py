@@ -12,7 +12,10 @@ is a reader and a writer joined by a bounded FIFO of reply slots:
   writer sends those slices with os.sendfile (no copy of record bytes through Python, as Kafka's broker
   does); on a TLS connection it reads them (the kernel cannot encrypt a sendfile here).
 - the writer sends replies strictly in request order, waiting on each slot in turn; Kafka clients match
-  replies by correlation id but expect them in order.
+  replies by correlation id but expect them in order. While it owes nothing, a plaintext connection's
+  reader writes the replies a read answers at once itself, in one write, without waking it.
+- on a plaintext socket both read the descriptor directly (net/plainsocket.py): the reader into one reused
+  buffer from which each frame is copied once, without trio's per-call checkpoints and allocations.
 At most `inflight_requests_max` replies may be outstanding per connection: when the FIFO is full the reader
 stops reading, which is TCP backpressure on that client alone. A connection idle for `idle_ms_max` is closed.
 Anything the dispatcher cannot parse raises `CloseConnection`: garbage bytes get a closed connection, never
