@@ -50,7 +50,7 @@ from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, Node
 from net.client.connection import ClientConnection, ConnectionState
 from net.client.security import ClientSecurity, sasl_authenticate
 from net.client.transport import RECEIVE_BYTES_MAX
-from net.server import FrameServer, ServerLimits
+from net.server import FrameServer, ServerLimits, keep_deadline_ahead
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
@@ -243,9 +243,9 @@ class Node:
                 await trio.sleep(0.2)
 
     async def _fetch_loop(self, leader_id: int, connection: "KafkaConnection") -> None:
-        # One timeout scope for the loop, its deadline moved only when less than a request's timeout is left
-        # (as the listener's idle deadline): a request fails after 1 to 1.1 times REPLICA_REQUEST_TIMEOUT_MS,
-        # without a new cancel scope and deadline per fetch.
+        # One timeout scope for the loop, its deadline kept ahead lazily (keep_deadline_ahead, as the listener's
+        # idle deadline): a request fails after 1 to 1.1 times REPLICA_REQUEST_TIMEOUT_MS, without a new cancel
+        # scope and deadline per fetch.
         timeout_s = REPLICA_REQUEST_TIMEOUT_MS / 1000
         with trio.CancelScope() as timeout:
             while True:
@@ -254,8 +254,7 @@ class Node:
                     timeout.deadline = math.inf
                     await trio.sleep(0.05)
                     continue
-                if timeout.deadline - trio.current_time() < timeout_s:
-                    timeout.deadline = trio.current_time() + timeout_s * 1.1
+                keep_deadline_ahead(timeout, timeout_s)
                 try:
                     response = await connection.request(sent.api_key, sent.api_version, sent.request)
                 except BaseException:

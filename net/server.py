@@ -204,9 +204,8 @@ class FrameServer:
             return None, None
 
     async def _read_requests(self, connection_id: int, link: "_Link", slots) -> None:
-        # One cancel scope for the connection's life. Its deadline is pushed forward only when less than
-        # `idle_ms_max` is left (IDLE_DEADLINE_SLACK): moving a deadline costs more than a small request's
-        # read, and a connection is then closed between 1 and 1.1 times `idle_ms_max` after its last frame.
+        # One cancel scope for the connection's life, its deadline kept ahead lazily (keep_deadline_ahead):
+        # a connection is closed between 1 and 1.1 times `idle_ms_max` after its last frame.
         with trio.CancelScope() as idle:
             await self._read_frames(connection_id, link, slots, idle, self.limits.idle_ms_max / 1000)
         if idle.cancelled_caught:
@@ -217,10 +216,8 @@ class FrameServer:
                            idle_seconds: float) -> None:
         received = _ReceiveBuffer()
         batch_begin = getattr(self.dispatcher, "batch_begin", None)
-        idle.deadline = trio.current_time() + idle_seconds * IDLE_DEADLINE_SLACK
         while True:
-            if idle.deadline - trio.current_time() < idle_seconds:
-                idle.deadline = trio.current_time() + idle_seconds * IDLE_DEADLINE_SLACK
+            keep_deadline_ahead(idle, idle_seconds)
             if not await link.receive(received):
                 return
             if batch_begin is not None:
@@ -253,7 +250,7 @@ class FrameServer:
                             batch_begin()
                         idle.deadline = math.inf  # a full pipeline is not idleness
                         await slots.send(reply)
-                        idle.deadline = trio.current_time() + idle_seconds * IDLE_DEADLINE_SLACK
+                        keep_deadline_ahead(idle, idle_seconds)
                     if isinstance(reply, CloseAfter):
                         return
                 if direct:
@@ -325,9 +322,19 @@ def _write_direct(link: "_Link", replies: list[bytes], slots) -> list | None:
 # The reader writes a read's immediate replies at least every this many: a read of many small requests (a
 # client that got ahead) answers its first ones before it handles the rest.
 DIRECT_REPLIES_MAX = 32
-# A connection's deadline for idleness is set to this times idle_ms_max ahead, and moved only when less than
-# idle_ms_max is left.
-IDLE_DEADLINE_SLACK = 1.1
+# keep_deadline_ahead sets a deadline this many times its timeout ahead.
+DEADLINE_SLACK = 1.1
+
+
+def keep_deadline_ahead(scope: trio.CancelScope, seconds: float) -> None:
+    """Keep `scope`'s deadline between `seconds` and DEADLINE_SLACK times `seconds` from now, moving it only
+    when it falls outside (closer, or further: none set yet, or set to infinity while waiting for something
+    that is not the timeout). Moving a deadline costs more than a small request's read, so a scope kept for
+    a loop's life is pushed forward about once per tenth of its timeout, not once per turn; what it guards
+    times out after 1 to DEADLINE_SLACK times `seconds`."""
+    ahead = scope.deadline - trio.current_time()
+    if not seconds <= ahead <= seconds * DEADLINE_SLACK:
+        scope.deadline = trio.current_time() + seconds * DEADLINE_SLACK
 # The reused receive buffer of a connection; it grows to hold a larger frame whole, and is kept up to
 # RECEIVE_BUFFER_KEEP_BYTES for the next one (a producer of 1 MB batches), replaced when larger.
 RECEIVE_BUFFER_BYTES = 64 * 1024

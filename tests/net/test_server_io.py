@@ -4,6 +4,7 @@ immediate, deferred and partly written replies, and idle connections closed."""
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 
@@ -18,6 +19,7 @@ from net.server import (
     PendingReply,
     ServerLimits,
     _ReceiveBuffer,
+    keep_deadline_ahead,
 )
 
 
@@ -209,3 +211,20 @@ async def test_plainsocket_reads_and_writes_a_descriptor_and_reports_a_closed_pe
         with pytest.raises(trio.BrokenResourceError):
             for _ in range(100):  # the first write after the peer closed may still be taken
                 await plainsocket.send_all(right.fileno(), b"x" * 65536)
+
+
+async def test_keep_deadline_ahead_arms_an_unset_deadline_and_moves_it_only_when_it_comes_near(mock_clock):
+    with trio.CancelScope() as scope:
+        keep_deadline_ahead(scope, 10)  # none set yet (infinite): armed, a tenth over
+        armed = scope.deadline
+        assert armed == pytest.approx(trio.current_time() + 11)
+        mock_clock.jump(0.9)
+        keep_deadline_ahead(scope, 10)  # 10.1 s left: not moved
+        assert scope.deadline == armed
+        mock_clock.jump(0.2)
+        keep_deadline_ahead(scope, 10)  # 9.9 s left: moved
+        assert scope.deadline == pytest.approx(trio.current_time() + 11)
+        scope.deadline = math.inf  # set aside while waiting for something else
+        keep_deadline_ahead(scope, 10)
+        assert scope.deadline == pytest.approx(trio.current_time() + 11)
+    assert not scope.cancelled_caught
