@@ -49,7 +49,6 @@ from net.malloc import keep_heap_pages
 from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
 from net.client.connection import ClientConnection, ConnectionState
 from net.client.security import ClientSecurity, sasl_authenticate
-from net.client.transport import RECEIVE_BYTES_MAX
 from net.server import FrameServer, ServerLimits, keep_deadline_ahead
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
@@ -449,10 +448,10 @@ class KafkaConnection:
             if answer is not None:
                 return answer[1]
             if self._fd is None:
-                data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
-                data = receive_available(self.stream, data, RECEIVE_BYTES_MAX) if data else data
+                data = await self.stream.receive_some(plainsocket.RECEIVE_BYTES_MAX)
+                data = receive_available(self.stream, data, plainsocket.RECEIVE_BYTES_MAX) if data else data
             else:
-                data = await plainsocket.receive_some(self._fd, RECEIVE_BYTES_MAX)
+                data = await plainsocket.receive_some(self._fd, plainsocket.RECEIVE_BYTES_MAX)
             if not data:
                 raise trio.BrokenResourceError("connection closed by the peer")
             self.connection.receive_data(data)

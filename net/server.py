@@ -311,7 +311,7 @@ class FrameServer:
 def _write_direct(link: "_Link", replies: list[bytes], slots) -> list | None:
     """Write `replies` from the reader (the writer owes nothing). What the socket does not take goes to the
     writer; then the reader's next replies must follow it there (None), else they may go direct again ([])."""
-    rest = link.write_now(replies[0] if len(replies) == 1 else b"".join(replies))
+    rest = plainsocket.write_now(link.fd, replies[0] if len(replies) == 1 else b"".join(replies))
     if not rest:
         return []
     link.owed += 1
@@ -339,9 +339,6 @@ def keep_deadline_ahead(scope: trio.CancelScope, seconds: float) -> None:
 # RECEIVE_BUFFER_KEEP_BYTES for the next one (a producer of 1 MB batches), replaced when larger.
 RECEIVE_BUFFER_BYTES = 64 * 1024
 RECEIVE_BUFFER_KEEP_BYTES = 2 * 1024 * 1024
-# At most this much is asked of a TLS stream per receive: a larger request costs an allocation of its size
-# whatever arrives, and above glibc's mmap threshold (128 KiB) that is a mmap and munmap per read.
-TLS_RECEIVE_BYTES_MAX = 64 * 1024
 
 
 class FrameTooLarge(CloseConnection):
@@ -369,12 +366,13 @@ class _ReceiveBuffer:
             held = self.end - self.start
             if self.start > 0 and (self.wanted <= len(self.data) or held <= len(self.data) // 2):
                 self._move(self.data)  # to the front
-            else:
-                self._move(bytearray(min(self.wanted, 2 * len(self.data)) if self.wanted > len(self.data)
-                                     else 2 * len(self.data)))
+            else:  # double, but not past the frame being received
+                size = 2 * len(self.data)
+                self._move(bytearray(min(size, self.wanted) if self.wanted > len(self.data) else size))
         return self.view[self.end:]
 
     def extend(self, data: bytes | bytearray) -> None:
+        """Copy `data` in (a TLS read), into the room as os.readv would, growing as it fills."""
         while data:
             room = self.room()
             taken = min(len(room), len(data))
@@ -433,20 +431,16 @@ class _Link:
     async def receive(self, buffer: _ReceiveBuffer) -> bool:
         """Receive into `buffer`; False at the end of the stream. Raises trio.BrokenResourceError."""
         if self.fd is None:
-            data = await self.stream.receive_some(TLS_RECEIVE_BYTES_MAX)
+            data = await self.stream.receive_some(plainsocket.RECEIVE_BYTES_MAX)
             if not data:
                 return False
-            buffer.extend(receive_available(self.stream, data, TLS_RECEIVE_BYTES_MAX))
+            buffer.extend(receive_available(self.stream, data, plainsocket.RECEIVE_BYTES_MAX))
             return True
         received, waited = await plainsocket.read_into(self.fd, buffer.room())
         buffer.end += received
         if not waited:  # the bytes were already there: the node's other tasks run before they are handled
             await trio.lowlevel.checkpoint()
         return received > 0
-
-    def write_now(self, data: bytes) -> bytes:
-        """Write what the socket takes at once; the rest (empty when all was written). Plaintext only."""
-        return plainsocket.write_now(self.fd, data)
 
     async def send_all(self, data: bytes) -> None:
         if self.fd is None:

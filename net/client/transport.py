@@ -20,14 +20,10 @@ import trio
 from net.client.connection import ClientConnection, ClientProtocolError, ConnectionState
 from net.client.errors import ConnectError, NetworkError
 from net.client.security import ClientSecurity, sasl_authenticate
+from net.plainsocket import RECEIVE_BYTES_MAX
 from net.protocol.codec import ApiKey
 from net.protocol.schema import Message
 from partitions.errors import KafkaError, RequestTimedOutError
-
-# Asked of the stream per receive. A larger request costs an allocation of its size whatever arrives, and above
-# glibc's mmap threshold (128 KiB) that is a mmap and munmap per read: 1 MiB made every read of a small
-# response ~15 us dearer. A large response takes a few more reads instead.
-RECEIVE_BYTES_MAX = 64 * 1024
 
 
 class _Slot:

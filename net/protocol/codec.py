@@ -230,25 +230,20 @@ def encode_response(header: RequestHeader, response: Message) -> bytes:
     """
     if header.api_key == ApiKey.FETCH:  # records may be file slices of a log read (sent by sendfile at the edge)
         return b"".join(t.materialized(encode_response_parts(header, response)))
-    out = _response_body_parts(header, response)
-    body = b"".join(out)
-    if len(body) > 0x7FFFFFFF:
-        raise ProtocolEncodeError(f"frame of {len(body)} bytes exceeds the int32 length prefix")
-    return t.INT32.pack(len(body)) + body
+    body = b"".join(_response_body_parts(header, response, []))
+    return _length_prefix(len(body)) + body
 
 
 def encode_response_parts(header: RequestHeader, response: Message) -> list:
     """Like encode_response, as a list of buffers for a vectored send (records are not copied). A Fetch
     response's records may be file slices (partitions.log.FileSlice: `.read()`, `.handle.fileno()`)."""
-    out = _response_body_parts(header, response)
-    out.insert(0, b"")
-    return _prefix_length(out)
+    return _prefix_length(_response_body_parts(header, response, [b""]))
 
 
-def _response_body_parts(header: RequestHeader, response: Message) -> list:
-    """The response header and body as a list of buffers (no length prefix)."""
+def _response_body_parts(header: RequestHeader, response: Message, out: list) -> list:
+    """`out` with the response header and body appended as buffers."""
     _check_message(response, header.api_key, header.api_version, "response")
-    out: list = [t.INT32.pack(header.correlation_id)]
+    out.append(t.INT32.pack(header.correlation_id))
     if response_header_version(header.api_key, header.api_version) == 1:
         out.append(b"\x00")  # no header tagged fields
     encode_body(response, header.api_version, out)
@@ -386,11 +381,14 @@ def _check_message(message: Message, api_key: int, api_version: int, kind: str) 
 
 def _prefix_length(out: list) -> list:
     assert out[0] == b"", "slot 0 is reserved for the length prefix"
-    size = t.chunks_size(out)
+    out[0] = _length_prefix(t.chunks_size(out))
+    return out
+
+
+def _length_prefix(size: int) -> bytes:
     if size > 0x7FFFFFFF:
         raise ProtocolEncodeError(f"frame of {size} bytes exceeds the int32 length prefix")
-    out[0] = t.INT32.pack(size)
-    return out
+    return t.INT32.pack(size)
 
 
 def _check_trailing(reader: Reader, strict: bool, cls: type, api_version: int) -> None:

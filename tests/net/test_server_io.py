@@ -31,16 +31,6 @@ def _no_limit(connection_id: int, length: int) -> int:
     return 1 << 30
 
 
-def _feed(buffer: _ReceiveBuffer, data: bytes) -> None:
-    """As os.readv does: into the buffer's room, as much as fits."""
-    while data:
-        room = buffer.room()
-        taken = min(len(room), len(data))
-        room[:taken] = data[:taken]
-        buffer.end += taken
-        data = data[taken:]
-
-
 def _take_all(buffer: _ReceiveBuffer) -> list[bytes]:
     frames = []
     while (frame := buffer.next_frame(_no_limit, 1)) is not None:
@@ -58,7 +48,7 @@ def test_frames_come_out_whole_however_the_bytes_are_split():
         taken, position = [], 0
         while position < len(stream):
             step = rng.choice([1, 3, 4, 5, 4096, 65_537, RECEIVE_BUFFER_BYTES, 200_000])
-            _feed(buffer, stream[position : position + step])
+            buffer.extend(stream[position : position + step])
             position += step
             taken += _take_all(buffer)
         assert taken == payloads, f"split {cuts}"
@@ -69,26 +59,26 @@ def test_a_frame_larger_than_the_buffer_grows_it_with_its_bytes_and_a_huge_one_g
     buffer = _ReceiveBuffer()
     large = bytes(RECEIVE_BUFFER_KEEP_BYTES + 1)
     data = _framed(large)
-    _feed(buffer, data[:RECEIVE_BUFFER_BYTES])
+    buffer.extend(data[:RECEIVE_BUFFER_BYTES])
     assert buffer.next_frame(_no_limit, 1) is None
     assert len(buffer.data) == RECEIVE_BUFFER_BYTES  # not grown ahead of the bytes that arrived
     buffer.room()
     assert len(buffer.data) == 2 * RECEIVE_BUFFER_BYTES  # doubled once full
-    _feed(buffer, data[RECEIVE_BUFFER_BYTES:])
+    buffer.extend(data[RECEIVE_BUFFER_BYTES:])
     assert buffer.next_frame(_no_limit, 1) == large
     assert len(buffer.data) == RECEIVE_BUFFER_BYTES
     kept = bytes(2 * RECEIVE_BUFFER_BYTES)  # small enough to keep for the next one
-    _feed(buffer, _framed(kept))
+    buffer.extend(_framed(kept))
     assert buffer.next_frame(_no_limit, 1) == kept and len(buffer.data) > RECEIVE_BUFFER_BYTES
 
 
 def test_a_negative_or_oversized_length_is_refused_before_its_bytes_arrive():
     buffer = _ReceiveBuffer()
-    _feed(buffer, struct.pack(">i", -1))
+    buffer.extend(struct.pack(">i", -1))
     with pytest.raises(FrameTooLarge):
         buffer.next_frame(_no_limit, 1)
     buffer = _ReceiveBuffer()
-    _feed(buffer, struct.pack(">i", 1000))
+    buffer.extend(struct.pack(">i", 1000))
     with pytest.raises(FrameTooLarge):
         buffer.next_frame(lambda connection_id, length: 999, 1)
 
