@@ -231,6 +231,13 @@ class LocalCluster:
             process.send_signal(signum)
             process.wait(timeout=30)
 
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP the node: alive, its sockets open, answering nothing (a hung process, a long GC or VM stall)."""
+        self.processes[node_id].send_signal(signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self.processes[node_id].send_signal(signal.SIGCONT)
+
     def is_running(self, node_id: int) -> bool:
         return node_id in self.processes and self.processes[node_id].poll() is None
 
@@ -238,6 +245,7 @@ class LocalCluster:
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+                process.send_signal(signal.SIGCONT)  # a paused node acts on the SIGTERM once continued
         deadline = time.monotonic() + 20
         for process in self.processes.values():
             try:

@@ -93,6 +93,11 @@ class Node:
             self.broker.metrics.enabled = self.node_config.metrics_port is not None
         self.controller_tls = controller_tls_contexts(config, node_id) if config.security.controller_tls else None
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
+        # Remote controller attempts in flight -> the controller asked (see submit_to_controller).
+        self._controller_attempts: dict[trio.CancelScope, int] = {}
+        # An observer learns of a new controller only from an answer: an attempt of its gives up after this
+        # (a third of the broker session, so a hung controller does not cost it its session) and it asks the next.
+        self._observer_attempt_ms = max(500, config.broker.broker_session_timeout_ms // 3)
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
         self._broker_connections: dict[int, KafkaConnection] = {}  # the outbox's, one per destination
@@ -106,6 +111,8 @@ class Node:
     def _process(self) -> None:
         """Let every core advance and deliver what it produced. Runs on the ticker and after Raft steps."""
         self._deliver(self.state.step(monotonic_ms()))
+        if self._controller_attempts:
+            self._abandon_moved_controller_calls()
 
     def _after_kafka_event(self) -> None:
         """After a Kafka request or a replica response: deliver what it completed (cheap; no Raft, no timers)."""
@@ -143,7 +150,18 @@ class Node:
                     if leader_id == self.node_id:
                         return await self._submit_locally(request)
                     if leader_id is not None:
-                        return await self._submit_remotely(leader_id, request)
+                        # An attempt is abandoned as soon as this node knows another controller: a controller
+                        # that hangs (a paused process, a silent network) keeps its connection open, and waiting
+                        # out the call's timeout there costs a broker its heartbeats, so its session.
+                        attempt_s = (CONTROLLER_CALL_TIMEOUT_MS if self.raft is not None
+                                     else self._observer_attempt_ms) / 1000
+                        with trio.move_on_after(attempt_s) as attempt:
+                            self._controller_attempts[attempt] = leader_id
+                            try:
+                                return await self._submit_remotely(leader_id, request)
+                            finally:
+                                del self._controller_attempts[attempt]
+                        raise KafkaError(f"controller {leader_id} moved or silent", ErrorCode.NOT_CONTROLLER)
             except KafkaError as error:
                 # Connection problems (RaftError), leader changes and timeouts are retried until the deadline.
                 if not isinstance(error, RaftError) and error.code not in RETRIABLE_CONTROLLER_ERRORS:
@@ -155,6 +173,16 @@ class Node:
                 self.state.leader_hint = None  # an observer asks the next controller
             await trio.sleep(CONTROLLER_RETRY_BACKOFF_MS / 1000)
         raise last_error
+
+    def _abandon_moved_controller_calls(self) -> None:
+        """Cancel the remote controller attempts whose target is no longer the controller this node knows (a
+        voter learns of a new Raft leader by itself; the call asks it after the usual backoff)."""
+        leader_id = self.state.quorum_leader_id()
+        if leader_id is None:
+            return
+        for attempt, target in list(self._controller_attempts.items()):
+            if target != leader_id:
+                attempt.cancel()
 
     async def _submit_locally(self, request: Any) -> Any:
         send, receive = trio.open_memory_channel[ControllerOutcome](1)
