@@ -188,7 +188,7 @@ class ClusterSimulation(NodeFaultsMixin):
             from simulations.picture import Timeline
 
             self.timeline = Timeline(self.node_ids, TOPIC, PARTITIONS)
-            self.loop.trace.listener = self.timeline.on_trace
+            self.loop.trace.listeners.append(self.timeline.on_trace)
             self.loop.observer = lambda now_us: self.timeline.observe(now_us, self)
 
     def _build_clients(self) -> None:

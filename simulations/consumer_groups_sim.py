@@ -11,12 +11,15 @@ Checkers: the cluster's, plus
   every request and timer it handles (what its records made of the group): every partition is in the
   assigned or pending-revocation set of at most one member. A member gets a partition only after its old
   owner reported it revoked (or was fenced);
-- commit_kept and group_delivery, as in the groups workload (simulations/group_checkers.py);
+- commit_kept, group_delivery and coordinator_answers_prompt, as in the groups workload
+  (simulations/group_checkers.py);
 - liveness (extended): after the faults heal every running member is at one member epoch, the partitions
   are all owned, and the members have read up to each high watermark.
 
 Planted bugs (`--bugs`): "assign_unreleased" (a partition still owned by another member is handed to its new
-owner at once, without waiting for the revocation) and "commit_before_hw" (as in the groups workload).
+owner at once, without waiting for the revocation), "commit_before_hw" and "poll_ignores_changes" (as in the
+groups workload; here the members' heartbeats come often enough that a held answer leaves at the next
+request to its partition, a few hundred milliseconds late rather than seconds).
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from simulations.groups_sim import GroupsSimulation
 from simulations.run import RunConfig, RunResult
 
 CONSUMER_GROUP = "sim-consumer-group"
-CONSUMER_GROUP_CHECKER_NAMES = ("partition_exclusive", "commit_kept", "group_delivery")
+CONSUMER_GROUP_CHECKER_NAMES = ("partition_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt")
 CONSUMER_GROUP_BUGS = {"assign_unreleased": "bug_assign_unreleased_partitions",
-                       "commit_before_hw": "bug_answer_before_commit"}
+                       "commit_before_hw": "bug_answer_before_commit",
+                       "poll_ignores_changes": "bug_poll_ignores_changes"}
 SESSION_TIMEOUT_MS = 3_000
 HEARTBEAT_INTERVAL_MS = 500
 

@@ -10,16 +10,97 @@
   the largest acknowledged one.
 - group_delivery: every record acknowledged to the acks=all producer is consumed by some member of the group
   at least once (checked once the run converged).
+- coordinator_answers_prompt: while nothing is wrong, the coordinator answers a member's SyncGroup,
+  Heartbeat, OffsetCommit, OffsetFetch and ConsumerGroupHeartbeat within `ANSWER_MS_MAX`. "Nothing is wrong"
+  is read from the trace (`FaultWindows`): no fault in effect (partition, slow link, message loss, a node
+  down, paused or shutting down, a member crashed, gone or paused) and none started or ended from
+  `SETTLE_MS` before the request was sent until its answer (or its timeout, or its reset) reached the member.
+  In such a stretch an answer takes milliseconds (a request, a replica fetch of its records, the answer);
+  one held for a timer, for another member's request or for a write timeout (5 s) is a coordinator that
+  missed a change. JoinGroup is left out: it waits for the rebalance by design, as long as the slowest member
+  takes. The checker only listens (to the trace and to the members' answers), so it moves no trace hash;
+  most of the answers it checks come after the heal, as quiet stretches of `SETTLE_MS` are rare under faults.
 - liveness (extended): after the faults heal, within the bound, every running member is in one Stable
   generation, the partitions are all owned, and the members have read up to each partition's high watermark.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from coordinator.runtime import WRITE_TIMEOUT_MS_DEFAULT
+from net.protocol.codec import ApiKey
 from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers, TopicPartition
+from simulations.group_clients import SESSION_TIMEOUT_MS
+from simulations.kafka_clients import REQUEST_TIMEOUT_MS
+from simulations.loop import US_PER_MS
+from simulations.node_process import REPLICA_IDLE_BACKOFF_MS, STEP_INTERVAL_MS
 from simulations.run import CheckerVerdict
 
-GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery")
+GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt")
+# The coordinator requests that must be answered promptly while nothing is wrong (JoinGroup waits for the
+# rebalance; FindCoordinator and LeaveGroup are not answered by a shard).
+PROMPT_API_KEYS = frozenset({ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
+                             ApiKey.CONSUMER_GROUP_HEARTBEAT})
+# A quiet stretch answers in a few milliseconds (at most 4 over 1,000 default-fault runs of the two group
+# workloads, 5 without faults): messages take at most 1 ms without faults, and the slowest steps of a
+# coordinator write, the node's periodic step and a follower's idle fetch backoff, wait a tick each. Well under
+# the write timeout (5,000), so an answer held for a timer or for another member's request fails too.
+ANSWER_MS_MAX = 300
+# How long the after-effects of a fault last: a dead follower holds the high watermark until it leaves the
+# ISR (the workloads' replica_lag_time_max_ms, 3,000), a dead node keeps its leaderships until its broker
+# session expires (3,000), a stalled member holds a SyncGroup until its session expires (SESSION_TIMEOUT_MS).
+SETTLE_MS = 5_000
+assert ANSWER_MS_MAX < min(WRITE_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS), (ANSWER_MS_MAX, WRITE_TIMEOUT_MS_DEFAULT)
+assert ANSWER_MS_MAX >= 3 * max(STEP_INTERVAL_MS, REPLICA_IDLE_BACKOFF_MS), (ANSWER_MS_MAX, STEP_INTERVAL_MS)
+assert SETTLE_MS > SESSION_TIMEOUT_MS, (SETTLE_MS, SESSION_TIMEOUT_MS)
+
+
+# Trace lines that start or end a state of one node or member (named by the line's first field):
+# kind -> (the state it starts or None, the states it ends).
+_STATE_LINES: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "net.pause": ("paused", ()),
+    "net.resume": (None, ("paused",)),
+    "fault.controlled_shutdown": ("stopping", ()),
+    "net.down": ("down", ("paused", "stopping")),
+    "net.up": (None, ("down", "paused")),
+    "group.crash": ("member_down", ()),
+    "group.leave": ("member_down", ()),
+    "group.restart": (None, ("member_down",)),
+    "group.pause": ("member_paused", ()),
+    "group.resume": (None, ("member_paused",)),
+}
+
+
+class FaultWindows:
+    """The faults in effect, and when the last one started or ended, read from the run's trace lines (a trace
+    listener). A fault shows as its own line (`fault.*`, `node.*`), as what it does to the network (`net.*`:
+    a blocked or slowed link, message loss, a node down or paused, a reset stream) or as a member's fault
+    (`group.crash` ... `group.restart`). Every such line is a change; some start or end a state."""
+
+    def __init__(self) -> None:
+        self.in_effect: set[tuple[Any, ...]] = set()
+        self.changed_ms = 0
+
+    def observe_trace_line(self, time_us: int, kind: str, fields: tuple[Any, ...]) -> None:
+        if kind in _STATE_LINES:
+            starts, ends = _STATE_LINES[kind]
+            self.in_effect -= {(state, fields[0]) for state in ends}
+            if starts is not None:
+                self.in_effect.add((starts, fields[0]))
+        elif kind in ("net.block", "net.slow"):
+            self.in_effect.add(("link", fields[0], fields[1]))
+        elif kind == "net.heal":
+            self.in_effect = {state for state in self.in_effect if state[0] != "link"}
+        elif kind == "net.drop_probability":
+            (self.in_effect.add if float(fields[0]) else self.in_effect.discard)(("drop",))
+        elif not kind.startswith(("fault.", "node.", "net.reset")):
+            return  # deliveries, connects, assignments: the run going on, not a fault
+        self.changed_ms = time_us // US_PER_MS
+
+    def quiet_since(self, time_ms: int) -> bool:
+        """No fault in effect now, and none started or ended after `time_ms`."""
+        return not self.in_effect and self.changed_ms < time_ms
 
 
 class GroupCheckers(ClusterCheckers):
@@ -34,6 +115,9 @@ class GroupCheckers(ClusterCheckers):
         self.group_consumed: dict[TopicPartition, set[int]] = {}
         self.commits_acked = 0
         self.assignments_seen = 0
+        self.fault_windows = FaultWindows()
+        self.quiet_answers = 0  # answers coordinator_answers_prompt checked, and the slowest (statistics)
+        self.quiet_answer_ms_max = 0
 
     def violate(self, checker: str, detail: str) -> None:
         if checker in self.group_checker_names:
@@ -63,6 +147,21 @@ class GroupCheckers(ClusterCheckers):
                                         f"(generation {generation}) acknowledged after {floor} had been")
         key = (group, partition)
         self.max_acked_commit[key] = max(self.max_acked_commit.get(key, -1), offset)
+
+    def observe_coordinator_answer(self, api_key: int, member: str, sent_ms: int, answered_ms: int,
+                                   answered: bool) -> None:
+        """`member`'s coordinator request `api_key`, sent at `sent_ms`, was answered (or, not `answered`, timed
+        out or lost with its connection) at `answered_ms`."""
+        if api_key not in PROMPT_API_KEYS or not self.fault_windows.quiet_since(sent_ms - SETTLE_MS):
+            return
+        waited_ms = answered_ms - sent_ms
+        self.quiet_answers += 1
+        self.quiet_answer_ms_max = max(self.quiet_answer_ms_max, waited_ms)
+        if waited_ms > ANSWER_MS_MAX:
+            outcome = "answered" if answered else "given up"
+            self.violate("coordinator_answers_prompt", f"{member}'s {ApiKey(api_key).name} sent at {sent_ms} ms "
+                                                       f"{outcome} after {waited_ms} ms, no fault in effect or "
+                                                       f"changed since {sent_ms - SETTLE_MS} ms")
 
     def observe_group_record(self, key: TopicPartition, offset: int, value: bytes, high_watermark: int) -> None:
         if offset >= high_watermark:

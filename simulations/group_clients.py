@@ -18,7 +18,7 @@ The workload's faults act on members too: `crash()` (gone without LeaveGroup; it
 `pause()` / `resume()` (a stalled process: on resume it carries on with the generation it had, which is how
 a stale member's commit reaches the coordinator). Observations go to the checkers: assignments per
 generation, records consumed, commits acknowledged (with the floor of acknowledgements seen before the
-commit was sent).
+commit was sent), and when each coordinator request was sent and answered.
 """
 
 from __future__ import annotations
@@ -218,7 +218,14 @@ class SimGroupConsumer(KafkaClientBase):
 
     def _request(self, broker: int | None, api_key: int, version: int, request: Any,
                  callback: Callable[[Any], None]) -> None:
-        if broker is None or not self.send(broker, api_key, version, request, self._guarded(self.epoch, callback)):
+        sent_ms, guarded = self.loop.now_ms, self._guarded(self.epoch, callback)
+
+        def answered(response: Any) -> None:  # an answer, a timeout or a lost connection
+            self.checkers.observe_coordinator_answer(api_key, self.name, sent_ms, self.loop.now_ms,
+                                                     response is not None)
+            guarded(response)
+
+        if broker is None or not self.send(broker, api_key, version, request, answered):
             self._lost_coordinator()
             return
         self.inflight = True

@@ -9,12 +9,15 @@ all happen to it). The members have faults of their own (`GROUP_FAULT_RATES`, pe
 phase): crash (no LeaveGroup; restarted after a while with a new member id), clean leave (restarted later)
 and pause (a stalled process that resumes with its old generation, after its session may have expired).
 
-Checkers: the cluster's, plus generation_exclusive, commit_kept and group_delivery
-(simulations/group_checkers.py); liveness also waits for one Stable generation that owns every partition and
-has read up to each high watermark.
+Checkers: the cluster's, plus generation_exclusive, commit_kept, group_delivery and
+coordinator_answers_prompt (simulations/group_checkers.py; the last one reads the faults from the trace as
+one of its listeners); liveness also waits for one Stable generation that owns every partition and has read
+up to each high watermark.
 
 Planted bugs (`--bugs`): "commit_before_hw" (the coordinator runtime answers before the high watermark passes
-the write) and "stale_generation_commit" (commits of an older generation are accepted).
+the write), "stale_generation_commit" (commits of an older generation are accepted) and
+"poll_ignores_changes" (the coordinator runtimes are told that nothing changed, so an answer held for the high
+watermark leaves only at the shard's next timer, the next request to its partition, or its write timeout).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from typing import Any
 
 from coordinator.keys import partition_for_key
 from simulations import cluster_sim
-from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation, configure_shards
+from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterShape, ClusterSimulation, \
+    configure_shards
 from simulations.group_checkers import GroupCheckers
 from simulations.group_clients import SimGroupConsumer
-from simulations.loop import US_PER_MS
+from simulations.loop import US_PER_MS, Trace
 from simulations.run import RunConfig, RunResult
 
 GROUP = "sim-group"
@@ -35,7 +39,8 @@ OFFSETS_PARTITIONS = 3
 GROUP_FAULT_STEP_MS = 100
 GROUP_FAULT_RATES = {"crash": 0.004, "leave": 0.002, "pause": 0.004}
 MEMBER_DOWN_MS_MIN, MEMBER_DOWN_MS_MAX = 500, 6_000
-GROUP_BUGS = {"commit_before_hw": "bug_answer_before_commit", "stale_generation_commit": "bug_accept_stale_generation"}
+GROUP_BUGS = {"commit_before_hw": "bug_answer_before_commit", "stale_generation_commit": "bug_accept_stale_generation",
+              "poll_ignores_changes": "bug_poll_ignores_changes"}
 
 
 class GroupsSimulation(ClusterSimulation):
@@ -52,12 +57,18 @@ class GroupsSimulation(ClusterSimulation):
         "group_initial_rebalance_delay_ms": 500,
     }
 
+    def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
+        super().__init__(config, trace, shape)
+        self.loop.trace.listeners.append(self.checkers.fault_windows.observe_trace_line)
+
     def configure_node(self, state: Any) -> None:
         service = state.coordinators.services[0]
         if "commit_before_hw" in self.workload_bugs:
             service.runtime.bug_answer_before_commit = True
         if "stale_generation_commit" in self.workload_bugs:
             configure_shards(service.runtime, lambda shard: setattr(shard, "bug_accept_stale_generation", True))
+        if "poll_ignores_changes" in self.workload_bugs:
+            state.coordinators.bug_poll_ignores_changes = True
 
     def _build_clients(self) -> None:
         super()._build_clients()
@@ -161,6 +172,8 @@ class GroupsSimulation(ClusterSimulation):
             "group_records": sum(m.records for m in self.members),
             "commits_acked": self.checkers.commits_acked,
             "assignments": self.checkers.assignments_seen,
+            "quiet_answers": self.checkers.quiet_answers,
+            "quiet_answer_ms_max": self.checkers.quiet_answer_ms_max,
         })
         return result
 

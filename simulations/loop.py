@@ -39,8 +39,9 @@ class Trace:
         self._hash = hashlib.sha256()
         self._sink = sink
         self.line_count = 0
-        # Hears every line (simulations/picture.py); it only watches, so the hash is the same without it.
-        self.listener: Callable[[int, str, tuple[Any, ...]], None] | None = None
+        # Hear every line (simulations/picture.py, a checker's fault windows); they only watch, so the hash is
+        # the same without them.
+        self.listeners: list[Callable[[int, str, tuple[Any, ...]], None]] = []
 
     def append(self, time_us: int, kind: str, *fields: Any) -> None:
         """Record one line. Fields must be ints, strs or bools (their str() is stable across processes)."""
@@ -51,8 +52,8 @@ class Trace:
         self.line_count += 1
         if self._sink is not None:
             self._sink.write(line)
-        if self.listener is not None:
-            self.listener(time_us, kind, fields)
+        for listener in self.listeners:
+            listener(time_us, kind, fields)
 
     def sha256(self) -> str:
         return self._hash.hexdigest()

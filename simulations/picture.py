@@ -1,7 +1,7 @@
 """A picture of one simulation run: a self-contained HTML page with an SVG swimlane per node.
 
 Theory of operation: a `Timeline` watches a run without touching it. It hears every trace line (faults,
-node starts and crashes, partitions and heals) through the trace's listener, and it samples the nodes' state
+node starts and crashes, partitions and heals) as one of the trace's listeners, and it samples the nodes' state
 every `SAMPLE_INTERVAL_MS` of virtual time from the event loop's observer (called after each event; it
 schedules nothing, so the run and its trace hash are the same with or without a picture). A sample is, per
 node, whether it runs, the quorum leader and term it believes, and per partition of the workload's topic the

@@ -2,7 +2,8 @@
 
 partition_exclusive is shown to fail on a hand-fed coordinator state; the planted bug "assign_unreleased"
 fails it at a named seed (the first failing seed of `flotilla simulate --workload consumer-groups --seeds 300
---duration 30 --bugs assign_unreleased`), replays to the same trace, and passes with the bug off."""
+--duration 30 --bugs assign_unreleased`), replays to the same trace, and passes with the bug off; so does
+"poll_ignores_changes" with coordinator_answers_prompt."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ from simulations.run import run_one, sweep
 from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
 
 ASSIGN_UNRELEASED_SEED = 1
+# poll_ignores_changes (the coordinator runtimes are told nothing changed): the members heartbeat often, so a
+# held answer leaves at the next request to its partition; after the heal a ConsumerGroupHeartbeat waits
+# 621 ms with nothing wrong (coordinator_answers_prompt; the first failing seed of `--seeds 300 --duration 30
+# --bugs poll_ignores_changes`).
+POLL_IGNORES_CHANGES_SEED = 10
 CHECKERS = {"partition_exclusive", "commit_kept", "group_delivery"}
 
 
@@ -47,6 +53,12 @@ def test_assign_unreleased_fails_partition_exclusive_at_its_known_seed():
     buggy = run_one(workload_config("consumer-groups", ASSIGN_UNRELEASED_SEED, 30.0, DEFAULT_FAULTS,
                                     frozenset({"assign_unreleased"})))
     assert "partition_exclusive" in failed_checkers(buggy)
+
+
+@pytest.mark.slow
+def test_poll_ignores_changes_fails_coordinator_answers_prompt_at_its_known_seed():
+    assert_teeth("consumer-groups", "poll_ignores_changes", POLL_IGNORES_CHANGES_SEED, 30.0,
+                 {"coordinator_answers_prompt"})
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from net.protocol.codec import ApiKey
 from simulations.faults import DEFAULT_FAULTS
-from simulations.group_checkers import GroupCheckers
+from simulations.group_checkers import ANSWER_MS_MAX, SETTLE_MS, FaultWindows, GroupCheckers
 from simulations.group_clients import decode_assignment, encode_assignment, range_assignment
 from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
 from simulations.run import RunConfig, run_one, sweep
@@ -22,6 +23,10 @@ COMMIT_BEFORE_HW_SEED = 56  # (34 until index files and a new leader's epoch che
 # and moves the group's offset back below what the partition's new owner had committed.
 STALE_GENERATION_SEED = 11  # of `--duration 60` (73 until fetch sessions, batched ISR changes and coordinator write timeouts)
 STALE_GENERATION_DURATION_S = 60.0
+# poll_ignores_changes tells the coordinator runtimes that nothing changed: an answer held for the high
+# watermark leaves at the shard's next timer or its write timeout. After the heal, with nothing wrong, a
+# SyncGroup waits 3 s for a session timer (coordinator_answers_prompt; liveness and the safety checkers pass).
+POLL_IGNORES_CHANGES_SEED = 8
 GROUP_CHECKERS = {"generation_exclusive", "commit_kept", "group_delivery"}
 
 
@@ -69,6 +74,55 @@ def test_group_delivery_fails_when_an_acknowledged_record_was_never_consumed():
     assert "first at offset 1" in checkers.violations["group_delivery"]
 
 
+def test_fault_windows_follow_the_faults_in_the_trace():
+    windows = FaultWindows()
+    line = windows.observe_trace_line
+    line(500_000, "net.deliver", (1, 2, 7, 100, 0))  # traffic, connects, assignments: no change
+    line(600_000, "group.assigned", ("member-0", 1, "0,1"))
+    assert windows.quiet_since(1)
+    line(1_000_000, "net.block", (1, 3))
+    line(1_000_000, "net.block", (3, 1))
+    assert not windows.quiet_since(0)  # a partition in effect
+    line(4_000_000, "net.heal", ())
+    assert windows.quiet_since(4_001) and not windows.quiet_since(4_000)
+    line(5_000_000, "net.pause", (2,))
+    line(5_500_000, "net.down", (2,))  # a paused node that crashes is down, no longer paused
+    assert not windows.quiet_since(0)
+    line(6_000_000, "net.up", (2,))
+    assert windows.quiet_since(6_001)
+    line(7_000_000, "fault.controlled_shutdown", (3,))
+    line(7_300_000, "net.down", (3,))
+    line(7_800_000, "net.up", (3,))
+    line(8_000_000, "group.pause", ("member-1",))
+    line(8_000_000, "net.drop_probability", ("0.020000",))
+    line(9_000_000, "group.resume", ("member-1",))
+    assert not windows.quiet_since(0)  # messages are still lost
+    line(9_500_000, "net.drop_probability", ("0.000000",))
+    assert windows.quiet_since(9_501)
+    line(10_000_000, "net.reset", (1, 2, 9, "fault"))  # over at once, but a change
+    line(10_000_000, "fault.crash_in_step", (1, 4))
+    assert windows.quiet_since(10_001) and not windows.quiet_since(10_000)
+
+
+def test_coordinator_answers_prompt_fails_on_an_answer_held_seconds_in_a_quiet_stretch():
+    checkers = GroupCheckers()
+    line = checkers.fault_windows.observe_trace_line
+    line(1_000_000, "fault.crash", (2,))
+    line(1_000_000, "net.down", (2,))
+    line(2_000_000, "net.up", (2,))
+    answer = checkers.observe_coordinator_answer
+    answer(ApiKey.OFFSET_COMMIT, "member-0", 2_500, 5_500, True)  # the restart explains it
+    answer(ApiKey.HEARTBEAT, "member-0", 2_000 + SETTLE_MS + 1, 2_000 + SETTLE_MS + 4, True)
+    answer(ApiKey.JOIN_GROUP, "member-1", 8_000, 11_000, True)  # waits for the rebalance by design
+    assert "coordinator_answers_prompt" not in checkers.violations
+    assert checkers.quiet_answer_ms_max == 3
+    answer(ApiKey.SYNC_GROUP, "member-2", 8_000, 8_000 + ANSWER_MS_MAX, True)
+    assert "coordinator_answers_prompt" not in checkers.violations
+    answer(ApiKey.OFFSET_COMMIT, "member-2", 8_000, 13_000, False)
+    assert "member-2's OFFSET_COMMIT sent at 8000 ms given up after 5000 ms" in \
+           checkers.violations["coordinator_answers_prompt"]
+
+
 def test_the_members_range_assignment_and_its_bytes():  # Kafka's RangeAssignor, ConsumerProtocolAssignment
     assert range_assignment(["b", "a", "c"], 4) == {"a": [0, 1], "b": [2], "c": [3]}
     assert decode_assignment(encode_assignment("sim", [2, 0])) == [0, 2]
@@ -86,6 +140,12 @@ def test_commit_before_hw_fails_a_group_checker_at_its_known_seed():
 @pytest.mark.slow
 def test_stale_generation_commit_fails_a_group_checker_at_its_known_seed():
     _assert_teeth("stale_generation_commit", STALE_GENERATION_SEED, STALE_GENERATION_DURATION_S)
+
+
+@pytest.mark.slow
+def test_poll_ignores_changes_fails_coordinator_answers_prompt_at_its_known_seed():
+    assert_teeth("groups", "poll_ignores_changes", POLL_IGNORES_CHANGES_SEED, TEETH_DURATION_S,
+                 {"coordinator_answers_prompt"})
 
 
 @pytest.mark.slow
