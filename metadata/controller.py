@@ -22,6 +22,9 @@ Soft state. Broker heartbeat sessions are not in the log (as in Kafka's BrokerHe
 BrokerRegistration or BrokerHeartbeat records the time of contact, the one thing `handle` touches; it is
 idempotent (handling the same request twice gives the same result) and invisible in the image.
 `become_active` gives every registered broker a fresh session, so a failover never fences a live broker.
+Sessions count only the time the controller runs: a tick more than STALLED_TICK_GAP_MS after the previous one
+(the controller's process was stopped, or its host stalled) moves every session on by the gap, so a controller
+back from a stall does not fence the brokers whose heartbeats waited for it.
 
 Broker epochs: a registration gets `max(raft_index + 1, previous epoch + 1)`, where raft_index is the
 image's provenance; they grow per broker id and across re-registrations (Kafka uses the registration
@@ -111,6 +114,8 @@ from partitions.errors import (
 INT64_MAX = 2**63 - 1
 broker_id_max = BROKER_ID_MAX
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
+# Ticks come every few hundred ms (broker/controller_core.py); a longer gap is a stall of the controller itself.
+STALLED_TICK_GAP_MS = 1_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -157,11 +162,13 @@ class QuorumController:
         self._image: MetadataImage = EMPTY_IMAGE
         self._sessions: dict[int, int] = {}  # broker_id -> last contact (ms); soft state
         self._active_since_ms: int | None = None
+        self._last_tick_ms: int | None = None
         self._registration_offsets: dict[int, int] = {}  # broker_id -> raft index of its registration
         self._next_balance_ms: int | None = None  # soft state: the next automatic leader balance check
         # the leaderless partitions of one TopicsImage, by topic id (derived from the image, so not state)
         self._leaderless: tuple[TopicsImage | None, dict[bytes, frozenset[int]]] = (None, {})
         self.bug_reassign_without_catch_up = False  # a planted bug for the simulator (metadata/reassignment.py)
+        self.bug_sessions_count_stalls = False  # planted for the simulator: a stall of the controller costs sessions
         self._handlers: dict[type, Callable] = {
             BrokerRegistrationRequest: self._handle_registration,
             BrokerHeartbeatRequest: self._handle_heartbeat,
@@ -221,6 +228,7 @@ class QuorumController:
     def become_active(self, now_ms: int) -> None:
         """This node is now the active controller: every registered broker gets a fresh session."""
         self._active_since_ms = now_ms
+        self._last_tick_ms = now_ms
         self._sessions = {broker_id: now_ms for broker_id in self._image.cluster.brokers}
         self._next_balance_ms = now_ms + self._config.leader_imbalance_check_interval_ms
 
@@ -241,6 +249,13 @@ class QuorumController:
         """Periodic work: fence brokers whose session expired, elect leaders for offline partitions."""
         pending = Pending(self._image)
         fenced = []
+        gap_ms = now_ms - (now_ms if self._last_tick_ms is None else self._last_tick_ms)
+        self._last_tick_ms = now_ms
+        if gap_ms > STALLED_TICK_GAP_MS and not self.bug_sessions_count_stalls:
+            # The controller did not run: the brokers' heartbeats of that time wait to be handled, not missing.
+            self._sessions = {broker_id: contact_ms + gap_ms for broker_id, contact_ms in self._sessions.items()}
+            if self._active_since_ms is not None:
+                self._active_since_ms += gap_ms
         for broker_id, registration in self._image.cluster.brokers.items():
             if not registration.fenced and self._session_expired(broker_id, now_ms):
                 fenced.append(broker_id)

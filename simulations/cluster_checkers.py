@@ -22,6 +22,13 @@ Checkers (names are the verdict names):
 - one_leader_per_epoch: no two brokers lead the same partition in the same leader epoch.
 - one_raft_leader_per_term: no two nodes lead the metadata quorum in the same Raft term.
 - metadata_identical: every node replays the same metadata records at the same Raft index.
+- live_brokers_kept: the controller fences no broker registration of a running process (its current broker epoch)
+  that no fault has touched for longer than its session (broker_session_timeout_ms) and a margin: not down, not
+  paused, and no fault begun or ended on it or on the network (which touches every node) in that time. (The
+  registration of a crashed incarnation is fenced once its session runs out, before its restarted process may
+  register again: that is no live broker.) A controller's failover gives every broker a
+  fresh session, and a live broker's heartbeats reach the new controller well within it; a broker fenced anyway
+  leaves every ISR, and partitions whose ISR it leaves to an unreachable node go offline.
 - liveness: after every fault heals, within a bound, every acknowledged record is readable and the
   replicas converge (recorded by the simulation).
 - no_node_error: no core raised out of a step (an assertion is a bug, reported with where it was raised).
@@ -31,6 +38,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Callable
+
+from metadata.records import BrokerRegistrationChangeRecord, decode_record
 
 from simulations.run import CheckerVerdict
 
@@ -43,6 +53,7 @@ CHECKER_NAMES = (
     "one_leader_per_epoch",
     "one_raft_leader_per_term",
     "metadata_identical",
+    "live_brokers_kept",
 )
 
 TopicPartition = tuple[str, int]
@@ -86,6 +97,8 @@ class ClusterCheckers:
         self.metadata_at_index: dict[int, tuple[str, int]] = {}  # raft index -> (records digest, first node)
         self.liveness_ok = False
         self.liveness_detail = "not checked"
+        # Set by the simulation: why fencing (broker id, broker epoch) now is not explained by faults (None: it is).
+        self.unexplained_fence: Callable[[int, int], str | None] | None = None
 
     def violate(self, checker: str, detail: str) -> None:
         assert checker in CHECKER_NAMES, f"unknown checker {checker}"
@@ -157,10 +170,22 @@ class ClusterCheckers:
     def observe_metadata(self, node_id: int, raft_index: int, encoded_records: list[bytes]) -> None:
         """Metadata records a node replayed for the committed entry at `raft_index`."""
         digest = hashlib.sha256(b"".join(len(r).to_bytes(4, "big") + r for r in encoded_records)).hexdigest()
+        if raft_index not in self.metadata_at_index and self.unexplained_fence is not None:
+            self._check_fences(raft_index, encoded_records)
         known = self.metadata_at_index.setdefault(raft_index, (digest, node_id))
         if known[0] != digest:
             self.violate("metadata_identical", f"node {node_id} replayed other records at Raft index {raft_index} "
                                                f"than node {known[1]} ({digest[:12]} != {known[0][:12]})")
+
+    def _check_fences(self, raft_index: int, encoded_records: list[bytes]) -> None:
+        """At the first replay of an entry (its commit, as far as the run can tell)."""
+        for encoded in encoded_records:
+            record = decode_record(encoded)
+            if isinstance(record, BrokerRegistrationChangeRecord) and record.fenced is True:
+                why = self.unexplained_fence(record.broker_id, record.broker_epoch)
+                if why is not None:
+                    self.violate("live_brokers_kept", f"broker {record.broker_id} (epoch {record.broker_epoch}) "
+                                                      f"fenced at Raft index {raft_index}: {why}")
 
     # --- at the end -------------------------------------------------------------------------------------
 

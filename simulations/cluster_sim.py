@@ -61,6 +61,7 @@ from simulations.loop import US_PER_MS, US_PER_S, EventLoop, Trace
 from simulations.network import Network, NetworkConfig
 from simulations.node_process import (
     BROKER_BUGS,
+    NODE_BUGS,
     NodeProcess,
     ServingReadCorruption,
     _describe,
@@ -78,6 +79,9 @@ IDLE_PHASE_MS = 10_000  # > 3x the workload's replica.lag.time.max.ms
 RESUME_MS = 2_000  # records again after the idle spell
 RESUME_EXTRA_LATENCY_MS = 300  # on every link meanwhile (the workload's replica.lag.time.max.ms is 3,000)
 LIVENESS_CHECK_INTERVAL_MS = 100
+# live_brokers_kept: a broker fenced within its session and this of a fault touching it (or the network) is
+# explained by that fault (a heartbeat cut short, a session that ran out across it).
+FENCE_EXPLAINED_MARGIN_MS = 1_000
 FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
 # This workload's own faults (probability per FAULT_STEP of 100 ms), on whenever the run has any faults.
 EXTRA_FAULT_STEP_MS = 100
@@ -145,13 +149,15 @@ class ClusterSimulation(NodeFaultsMixin):
         self.loop = EventLoop(config.seed, trace)
         self.node_ids = list(range(1, config.nodes + self.observers + 1))
         self.observer_ids = tuple(self.node_ids[config.nodes:])
-        unknown = set(config.bugs_live) - set(BROKER_BUGS) - set(self.extra_bugs) - {"A", "B", "D", "E"}
+        unknown = (set(config.bugs_live) - set(BROKER_BUGS) - set(NODE_BUGS) - set(self.extra_bugs)
+                   - {"A", "B", "D", "E"})
         if unknown:
             raise ValueError(f"unknown bug switches {sorted(unknown)}: expected A, B, D, E, "
-                             f"{', '.join(sorted([*BROKER_BUGS, *self.extra_bugs]))}")
+                             f"{', '.join(sorted([*BROKER_BUGS, *NODE_BUGS, *self.extra_bugs]))}")
         self.broker_bugs = frozenset(config.bugs_live) & frozenset(BROKER_BUGS)
+        self.node_bugs = frozenset(config.bugs_live) & frozenset(NODE_BUGS)
         self.workload_bugs = frozenset(config.bugs_live) & frozenset(self.extra_bugs)
-        self.raft_bugs = frozenset(config.bugs_live) - self.broker_bugs - self.workload_bugs
+        self.raft_bugs = frozenset(config.bugs_live) - self.broker_bugs - self.node_bugs - self.workload_bugs
         faults_on = any(config.fault_rates().values())
         if shape is None:
             swarm = self.loop.derive_rng("swarm")
@@ -170,6 +176,7 @@ class ClusterSimulation(NodeFaultsMixin):
         self.storages = {n: ServingReadCorruption(self.disks[n], self.loop.derive_rng(f"read-corruption-{n}"),
                                                   shape.read_corruption_probability) for n in self.node_ids}
         self.checkers = self.checkers_class()
+        self.checkers.unexplained_fence = self._unexplained_fence
         self.node_errors: list[str] = []
         self.processes: dict[int, NodeProcess] = {}
         self._incarnations = {n: 0 for n in self.node_ids}
@@ -218,6 +225,19 @@ class ClusterSimulation(NodeFaultsMixin):
 
     def trace(self, kind: str, *fields: int | str) -> None:
         self.loop.trace.append(self.loop.now_us, kind, *fields)
+
+    def _unexplained_fence(self, broker_id: int, broker_epoch: int) -> str | None:
+        """For live_brokers_kept: why fencing `broker_id` at `broker_epoch` now is not explained by a fault (None:
+        it is, or that registration is not the running process's)."""
+        process = self.processes.get(broker_id)
+        if (process is None or not process.alive or process.paused or process.stopping
+                or process.broker.broker_epoch != broker_epoch):
+            return None
+        session_ms = self.cluster.broker.broker_session_timeout_ms
+        quiet_ms = (self.loop.now_us - self.network.last_disturbed_us.get(broker_id, 0)) // US_PER_MS
+        if quiet_ms <= session_ms + FENCE_EXPLAINED_MARGIN_MS:
+            return None
+        return f"its node runs and no fault touched it or the network for {quiet_ms} ms (session {session_ms} ms)"
 
     # --- FaultTarget ------------------------------------------------------------------------------------
 

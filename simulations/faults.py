@@ -53,6 +53,9 @@ FAULT_PROFILES = {
     # learns of commits late), paused nodes (a lagging third node) and plain crashes (the leader goes):
     # what it takes for a follower that forgot acknowledged entries to matter (bug D of the Raft workload).
     "snapshot_crashes": "crash_in_snapshot=0.2,delay=0.1,pause=0.05,crash=0.05",
+    # Nodes paused and nothing else: a paused process keeps its connections, so what waits on it waits until it
+    # resumes, and the active controller is paused now and then (the shell bug wait_out_moved_controller).
+    "pauses": "pause=0.03",
 }
 
 

@@ -81,6 +81,12 @@ def _pair(a: int, b: int) -> tuple[int, int]:
     return (a, b) if a < b else (b, a)
 
 
+# last_disturbed_us: trace kinds about given nodes -> how many of the fields name them; kinds about the links of
+# every node.
+_NODE_EVENTS = {"net.up": 1, "net.down": 1, "net.pause": 1, "net.resume": 1, "net.reset": 2}
+_LINK_EVENTS = frozenset({"net.block", "net.slow", "net.drop_probability", "net.heal"})
+
+
 class Network:
     """Streams between registered nodes; all timing from the loop, all randomness from per-link streams."""
 
@@ -99,6 +105,10 @@ class Network:
         self._deferred_disconnects: dict[int, list[tuple[int, Endpoint]]] = {}
         self.messages_delivered = 0
         self.bytes_delivered = 0
+        # node id -> the last time its connectivity changed: it went up, down, paused or resumed, a stream of it
+        # was reset, or links changed anywhere (a block, slow link, drop rate or heal touches every node). For
+        # checkers (cluster_checkers.live_brokers_kept): what befalls a node untouched for a while is its peers' doing.
+        self.last_disturbed_us: dict[int, int] = {}
 
     # --- membership -------------------------------------------------------------------------------------
 
@@ -321,3 +331,11 @@ class Network:
 
     def _trace(self, kind: str, *fields: object) -> None:
         self.loop.trace.append(self.loop.now_us, kind, *fields)
+        if kind in _NODE_EVENTS:
+            touched = fields[:_NODE_EVENTS[kind]]
+        elif kind in _LINK_EVENTS:
+            touched = self._node_ids
+        else:
+            return
+        for node_id in touched:
+            self.last_disturbed_us[node_id] = self.loop.now_us

@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 
 BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_hw": "bug_truncate_to_own_hw",
                "quiet_session_never_ages": "bug_quiet_sessions_never_age"}
+# Planted bugs of a node, by name -> (whose, attribute): this runtime's ("process": a controller call in flight
+# waits on the controller it asked even after this node knows another, as net/node.py did) or the quorum
+# controller's (its sessions count the time it was stalled, so a controller back from a stall fences the
+# brokers whose heartbeats waited for it).
+NODE_BUGS = {"wait_out_moved_controller": ("process", "bug_wait_out_moved_controller"),
+              "sessions_count_stalls": ("controller", "bug_sessions_count_stalls")}
 STEP_INTERVAL_MS = 50  # the broker tick (the real node's is 20 ms; nothing here is due more often)
 TICK_SPACING_US_MIN = 100
 CONTROLLER_CALL_TIMEOUT_MS = 10_000
@@ -179,6 +185,12 @@ class NodeProcess:
         assert broker is not None, f"node {node_id} has no broker role"
         for name in sorted(sim.broker_bugs):
             setattr(broker, BROKER_BUGS[name], True)
+        self.bug_wait_out_moved_controller = False
+        for name in sorted(sim.node_bugs):
+            whose, attribute = NODE_BUGS[name]
+            target = self if whose == "process" else self.state.controller
+            if target is not None:
+                setattr(target, attribute, True)
         sim.configure_node(self.state)
         self.broker = broker
         self.raft = self.state.raft  # None on a broker-only node (an observer)
@@ -339,6 +351,8 @@ class NodeProcess:
         """NodeState.step and deliver its output; the raft timer follows the driver's next deadline."""
         output = self._guard(self.state.step, self.sim.loop.now_ms)
         self._deliver(output)
+        if self._rpc_out and not self.bug_wait_out_moved_controller:
+            self._abandon_moved_controller_calls()
         if output.proposed:
             self._ship_raft()
         self._observe()
@@ -563,8 +577,31 @@ class NodeProcess:
             payload = cbor2.dumps([self._next_rpc_id, encode_controller_request(call_state.call.request)])
             if self._send(leader_id, CHANNEL_CONTROLLER_REQUEST, payload):
                 self._rpc_out[self._next_rpc_id] = (call_state, leader_id)
+                if self.raft is None and not self.bug_wait_out_moved_controller:
+                    attempt_ms = max(500, self.sim.cluster.broker.broker_session_timeout_ms // 3)
+                    self.sim.loop.call_later(attempt_ms * US_PER_MS, self._event, self._observer_attempt_timeout,
+                                             self._next_rpc_id)
                 return
         self._retry_controller_call(call_state, call_state.last_error)
+
+    def _abandon_moved_controller_calls(self) -> None:
+        """As net/node.py: a call in flight to a controller other than the one this node now knows is retried
+        (a paused controller keeps its streams up, and waiting on it costs this broker its heartbeats)."""
+        leader_id = self._guard(self.state.quorum_leader_id)
+        if leader_id is None:
+            return
+        for rpc_id in sorted(self._rpc_out):
+            call_state, target = self._rpc_out[rpc_id]
+            if target != leader_id:
+                del self._rpc_out[rpc_id]
+                moved = KafkaError(f"controller {target} moved", ErrorCode.NOT_CONTROLLER)
+                self._retry_controller_call(call_state, moved)
+
+    def _observer_attempt_timeout(self, rpc_id: int) -> None:
+        entry = self._rpc_out.pop(rpc_id, None)
+        if entry is not None:  # as net/node.py: an observer's attempt gives up after a third of the session
+            self.state.leader_hint = None
+            self._retry_controller_call(entry[0], KafkaError(f"controller {entry[1]} silent", ErrorCode.NOT_CONTROLLER))
 
     def _retry_controller_call(self, call_state: _ControllerCallState, error: KafkaError) -> None:
         call_state.last_error = error

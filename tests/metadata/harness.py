@@ -41,6 +41,13 @@ class Cluster:
         self.commit(result.records)
         return result.response
 
+    def tick_until(self, now_ms: int, step_ms: int = 250):
+        """Tick every `step_ms` from the current time to `now_ms`, as a running controller does (a longer gap
+        between ticks is a stall of the controller, which its sessions do not count); the last response."""
+        while self.now_ms + step_ms < now_ms:
+            self.tick(self.now_ms + step_ms)
+        return self.tick(now_ms)
+
     @property
     def image(self):
         return self.controller.image()

@@ -380,6 +380,29 @@ def test_heartbeat_timeout_fences_broker_and_isr_members_take_over_with_higher_e
             assert (state.leader, state.leader_epoch) == (old.leader, old.leader_epoch)
 
 
+@pytest.mark.parametrize("bug", [False, True])
+def test_a_controller_back_from_a_stall_fences_no_broker_for_the_time_it_did_not_run(bug):
+    c = Cluster()
+    c.start_brokers(1, 2, 3)
+    c.controller.become_active(0)
+    c.controller.bug_sessions_count_stalls = bug
+    c.tick_until(8_000)  # running: a tick every 250 ms
+    c.keep_alive(1, 2, 3, now_ms=8_000)
+    # Stopped from 8,000 to 20,000 (a paused process, a stalled host): the heartbeats of that time wait in its
+    # sockets, unhandled. Its first tick back must not count the stall against the brokers' sessions.
+    fenced = c.tick(20_000).fenced_broker_ids
+    if bug:
+        assert fenced == (1, 2, 3)
+        return
+    assert fenced == ()
+    c.keep_alive(1, 2, now_ms=20_000)  # the waiting heartbeats of 1 and 2; broker 3 has really gone
+    c.tick_until(28_000)
+    c.keep_alive(1, 2, now_ms=28_000)
+    c.tick_until(29_000)
+    assert not c.image.cluster.broker(3).fenced  # 9,000 ms of running time since its last contact
+    assert c.tick(29_001).fenced_broker_ids == (3,)
+
+
 def test_fenced_broker_returns_as_follower_and_rejoins_isr_through_alter_partition(cluster):
     cluster.create_topic("t", 3, 3)
     cluster.keep_alive(1, 2, now_ms=8_000)

@@ -157,8 +157,9 @@ def test_automatic_preferred_leader_balancing_after_the_check_interval():
     c.controller.become_active(0)
     c.create_topic("b", 6, 3)
     preferred = {p: s.replicas[0] for p, s in c.topic("b").partitions.items()}
+    c.tick_until(8_000)
     c.keep_alive(2, 3, now_ms=8_000)
-    c.tick(9_001)  # broker 1 fenced: its partitions move away
+    c.tick_until(9_001)  # broker 1 fenced: its partitions move away
     assert all(s.leader != 1 for s in c.topic("b").partitions.values())
     c.heartbeat(1)  # back and unfenced; the ISR is expanded by the leaders as followers catch up
     for p, s in c.topic("b").partitions.items():

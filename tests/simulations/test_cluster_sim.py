@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from metadata.records import BrokerRegistrationChangeRecord, encode_record
 from partitions.records import build_batch
 from simulations import cluster_sim
 from simulations.cluster_checkers import BatchSummary, ClusterCheckers, ReplicaLog
@@ -83,6 +84,25 @@ def test_two_raft_leaders_in_one_term_and_diverging_metadata_fail():
     checkers.observe_metadata(1, 7, [b"x"])
     checkers.observe_metadata(2, 7, [b"y"])
     assert {"one_raft_leader_per_term", "metadata_identical"} <= set(checkers.violations)
+
+
+def test_a_fence_no_fault_explains_fails_live_brokers_kept_at_its_first_replay_only():
+    checkers = ClusterCheckers()
+    asked = []
+
+    def unexplained(broker_id, broker_epoch):
+        asked.append((broker_id, broker_epoch))
+        return "no fault touched it" if broker_id == 2 else None
+
+    checkers.unexplained_fence = unexplained
+    fence = [encode_record(BrokerRegistrationChangeRecord(1, 5, fenced=True))]
+    checkers.observe_metadata(1, 10, fence)
+    checkers.observe_metadata(2, 11, [encode_record(BrokerRegistrationChangeRecord(2, 6, fenced=False))])
+    assert "live_brokers_kept" not in checkers.violations and asked == [(1, 5)]  # explained; an unfence is none
+    checkers.observe_metadata(1, 12, [encode_record(BrokerRegistrationChangeRecord(2, 6, fenced=True))])
+    checkers.observe_metadata(2, 12, [encode_record(BrokerRegistrationChangeRecord(2, 6, fenced=True))])
+    assert asked == [(1, 5), (2, 6)]  # the entry's second replay (another node) is not the fence again
+    assert "broker 2 (epoch 6) fenced at Raft index 12: no fault touched it" in checkers.violations["live_brokers_kept"]
 
 
 def test_replicas_differing_below_high_watermark_fail_replicas_identical():
@@ -218,6 +238,35 @@ def test_quiet_session_never_ages_fails_idle_isr_stable_at_its_known_seed():
     assert run_one(buggy).trace_sha256 == first.trace_sha256
     fixed = run_one(_config(seed=QUIET_BUG_SEED))
     assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
+
+
+# live_brokers_kept, under the `pauses` fault profile (nodes paused, nothing else). Each seed is the first
+# failing one of `flotilla simulate --workload cluster --seeds 60 --duration 10 --faults pauses --bugs <BUG>`.
+# wait_out_moved_controller: a broker's heartbeat waits on the paused controller after the survivors elected
+# another, whose fresh sessions run out (caught at seeds 3, 5 and 38 of 60).
+# sessions_count_stalls: the controller, back from a pause it kept its leadership through (the other voters
+# had no quorum), counts the pause against every session and fences the brokers whose heartbeats waited in its
+# sockets (seed 23 of 60).
+MOVED_CONTROLLER_SEED = 3
+STALL_SEED = 23
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug, seed", [("wait_out_moved_controller", MOVED_CONTROLLER_SEED),
+                                       ("sessions_count_stalls", STALL_SEED)])
+def test_a_live_broker_fenced_by_a_controller_s_pause_fails_live_brokers_kept_at_its_known_seed(bug, seed):
+    buggy = _config(seed=seed, duration_s=10.0, faults="pauses", bugs=frozenset({bug}))
+    first = run_one(buggy)
+    assert _failed(first) == ["live_brokers_kept"], [(v.name, v.detail) for v in first.checkers]
+    assert run_one(buggy).trace_sha256 == first.trace_sha256
+    fixed = run_one(_config(seed=seed, duration_s=10.0, faults="pauses"))
+    assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
+
+
+@pytest.mark.slow
+def test_a_sweep_of_paused_nodes_with_every_fix_in_place_finds_no_failure():
+    summary = sweep(_config(seed=1, duration_s=10.0, faults="pauses"), list(range(1, 31)), jobs=2)
+    assert not summary.failed_seeds, summary.format()
 
 
 @pytest.mark.slow

@@ -135,3 +135,21 @@ def test_same_seed_same_trace_and_different_seed_different_trace():
 
     assert trace_hash(5) == trace_hash(5)
     assert trace_hash(5) != trace_hash(6)
+
+
+def test_last_disturbed_notes_a_node_s_own_faults_and_network_changes_for_everyone_but_not_traffic():
+    loop, network, _ = _cluster(3)
+    up_us = dict(network.last_disturbed_us)
+    assert sorted(up_us) == [1, 2, 3]  # each went up
+    network.send(1, 2, b"x")
+    loop.run_until(loop.now_us + 10 * US_PER_MS)
+    assert network.last_disturbed_us == up_us  # traffic and connections are no fault
+    network.pause(3)
+    paused_us = loop.now_us
+    assert network.last_disturbed_us == {**up_us, 3: paused_us}  # a pause touches the paused node alone
+    loop.run_until(loop.now_us + 100 * US_PER_MS)
+    network.block(1, 2)
+    assert set(network.last_disturbed_us.values()) == {loop.now_us}  # a link fault touches every node
+    loop.run_until(loop.now_us + 100 * US_PER_MS)
+    network.heal()  # so does its end
+    assert set(network.last_disturbed_us.values()) == {loop.now_us}
