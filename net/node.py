@@ -93,6 +93,9 @@ class Node:
             self.broker.metrics.enabled = self.node_config.metrics_port is not None
         self.controller_tls = controller_tls_contexts(config, node_id) if config.security.controller_tls else None
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
+        self._logged_quorum_leader: int | None = None  # _log_cluster_changes: what the log last said
+        self._logged_image: Any = None
+        self._logged_replicas = (0, 0)
         # Remote controller attempts in flight -> the controller asked (see submit_to_controller).
         self._controller_attempts: dict[trio.CancelScope, int] = {}
         # An observer learns of a new controller only from an answer: an attempt of its gives up after this
@@ -113,6 +116,45 @@ class Node:
         self._deliver(self.state.step(monotonic_ms()))
         if self._controller_attempts:
             self._abandon_moved_controller_calls()
+        self._log_cluster_changes()
+
+    def _log_cluster_changes(self) -> None:
+        """One log line per change an operator reconstructs an incident from: the quorum leader this node knows,
+        broker registrations (registered, fenced, unfenced, shutting down, gone) and how many partitions this
+        broker leads and follows. Compared after each step; the image part only when the image changed."""
+        leader_id = self.state.quorum_leader_id()
+        if leader_id != self._logged_quorum_leader:
+            self._logged_quorum_leader = leader_id
+            if leader_id is not None:
+                self.log.info("quorum_leader", leader_id=leader_id)
+        image = self.broker.image if self.broker is not None else None
+        if image is None or image is self._logged_image:
+            return
+        previous, self._logged_image = self._logged_image, image
+        before = {} if previous is None else previous.cluster.brokers
+        for broker_id, registration in sorted(image.cluster.brokers.items()):
+            old = before.get(broker_id)
+            state = ("fenced" if registration.fenced else
+                     "shutting_down" if registration.in_controlled_shutdown else "active")
+            old_state = None if old is None or old.broker_epoch != registration.broker_epoch else (
+                "fenced" if old.fenced else "shutting_down" if old.in_controlled_shutdown else "active")
+            if state != old_state:
+                event = "broker_registered" if old_state is None else f"broker_{state}"
+                self.log.info(event, broker_id=broker_id, broker_epoch=registration.broker_epoch, state=state)
+        for broker_id in sorted(set(before) - set(image.cluster.brokers)):
+            self.log.info("broker_unregistered", broker_id=broker_id)
+        if previous is not None and image.topics is previous.topics:
+            return
+        leading = following = 0
+        for topic in image.topics.by_id.values():
+            for registration in topic.partitions.values():
+                if registration.leader == self.node_id:
+                    leading += 1
+                elif self.node_id in registration.replicas:
+                    following += 1
+        if (leading, following) != self._logged_replicas:
+            self._logged_replicas = (leading, following)
+            self.log.info("partition_replicas", leading=leading, following=following)
 
     def _after_kafka_event(self) -> None:
         """After a Kafka request or a replica response: deliver what it completed (cheap; no Raft, no timers)."""

@@ -12,6 +12,7 @@ acknowledged message is read exactly once, in order, the resumed node is back in
 logs are identical up to the high watermark."""
 
 import collections
+import json
 import time
 
 import pytest
@@ -82,6 +83,13 @@ def test_a_paused_controller_and_leader_is_replaced_and_rejoins_without_losing_a
         assert brokers[victim]["status"] == "fenced"
         for node_id in survivors:
             assert (brokers[node_id]["status"], brokers[node_id]["epoch"]) == ("active", epochs[node_id]), brokers
+        # What happened is in the survivors' logs: the new quorum leader, the paused broker fenced, the
+        # partitions this node took over.
+        for node_id in survivors:
+            events = [json.loads(line) for line in open(cluster.log_path(node_id)) if line.startswith("{")]
+            assert any(e["event"] == "quorum_leader" and e["leader_id"] in survivors for e in events), node_id
+            assert any(e["event"] == "broker_fenced" and e["broker_id"] == victim for e in events), node_id
+            assert any(e["event"] == "partition_replicas" for e in events), node_id
         log = cli_json("metadata", "dump", "--log", "-b", ",".join(cluster.bootstrap_of(n) for n in survivors))
         fenced = [r["broker_id"] for entry in log for r in entry["records"]
                   if r["type"] == "BrokerRegistrationChangeRecord" and r["fenced"] is True]
