@@ -312,6 +312,19 @@ class NodeState:
         """The metadata quorum's leader as this node knows it (an observer: as the last answer named it)."""
         return self.leader_hint if self.raft is None else self.raft.leadership()[2]
 
+    def controller_moved(self, asked: int) -> bool:
+        """Whether a controller call in flight to `asked` should be given up: this node knows another controller
+        (a controller that hangs, a paused process, keeps its connections open, and waiting out the call's
+        timeout there costs a broker its heartbeats, so its session)."""
+        leader_id = self.quorum_leader_id()
+        return leader_id is not None and leader_id != asked
+
+    def controller_attempt_ms_max(self) -> int | None:
+        """How long an observer waits on one controller before it asks the next (None for a voter, which knows
+        a new Raft leader by itself): an observer learns of one only from an answer, and a third of the broker
+        session leaves it time to reach another before the session runs out."""
+        return None if self.raft is not None else max(500, self.config.broker.broker_session_timeout_ms // 3)
+
     def controller_to_ask(self, reachable: Callable[[int], bool] = lambda node_id: True) -> int | None:
         """Where a controller request or metadata fetch goes: the quorum leader as this node knows it (None on a
         controller that knows none); an observer that knows no reachable leader asks the controllers in turn."""

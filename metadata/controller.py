@@ -249,7 +249,7 @@ class QuorumController:
         """Periodic work: fence brokers whose session expired, elect leaders for offline partitions."""
         pending = Pending(self._image)
         fenced = []
-        gap_ms = now_ms - (now_ms if self._last_tick_ms is None else self._last_tick_ms)
+        gap_ms = 0 if self._last_tick_ms is None else now_ms - self._last_tick_ms
         self._last_tick_ms = now_ms
         if gap_ms > STALLED_TICK_GAP_MS and not self.bug_sessions_count_stalls:
             # The controller did not run: the brokers' heartbeats of that time wait to be handled, not missing.

@@ -65,6 +65,11 @@ OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's poll of the metadata lo
 OBSERVER_FETCH_TIMEOUT_MS = 5_000
 
 
+def _registration_state(registration: Any) -> str:
+    """A broker registration's state, as the node's log names it."""
+    return "fenced" if registration.fenced else "shutting_down" if registration.in_controlled_shutdown else "active"
+
+
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch: the broker's clock (see NodeState); Raft keeps the monotonic one."""
     return time.time_ns() // 1_000_000
@@ -98,9 +103,6 @@ class Node:
         self._logged_replicas = (0, 0)
         # Remote controller attempts in flight -> the controller asked (see submit_to_controller).
         self._controller_attempts: dict[trio.CancelScope, int] = {}
-        # An observer learns of a new controller only from an answer: an attempt of its gives up after this
-        # (a third of the broker session, so a hung controller does not cost it its session) and it asks the next.
-        self._observer_attempt_ms = max(500, config.broker.broker_session_timeout_ms // 3)
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
         self._broker_connections: dict[int, KafkaConnection] = {}  # the outbox's, one per destination
@@ -134,10 +136,9 @@ class Node:
         before = {} if previous is None else previous.cluster.brokers
         for broker_id, registration in sorted(image.cluster.brokers.items()):
             old = before.get(broker_id)
-            state = ("fenced" if registration.fenced else
-                     "shutting_down" if registration.in_controlled_shutdown else "active")
-            old_state = None if old is None or old.broker_epoch != registration.broker_epoch else (
-                "fenced" if old.fenced else "shutting_down" if old.in_controlled_shutdown else "active")
+            state = _registration_state(registration)
+            same = old is not None and old.broker_epoch == registration.broker_epoch
+            old_state = _registration_state(old) if same else None
             if state != old_state:
                 event = "broker_registered" if old_state is None else f"broker_{state}"
                 self.log.info(event, broker_id=broker_id, broker_epoch=registration.broker_epoch, state=state)
@@ -145,13 +146,8 @@ class Node:
             self.log.info("broker_unregistered", broker_id=broker_id)
         if previous is not None and image.topics is previous.topics:
             return
-        leading = following = 0
-        for topic in image.topics.by_id.values():
-            for registration in topic.partitions.values():
-                if registration.leader == self.node_id:
-                    leading += 1
-                elif self.node_id in registration.replicas:
-                    following += 1
+        leading = sum(1 for hosted in self.broker.partitions.values() if hosted.replica.is_leader)
+        following = len(self.broker.partitions) - leading
         if (leading, following) != self._logged_replicas:
             self._logged_replicas = (leading, following)
             self.log.info("partition_replicas", leading=leading, following=following)
@@ -192,11 +188,9 @@ class Node:
                     if leader_id == self.node_id:
                         return await self._submit_locally(request)
                     if leader_id is not None:
-                        # An attempt is abandoned as soon as this node knows another controller: a controller
-                        # that hangs (a paused process, a silent network) keeps its connection open, and waiting
-                        # out the call's timeout there costs a broker its heartbeats, so its session.
-                        attempt_s = (CONTROLLER_CALL_TIMEOUT_MS if self.raft is not None
-                                     else self._observer_attempt_ms) / 1000
+                        # Abandoned once this node knows another controller (_abandon_moved_controller_calls), or
+                        # on an observer after NodeState.controller_attempt_ms_max.
+                        attempt_s = (self.state.controller_attempt_ms_max() or CONTROLLER_CALL_TIMEOUT_MS) / 1000
                         with trio.move_on_after(attempt_s) as attempt:
                             self._controller_attempts[attempt] = leader_id
                             try:
@@ -217,13 +211,10 @@ class Node:
         raise last_error
 
     def _abandon_moved_controller_calls(self) -> None:
-        """Cancel the remote controller attempts whose target is no longer the controller this node knows (a
-        voter learns of a new Raft leader by itself; the call asks it after the usual backoff)."""
-        leader_id = self.state.quorum_leader_id()
-        if leader_id is None:
-            return
+        """Cancel the remote controller attempts whose target is no longer the controller this node knows
+        (NodeState.controller_moved); the call asks the new one after the usual backoff."""
         for attempt, target in list(self._controller_attempts.items()):
-            if target != leader_id:
+            if self.state.controller_moved(target):
                 attempt.cancel()
 
     async def _submit_locally(self, request: Any) -> Any:

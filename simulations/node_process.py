@@ -577,8 +577,8 @@ class NodeProcess:
             payload = cbor2.dumps([self._next_rpc_id, encode_controller_request(call_state.call.request)])
             if self._send(leader_id, CHANNEL_CONTROLLER_REQUEST, payload):
                 self._rpc_out[self._next_rpc_id] = (call_state, leader_id)
-                if self.raft is None and not self.bug_wait_out_moved_controller:
-                    attempt_ms = max(500, self.sim.cluster.broker.broker_session_timeout_ms // 3)
+                attempt_ms = self.state.controller_attempt_ms_max()
+                if attempt_ms is not None and not self.bug_wait_out_moved_controller:
                     self.sim.loop.call_later(attempt_ms * US_PER_MS, self._event, self._observer_attempt_timeout,
                                              self._next_rpc_id)
                 return
@@ -586,20 +586,17 @@ class NodeProcess:
 
     def _abandon_moved_controller_calls(self) -> None:
         """As net/node.py: a call in flight to a controller other than the one this node now knows is retried
-        (a paused controller keeps its streams up, and waiting on it costs this broker its heartbeats)."""
-        leader_id = self._guard(self.state.quorum_leader_id)
-        if leader_id is None:
-            return
+        (NodeState.controller_moved)."""
         for rpc_id in sorted(self._rpc_out):
             call_state, target = self._rpc_out[rpc_id]
-            if target != leader_id:
+            if self._guard(self.state.controller_moved, target):
                 del self._rpc_out[rpc_id]
                 moved = KafkaError(f"controller {target} moved", ErrorCode.NOT_CONTROLLER)
                 self._retry_controller_call(call_state, moved)
 
     def _observer_attempt_timeout(self, rpc_id: int) -> None:
         entry = self._rpc_out.pop(rpc_id, None)
-        if entry is not None:  # as net/node.py: an observer's attempt gives up after a third of the session
+        if entry is not None:  # as net/node.py: an observer's attempt gives up (NodeState.controller_attempt_ms_max)
             self.state.leader_hint = None
             self._retry_controller_call(entry[0], KafkaError(f"controller {entry[1]} silent", ErrorCode.NOT_CONTROLLER))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -77,3 +78,18 @@ def wait_for_quorum(cluster, nodes: tuple[int, ...] | None = None, seconds: floa
         return status
 
     return eventually(ready, seconds, what="quorum and brokers ready")
+
+
+class NumberedDeliveries:
+    """A producer's delivery callback for messages whose values are their numbers: `acknowledged` (partition ->
+    message numbers in acknowledgement order) and `failures` (the errors of the others)."""
+
+    def __init__(self) -> None:
+        self.acknowledged: dict[int, list[int]] = collections.defaultdict(list)
+        self.failures: list[Any] = []
+
+    def __call__(self, error: Any, message: Any) -> None:
+        if error is None:
+            self.acknowledged[message.partition()].append(int(message.value()))
+        else:
+            self.failures.append(error)

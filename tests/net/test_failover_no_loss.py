@@ -17,7 +17,8 @@ from cli.local_cluster import LocalCluster
 from partitions.batch import iter_batches
 from partitions.log import PartitionLog
 from partitions.log_config import LogConfig
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, NumberedDeliveries, create_topic, eventually, metadata,
+                                      topic_of, wait_for_quorum)
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 MESSAGES = 50_000
@@ -39,14 +40,8 @@ def test_acknowledged_writes_survive_the_leader_being_killed(tmp_path):
             "message.send.max.retries": 1_000_000, "retry.backoff.ms": 100, "message.timeout.ms": 120_000,
             "enable.idempotence": False, "max.in.flight.requests.per.connection": 1,
         })
-        acknowledged = collections.defaultdict(list)  # partition -> message numbers, in ack order
-        failures = []
-
-        def on_delivery(error, message):
-            if error is None:
-                acknowledged[message.partition()].append(int(message.value()))
-            else:
-                failures.append(error)
+        on_delivery = NumberedDeliveries()
+        acknowledged, failures = on_delivery.acknowledged, on_delivery.failures
 
         started = time.monotonic()
         for number in range(MESSAGES):

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, cli_json, create_topic, eventually, metadata,
-                                      topic_of, wait_for_quorum)
+from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, NumberedDeliveries, cli_json, create_topic, eventually,
+                                      metadata, topic_of, wait_for_quorum)
 from tests.net.test_failover_no_loss import assert_replicas_identical_up_to_high_watermark
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -46,14 +46,8 @@ def test_a_paused_controller_and_leader_is_replaced_and_rejoins_without_losing_a
             "acks": "all", "enable.idempotence": True, "linger.ms": 2, "message.timeout.ms": 120_000,
             "socket.timeout.ms": 5_000,  # a request to the paused node is given up and retried elsewhere
         })
-        acknowledged = collections.defaultdict(list)  # partition -> message numbers, in ack order
-        failures = []
-
-        def on_delivery(error, message):
-            if error is None:
-                acknowledged[message.partition()].append(int(message.value()))
-            else:
-                failures.append(error)
+        on_delivery = NumberedDeliveries()
+        acknowledged, failures = on_delivery.acknowledged, on_delivery.failures
 
         def survivors_see_new_leader() -> bool:
             try:
