@@ -894,6 +894,10 @@ class PartitionLog:
         if self.closed:
             return
         self.active_segment.fsync()
+        # A new log that never flushed a record has not made its directory's entry in the parent durable
+        # yet. The clean-shutdown marker tells the next process that everything is, so it must be: else a
+        # later power loss drops the directory with the records that process flushes into it.
+        self._sync_parent()
         for _, segment in self.pending_deletions:
             segment.delete()
         self.pending_deletions = []

@@ -217,6 +217,26 @@ def test_a_log_directory_found_after_a_crash_is_made_durable_before_it_takes_rec
     assert values(open_log(disk)) == [(0, b"acknowledged")]
 
 
+def test_a_log_directory_closed_cleanly_before_its_first_record_is_durable():
+    """A new replica whose node shuts down cleanly before it holds a record (found by the groups simulation,
+    seed 146 of `--duration 60`: a broker stopped 0.6 s after its replica of an offsets partition was
+    created). The clean-shutdown marker says everything is durable, so the restarted node does not sync what
+    it finds; the directory's entry in its parent must then already be durable, or a power loss drops the
+    directory with the records the restarted node flushed and acknowledged into it."""
+    import random
+
+    from simulations.disk import SimDisk
+
+    disk = SimDisk(random.Random(1))
+    disk.makedirs("logs")
+    disk.fsync_dir("")
+    open_log(disk, flush_messages=1).close()  # created, never written, closed cleanly
+    log = open_log(disk, flush_messages=1)  # the restarted process
+    log.append_as_leader(batch(b"acknowledged"), 0, 1_000)  # fsynced before an acknowledgement
+    disk.power_loss()
+    assert values(open_log(disk)) == [(0, b"acknowledged")]
+
+
 @pytest.mark.parametrize("crash_at", range(1, 8))
 def test_a_new_logs_first_segment_file_is_durable_with_the_first_flush(crash_at):
     """The first segment file of a new log is created by its first record (segment.LazyLogFile); the flush that
