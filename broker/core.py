@@ -657,12 +657,24 @@ class BrokerCore:
             self._next_heartbeat_ms = now_ms
 
     def controlled_shutdown_done(self, now_ms: int) -> bool:
+        """Granted, or not worth waiting for: never registered, waited CONTROLLED_SHUTDOWN_MS_MAX, or no other
+        broker can take this one's leaderships (`no_successor`)."""
         assert self.shutdown_requested_ms is not None, "no controlled shutdown was requested"
         return (
             self.shutdown_granted
             or self.broker_epoch is None
             or now_ms - self.shutdown_requested_ms >= CONTROLLED_SHUTDOWN_MS_MAX
+            or self.no_successor()
         )
+
+    def no_successor(self) -> bool:
+        """Every other broker is fenced or shutting down, as the committed metadata says: the whole cluster is
+        stopping (`flotilla up` interrupted, every node sent SIGTERM at once). Nobody can take this broker's
+        leaderships, so the grant moves nothing, and waiting for it may outlast the quorum: the nodes granted
+        first leave, and a shutdown that is not committed yet then never is."""
+        return all(registration.fenced or registration.in_controlled_shutdown
+                   for broker_id, registration in self.image.cluster.brokers.items()
+                   if broker_id != self.node_id and "broker" in registration.roles)
 
     def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int) -> None:
         call.on_response(response, now_ms)

@@ -14,7 +14,8 @@ only moves bytes and time between them and the sockets:
 Everything runs in one trio thread, so the cores are never entered concurrently.
 
 Shutdown (SIGTERM / SIGINT / cancel): a broker first asks the controller to move its leaderships away
-(controlled shutdown, bounded), then the node checkpoints high watermarks, flushes logs and closes the journal.
+(controlled shutdown, bounded; not waited for when every other broker is fenced or shutting down too, as when
+the whole cluster stops), then the node checkpoints high watermarks, flushes logs and closes the journal.
 """
 
 from __future__ import annotations
@@ -431,7 +432,8 @@ class Node:
                 else:
                     leaderless_since = None
                 await trio.sleep(0.05)
-        self.log.info("controlled_shutdown_done", granted=self.broker.shutdown_granted)
+        self.log.info("controlled_shutdown_done", granted=self.broker.shutdown_granted,
+                      no_successor=self.broker.no_successor())
 
     def close(self) -> None:
         self.state.close()

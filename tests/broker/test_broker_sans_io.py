@@ -431,3 +431,23 @@ def test_a_replica_directory_gets_partition_metadata_with_its_first_segment_file
         assert "00000000000000000000.log" in names and PARTITION_METADATA_FILE in names
         assert read_file(broker.storage, f"{partition_directory('t', 0)}/{PARTITION_METADATA_FILE}") == topic_id
         assert broker.storage.list(partition_directory("t", 1)) == []
+
+
+def test_a_controlled_shutdown_waits_for_its_grant_only_while_another_broker_can_take_over(cluster):
+    """The whole cluster stopping at once: brokers 1 and 2 are granted their shutdowns and leave with the quorum
+    before broker 3's is committed, which then never is. Broker 3 stops waiting as soon as the metadata says
+    every other broker is shutting down (or fenced): nobody could take its leaderships anyway."""
+    def want_shutdown(broker_id):
+        broker = cluster.brokers[broker_id]
+        cluster.commit(BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=broker.broker_epoch,
+                                              current_metadata_offset=cluster.raft_index, want_shutdown=True))
+
+    last = cluster.brokers[3]
+    last.request_controlled_shutdown(cluster.now_ms)
+    assert not last.controlled_shutdown_done(cluster.now_ms)  # brokers 1 and 2 can lead its partitions
+    want_shutdown(1)
+    assert cluster.images[3].cluster.brokers[1].in_controlled_shutdown
+    assert not last.controlled_shutdown_done(cluster.now_ms)  # broker 2 still can
+    want_shutdown(2)
+    assert not last.shutdown_granted
+    assert last.controlled_shutdown_done(cluster.now_ms)
