@@ -14,8 +14,11 @@ the ErrorCode that stopped it: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a 
 shard took a request, else through a `Deferred` that `poll` completes.
 
 The internal topic is created through the controller the first time a client looks for a coordinator
-(COORDINATOR_NOT_AVAILABLE meanwhile), with the node's settings: partitions, replication factor
-min(configured, live brokers), cleanup.policy=compact, min.insync.replicas as the topic defaults say.
+(COORDINATOR_NOT_AVAILABLE meanwhile), with the node's settings: partitions, cleanup.policy=compact,
+min.insync.replicas as the topic defaults say, and the configured replication factor capped at the cluster's
+size (the broker nodes of the config file, or the brokers registered if there are more). As Kafka does, the
+topic is not created while fewer brokers than that are unfenced: an internal topic created with the brokers
+that happened to be up at the first lookup would keep fewer replicas for good.
 
 `CoordinatorPartitionsPort` is the runtime's port: appends go through the partition leader's normal path
 (`Partition.append_records` with acks=all semantics: refused below min.insync.replicas), reads decode the
@@ -109,11 +112,13 @@ class CoordinatorService:
     """One coordinator over its internal topic (see the module docstring)."""
 
     def __init__(self, broker: BrokerCore, key_type: int, topic: InternalTopic,
-                 shard_factory: Callable[[int], CoordinatorShard], *, min_insync_replicas: int) -> None:
+                 shard_factory: Callable[[int], CoordinatorShard], *, min_insync_replicas: int,
+                 configured_brokers: int = 1) -> None:
         self.broker = broker
         self.key_type = key_type
         self.topic = topic
         self.min_insync_replicas = min_insync_replicas
+        self.configured_brokers = configured_brokers  # the broker nodes of the config file
         self.runtime = CoordinatorRuntime(topic.name, shard_factory, CoordinatorPartitionsPort(broker, topic.name))
         self._creating = False
         broker.add_leadership_listener(topic.name, self._on_leadership)
@@ -151,16 +156,24 @@ class CoordinatorService:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
         return ErrorCode.NONE, leader
 
+    def replication_factor(self) -> tuple[int, int]:
+        """(the replication factor the internal topic is created with, the brokers unfenced now)."""
+        brokers = [b for b in self.broker.image.cluster.brokers.values() if "broker" in b.roles]
+        size = max(self.configured_brokers, len(brokers))
+        return max(1, min(self.topic.replication_factor, size)), sum(1 for b in brokers if not b.fenced)
+
     def _create_topic(self) -> None:
         if self._creating:
             return
+        replication_factor, live = self.replication_factor()
+        if live < replication_factor:
+            return  # COORDINATOR_NOT_AVAILABLE until enough brokers are up (Kafka's rule)
         self._creating = True
-        live = sum(1 for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles)
         configs = dict(self.topic.configs)
-        configs.setdefault("min.insync.replicas", str(min(self.min_insync_replicas, max(live, 1))))
+        configs.setdefault("min.insync.replicas", str(min(self.min_insync_replicas, replication_factor)))
         request = ControllerCreateTopics(topics=(CreatableTopic(
             name=self.topic.name, num_partitions=self.topic.partitions,
-            replication_factor=max(1, min(self.topic.replication_factor, live)),
+            replication_factor=replication_factor,
             configs=tuple(ConfigEntry(name=k, value=v) for k, v in sorted(configs.items()))),))
 
         def on_response(response: Any, now_ms: int) -> None:

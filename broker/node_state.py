@@ -180,10 +180,14 @@ class NodeState:
                               settings.offsets_topic_replication_factor)
         service = CoordinatorService(self.broker, COORDINATOR_KEY_TYPE_GROUP, topic,
                                      lambda partition: GroupCoordinatorShard(partition, group_config),
-                                     min_insync_replicas=self.config.topic_defaults.min_insync_replicas)
+                                     min_insync_replicas=self.config.topic_defaults.min_insync_replicas,
+                                     configured_brokers=self._configured_brokers())
         self.coordinators.add_service(service)
         self.apis.register(GroupApis(self.apis, self.coordinators, service, settings.transaction_version))
         self._add_transaction_coordinator(service)
+
+    def _configured_brokers(self) -> int:
+        return sum(1 for node in self.config.nodes if node.is_broker)
 
     def _add_transaction_coordinator(self, group_service: CoordinatorService) -> None:
         settings = self.config.broker
@@ -193,7 +197,8 @@ class NodeState:
                               settings.transaction_state_log_replication_factor)
         service = CoordinatorService(self.broker, COORDINATOR_KEY_TYPE_TRANSACTION, topic,
                                      lambda partition: TransactionCoordinatorShard(partition, txn_config),
-                                     min_insync_replicas=settings.transaction_state_log_min_isr)
+                                     min_insync_replicas=settings.transaction_state_log_min_isr,
+                                     configured_brokers=self._configured_brokers())
         self.coordinators.add_service(service)
         self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service,
                                             settings.transaction_version)

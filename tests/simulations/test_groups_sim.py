@@ -152,3 +152,14 @@ def test_poll_ignores_changes_fails_coordinator_answers_prompt_at_its_known_seed
 def test_groups_sweep_with_every_fix_in_place_finds_no_failure():
     summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 31)), jobs=2)
     assert not summary.failed_seeds, summary.format()
+
+
+@pytest.mark.slow
+def test_a_replica_closed_before_its_first_record_survives_a_power_loss_of_every_node():
+    # Seed 146 (found with three replicas per offsets partition): a broker stops 0.6 s after its replica of the
+    # group's offsets partition is created, comes back, rejoins the ISR, and after a power loss of every node
+    # its replica directory was gone (its entry in the parent never synced); elected leader with an empty log,
+    # it made the others truncate, and the group handed out generation 1 a second time (generation_exclusive).
+    result = run_one(_config(146, 30.0, DEFAULT_FAULTS))
+    assert not failed_checkers(result), failed_checkers(result)
+    assert result.stats["faults"] > 0
