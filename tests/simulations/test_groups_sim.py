@@ -21,7 +21,7 @@ TEETH_DURATION_S = 30.0
 COMMIT_BEFORE_HW_SEED = 56  # (34 until index files and a new leader's epoch checkpoint were written lazily)
 # stale_generation_commit accepts a commit of an older generation: a member paused past its session resumes
 # and moves the group's offset back below what the partition's new owner had committed.
-STALE_GENERATION_SEED = 11  # of `--duration 60` (73 until fetch sessions, batched ISR changes and coordinator write timeouts)
+STALE_GENERATION_SEED = 176  # of `--duration 60` (11 until the offsets topic had three replicas; 73 before fetch sessions)
 STALE_GENERATION_DURATION_S = 60.0
 # poll_ignores_changes tells the coordinator runtimes that nothing changed: an answer held for the high
 # watermark leaves at the shard's next timer or its write timeout. After the heal, with nothing wrong, a
