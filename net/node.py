@@ -106,8 +106,11 @@ class Node:
         self._controller_attempts: dict[trio.CancelScope, int] = {}
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
-        self._broker_connections: dict[int, KafkaConnection] = {}  # the outbox's, one per destination
-        self._broker_locks: dict[int, trio.Lock] = {}
+        # The outbox's connections, one per (destination, API): requests are pipelined on each, and a quick
+        # one (a KIP-890 verification) never waits behind one the destination answers after a replication
+        # round (WriteTxnMarkers), since a broker answers a connection's requests in order.
+        self._broker_connections: dict[tuple[int, int], KafkaConnection] = {}
+        self._broker_opening: dict[tuple[int, int], trio.Lock] = {}
         self.kafka_port: int | None = None
         self.metrics_port: int | None = None
         self.raft_shell: RaftShell | None = None
@@ -329,37 +332,45 @@ class Node:
     # ------------------------------------------------------------------ the outbox
 
     async def _run_broker_request(self, sent: BrokerRequest) -> None:
-        """Deliver one outbox request over this node's connection to the destination's Kafka listener (one
-        per destination, requests in turn); answer it with the response or the typed error."""
+        """Deliver one outbox request over this node's connection for its destination and API (requests
+        pipelined, as the simulator's runtime sends them); answer it with the response or the typed error."""
+        key = (sent.destination, sent.api_key)
+        connection = None
         try:
             with trio.fail_after(max(0.0, (sent.deadline_ms - wall_clock_ms()) / 1000)):
-                answer = await self._broker_call(sent)
+                connection = await self._broker_connection(key)
+                answer = await connection.request(sent.api_key, sent.api_version, sent.request) \
+                    if connection is not None else \
+                    KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
         except trio.TooSlowError:
             answer = KafkaError(f"no answer from broker {sent.destination} in time", ErrorCode.REQUEST_TIMED_OUT)
-            stale = self._broker_connections.pop(sent.destination, None)  # a reply may still be on its way
-            if stale is not None:
-                await stale.aclose()
+            await self._drop_broker_connection(key, connection)  # its reply may still be on its way
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
+            answer = KafkaError(f"broker {sent.destination}: {error}", ErrorCode.NETWORK_EXCEPTION)
+            await self._drop_broker_connection(key, connection)
         sent.on_response(answer, wall_clock_ms())
         self._after_kafka_event()
 
-    async def _broker_call(self, sent: BrokerRequest) -> Any:
-        lock = self._broker_locks.setdefault(sent.destination, trio.Lock())
-        async with lock:
-            try:
-                connection = self._broker_connections.get(sent.destination)
-                if connection is None:
-                    endpoint = self.broker.broker_endpoint(sent.destination)
-                    if endpoint is None:
-                        return KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
-                    connection = await KafkaConnection.open(*endpoint, f"broker-{self.node_id}",
-                                                            self.inter_broker_security)
-                    self._broker_connections[sent.destination] = connection
-                return await connection.request(sent.api_key, sent.api_version, sent.request)
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
-                dropped = self._broker_connections.pop(sent.destination, None)
-                if dropped is not None:
-                    await dropped.aclose()
-                return KafkaError(f"broker {sent.destination}: {error}", ErrorCode.NETWORK_EXCEPTION)
+    async def _broker_connection(self, key: tuple[int, int]) -> "KafkaConnection | None":
+        """The open connection for (destination, API), opened once by the first request that needs it."""
+        async with self._broker_opening.setdefault(key, trio.Lock()):
+            connection = self._broker_connections.get(key)
+            if connection is None:
+                endpoint = self.broker.broker_endpoint(key[0])
+                if endpoint is None:
+                    return None
+                connection = await KafkaConnection.open(*endpoint, f"broker-{self.node_id}", self.inter_broker_security)
+                self._broker_connections[key] = connection
+            return connection
+
+    async def _drop_broker_connection(self, key: tuple[int, int], connection: "KafkaConnection | None") -> None:
+        """Close `connection` (the requests still in flight on it fail and are retried by their owners) and
+        forget it, unless it was already replaced."""
+        if connection is None:
+            return
+        if self._broker_connections.get(key) is connection:
+            del self._broker_connections[key]
+        await connection.aclose()
 
     # ------------------------------------------------------------------ running
 
@@ -467,12 +478,18 @@ class Node:
 class KafkaConnection:
     """A trio connection for broker-to-broker requests (replica fetching, the outbox) over the Kafka client's
     sans-IO `ClientConnection` (net/client/connection.py): versions negotiated once when it opens (ApiVersions,
-    with KIP-511's fallback), then one request at a time at the version the caller names."""
+    with KIP-511's fallback), then requests at the version the caller names. Several tasks may have requests in
+    flight at once: each is sent whole, in turn, and the responses, which come back in that order, are read by
+    whichever waiting task holds the read lock and handed to their owners."""
 
     def __init__(self, stream: Any, connection: ClientConnection) -> None:
         self.stream = stream
         self.connection = connection
         self._fd = plainsocket.descriptor(stream)  # None on TLS
+        self._room = trio.Semaphore(connection.inflight_requests_max)  # more wait their turn to be sent
+        self._send_lock = trio.Lock()
+        self._read_lock = trio.Lock()
+        self._answers: dict[int, Any] = {}  # correlation id -> response read for a task not yet back for it
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str,
@@ -497,19 +514,29 @@ class KafkaConnection:
 
     async def request(self, api_key: int, api_version: int, request: Any) -> Any:
         """The response to `request`. Raises KafkaError (a protocol violation: the connection is unusable),
-        trio.BrokenResourceError when the peer closed it."""
-        _, data = self.connection.send_request(api_key, request, api_version)
-        if self._fd is None:
-            await self.stream.send_all(data)
-        else:
-            await plainsocket.send_all(self._fd, data)
-        return await self._next_response()
+        trio.BrokenResourceError when the peer closed it. A request cancelled after it was sent leaves the
+        connection unusable (its response would be read for nobody): the caller closes it."""
+        async with self._room:
+            async with self._send_lock:  # the correlation id is taken and the bytes sent in the same turn
+                correlation_id, data = self.connection.send_request(api_key, request, api_version)
+                if self._fd is None:
+                    await self.stream.send_all(data)
+                else:
+                    await plainsocket.send_all(self._fd, data)
+            async with self._read_lock:
+                while correlation_id not in self._answers:
+                    answered, response = await self._next_answer()
+                    self._answers[answered] = response
+                return self._answers.pop(correlation_id)
 
     async def _next_response(self) -> Any:
+        return (await self._next_answer())[1]
+
+    async def _next_answer(self) -> tuple[int, Any]:
         while True:
             answer = self.connection.next_response()
             if answer is not None:
-                return answer[1]
+                return answer
             if self._fd is None:
                 data = await self.stream.receive_some(plainsocket.RECEIVE_BYTES_MAX)
                 data = receive_available(self.stream, data, plainsocket.RECEIVE_BYTES_MAX) if data else data

@@ -94,3 +94,51 @@ async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_
     assert not isinstance(answered[1], KafkaError), answered[1]
     assert answered[1].error_code == ErrorCode.NONE and len(answered[1].api_keys) > 10
     assert isinstance(answered[7], KafkaError) and answered[7].code == ErrorCode.NETWORK_EXCEPTION
+
+
+async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_path):
+    """Outbox requests to one destination are all in flight at once, as the simulator's runtime sends them:
+    ten long-poll fetches wait at the destination together, and one produce answers all of them. A node that
+    sent them one at a time (each after the previous answer) never has more than one waiting there."""
+    from broker.handlers_data import DataPlaneApis
+    from metadata.requests import CreatableTopic, CreateTopicsRequest
+    from net.node import Node
+    from tests.broker.test_broker_sans_io import fetch_request, produce_request
+
+    kafka_port, controller_port = free_ports(2)
+    config = parse_config({
+        "cluster_id": "outbox",
+        "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": kafka_port, "controller_port": controller_port,
+                   "roles": ["broker", "controller"], "data_dir": "node-1"}],
+        "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+    }, "<test>", str(tmp_path))
+    node = Node(config, 1)
+    fetched: list = []
+    produced: list = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(30):
+            while node.broker.broker_endpoint(1) is None:
+                await trio.sleep(0.05)
+            await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
+                name="held", num_partitions=1, replication_factor=1),)), 10_000)
+            while node.broker.hosted("held", 0) is None or not node.broker.hosted("held", 0).replica.is_leader:
+                await trio.sleep(0.05)
+            data_plane = next(g for g in node.state.apis._groups if isinstance(g, DataPlaneApis))
+            for _ in range(10):
+                node.broker.send_to_broker(1, ApiKey.FETCH, 11, fetch_request("held", 0, 0, max_wait_ms=20_000),
+                                           lambda answer, now: fetched.append(answer), node.state.broker_clock_ms())
+            node._process()
+            while len(data_plane._fetches) < 10:  # all ten parked at the destination together
+                await trio.sleep(0.05)
+            node.broker.send_to_broker(1, ApiKey.PRODUCE, 9, produce_request("held", 0, [b"news"], acks=1),
+                                       lambda answer, now: produced.append(answer), node.state.broker_clock_ms())
+            node._process()
+            while len(fetched) < 10 or not produced:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert not isinstance(produced[0], KafkaError), produced[0]
+    for answer in fetched:
+        assert not isinstance(answer, KafkaError), answer
+        partition = answer.responses[0].partitions[0]
+        assert partition.error_code == ErrorCode.NONE and partition.high_watermark == 1 and partition.records
