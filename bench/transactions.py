@@ -7,6 +7,10 @@ Figures:
               acks=all (no transactions) on a fresh topic. Target: >= 50% at 1,000 records per transaction.
   commit      p50/p99 of commit_transaction() (EndTxn until the PrepareCommit record is committed, after the
               transaction's records were flushed) over the 10-record transactions.
+  concurrent  transactions/s of CONCURRENT_PRODUCERS transactional producers (threads of this process, one
+              confluent-kafka producer each, 10-record transactions) for CONCURRENT_SECONDS, vs the single
+              producer's 10-record transactions/s above, with their p50/p99 transaction time (begin to commit):
+              how coordinators, markers and verifications scale with concurrent transactions.
   consume     records/s of a read_committed confluent-kafka consumer reading the transactional topic from the
               start (timed from its first records), vs a read_uncommitted one on the same data; five reads of
               each, taking turns, and the median of each. Target: >= 90%.
@@ -78,6 +82,48 @@ def produce(bootstrap: str, topic: str, records: int, per_txn: int | None, trans
     return result
 
 
+CONCURRENT_PRODUCERS = 16
+CONCURRENT_SECONDS = 10.0
+CONCURRENT_WARMUP_TRANSACTIONS = 3  # each producer's first ones (coordinator lookup, first connections) left out
+
+
+def produce_concurrently(bootstrap: str, topic: str, producers: int, seconds: float) -> dict:
+    """transactions/s of `producers` transactional producers committing 10-record transactions together."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    stop = threading.Event()
+    times: list[list[float]] = []
+
+    def loop(index: int) -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all",
+                             "transactional.id": f"bench-concurrent-{index}"})
+        producer.init_transactions(60)
+        mine: list[float] = []
+        while not stop.is_set():
+            started = time.perf_counter()
+            producer.begin_transaction()
+            for i in range(10):
+                producer.produce(topic, value=VALUE, partition=i % PARTITIONS)
+            producer.flush(60)
+            producer.commit_transaction(60)
+            mine.append((time.perf_counter() - started) * 1000)
+        times.append(mine[CONCURRENT_WARMUP_TRANSACTIONS:])
+
+    threads = [threading.Thread(target=loop, args=(index,)) for index in range(producers)]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    latencies = [t for mine in times for t in mine]
+    return {"producers": producers, "transactions_per_s": round(len(latencies) / seconds, 1),
+            "transaction_p50_ms": round(percentile(latencies, 0.5), 1),
+            "transaction_p99_ms": round(percentile(latencies, 0.99), 1)}
+
+
 def consume(bootstrap: str, topic: str, expected: int, isolation: str) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -107,13 +153,15 @@ def run(records: int) -> dict:
         cluster.start()
         try:
             wait_for_quorum(cluster)
-            for name in ("bench-idempotent", "bench-txn-10", "bench-txn-1000"):
+            for name in ("bench-idempotent", "bench-txn-10", "bench-txn-1000", "bench-txn-concurrent"):
                 create_topic(cluster, name, PARTITIONS, 3)
             bootstrap = cluster.bootstrap_servers
             small = max(records // 20, 2_000)  # 10-record transactions are slow: a smaller run of them
             baseline = produce(bootstrap, "bench-idempotent", records, None, "")
             txn_1000 = produce(bootstrap, "bench-txn-1000", records, 1_000, "bench-1000")
             txn_10 = produce(bootstrap, "bench-txn-10", small, 10, "bench-10")
+            concurrent = produce_concurrently(bootstrap, "bench-txn-concurrent", CONCURRENT_PRODUCERS,
+                                              CONCURRENT_SECONDS)
             # Each read takes a fraction of a second: the two isolation levels take turns five times and each
             # keeps its median, so one slow read does not decide the ratio.
             reads: dict[str, list[dict]] = {"read_committed": [], "read_uncommitted": []}
@@ -130,6 +178,8 @@ def run(records: int) -> dict:
             txn_1000["records_per_s"] / baseline["records_per_s"], 2)},
         "transactional_10_per_txn": {**txn_10, "ratio_to_idempotent": round(
             txn_10["records_per_s"] / baseline["records_per_s"], 2)},
+        "concurrent_10_per_txn": {**concurrent, "ratio_to_one_producer": round(
+            concurrent["transactions_per_s"] / txn_10["transactions_per_s"], 2)},
         "read_committed": {**committed, "ratio_to_read_uncommitted": round(
             committed["records_per_s"] / uncommitted["records_per_s"], 2)},
         "read_uncommitted": uncommitted,
@@ -151,6 +201,10 @@ def main() -> None:
               f"{base['records_per_s']:,} records/s; ratios {big['ratio_to_idempotent']} and "
               f"{small['ratio_to_idempotent']} (target >= 0.5 at 1,000/txn)")
         print(f"RESULT commit latency (10/txn): p50 {small['commit_p50_ms']} ms, p99 {small['commit_p99_ms']} ms")
+        many = result["concurrent_10_per_txn"]
+        print(f"RESULT concurrent: {many['producers']} producers {many['transactions_per_s']} txn/s (transaction p50 "
+              f"{many['transaction_p50_ms']} ms, p99 {many['transaction_p99_ms']} ms) vs one producer "
+              f"{small['transactions_per_s']} txn/s; ratio {many['ratio_to_one_producer']}")
         print(f"RESULT consume: read_committed {result['read_committed']['records_per_s']:,} records/s vs "
               f"read_uncommitted {result['read_uncommitted']['records_per_s']:,}; ratio "
               f"{result['read_committed']['ratio_to_read_uncommitted']} (target >= 0.9)")
@@ -161,6 +215,7 @@ def main() -> None:
         for path in (("transactional_1000_per_txn", "ratio_to_idempotent"),
                      ("transactional_10_per_txn", "ratio_to_idempotent"),
                      ("transactional_10_per_txn", "commit_p50_ms"), ("transactional_10_per_txn", "commit_p99_ms"),
+                     ("concurrent_10_per_txn", "ratio_to_one_producer"),
                      ("read_committed", "ratio_to_read_uncommitted")):
             mid, low, high = median(path)
             print(f"{'.'.join(path)}: median {mid} (range {low}..{high})")
