@@ -158,10 +158,6 @@ def test_sasl_ssl_clients_replication_and_acls_on_three_nodes(cluster):
         "authorization failed" in refused.stderr.lower()
 
 
-@pytest.mark.xfail(strict=False, reason="under watch: before the test waited for every replica to rejoin its ISR after "
-                   "the full restart, the consumer read nothing in 60 s in 3 of 6 runs (its group coordinator's "
-                   "partition had no eligible leader once the quorum leader's node was killed); it has passed every "
-                   "run since")
 def test_users_and_acls_survive_restarting_every_node_and_a_quorum_leader_change(cluster):
     for node_id in cluster.kafka_ports:
         cluster.kill(node_id, signum=15)
