@@ -17,6 +17,7 @@ import concurrent.futures
 import importlib
 import json
 import multiprocessing
+import os
 import shlex
 import signal
 import threading
@@ -196,6 +197,21 @@ class SweepSummary:
         )
 
 
+PARENT_CHECK_S = 1.0
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A sweep worker's initializer: the worker ends itself once the sweep's process is gone. A sweep killed
+    outright (SIGTERM, SIGKILL) runs no clean-up, and its workers would otherwise go on with the seeds they had
+    queued, then wait for more forever."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def sweep(
     base: RunConfig,
     seeds: list[int],
@@ -220,7 +236,8 @@ def sweep(
     pool = None
     if jobs > 1 and len(configs) > 1:
         pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(configs)),
-                                                      mp_context=multiprocessing.get_context("spawn"))
+                                                      mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=_exit_with_parent, initargs=(os.getpid(),))
         results: Iterator[RunResult] = pool.map(run_one, configs, [wall_seconds_max] * len(configs))
     else:
         results = (run_one(config, wall_seconds_max) for config in configs)

@@ -101,3 +101,50 @@ def test_fault_text_round_trips_and_the_replay_command_parses_back():
     command = replay_command(config)
     assert command.startswith("flotilla simulate --seed 9 --nodes 5 --duration 12.5 --faults ")
     assert command.endswith("--workload raft --bugs A,B")
+
+
+def test_a_killed_sweeps_workers_end_themselves():
+    """`flotilla simulate --jobs 2` killed outright runs no clean-up: its worker processes end by themselves
+    (each watches its parent) instead of running their queued seeds and then waiting forever."""
+    import signal
+    import time
+
+    sweep_process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "simulate", "--workload", "cluster", "--seeds", "50", "--duration", "30",
+         "--faults", "none", "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children_path = f"/proc/{sweep_process.pid}/task/{sweep_process.pid}/children"
+
+    def children() -> list[int]:
+        try:
+            with open(children_path) as listing:
+                return [int(pid) for pid in listing.read().split()]
+        except FileNotFoundError:
+            return []
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        workers = children()
+        while len(workers) < 2 and time.monotonic() < deadline:  # the two workers (and the pool's helper)
+            time.sleep(0.1)
+            workers = children()
+        assert len(workers) >= 2, workers
+        sweep_process.send_signal(signal.SIGKILL)
+        sweep_process.wait()
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in workers), [pid for pid in workers if alive(pid)]
+    finally:  # this test's own processes only, by id
+        sweep_process.kill()
+        sweep_process.wait()
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
