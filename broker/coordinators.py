@@ -156,7 +156,7 @@ class CoordinatorService:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
         return ErrorCode.NONE, leader
 
-    def replication_factor(self) -> tuple[int, int]:
+    def _replication_factor_and_live(self) -> tuple[int, int]:
         """(the replication factor the internal topic is created with, the brokers unfenced now)."""
         brokers = [b for b in self.broker.image.cluster.brokers.values() if "broker" in b.roles]
         size = max(self.configured_brokers, len(brokers))
@@ -165,7 +165,7 @@ class CoordinatorService:
     def _create_topic(self) -> None:
         if self._creating:
             return
-        replication_factor, live = self.replication_factor()
+        replication_factor, live = self._replication_factor_and_live()
         if live < replication_factor:
             return  # COORDINATOR_NOT_AVAILABLE until enough brokers are up (Kafka's rule)
         self._creating = True

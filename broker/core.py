@@ -364,8 +364,7 @@ class BrokerCore:
     def _apply_ineligible_replicas(self, now_ms: int) -> None:
         brokers = self.image.cluster.brokers
         ineligible = frozenset(
-            broker_id for broker_id, registration in brokers.items()
-            if registration.fenced or registration.in_controlled_shutdown
+            broker_id for broker_id, registration in brokers.items() if not registration.is_active
         )
         for hosted in self.partitions.values():
             if hosted.replica.is_leader and hosted.replica.ineligible_replicas != ineligible:
@@ -672,9 +671,8 @@ class BrokerCore:
         stopping (`flotilla up` interrupted, every node sent SIGTERM at once). Nobody can take this broker's
         leaderships, so the grant moves nothing, and waiting for it may outlast the quorum: the nodes granted
         first leave, and a shutdown that is not committed yet then never is."""
-        return all(registration.fenced or registration.in_controlled_shutdown
-                   for broker_id, registration in self.image.cluster.brokers.items()
-                   if broker_id != self.node_id and "broker" in registration.roles)
+        return not any(registration.is_active for broker_id, registration in self.image.cluster.brokers.items()
+                       if broker_id != self.node_id and "broker" in registration.roles)
 
     def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int) -> None:
         call.on_response(response, now_ms)

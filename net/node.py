@@ -339,9 +339,10 @@ class Node:
         try:
             with trio.fail_after(max(0.0, (sent.deadline_ms - wall_clock_ms()) / 1000)):
                 connection = await self._broker_connection(key)
-                answer = await connection.request(sent.api_key, sent.api_version, sent.request) \
-                    if connection is not None else \
-                    KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
+                if connection is None:
+                    answer = KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
+                else:
+                    answer = await connection.request(sent.api_key, sent.api_version, sent.request)
         except trio.TooSlowError:
             answer = KafkaError(f"no answer from broker {sent.destination} in time", ErrorCode.REQUEST_TIMED_OUT)
             await self._drop_broker_connection(key, connection)  # its reply may still be on its way

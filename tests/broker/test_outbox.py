@@ -65,7 +65,8 @@ def test_the_simulator_delivers_outbox_requests_over_its_network():
     assert isinstance(answers[9], KafkaError) and answers[9].code == ErrorCode.NETWORK_EXCEPTION
 
 
-async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_path):
+def _single_node(tmp_path):
+    """A one-node cluster's node (broker and controller) on free ports, not started."""
     from net.node import Node
 
     kafka_port, controller_port = free_ports(2)
@@ -75,7 +76,11 @@ async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_
                    "roles": ["broker", "controller"], "data_dir": "node-1"}],
         "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
     }, "<test>", str(tmp_path))
-    node = Node(config, 1)
+    return Node(config, 1)
+
+
+async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_path):
+    node = _single_node(tmp_path)
     answers: list = []
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
@@ -102,17 +107,9 @@ async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_pat
     sent them one at a time (each after the previous answer) never has more than one waiting there."""
     from broker.handlers_data import DataPlaneApis
     from metadata.requests import CreatableTopic, CreateTopicsRequest
-    from net.node import Node
     from tests.broker.test_broker_sans_io import fetch_request, produce_request
 
-    kafka_port, controller_port = free_ports(2)
-    config = parse_config({
-        "cluster_id": "outbox",
-        "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": kafka_port, "controller_port": controller_port,
-                   "roles": ["broker", "controller"], "data_dir": "node-1"}],
-        "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
-    }, "<test>", str(tmp_path))
-    node = Node(config, 1)
+    node = _single_node(tmp_path)
     fetched: list = []
     produced: list = []
     async with trio.open_nursery() as nursery:
