@@ -115,10 +115,11 @@ async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_pat
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         with trio.fail_after(30):
-            while node.broker.broker_endpoint(1) is None:
+            while not node.broker.image.cluster.is_active(1):  # a fenced broker is given no replica
                 await trio.sleep(0.05)
-            await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
+            created = await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
                 name="held", num_partitions=1, replication_factor=1),)), 10_000)
+            assert created.topics[0].error_code == ErrorCode.NONE, created
             while node.broker.hosted("held", 0) is None or not node.broker.hosted("held", 0).replica.is_leader:
                 await trio.sleep(0.05)
             data_plane = next(g for g in node.state.apis._groups if isinstance(g, DataPlaneApis))
