@@ -233,6 +233,8 @@ class ClusterSimulation(NodeFaultsMixin):
         if (process is None or not process.alive or process.paused or process.stopping
                 or process.broker.broker_epoch != broker_epoch):
             return None
+        if self.network.links_impaired:
+            return None
         session_ms = self.cluster.broker.broker_session_timeout_ms
         quiet_ms = (self.loop.now_us - self.network.last_disturbed_us.get(broker_id, 0)) // US_PER_MS
         if quiet_ms <= session_ms + FENCE_EXPLAINED_MARGIN_MS:

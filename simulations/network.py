@@ -168,6 +168,12 @@ class Network:
     def is_connected(self, a: int, b: int) -> bool:
         return _pair(a, b) in self._streams
 
+    @property
+    def links_impaired(self) -> bool:
+        """A partition, a slow link or a drop rate is in force now: a disturbance of every node that lasts past
+        the moment `last_disturbed_us` records (a heartbeat lost in a long partition is its doing)."""
+        return bool(self._blocked or self._slow_us or self.config.drop_probability)
+
     # --- faults -----------------------------------------------------------------------------------------
 
     def block(self, src: int, dst: int) -> None:

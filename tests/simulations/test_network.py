@@ -153,3 +153,20 @@ def test_last_disturbed_notes_a_node_s_own_faults_and_network_changes_for_everyo
     loop.run_until(loop.now_us + 100 * US_PER_MS)
     network.heal()  # so does its end
     assert set(network.last_disturbed_us.values()) == {loop.now_us}
+
+
+def test_links_are_impaired_while_a_partition_slow_link_or_drop_rate_lasts():
+    loop, network, _ = _cluster(3)
+    assert not network.links_impaired
+    network.partition([1])
+    loop.run_until(loop.now_us + 10 * US_PER_S)
+    assert network.links_impaired  # long after the block was traced: a partition disturbs until it heals
+    network.heal()
+    assert not network.links_impaired
+    network.slow(1, 2, 1000)
+    assert network.links_impaired
+    network.heal()
+    network.set_drop_probability(0.01)
+    assert network.links_impaired
+    network.set_drop_probability(0.0)
+    assert not network.links_impaired
