@@ -1,9 +1,11 @@
 """Cluster APIs (sans-IO): ApiVersions (exactly what the registry serves), Metadata (with auto topic creation
-forwarded to the controller) and DescribeCluster, answered from the metadata image.
+forwarded to the controller) and DescribeCluster, answered from the metadata image; DescribeLogDirs, answered
+from this broker's replicas and its storage.
 
 Authorization (Kafka's): Metadata lists only the topics the principal may DESCRIBE (a named topic it may not
 gets TOPIC_AUTHORIZATION_FAILED), auto-creation needs CREATE on the cluster or the topic, DescribeCluster
-needs DESCRIBE on the cluster. Brokers are advertised at the endpoint of the listener the request came in on."""
+and DescribeLogDirs need DESCRIBE on the cluster. Brokers are advertised at the endpoint of the listener the
+request came in on."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import uuid
 
 from typing import TYPE_CHECKING, Any
 
+from broker.core import LOGS_DIRECTORY
 from metadata.naming import validate_topic_name
 from metadata.requests import CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, api_versions_response
 from partitions.errors import ErrorCode, KafkaError
+from partitions.storage import StorageError
 from security.acl import AclOperation as Op, ResourceType
 
 if TYPE_CHECKING:
@@ -36,7 +40,7 @@ ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER = 1, 2  # DescribeCluster v1+ (KI
 
 
 class ClusterApis:
-    """ApiVersions, Metadata, DescribeCluster (see the module docstring)."""
+    """ApiVersions, Metadata, DescribeCluster, DescribeLogDirs (see the module docstring)."""
 
     def __init__(self, apis: "KafkaApis") -> None:
         self.apis = apis
@@ -48,6 +52,7 @@ class ClusterApis:
             (ApiKey.API_VERSIONS, 0, 3, self._api_versions),
             (ApiKey.METADATA, 0, 12, self._metadata),
             (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
+            (ApiKey.DESCRIBE_LOG_DIRS, 0, 4, self._describe_log_dirs),
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
@@ -205,3 +210,35 @@ class ClusterApis:
             cluster_authorized_operations=self._cluster_operations()
             if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
         )
+
+    def _describe_log_dirs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """DescribeLogDirs: the broker's one log directory with the replicas it holds (all of them, or those of
+        the partitions asked for), each with its size in bytes and its offset lag, which is the high watermark
+        minus the log end offset floored at 0, as Kafka reports a current (not future) replica; from v4 the
+        size of the directory's volume and the bytes still usable on it (KIP-827). Without DESCRIBE on the
+        cluster: no directory, and from v3 CLUSTER_AUTHORIZATION_FAILED, as Kafka answers."""
+        response_class = messages.DescribeLogDirsResponse
+        if not self.apis.authorize_cluster(Op.DESCRIBE):
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
+        hosted = self.broker.partitions
+        if request.topics is None:
+            keys = sorted(hosted)
+        else:
+            keys = sorted({(t.topic, p) for t in request.topics for p in t.partitions} & hosted.keys())
+        by_topic: dict[str, list] = {}
+        for topic, partition in keys:
+            replica = hosted[(topic, partition)]
+            by_topic.setdefault(topic, []).append(response_class.DescribeLogDirsPartition(
+                partition_index=partition, partition_size=replica.log.size_bytes,
+                offset_lag=max(0, replica.replica.high_watermark - replica.log.log_end_offset), is_future_key=False))
+        topics = [response_class.DescribeLogDirsTopic(name=name, partitions=partitions)
+                  for name, partitions in by_topic.items()]
+        try:
+            volume = self.broker.storage.volume(LOGS_DIRECTORY)
+        except StorageError:
+            return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[
+                response_class.DescribeLogDirsResult(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=LOGS_DIRECTORY,
+                                                     topics=[])])
+        return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[
+            response_class.DescribeLogDirsResult(error_code=ErrorCode.NONE, log_dir=volume.path, topics=topics,
+                                                 total_bytes=volume.total_bytes, usable_bytes=volume.usable_bytes)])

@@ -1,8 +1,9 @@
-"""`flotilla brokers` and `flotilla topics list|describe|create|delete|alter-config`: inspect and change topics.
+"""`flotilla brokers [list|log-dirs|decommission]` and `flotilla topics list|describe|create|delete|alter-config`:
+inspect brokers, inspect and change topics.
 
-Each command talks Kafka's own admin apis (Metadata, DescribeConfigs, CreateTopics, DeleteTopics,
-IncrementalAlterConfigs) through KafkaClient, prints a table by default or JSON with `--json`, and takes the
-cluster options of cli.support (`-b` or `--config`, after the subcommand). Errors (no node
+Each command talks Kafka's own admin apis (Metadata, DescribeLogDirs, DescribeConfigs, CreateTopics,
+DeleteTopics, IncrementalAlterConfigs) through KafkaClient, prints a table by default or JSON with `--json`, and
+takes the cluster options of cli.support (`-b` or `--config`, after the subcommand). Errors (no node
 reachable, unknown topic, invalid config value) print one line on stderr and exit non-zero.
 
 Brokers: Kafka's Metadata response lists the live (unfenced) brokers only and says nothing of roles. Until
@@ -41,6 +42,11 @@ def add_parser(subparsers) -> None:
     broker_actions = brokers.add_subparsers(dest="brokers_command", metavar="ACTION")
     broker_list = broker_actions.add_parser("list", parents=[common], help="list the brokers (the default)")
     broker_list.set_defaults(run=run_brokers)
+    log_dirs = broker_actions.add_parser(
+        "log-dirs", parents=[common],
+        help="each broker's log directory: its volume's size and free space, the replicas it holds and their sizes")
+    log_dirs.add_argument("--topic", action="append", metavar="NAME", help="only this topic's replicas (repeatable)")
+    log_dirs.set_defaults(run=run_brokers_log_dirs)
     decommission = broker_actions.add_parser(
         "decommission", parents=[common],
         help="remove a stopped broker that holds no replicas (move them with `flotilla reassign` first)")
@@ -84,6 +90,53 @@ def run_brokers(args: argparse.Namespace) -> int:
         emit(args, rows, lambda: print_table(
             ["ID", "HOST", "PORT", "ROLES", "STATUS"],
             [[b["id"], b["host"], b["port"], ",".join(b["roles"]), b["status"]] for b in rows]))
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def run_brokers_log_dirs(args: argparse.Namespace) -> int:
+    """DescribeLogDirs asked of every live broker (Kafka's kafka-log-dirs.sh --describe): per broker its log
+    directory and volume, and the replicas there (of the `--topic`s, or all) with their sizes in bytes."""
+    from net.protocol import messages
+    from net.protocol.codec import ApiKey
+
+    async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
+        metadata = await client.metadata([])
+        request_class = messages.DescribeLogDirsRequest
+        topics = None
+        if args.topic:
+            described = (await client.metadata(args.topic)).topics
+            missing = [name for name in args.topic if name not in described or described[name].error_code]
+            if missing:
+                raise CommandError(f"topic {missing[0]!r} does not exist")
+            topics = [request_class.DescribableLogDirTopic(topic=name, partitions=sorted(described[name].partitions))
+                      for name in args.topic]
+        document = []
+        for broker_id in sorted(metadata.brokers):
+            response = await client.send(broker_id, ApiKey.DESCRIBE_LOG_DIRS, request_class(topics=topics))
+            if response.error_code != ErrorCode.NONE:
+                raise CommandError(f"broker {broker_id}: {ErrorCode(response.error_code).name}")
+            for result in response.results:
+                document.append({
+                    "broker": broker_id, "log_dir": result.log_dir,
+                    "error": None if result.error_code == ErrorCode.NONE else ErrorCode(result.error_code).name,
+                    "total_bytes": result.total_bytes, "usable_bytes": result.usable_bytes,
+                    "replicas": [{"topic": topic.name, "partition": row.partition_index,
+                                  "size_bytes": row.partition_size, "offset_lag": row.offset_lag}
+                                 for topic in result.topics for row in topic.partitions],
+                })
+
+        def tables() -> None:
+            print_table(["BROKER", "LOG_DIR", "TOTAL_BYTES", "USABLE_BYTES", "REPLICAS", "SIZE_BYTES", "ERROR"],
+                        [[d["broker"], d["log_dir"], d["total_bytes"], d["usable_bytes"], len(d["replicas"]),
+                          sum(r["size_bytes"] for r in d["replicas"]), d["error"] or "-"] for d in document])
+            print()
+            print_table(["BROKER", "TOPIC", "PARTITION", "SIZE_BYTES", "OFFSET_LAG"],
+                        [[d["broker"], r["topic"], r["partition"], r["size_bytes"], r["offset_lag"]]
+                         for d in document for r in d["replicas"]])
+
+        emit(args, document, tables)
         return EXIT_OK
 
     return run_with_client(args, body)

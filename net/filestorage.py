@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from partitions.storage import FileHandle, StorageError, normalize_path
+from partitions.storage import FileHandle, StorageError, Volume, normalize_path
 
 
 class _RealFile:
@@ -124,3 +124,11 @@ class FileStorage:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+    def volume(self, directory: str) -> Volume:
+        path = self._absolute(directory)
+        try:
+            stats = os.statvfs(path if os.path.exists(path) else self.root)
+        except OSError as error:
+            raise StorageError(f"statvfs {path} failed: {error}") from error
+        return Volume(path, stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize)

@@ -17,7 +17,16 @@ the edge), `simulations.disk.SimDisk` (page-cache and power-loss semantics, torn
 from __future__ import annotations
 
 import posixpath
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+class Volume(NamedTuple):
+    """Where a directory of a storage is and the volume it is on (DescribeLogDirs): its absolute path (a name
+    for storages without one), the volume's size and the bytes still usable on it, -1 when unknown."""
+
+    path: str
+    total_bytes: int = -1
+    usable_bytes: int = -1
 
 
 class StorageError(Exception):
@@ -80,6 +89,9 @@ class Storage(Protocol):
 
     def fsync_dir(self, directory: str) -> None:
         """Make creations, renames and deletions in `directory` survive a power loss."""
+
+    def volume(self, directory: str) -> Volume:
+        """Where `directory` is and the size and free space of its volume; StorageError when it cannot tell."""
 
 
 def normalize_path(path: str) -> str:
@@ -216,3 +228,6 @@ class MemoryStorage:
 
     def fsync_dir(self, directory: str) -> None:
         self.fsync_count += 1
+
+    def volume(self, directory: str) -> Volume:
+        return Volume(posixpath.join("/memory", normalize_path(directory)))

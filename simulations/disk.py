@@ -24,7 +24,7 @@ import posixpath
 import random
 from dataclasses import dataclass
 
-from partitions.storage import FileHandle, StorageError, normalize_path
+from partitions.storage import FileHandle, StorageError, Volume, normalize_path
 
 ZERO_TAIL_BYTES_MAX = 4096  # a power loss may leave up to a page of zeros past the surviving data
 
@@ -233,6 +233,9 @@ class SimDisk:
             d for d in self._durable_directories if not d or posixpath.dirname(d) != directory
         }
         self._durable_directories.update(d for d in self._directories if d and posixpath.dirname(d) == directory)
+
+    def volume(self, directory: str) -> Volume:
+        return Volume(posixpath.join("/simulated", normalize_path(directory)))
 
     # --- faults -----------------------------------------------------------------------------------------
 

@@ -896,6 +896,39 @@ DESCRIBE_CLUSTER_RESPONSE = response(
 )
 
 
+# DescribeLogDirs v4 (KIP-827) adds TotalBytes and UsableBytes to each log directory; v3 the top-level ErrorCode.
+DESCRIBE_LOG_DIRS_REQUEST = request(
+    35, 'DescribeLogDirsRequest', valid="0-4", flexible='2+', fields=(
+        field('Topics', '[]DescribableLogDirTopic', '0+', nullable='0+', default=None, fields=(
+            field('Topic', 'string', '0+'),
+            field('Partitions', '[]int32', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_LOG_DIRS_RESPONSE = response(
+    35, 'DescribeLogDirsResponse', valid="0-4", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+', default=0),
+        field('ErrorCode', 'int16', '3+', default=0),
+        field('Results', '[]DescribeLogDirsResult', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('LogDir', 'string', '0+'),
+            field('Topics', '[]DescribeLogDirsTopic', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('Partitions', '[]DescribeLogDirsPartition', '0+', fields=(
+                    field('PartitionIndex', 'int32', '0+'),
+                    field('PartitionSize', 'int64', '0+'),
+                    field('OffsetLag', 'int64', '0+'),
+                    field('IsFutureKey', 'bool', '0+'),
+                )),
+            )),
+            field('TotalBytes', 'int64', '4+', default=-1),
+            field('UsableBytes', 'int64', '4+', default=-1),
+        )),
+    ),
+)
+
+
 ELECT_LEADERS_REQUEST = request(
     43, 'ElectLeadersRequest', valid="0-2", flexible='2+', fields=(
         field('ElectionType', 'int8', '1+', default=0),

@@ -451,3 +451,22 @@ def test_a_controlled_shutdown_waits_for_its_grant_only_while_another_broker_can
     want_shutdown(2)
     assert not last.shutdown_granted
     assert last.controlled_shutdown_done(cluster.now_ms)
+
+
+def test_describe_log_dirs_lists_the_replicas_here_with_their_sizes(cluster):
+    leader = leader_of(cluster, 0)
+    assert cluster.call(leader, ApiKey.PRODUCE, 8, produce_request("t", 0, [b"a", b"b"], acks=1)) \
+        .responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    request_class = messages.DescribeLogDirsRequest
+    (log_dir,) = cluster.call(leader, ApiKey.DESCRIBE_LOG_DIRS, 4, request_class(topics=None)).results
+    assert log_dir.error_code == ErrorCode.NONE and log_dir.log_dir == "/memory/logs"
+    assert (log_dir.total_bytes, log_dir.usable_bytes) == (-1, -1)  # a memory storage has no volume
+    (topic,) = log_dir.topics
+    sizes = {p.partition_index: p.partition_size for p in topic.partitions}
+    assert topic.name == "t" and sizes.keys() == {0, 1, 2}  # RF 3: every partition has a replica here
+    assert sizes[0] == cluster.brokers[leader].hosted("t", 0).log.size_bytes > 0 and sizes[1] == sizes[2] == 0
+    assert all(p.offset_lag == 0 and not p.is_future_key for p in topic.partitions)
+    asked = request_class(topics=[request_class.DescribableLogDirTopic(topic="t", partitions=[0, 7]),
+                                  request_class.DescribableLogDirTopic(topic="absent", partitions=[0])])
+    (only,) = cluster.call(leader, ApiKey.DESCRIBE_LOG_DIRS, 1, asked).results
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in only.topics] == [("t", [0])]

@@ -10,7 +10,7 @@ import pytest
 
 from cli.local_cluster import LocalCluster
 from partitions.murmur2 import default_partition
-from tests.net.cluster_helpers import create_topic, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import cli, cli_json, create_topic, eventually, metadata, topic_of, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 MESSAGES = 10_000
@@ -127,6 +127,63 @@ def test_kafka_python_producer_and_consumer_assign_seek(cluster):
         if md.partition == 1 or md.offset >= 10
     }
     assert received == expected
+
+
+def test_kafka_python_describes_each_broker_s_log_dir_with_its_replicas_sizes_and_volume(cluster):
+    """DescribeLogDirs (v4 with kafka-python 3): each broker answers its one log directory by absolute path, the
+    size and usable bytes of its volume, and every replica it holds with the bytes of its segment files on disk;
+    asked for one partition, only that one; no ACLs here, so no authorization error."""
+    import os
+
+    from kafka import KafkaAdminClient, KafkaProducer
+
+    create_topic(cluster, "log-dirs", 2, 3)
+    eventually(lambda: topic_of(metadata(cluster), "log-dirs"))
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    for index in range(300):
+        producer.send("log-dirs", value=b"x" * 100, partition=index % 2)
+    producer.flush(60)
+    producer.close()
+
+    def on_disk(node_id: int, partition: int) -> int:
+        directory = os.path.join(cluster.directory, f"node-{node_id}", "logs", f"log-dirs-{partition}")
+        return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
+                   if name.endswith(".log"))
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        def sizes() -> dict | None:
+            found = {}
+            for answer in admin.describe_log_dirs():
+                (log_dir,) = answer["log_dirs"]
+                assert log_dir["error_code"] == 0 and 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+                assert log_dir["log_dir"] == os.path.join(cluster.directory, f"node-{answer['broker']}", "logs")
+                for topic in log_dir["topics"]:
+                    for row in topic["partitions"]:
+                        assert row["offset_lag"] == 0 and row["is_future_key"] is False
+                        if topic["name"] == "log-dirs":
+                            found[(answer["broker"], row["partition_index"])] = row["partition_size"]
+            replicated = len(found) == 6 and len({found[(b, 0)] for b in (1, 2, 3)}) == 1 \
+                and len({found[(b, 1)] for b in (1, 2, 3)}) == 1
+            return found if replicated else None
+
+        found = eventually(sizes, 30, what="every replica of log-dirs at the same size")
+        assert all(size == on_disk(broker, partition) > 30_000 / 2 for (broker, partition), size in found.items())
+        (one,) = admin.describe_log_dirs({"log-dirs": [1]}, brokers=[1])
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in one["log_dirs"][0]["topics"]] \
+            == [("log-dirs", [1])]
+    finally:
+        admin.close()
+    # The same through `flotilla brokers log-dirs` (the console script), as a table and as JSON.
+    document = cli_json("brokers", "log-dirs", "--topic", "log-dirs", "-b", cluster.bootstrap_servers)
+    assert [(d["broker"], d["error"], d["total_bytes"] > 0) for d in document] == [(b, None, True) for b in (1, 2, 3)]
+    assert {(d["broker"], r["partition"]): r["size_bytes"] for d in document for r in d["replicas"]} == found
+    table = cli("brokers", "log-dirs", "--topic", "log-dirs", "-b", cluster.bootstrap_servers)
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split() == [
+        "BROKER", "LOG_DIR", "TOTAL_BYTES", "USABLE_BYTES", "REPLICAS", "SIZE_BYTES", "ERROR"]
+    assert ["1", "log-dirs", "0", str(found[(1, 0)]), "0"] in [line.split() for line in table.stdout.splitlines()]
+    missing = cli("brokers", "log-dirs", "--topic", "nope", "-b", cluster.bootstrap_servers)
+    assert missing.returncode == 1 and missing.stderr == "flotilla: topic 'nope' does not exist\n"
 
 
 def test_describe_cluster_endpoint_types_and_fenced_brokers(cluster):

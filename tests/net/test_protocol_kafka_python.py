@@ -57,6 +57,9 @@ def _old_classes() -> dict[str, type]:
 
 KAFKA_PYTHON = _kafka_python_classes()
 OLD = _old_classes()
+# Old structs that disagree with the protocol guide, left out (their JSON-schema classes are still compared):
+# DescribeLogDirsRequest_v0 declares each topic's `partitions` as one int32 where the guide has an array.
+OLD_WRONG = {"DescribeLogDirsRequest_v0"}
 
 
 def _ours(api_key: int, kind: str) -> type:
@@ -78,7 +81,8 @@ def _old_cases() -> list[tuple[int, int, str]]:
     for api_key, version in all_api_versions():
         for kind in ("request", "response"):
             ours = _ours(api_key, kind)
-            if version not in ours.SPEC.flexible and f"{ours.__name__}_v{version}" in OLD:
+            name = f"{ours.__name__}_v{version}"
+            if version not in ours.SPEC.flexible and name in OLD and name not in OLD_WRONG:
                 cases.append((api_key, version, kind))
     return cases
 

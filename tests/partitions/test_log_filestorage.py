@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+
+import pytest
 
 from net.filestorage import FileStorage
+from partitions.storage import StorageError
 from tests.partitions.logtools import DIRECTORY, batch, open_log, values
 
 
@@ -65,3 +69,15 @@ def test_a_new_log_on_real_files_has_no_file_until_its_first_record_then_no_inde
     assert sorted(os.listdir(tmp_path / DIRECTORY)) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
     log.close()
     assert values(open_log(storage)) == [(0, b"a")]
+
+
+def test_the_volume_of_a_directory_is_its_absolute_path_and_the_filesystem_s_sizes(tmp_path):
+    storage = FileStorage(str(tmp_path / "root"))
+    storage.makedirs("logs")
+    volume = storage.volume("logs")
+    stats = os.statvfs(tmp_path)
+    assert volume.path == str(tmp_path / "root" / "logs") and volume.total_bytes == stats.f_blocks * stats.f_frsize
+    assert 0 < volume.usable_bytes <= volume.total_bytes
+    shutil.rmtree(tmp_path / "root")
+    with pytest.raises(StorageError):
+        storage.volume("logs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Callable
 
-from partitions.storage import FileHandle, StorageError, normalize_path
+from partitions.storage import FileHandle, StorageError, Volume, normalize_path
 
 
 class SimulatedCrash(Exception):
@@ -127,6 +127,9 @@ class PowerLossStorage:
                 else:
                     del self.durable_names[path]
         self.events.append(("fsync_dir", directory))
+
+    def volume(self, directory: str) -> Volume:
+        return Volume(posixpath.join("/memory", normalize_path(directory)))
 
     # -- test controls -----------------------------------------------------------------------------------------
     def unsynced(self) -> list[str]:

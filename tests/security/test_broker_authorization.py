@@ -273,3 +273,16 @@ def test_100000_random_frames_before_authentication_change_nothing():
             gate.connection_opened(connection, "127.0.0.1", SASL_LISTENER, None)
     assert closed > 10_000  # most mutations are refused with a closed connection
     assert log_end_offsets(cluster) == before
+
+
+def test_describe_log_dirs_needs_cluster_describe(secured):
+    """Without DESCRIBE on the cluster no log directory is listed, and from v3 the answer says why, as Kafka's."""
+    for version in (1, 3, 4):
+        as_user(secured, "User:alice")
+        refused = secured.call(1, ApiKey.DESCRIBE_LOG_DIRS, version, messages.DescribeLogDirsRequest(topics=None))
+        assert refused.results == [] and refused.error_code == (
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED if version >= 3 else ErrorCode.NONE)
+        as_user(secured, "User:admin")
+        (log_dir,) = secured.call(1, ApiKey.DESCRIBE_LOG_DIRS, version, messages.DescribeLogDirsRequest(
+            topics=None)).results
+        assert log_dir.error_code == ErrorCode.NONE and {t.name for t in log_dir.topics} == {"a", "b", "orders-eu"}
