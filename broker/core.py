@@ -210,11 +210,12 @@ class BrokerCore:
                 if hosted.replica.is_leader:  # an ISR change the controller made (a fenced broker dropped)
                     self.metrics.record_isr_change(len(hosted.replica.isr), len(local.isr))
                 hosted.replica.become_leader(local.leader_epoch, local.partition_epoch, local.replicas, local.isr, now_ms)
-                hosted.needs_epoch_check = False
                 self.dirty_partitions.add((local.topic_name, local.partition))
                 # A stale leadership (the replica already knows a newer epoch: a restarted node replaying its
-                # metadata log) is ignored by the replica; listeners hear only of a leadership it holds.
+                # metadata log, or an older metadata snapshot installed) is ignored by the replica, which stays
+                # a follower with its truncation still owed; listeners hear only of a leadership it holds.
                 if hosted.replica.is_leader and hosted.replica.leader_epoch == local.leader_epoch:
+                    hosted.needs_epoch_check = False
                     self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, True, now_ms)
         for local in changes.followers:
             was_leading = self._is_leading(local.topic_name, local.partition)

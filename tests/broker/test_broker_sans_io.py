@@ -470,3 +470,23 @@ def test_describe_log_dirs_lists_the_replicas_here_with_their_sizes(cluster):
                                   request_class.DescribableLogDirTopic(topic="absent", partitions=[0])])
     (only,) = cluster.call(leader, ApiKey.DESCRIBE_LOG_DIRS, 1, asked).results
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in only.topics] == [("t", [0])]
+
+
+def test_a_stale_leadership_replayed_after_the_leader_moved_leaves_the_truncation_owed(cluster):
+    """An older metadata snapshot installed on a live broker replays a leadership it has lost since (the
+    replica, knowing a newer epoch, ignores it). Its truncation against the new leader stays owed: were it
+    cleared, the old leader would keep a record it alone appended and fetch the new leader's log on top."""
+    old_leader = leader_of(cluster, 0)
+    log_before = list(cluster.log)
+    broker = cluster.brokers[old_leader]
+    cluster.commit(BrokerHeartbeatRequest(broker_id=old_leader, broker_epoch=broker.broker_epoch,
+                                          current_metadata_offset=cluster.raft_index, want_shutdown=True))
+    hosted = broker.hosted("t", 0)
+    assert leader_of(cluster, 0) != old_leader and not hosted.replica.is_leader and hosted.needs_epoch_check
+    for entries in (log_before, cluster.log):  # the stale snapshot, then the entries after it once more
+        delta = MetadataDelta(MetadataImage())
+        for records, provenance in entries:
+            for record in records:
+                delta.replay(record, provenance)
+        broker.apply_metadata(delta, delta.apply(), cluster.now_ms)
+        assert not hosted.replica.is_leader and hosted.needs_epoch_check
