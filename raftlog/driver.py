@@ -116,7 +116,7 @@ class RaftDriver:
     def __init__(self, node_id: int, peer_ids: list[int], storage: Storage, directory: str,
                  clock_ms: Callable[[], int], rng: RandomLike, snapshot_fn: SnapshotFn, restore_fn: RestoreFn,
                  config: RaftConfig | None = None, bug_switches: frozenset[str] = frozenset()) -> None:
-        """`bug_switches` names fixes to switch OFF ("A", "B", "D", "E"): for tests and the simulator only.
+        """`bug_switches` names fixes to switch OFF ("A", "B", "D", "E", "H"): for tests and the simulator only.
         Raises RaftStorageError when the journal or snapshot on `storage` is unusable."""
         self.config = config or RaftConfig()
         self.config.validate()
@@ -153,6 +153,7 @@ class RaftDriver:
             storage, self._directory, persist="E" not in self.bugs_live,
             chunk_bytes_max=self.config.snapshot_chunk_bytes_max,
             write_fn=self._snapshot_write_hook, read_fn=self._snapshot_read_hook,
+            defer_install="H" not in self.bugs_live,
         )
         self._check_restart_state()
         self._transport = _QueueTransport(self)

@@ -7,7 +7,7 @@ at import, by a router that forwards to the driver that is *currently* calling i
 clock, seeded RNG and Storage; a call into SyncObj outside `driving` fails loudly instead of reading wall
 time.
 
-The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md) are textual edits of the exact
+The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H found since) are textual edits of the exact
 pysyncobj source, recompiled inside a `class SyncObj` wrapper so name mangling still applies. Before any
 edit the source of every function we depend on is compared to a SHA-256 recorded here, and the module
 refuses to load on any other pysyncobj version: a silent upstream change can never leave a fix half
@@ -34,6 +34,12 @@ adapter (always applied, requirements of driving pysyncobj step by step over a S
      running on it (IndexError in __getCurrentLogIndex on the next message).
 E  journal without a dump file never applies after restart: the snapshot is always persisted next to
    the journal, and the driver refuses a compacted journal without a snapshot (see driver.py).
+H  a follower installs a snapshot no newer than what it applied (a leader resending it after the follower
+   moved on): stock pysyncobj loads every completed install, which rolls the state machine back to the
+   snapshot and replays the entries after it, so the application sees committed state go backwards (a
+   broker re-applying leaderships it had lost since). With the fix such an install is dropped, the snapshot
+   this node holds is kept, and the leader is told to continue after the last applied index (committed
+   entries, which match the leader's log).
 C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
 """
 
@@ -108,7 +114,7 @@ _ORIGINAL_SOURCE: dict[str, str] = {name: inspect.getsource(f) for name, f in _O
 # ---------------------------------------------------------------------------------------------------------
 # The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
 
-BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E"})
+BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H"})
 # Messages (batches or snapshot chunks) one __sendAppendEntries call may send to one peer. Far above what
 # a healthy tick sends (a follower thousands of entries behind needs hundreds of batches): a bound, not a
 # pace. pysyncobj's own bound is 0.1 s of wall time, which a virtual clock never lets pass.
@@ -233,6 +239,18 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "        except:\n            logger.exception('failed to load full dump')\n",
             "        except:\n            logger.exception('failed to load full dump')\n"
             "            raise  # adapter: never keep running on a half-cleared journal\n",
+        ),
+    ),
+    "H": (
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                if self.__serializer.setTransmissionData(serialized):\n",
+            "                if self.__serializer.setTransmissionData(serialized) and \\\n"
+            "                        self.__serializer.received_index() <= self.__raftLastApplied:\n"
+            "                    # fix H: an install no newer than our state would roll it back: keep ours\n"
+            "                    self.__serializer.discard_received()\n"
+            "                    self.__sendNextNodeIdx(node, nextNodeIdx=self.__raftLastApplied + 1, success=True)\n"
+            "                elif self.__serializer.install_received():\n",
         ),
     ),
     # E is not a source edit: it is the choice of a persisted snapshot (see driver.py); recorded here so

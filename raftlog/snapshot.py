@@ -79,7 +79,7 @@ class SnapshotStore:
 
     def __init__(self, storage: Storage, directory: str, persist: bool, chunk_bytes_max: int,
                  write_fn: Callable[[str, tuple[Any, ...]], bytes],
-                 read_fn: Callable[[str, bytes], tuple[Any, ...]]) -> None:
+                 read_fn: Callable[[str, bytes], tuple[Any, ...]], defer_install: bool = True) -> None:
         self._storage = storage
         self._directory = normalize_path(directory)
         self.path = f"{self._directory}/{SNAPSHOT_FILE_NAME}" if self._directory else SNAPSHOT_FILE_NAME
@@ -93,6 +93,11 @@ class SnapshotStore:
         self._outgoing: dict[int, int] = {}  # node id -> bytes already sent
         self._outgoing_blob: bytes | None = None
         self._incoming: bytearray | None = None
+        # Fix H (raftlog/patches.py): a completed install waits here until pysyncobj has compared its index with
+        # what this node applied; only `install_received` replaces the snapshot this node holds.
+        self._defer_install = defer_install
+        self._received: bytes | None = None
+        self._received_index = -1
         self.snapshot_index: int | None = None
 
     # -- what pysyncobj calls --------------------------------------------------------------------------
@@ -152,15 +157,37 @@ class SnapshotStore:
             return False
         blob, self._incoming = bytes(self._incoming), None
         try:
-            decode_snapshot(blob)  # refuse a corrupt install before it replaces anything
+            decoded = decode_snapshot(blob)  # refuse a corrupt install before it replaces anything
         except RaftStorageError:
             return False
+        if self._defer_install:
+            self._received, self._received_index = blob, decoded["last"][1]
+            return True
+        self._keep(blob)
+        return True
+
+    def received_index(self) -> int:
+        """The raft index of the install just received (fix H), -1 when there is none."""
+        return self._received_index if self._received is not None else -1
+
+    def install_received(self) -> bool:
+        """Make the install just received this node's snapshot (fix H); False when there is none."""
+        if self._received is None:
+            return False
+        blob, self._received = self._received, None
+        self._keep(blob)
+        return True
+
+    def discard_received(self) -> None:
+        """Drop the install just received: it is no newer than what this node applied (fix H)."""
+        self._received = None
+
+    def _keep(self, blob: bytes) -> None:
         if self._persist:
             write_file_atomically(self._storage, self.path, blob)
         else:
             self._in_memory = blob
         self._outgoing_blob = None
-        return True
 
     def cancelTransmisstion(self, id: Any) -> None:  # noqa: N802,A002  (pysyncobj's spelling)
         self._outgoing.pop(id.id, None)

@@ -32,7 +32,7 @@ acknowledged and read (see simulations/cluster_checkers.py). This workload then 
 by the leaders without a walk over their partitions (broker/handlers_data.py), and every replica must keep its
 place in every ISR throughout (`idle_isr_stable`).
 
-Bug switches (never a node's config): pysyncobj fixes "A", "B", "D", "E" off (RaftDriver bug_switches) and
+Bug switches (never a node's config): pysyncobj fixes "A", "B", "D", "E", "H" off (RaftDriver bug_switches) and
 the planted broker bugs "hw_from_leader_leo", "truncate_to_own_hw" and "quiet_session_never_ages" (the last
 caught by the idle phase).
 """
@@ -47,6 +47,7 @@ from typing import Any, Callable
 from broker.config import ClusterConfig, parse_config
 from partitions.batch import iter_batches
 from partitions.records import decode_batch
+from raftlog.patches import BUG_NAMES as RAFT_BUGS
 from raftlog.port import RaftConfig
 from simulations.cluster_checkers import BatchSummary, ClusterCheckers, ReplicaLog
 from simulations.disk import SimDisk, SimulatedCrash
@@ -150,9 +151,9 @@ class ClusterSimulation(NodeFaultsMixin):
         self.node_ids = list(range(1, config.nodes + self.observers + 1))
         self.observer_ids = tuple(self.node_ids[config.nodes:])
         unknown = (set(config.bugs_live) - set(BROKER_BUGS) - set(NODE_BUGS) - set(self.extra_bugs)
-                   - {"A", "B", "D", "E"})
+                   - set(RAFT_BUGS))
         if unknown:
-            raise ValueError(f"unknown bug switches {sorted(unknown)}: expected A, B, D, E, "
+            raise ValueError(f"unknown bug switches {sorted(unknown)}: expected {', '.join(sorted(RAFT_BUGS))}, "
                              f"{', '.join(sorted([*BROKER_BUGS, *NODE_BUGS, *self.extra_bugs]))}")
         self.broker_bugs = frozenset(config.bugs_live) & frozenset(BROKER_BUGS)
         self.node_bugs = frozenset(config.bugs_live) & frozenset(NODE_BUGS)

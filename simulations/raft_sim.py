@@ -18,7 +18,8 @@ The client proposes commands numbered 1, 2, ... to the node it believes leads, a
 acknowledgement when a proposal completes with an index. After the fault phase everything heals and a
 marker command must commit and reach every node within `LIVENESS_MS_MAX` (liveness). Checkers, observing
 from outside the processes:
-- apply_in_order: within one process lifetime, applied raft indexes strictly increase;
+- apply_in_order: within one process lifetime, applied raft indexes strictly increase, and no snapshot
+  installed takes the state machine back to an index below one it applied;
 - committed_identical: every node (in every lifetime, applied one by one or restored from a snapshot) holds
   the same command at the same index, and no command sits at two indexes;
 - acked_not_lost: every acknowledged command is, at the end, at its acknowledged index on every node;
@@ -219,8 +220,13 @@ class NodeProcess:
 
     def _restore(self, blob: bytes) -> None:
         flat = cbor2.loads(blob)
-        self.applied = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
-        self.applied_index = max(self.applied, default=0)
+        restored = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        restored_index = max(restored, default=0)
+        if restored_index < self.applied_index:
+            self.sim.checkers.violate("apply_in_order", f"node {self.node_id} restored a snapshot at index "
+                                                        f"{restored_index} after applying {self.applied_index}")
+        self.applied = restored
+        self.applied_index = restored_index
         self.sim.trace("raft.restore", self.node_id, self.applied_index)
         for index in sorted(self.applied):
             self.sim.checkers.observe_entry(self.node_id, index, self.applied[index])

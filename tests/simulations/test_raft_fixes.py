@@ -14,6 +14,8 @@ B  nextIndex livelock: a deposed leader's conflicting tail, the new leader more 
 D  a follower crashes after its snapshot dump is durable but before the journal compaction; on restart
    the stock code clears the journal, forgetting entries it had acknowledged, and a later leader
    overwrites an acknowledged command (the `snapshot_crashes` fault profile).
+H  a leader resends its snapshot to a follower that has applied past it since; the stock follower installs
+   it, its state machine goes back to the snapshot's index and replays what follows (default faults).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ FIRST_FAILING_SEED = {
     "A": (9, DEFAULT_FAULTS, {"acked_not_lost"}),
     "B": (67, DEFAULT_FAULTS, {"liveness"}),
     "D": (13, "snapshot_crashes", {"acked_not_lost"}),
+    "H": (103, DEFAULT_FAULTS, {"apply_in_order"}),
 }
 
 
