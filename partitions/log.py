@@ -770,7 +770,7 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         """Drop every offset >= `offset` (the whole batch holding it, as Kafka does); truncates segments,
-        indexes and the epoch cache. A no-op at or past the log end offset."""
+        indexes and the epoch cache, durably. A no-op at or past the log end offset."""
         if offset >= self.log_end_offset:
             return
         if offset <= self.segments[0].base_offset:
@@ -780,6 +780,9 @@ class PartitionLog:
             self.segments.pop().delete()
         self.active_segment.truncate_to(offset)
         self.active_segment.created_ms = self.now_ms
+        # Durable before anything that follows it: the epoch checkpoint (saved at once) of the epoch this
+        # replica takes next would otherwise outlive a power loss that brings the truncated records back.
+        self.active_segment.fsync()
         self.storage.fsync_dir(self.directory)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self.cleaner_checkpoint = min(self.cleaner_checkpoint, self.log_end_offset)
