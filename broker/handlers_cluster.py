@@ -227,10 +227,10 @@ class ClusterApis:
             keys = sorted({(t.topic, p) for t in request.topics for p in t.partitions} & hosted.keys())
         by_topic: dict[str, list] = {}
         for topic, partition in keys:
-            replica = hosted[(topic, partition)]
+            here = hosted[(topic, partition)]
             by_topic.setdefault(topic, []).append(response_class.DescribeLogDirsPartition(
-                partition_index=partition, partition_size=replica.log.size_bytes,
-                offset_lag=max(0, replica.replica.high_watermark - replica.log.log_end_offset), is_future_key=False))
+                partition_index=partition, partition_size=here.log.size_bytes,
+                offset_lag=max(0, here.replica.high_watermark - here.log.log_end_offset), is_future_key=False))
         topics = [response_class.DescribeLogDirsTopic(name=name, partitions=partitions)
                   for name, partitions in by_topic.items()]
         try:

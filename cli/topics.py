@@ -102,11 +102,11 @@ def run_brokers_log_dirs(args: argparse.Namespace) -> int:
     from net.protocol.codec import ApiKey
 
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
-        metadata = await client.metadata([])
+        metadata = await client.metadata(args.topic or [])  # the brokers, and the topics asked for
         request_class = messages.DescribeLogDirsRequest
         topics = None
         if args.topic:
-            described = (await client.metadata(args.topic)).topics
+            described = metadata.topics
             missing = [name for name in args.topic if name not in described or described[name].error_code]
             if missing:
                 raise CommandError(f"topic {missing[0]!r} does not exist")

@@ -96,8 +96,7 @@ class SnapshotStore:
         # Fix H (raftlog/patches.py): a completed install waits here until pysyncobj has compared its index with
         # what this node applied; only `install_received` replaces the snapshot this node holds.
         self._defer_install = defer_install
-        self._received: bytes | None = None
-        self._received_index = -1
+        self._received: tuple[bytes, int] | None = None  # (the snapshot, its last raft index)
         self.snapshot_index: int | None = None
 
     # -- what pysyncobj calls --------------------------------------------------------------------------
@@ -161,20 +160,20 @@ class SnapshotStore:
         except RaftStorageError:
             return False
         if self._defer_install:
-            self._received, self._received_index = blob, decoded["last"][1]
+            self._received = blob, decoded["last"][1]
             return True
         self._keep(blob)
         return True
 
     def received_index(self) -> int:
         """The raft index of the install just received (fix H), -1 when there is none."""
-        return self._received_index if self._received is not None else -1
+        return self._received[1] if self._received is not None else -1
 
     def install_received(self) -> bool:
         """Make the install just received this node's snapshot (fix H); False when there is none."""
         if self._received is None:
             return False
-        blob, self._received = self._received, None
+        (blob, _), self._received = self._received, None
         self._keep(blob)
         return True
 

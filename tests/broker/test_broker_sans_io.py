@@ -107,6 +107,16 @@ class Cluster:
         return decode_response(api_key, api_version, encode_response(decoded_header, result)[4:])[1]
 
 
+def replay_from_scratch(broker, entries, now_ms):
+    """Apply committed `entries` ((records, provenance), as Cluster.log holds them) to `broker` as one delta
+    from an empty image: a restarted node replaying its metadata log, or a node installing a snapshot."""
+    delta = MetadataDelta(MetadataImage())
+    for records, provenance in entries:
+        for record in records:
+            delta.replay(record, provenance)
+    broker.apply_metadata(delta, delta.apply(), now_ms)
+
+
 def produce_request(topic, partition, values, acks=-1):
     request_class = messages.ProduceRequest
     batch = build_batch([(None, value) for value in values], base_timestamp=1_700_000_000_000)
@@ -309,11 +319,7 @@ def test_a_restarted_broker_serves_nothing_until_this_incarnation_is_unfenced(cl
     old = cluster.brokers[leader]
     restarted = BrokerCore(leader, "127.0.0.1", old.port, ("broker",), old.storage,
                            incarnation_id=b"\x09" * 16, default_min_insync_replicas=2)
-    delta = MetadataDelta(MetadataImage())
-    for records, provenance in cluster.log:  # the restarted node replays its metadata log
-        for record in records:
-            delta.replay(record, provenance)
-    restarted.apply_metadata(delta, delta.apply(), cluster.now_ms)
+    replay_from_scratch(restarted, cluster.log, cluster.now_ms)  # the restarted node replays its metadata log
     cluster.brokers[leader] = restarted
     cluster.apis[leader] = KafkaApis(restarted, "test", lambda: 1)
     assert restarted.hosted("t", 0) is not None and restarted.hosted("t", 0).replica.is_leader
@@ -484,9 +490,5 @@ def test_a_stale_leadership_replayed_after_the_leader_moved_leaves_the_truncatio
     hosted = broker.hosted("t", 0)
     assert leader_of(cluster, 0) != old_leader and not hosted.replica.is_leader and hosted.needs_epoch_check
     for entries in (log_before, cluster.log):  # the stale snapshot, then the entries after it once more
-        delta = MetadataDelta(MetadataImage())
-        for records, provenance in entries:
-            for record in records:
-                delta.replay(record, provenance)
-        broker.apply_metadata(delta, delta.apply(), cluster.now_ms)
+        replay_from_scratch(broker, entries, cluster.now_ms)
         assert not hosted.replica.is_leader and hosted.needs_epoch_check
