@@ -10,13 +10,15 @@ the time it waits for it, and closes the connection after each answer.
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Callable, Iterator
 
 import trio
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from broker.metrics import BrokerMetrics, gauges
+from broker.metrics import BrokerMetrics, Histogram, gauges
+from net.heap import GC_PAUSES
 from net.logs import get_logger
 from net.server import SENDFILE_STATS
 
@@ -47,6 +49,10 @@ GAUGE_HELP = {
 }
 
 
+def _buckets(histogram: Histogram) -> list[tuple[str, int]]:
+    return [("+Inf" if bound == float("inf") else repr(bound), count) for bound, count in histogram.cumulative()]
+
+
 class NodeCollector:
     """prometheus_client collector over one node's counters and state."""
 
@@ -68,6 +74,17 @@ class NodeCollector:
                     sample.name, GAUGE_HELP.get(sample.name, sample.name), labels=labels)
             family.add_metric([value for _, value in sample.labels], sample.value)
         yield from families.values()
+        yield from self._collector()
+
+    @staticmethod
+    def _collector() -> Iterator[Any]:
+        pauses = HistogramMetricFamily("flotilla_gc_pause_seconds", "Python's cyclic garbage collections of this "
+                                       "node's process and their pauses, by generation", labels=["generation"])
+        for generation, histogram in sorted(GC_PAUSES.items()):
+            pauses.add_metric([str(generation)], _buckets(histogram), histogram.total)
+        yield pauses
+        yield GaugeMetricFamily("flotilla_gc_frozen_objects", "Objects of the start-up heap moved to the permanent "
+                                "generation, which collections do not walk", value=gc.get_freeze_count())
 
     @staticmethod
     def _counters(metrics: BrokerMetrics) -> Iterator[Any]:
@@ -91,9 +108,7 @@ class NodeCollector:
         latency = HistogramMetricFamily("flotilla_request_latency_seconds",
                                         "Time from a request's arrival to its answer", labels=["api", "acks"])
         for (api, acks), histogram in sorted(metrics.request_latency.items()):
-            buckets = [("+Inf" if bound == float("inf") else repr(bound), count)
-                       for bound, count in histogram.cumulative()]
-            latency.add_metric([api, acks], buckets, histogram.total)
+            latency.add_metric([api, acks], _buckets(histogram), histogram.total)
         yield latency
         isr = CounterMetricFamily("flotilla_isr_changes", "ISR changes this broker committed as leader",
                                   labels=["direction"])

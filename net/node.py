@@ -47,6 +47,7 @@ from net.filestorage import FileStorage
 from net import plainsocket
 from net.logs import get_logger
 from net.malloc import keep_heap_pages
+from net.heap import freeze_startup_heap, time_collections
 from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
 from net.client.connection import ClientConnection, ConnectionState
 from net.client.security import ClientSecurity, sasl_authenticate
@@ -624,6 +625,13 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return leaves
 
 
+async def _run_with_frozen_startup_heap(node: Node) -> None:
+    """Run the node; once it serves, freeze what start-up left alive (net/heap.py)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        node.log.info("startup_heap_frozen", objects=freeze_startup_heap())
+
+
 def run_node_forever(config: ClusterConfig, node_id: int) -> int:
     """Run the node until SIGTERM or Ctrl-C. A port another program holds or a data directory another node
     uses is one line on stderr and exit code 2, before anything of the node starts."""
@@ -638,9 +646,10 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
         return EXIT_CONFIG
     failure: OSError | None = None
     keep_heap_pages()
+    time_collections()
     try:
         try:
-            trio.run(Node(config, node_id).run)
+            trio.run(_run_with_frozen_startup_heap, Node(config, node_id))
         except* OSError as group:
             cannot_listen = [e for e in _leaves(group) if e.errno in LISTEN_ERRNOS]
             if not cannot_listen:

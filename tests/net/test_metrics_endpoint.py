@@ -122,3 +122,18 @@ def test_group_lag_matches_flotilla_groups_describe(cluster):
                    for p, lag in expected.items())
 
     eventually(matches, 30, what="group lag metric equal to groups describe")
+
+
+def test_a_node_process_froze_its_start_up_heap_and_times_its_collections(cluster):
+    """net/heap.py in a node's own process: the objects alive once it served are frozen (collections skip
+    them), and every collection since is counted and timed per generation."""
+    import gc
+
+    for node_id in cluster.kafka_ports:
+        samples = scrape(cluster, node_id)
+        frozen = samples["flotilla_gc_frozen_objects"][()]
+        assert frozen > 10_000, f"node {node_id} froze only {frozen} objects"
+        young = samples["flotilla_gc_pause_seconds_count"][(("generation", "0"),)]
+        assert young > 0, f"node {node_id} timed no collection"
+        assert samples["flotilla_gc_pause_seconds_sum"][(("generation", "0"),)] > 0
+    assert gc.get_freeze_count() == 0, "the test process's own collector was frozen"
