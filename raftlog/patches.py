@@ -7,12 +7,12 @@ at import, by a router that forwards to the driver that is *currently* calling i
 clock, seeded RNG and Storage; a call into SyncObj outside `driving` fails loudly instead of reading wall
 time.
 
-The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H found since) are textual edits of the exact
-pysyncobj source, recompiled inside a `class SyncObj` wrapper so name mangling still applies. Before any
-edit the source of every function we depend on is compared to a SHA-256 recorded here, and the module
-refuses to load on any other pysyncobj version: a silent upstream change can never leave a fix half
-applied. Each fix can be switched off per driver (`RaftDriver(bug_switches=...)`) so the simulator and the
-tests can show the bug it prevents; production code never switches one off.
+The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H and I found since) are
+textual edits of the exact pysyncobj source, recompiled inside a `class SyncObj` wrapper so name mangling
+still applies. Before any edit the source of every function we depend on is compared to a SHA-256 recorded
+here, and the module refuses to load on any other pysyncobj version: a silent upstream change can never
+leave a fix half applied. Each fix can be switched off per driver (`RaftDriver(bug_switches=...)`) so the
+simulator and the tests can show the bug it prevents; production code never switches one off.
 
 A  follower commits an unverified log on snapshot messages: the commit index only advances up to the
    last index this very message verified (prevLogIdx consistency check passed, or a snapshot completed).
@@ -40,6 +40,12 @@ H  a follower installs a snapshot no newer than what it applied (a leader resend
    broker re-applying leaderships it had lost since). With the fix such an install is dropped, the snapshot
    this node holds is kept, and the leader is told to continue after the last applied index (committed
    entries, which match the leader's log).
+I  a follower's reply to a completed install claims its whole log: with fix D's kept tail (entries after the
+   snapshot that the leader never compared with its own, possibly a deposed leader's uncommitted ones), the
+   leader takes the tail as matched and counts the follower toward committing its own, different entries
+   at those indices (a commit by a minority, lost at the next election). With the fix the reply claims the
+   snapshot only (Raft's InstallSnapshot reply), and the leader verifies the tail by AppendEntries, which
+   keeps its matching entries and truncates the others (fix B).
 C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
 """
 
@@ -114,7 +120,7 @@ _ORIGINAL_SOURCE: dict[str, str] = {name: inspect.getsource(f) for name, f in _O
 # ---------------------------------------------------------------------------------------------------------
 # The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
 
-BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H"})
+BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H", "I"})
 # Messages (batches or snapshot chunks) one __sendAppendEntries call may send to one peer. Far above what
 # a healthy tick sends (a follower thousands of entries behind needs hundreds of batches): a bound, not a
 # pace. pysyncobj's own bound is 0.1 s of wall time, which a virtual clock never lets pass.
@@ -251,6 +257,14 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "                    self.__serializer.discard_received()\n"
             "                    self.__sendNextNodeIdx(node, nextNodeIdx=self.__raftLastApplied + 1, success=True)\n"
             "                elif self.__serializer.install_received():\n",
+        ),
+    ),
+    "I": (
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "                    self.__sendNextNodeIdx(node, success=True)\n",
+            "                    # fix I: claim the snapshot only; the leader verifies a kept tail by AppendEntries\n"
+            "                    self.__sendNextNodeIdx(node, nextNodeIdx=self.__raftLastApplied + 1, success=True)\n",
         ),
     ),
     # E is not a source edit: it is the choice of a persisted snapshot (see driver.py); recorded here so

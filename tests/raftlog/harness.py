@@ -141,6 +141,12 @@ class Cluster:
         self.cut.add(frozenset((a, b)))
         self._reset_pair(a, b)
 
+    def connect(self, a: int, b: int) -> None:
+        """Undo `partition(a, b)`: the pair gets fresh streams (a pair already up is left alone)."""
+        if frozenset((a, b)) in self.cut:
+            self.cut.discard(frozenset((a, b)))
+            self._reset_pair(a, b)
+
     def isolate(self, a: int) -> None:
         for b in self.ids:
             if b != a:
@@ -199,13 +205,26 @@ class Cluster:
         self.now_ms = max(self.now_ms, self._next_event_ms())
         for (src, dst), stream in sorted(self.streams.items()):
             while stream and stream[0][0] <= self.now_ms and (src, dst) in self.streams:
-                _, payload = stream.popleft()
-                self.trace.append((self.now_ms, "deliver", src, dst, hashlib.sha256(payload).hexdigest()[:12]))
-                self._call(dst, lambda d: d.receive(src, payload))
+                self._deliver_first(src, dst, stream)
         for i in self.ids:
             driver = self.members[i].driver
             if driver is not None and driver.next_deadline_ms() <= self.now_ms:
                 self._call(i, lambda d: d.tick(self.now_ms))
+
+    def _deliver_first(self, src: int, dst: int, stream: deque[tuple[int, bytes]]) -> None:
+        _, payload = stream.popleft()
+        self.trace.append((self.now_ms, "deliver", src, dst, hashlib.sha256(payload).hexdigest()[:12]))
+        self._call(dst, lambda d: d.receive(src, payload))
+
+    def deliver_next(self, src: int, dst: int) -> bool:
+        """Deliver the oldest message in flight from `src` to `dst` now, before its latency has passed (the
+        stream stays FIFO: every later message is due no earlier); False when none is in flight. Lets a
+        script cut a link between two messages that were sent together."""
+        stream = self.streams.get((src, dst))
+        if not stream:
+            return False
+        self._deliver_first(src, dst, stream)
+        return True
 
     def run_for(self, duration_ms: int) -> None:
         end = self.now_ms + duration_ms

@@ -1,8 +1,8 @@
 """Each pysyncobj fix is necessary: the scripted scenario breaks with the fix off and holds with it on.
 
-Bugs as numbered in research/pysyncobj-findings.md (A, B, D, E); scenarios run on the in-test pump
-(tests/raftlog/harness.py) with a virtual clock, stream resets on partitions and crashes, and for D a
-storage that crashes the process at a chosen operation.
+Bugs as numbered in research/pysyncobj-findings.md (A, B, D, E) and I, found since; scenarios run on the
+in-test pump (tests/raftlog/harness.py) with a virtual clock, stream resets on partitions and crashes, for D
+a storage that crashes the process at a chosen operation, and for I links that break between two messages.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from raftlog.port import ProposalTimeoutError
+from raftlog.port import ProposalTimeoutError, RaftError, RaftStatus
 from tests.raftlog.harness import FAST_CONFIG, Cluster
 from tests.raftlog.storages import PowerLossStorage
 
@@ -164,3 +164,159 @@ def test_bug_e_compacted_journal_without_dump_file_never_applies_after_restart(s
 def test_bug_e_fixed_restarted_node_restores_snapshot_and_applies(seed: int) -> None:
     last_applied, commit_index, applied = _restart_after_compaction(frozenset(), seed)
     assert last_applied == commit_index and applied == 31  # 30 entries + "after", no-ops excluded
+
+
+# -- bug I: the install reply claims the follower's whole journal ----------------------------------------------
+# Indices of the scripted run: the initial entry, the first leader's no-op and three entries, committed on
+# every node; the old leader's entries up to SNAPSHOT_INDEX, committed without the stale follower hearing of
+# it; its uncommitted entries after them, up to STALE_TAIL_END_INDEX.
+BASE_END_INDEX = 5
+SNAPSHOT_INDEX = 9
+STALE_TAIL_END_INDEX = 15
+# Two 100-byte entries per AppendEntries, so that a link can break between two messages of one burst; the
+# first compaction of a node that applies every entry lands on SNAPSHOT_INDEX.
+INSTALL_CONFIG = dataclasses.replace(FAST_CONFIG, append_entries_batch_bytes_max=200,
+                                     log_compaction_entries_min=SNAPSHOT_INDEX - 1)
+
+
+def _entry(tag: bytes, index: int) -> bytes:
+    return (b"%s-%d-" % (tag, index)).ljust(100, b".")
+
+
+def _links_only(cluster: Cluster, *pairs: tuple[int, int]) -> None:
+    up = {frozenset(pair) for pair in pairs}
+    for a in cluster.ids:
+        for b in cluster.ids:
+            if a < b:
+                (cluster.connect if frozenset((a, b)) in up else cluster.partition)(a, b)
+
+
+def _status(cluster: Cluster, i: int) -> RaftStatus:
+    return cluster.members[i].driver.status()
+
+
+def _match_index(cluster: Cluster, leader: int, peer: int) -> int:
+    return next(member.match_index or 0 for member in _status(cluster, leader).members if member.id == peer)
+
+
+def _wait_sent(cluster: Cluster, src: int, dst: int) -> None:
+    """Run until `src` has sent `dst` something (not yet delivered: every message takes at least 1 ms)."""
+    assert cluster.run_until(lambda: bool(cluster.streams.get((src, dst))), 1000), f"{src} sent {dst} nothing"
+
+
+def _commit_behind_a_stale_tail(cluster: Cluster, old_leader: int, stale: int, new_leader: int,
+                                holder: int) -> None:
+    """`stale` ends with the old leader's entries up to STALE_TAIL_END_INDEX, knowing BASE_END_INDEX
+    committed; SNAPSHOT_INDEX is committed, and `new_leader` applied it and compacted there, tail unseen."""
+    # The old leader's entries up to SNAPSHOT_INDEX reach `holder` only: not committed yet.
+    _links_only(cluster, (old_leader, holder))
+    for index in range(BASE_END_INDEX + 1, SNAPSHOT_INDEX + 1):
+        cluster.propose(old_leader, _entry(b"old", index), timeout_ms=60_000)
+    assert cluster.run_until(lambda: _match_index(cluster, old_leader, holder) == SNAPSHOT_INDEX, 1000)
+    # Its tail, then all of it, reaches `stale`, whose acknowledgement commits SNAPSHOT_INDEX; the link
+    # breaks before the new commit index reaches `stale`.
+    _links_only(cluster)
+    for index in range(SNAPSHOT_INDEX + 1, STALE_TAIL_END_INDEX + 1):
+        cluster.propose(old_leader, _entry(b"stale", index), timeout_ms=60_000)
+    cluster.connect(old_leader, stale)
+    _wait_sent(cluster, old_leader, stale)
+    while cluster.deliver_next(old_leader, stale):
+        pass
+    while cluster.deliver_next(stale, old_leader):
+        pass
+    assert _status(cluster, old_leader).raft_commit_index == SNAPSHOT_INDEX
+    cluster.partition(old_leader, stale)
+    stale_status = _status(cluster, stale)
+    assert (stale_status.raft_commit_index, stale_status.log_end_index) == (BASE_END_INDEX, STALE_TAIL_END_INDEX)
+    # `new_leader` takes the messages up to SNAPSHOT_INDEX, which carry the new commit index, and the link
+    # breaks: it applies and compacts at SNAPSHOT_INDEX and never sees the tail.
+    cluster.connect(old_leader, new_leader)
+    _wait_sent(cluster, old_leader, new_leader)
+    while _status(cluster, new_leader).log_end_index < SNAPSHOT_INDEX:
+        assert cluster.deliver_next(old_leader, new_leader)
+    cluster.partition(old_leader, new_leader)
+    assert _status(cluster, new_leader).snapshot_index == SNAPSHOT_INDEX == _status(cluster, new_leader).log_end_index
+
+
+def _install_over_the_stale_tail(cluster: Cluster, new_leader: int, stale: int, holder: int,
+                                 lagging: int) -> tuple[int, int]:
+    """`new_leader` is elected and installs its snapshot on `stale`, which keeps its tail (fix D). Returns
+    the new leader's log end and the match index it then records for `stale`; `stale` is cut off again."""
+    # Only `new_leader` can win, with `holder` and `lagging` (these two cannot reach each other); `lagging`
+    # catches up by installing the snapshot, which has no tail to keep there.
+    _links_only(cluster, (new_leader, holder), (new_leader, lagging))
+    assert cluster.run_until(lambda: _status(cluster, new_leader).is_leader
+                             and _status(cluster, lagging).log_end_index > SNAPSHOT_INDEX, 10_000)
+    new_leader_log_end = _status(cluster, new_leader).log_end_index
+    cluster.partition(new_leader, lagging)
+    # Its first AppendEntries to `stale` is lost with the link, so its nextIndex runs ahead; `stale` answers
+    # the next one with a term conflict at its first uncommitted entry, below the leader's log start.
+    cluster.connect(new_leader, stale)
+    _wait_sent(cluster, new_leader, stale)
+    cluster.partition(new_leader, stale)
+    cluster.connect(new_leader, stale)
+    while _status(cluster, stale).snapshot_index != SNAPSHOT_INDEX:
+        if not cluster.deliver_next(new_leader, stale):
+            _wait_sent(cluster, new_leader, stale)
+    assert _status(cluster, stale).log_end_index == STALE_TAIL_END_INDEX, "fix D keeps what follows the snapshot"
+    assert cluster.run_until(lambda: _match_index(cluster, new_leader, stale) >= new_leader_log_end, 1000)
+    match_index = _match_index(cluster, new_leader, stale)
+    cluster.partition(new_leader, stale)
+    return new_leader_log_end, match_index
+
+
+@dataclasses.dataclass
+class _InstallOverStaleTail:
+    cluster: Cluster
+    new_leader_log_end: int
+    match_index_after_install: int  # what the new leader records for the follower after its install
+    outcomes: dict[bytes, int | RaftError]  # of the entries that only the new leader and one follower took
+    lost: list[bytes]  # of those, acknowledged yet missing from the next leader's state machine
+
+
+def _stale_tail_scenario(bug_switches: frozenset[str], seed: int) -> _InstallOverStaleTail:
+    """Five voters. The old leader gives follower `stale` entries beyond what `stale` learns is committed;
+    `new_leader` learns that SNAPSHOT_INDEX is committed without receiving that tail, and compacts there.
+    Elected, it sends `stale` that snapshot: its last entries match `stale`'s journal, so fix D keeps the
+    tail (Raft section 7), and the install reply then stands for the whole journal (bug I). Entries that only
+    the new leader and one follower hold are proposed; those two crash; the other three elect a leader."""
+    cluster = Cluster(ids=(1, 2, 3, 4, 5), seed=seed, config=INSTALL_CONFIG, bug_switches=bug_switches)
+    old_leader = cluster.wait_leader()
+    stale, new_leader, holder, lagging = [i for i in cluster.ids if i != old_leader]
+    for i in range(3):
+        cluster.commit(_entry(b"base", i))
+    cluster.run_for(200)
+    assert all(_status(cluster, i).raft_commit_index == BASE_END_INDEX for i in cluster.ids)
+    _commit_behind_a_stale_tail(cluster, old_leader, stale, new_leader, holder)
+    new_leader_log_end, match_index = _install_over_the_stale_tail(cluster, new_leader, stale, holder, lagging)
+
+    minority = [_entry(b"minority", i) for i in range(3)]
+    tickets = {cluster.propose(new_leader, data, timeout_ms=1000): data for data in minority}
+    cluster.run_for(1000)
+    outcomes = {data: cluster.members[new_leader].outcomes[ticket] for ticket, data in tickets.items()}
+    cluster.crash(new_leader)
+    cluster.crash(holder)
+    _links_only(cluster, (old_leader, stale), (old_leader, lagging), (stale, lagging))
+    cluster.commit(b"after")
+    applied = cluster.members[cluster.wait_leader()].machine.data()
+    lost = [data for data, outcome in outcomes.items() if isinstance(outcome, int) and data not in applied]
+    return _InstallOverStaleTail(cluster, new_leader_log_end, match_index, outcomes, lost)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bug_i_install_reply_counts_the_kept_tail_and_loses_acknowledged_entries_without_fix(seed: int) -> None:
+    run = _stale_tail_scenario(frozenset({"I"}), seed)
+    assert run.match_index_after_install == STALE_TAIL_END_INDEX > run.new_leader_log_end
+    assert all(isinstance(outcome, int) for outcome in run.outcomes.values()), run.outcomes
+    assert run.lost == list(run.outcomes), "acknowledged with two of five voters holding them, then lost"
+    with pytest.raises(AssertionError, match="index"):
+        run.cluster.check_prefix_consistency()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bug_i_fixed_install_reply_claims_the_snapshot_only(seed: int) -> None:  # Raft section 7, InstallSnapshot
+    run = _stale_tail_scenario(frozenset(), seed)
+    assert run.lost == []
+    run.cluster.check_prefix_consistency()
+    assert run.match_index_after_install == run.new_leader_log_end, "verified by the AppendEntries after it"
+    assert all(isinstance(outcome, ProposalTimeoutError) for outcome in run.outcomes.values()), run.outcomes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import subprocess
@@ -19,6 +20,7 @@ from raftlog.patches import (
     verify_sources,
 )
 
+PATCHED_FUNCTIONS = ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -49,13 +51,24 @@ def test_changed_pysyncobj_source_is_refused() -> None:
 
 
 def test_every_fix_edit_matches_the_source_exactly_once() -> None:
-    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries"):
+    for function_name in PATCHED_FUNCTIONS:
         patched = patches._apply_edits(function_name, frozenset())
         stock = patches._apply_edits(function_name, patches.BUG_NAMES)
         if function_name != "_SyncObj__sendAppendEntries":
             assert patched != stock, function_name
     assert "fix A" in patches._apply_edits("_SyncObj__onMessageReceived", frozenset({"B", "D", "E"}))
     assert "fix A" not in patches._apply_edits("_SyncObj__onMessageReceived", frozenset({"A"}))
+
+
+def test_every_combination_of_fixes_switched_off_applies_and_compiles() -> None:
+    # Fixes H and I edit neighbouring lines of the install branch; each must apply with or without the other.
+    for size in range(len(patches.BUG_NAMES) + 1):
+        for live in itertools.combinations(sorted(patches.BUG_NAMES), size):
+            for function_name in PATCHED_FUNCTIONS:
+                source = patches._apply_edits(function_name, frozenset(live))  # asserts one match per edit
+                compile("class SyncObj(object):\n" + source, function_name, "exec")
+            install_reply = patches._apply_edits("_SyncObj__onMessageReceived", frozenset(live))
+            assert ("fix I" in install_reply) == ("I" not in live), live
 
 
 def test_syncobj_globals_are_routed_not_wall_clock() -> None:
