@@ -7,7 +7,7 @@ at import, by a router that forwards to the driver that is *currently* calling i
 clock, seeded RNG and Storage; a call into SyncObj outside `driving` fails loudly instead of reading wall
 time.
 
-The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H and I found since) are
+The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H, I and J found since) are
 textual edits of the exact pysyncobj source, recompiled inside a `class SyncObj` wrapper so name mangling
 still applies. Before any edit the source of every function we depend on is compared to a SHA-256 recorded
 here, and the module refuses to load on any other pysyncobj version: a silent upstream change can never
@@ -46,6 +46,20 @@ I  a follower's reply to a completed install claims its whole log: with fix D's 
    at those indices (a commit by a minority, lost at the next election). With the fix the reply claims the
    snapshot only (Raft's InstallSnapshot reply), and the leader verifies the tail by AppendEntries, which
    keeps its matching entries and truncates the others (fix B).
+J  an entry whose command is at least append_entries_batch_bytes_max (64 KiB) is pickled and sent in chunks
+   of that size, and the first chunk to reach the *command's* length is marked 'finish', not the first to
+   reach the pickled entry's (a few dozen bytes longer: 49 for a proposal of 128 KiB, index and term below
+   256). When a chunk boundary m * 64 KiB (m >= 2) falls between the two ends, the follower unpickles a
+   truncated entry: UnpicklingError out of the driver step, which nothing in raftlog/shell.py or net/node.py
+   catches, so the node process exits. The leader had advanced the follower's next index past the entry; the
+   restarted follower's NACK lowers it and the same chunks go out again, so every follower that receives the
+   entry crashes, none appends it, and with no follower able to take it the entry never commits: the metadata
+   quorum is down until a leader without the entry is elected (the proposal then fails, and a retry of the
+   same request makes the same entry). Metadata entries that large are a CreateTopics of ~800 partitions
+   or more at RF=3 (one entry of ~162 bytes per partition: 810 partitions with a name of 18-40 characters
+   falls in the first window), or a broker fenced while in ~1,000 or more ISRs (one entry of ~133 bytes per
+   partition); entries of up to entry_bytes_max (1 MiB) cross 15 such boundaries. With the fix the
+   'finish' test uses the pickled entry's length.
 C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
 """
 
@@ -120,7 +134,7 @@ _ORIGINAL_SOURCE: dict[str, str] = {name: inspect.getsource(f) for name, f in _O
 # ---------------------------------------------------------------------------------------------------------
 # The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
 
-BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H", "I"})
+BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H", "I", "J"})
 # Messages (batches or snapshot chunks) one __sendAppendEntries call may send to one peer. Far above what
 # a healthy tick sends (a follower thousands of entries behind needs hundreds of batches): a bound, not a
 # pace. pysyncobj's own bound is 0.1 s of wall time, which a virtual clock never lets pass.
@@ -265,6 +279,13 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "                    self.__sendNextNodeIdx(node, success=True)\n",
             "                    # fix I: claim the snapshot only; the leader verifies a kept tail by AppendEntries\n"
             "                    self.__sendNextNodeIdx(node, nextNodeIdx=self.__raftLastApplied + 1, success=True)\n",
+        ),
+    ),
+    "J": (
+        _Edit(
+            "_SyncObj__sendAppendEntries",
+            "                            elif pos + batchSizeBytes >= len(entries[0][0]):\n",
+            "                            elif pos + batchSizeBytes >= len(entry):  # fix J: the pickled entry's end\n",
         ),
     ),
     # E is not a source edit: it is the choice of a persisted snapshot (see driver.py); recorded here so

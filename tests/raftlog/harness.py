@@ -80,6 +80,11 @@ class Cluster:
         # When set, every release of a message or completion asserts the storage has nothing un-fsynced.
         self.check_durable_on_release = False
         self.durability_checks = 0
+        # When set, an exception out of a driver step crashes that node, as it ends a node process (nothing in
+        # raftlog/shell.py or net/node.py catches it), and is recorded as (now_ms, node, error) instead of
+        # propagating out of the pump.
+        self.crash_on_step_error = False
+        self.step_errors: list[tuple[int, int, Exception]] = []
         for i in ids:
             self.start(i)
 
@@ -103,10 +108,17 @@ class Cluster:
                     self._call(src, lambda d: d.connected(dst))
 
     def _call(self, i: int, action: Callable[[RaftDriver], object]) -> object:
-        """Run one driver step; a SimulatedCrash from its storage crashes the node."""
+        """Run one driver step; a SimulatedCrash from its storage crashes the node (so does any exception out
+        of the step when `crash_on_step_error` is set)."""
         try:
             result = action(self.members[i].driver)
         except SimulatedCrash:
+            self.crash(i)
+            return None
+        except Exception as error:
+            if not self.crash_on_step_error:
+                raise
+            self.step_errors.append((self.now_ms, i, error))
             self.crash(i)
             return None
         self._collect(i)

@@ -1,13 +1,15 @@
 """Each pysyncobj fix is necessary: the scripted scenario breaks with the fix off and holds with it on.
 
-Bugs as numbered in research/pysyncobj-findings.md (A, B, D, E) and I, found since; scenarios run on the
-in-test pump (tests/raftlog/harness.py) with a virtual clock, stream resets on partitions and crashes, for D
-a storage that crashes the process at a chosen operation, and for I links that break between two messages.
+Bugs as numbered in research/pysyncobj-findings.md (A, B, D, E) and I and J, found since; scenarios run on
+the in-test pump (tests/raftlog/harness.py) with a virtual clock, stream resets on partitions and crashes,
+for D a storage that crashes the process at a chosen operation, for I links that break between two
+messages, and for J nodes that crash on an exception out of a step and are restarted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
@@ -320,3 +322,80 @@ def test_bug_i_fixed_install_reply_claims_the_snapshot_only(seed: int) -> None: 
     run.cluster.check_prefix_consistency()
     assert run.match_index_after_install == run.new_leader_log_end, "verified by the AppendEntries after it"
     assert all(isinstance(outcome, ProposalTimeoutError) for outcome in run.outcomes.values()), run.outcomes
+
+
+# -- bug J: a chunked entry's last chunk but one is marked 'finish' ------------------------------------------------
+# An entry whose command is at least append_entries_batch_bytes_max (64 KiB) is pickled and sent in chunks of
+# that size; stock pysyncobj marks 'finish' the first chunk reaching the command's length, not the pickled
+# entry's. Around a proposal of about 128 KiB the command adds 25 bytes and the pickle 24 more (small index and
+# term), so proposals of m * 64 KiB - 48 up to m * 64 KiB - 25 bytes (m >= 2) put a chunk boundary between the
+# two ends: the follower unpickles a truncated entry. Each window: (proposal sizes in order, first in the gap).
+CHUNK_BOUNDARY_WINDOWS = {
+    "2x64KiB": (range(131_000, 131_073), 2 * 65_536 - 48),
+    "3x64KiB": (range(196_540, 196_609), 3 * 65_536 - 48),
+}
+RESTART_AFTER_MS = 500  # a supervisor restarting a crashed node process
+
+
+def _sized_entry(size: int) -> bytes:
+    return bytes([size % 251]) * size
+
+
+@dataclasses.dataclass
+class _ChunkedEntries:
+    cluster: Cluster
+    committed_sizes: list[int]
+    failed_size: int | None  # the first proposal that did not commit (the run stops there)
+    failed_outcome: int | RaftError | None
+
+
+def _commit_each_size(bug_switches: frozenset[str], sizes: range, seed: int) -> _ChunkedEntries:
+    """Three voters; one proposal of each size, each awaited for 5 s on the leader, crashed nodes restarted
+    after RESTART_AFTER_MS, as their processes would be: an exception out of a driver step ends a node."""
+    cluster = Cluster(seed=seed, bug_switches=bug_switches)
+    cluster.crash_on_step_error = True
+    committed_sizes: list[int] = []
+    for size in sizes:
+        leader = cluster.wait_leader()
+        member = cluster.members[leader]
+        ticket = cluster.propose(leader, _sized_entry(size), timeout_ms=5000)
+        while ticket not in member.outcomes and member.driver is not None:
+            cluster.run_until(lambda: ticket in member.outcomes, RESTART_AFTER_MS)
+            for i in cluster.ids:
+                if cluster.members[i].driver is None:
+                    cluster.start(i)
+        outcome = member.outcomes.get(ticket)
+        if not isinstance(outcome, int):
+            return _ChunkedEntries(cluster, committed_sizes, size, outcome)
+        committed_sizes.append(size)
+    cluster.run_for(200)
+    return _ChunkedEntries(cluster, committed_sizes, None, None)
+
+
+@pytest.mark.parametrize("window", sorted(CHUNK_BOUNDARY_WINDOWS))
+def test_bug_j_truncated_chunked_entry_crashes_every_follower_and_never_commits_without_fix(window: str) -> None:
+    sizes, first_in_gap = CHUNK_BOUNDARY_WINDOWS[window]
+    run = _commit_each_size(frozenset({"J"}), sizes, seed=0)
+    assert run.committed_sizes == list(range(sizes.start, first_in_gap))
+    assert run.failed_size == first_in_gap and isinstance(run.failed_outcome, ProposalTimeoutError), run.failed_outcome
+    leader = run.cluster.leader()
+    followers = [i for i in run.cluster.ids if i != leader]
+    crashed = [i for _, i, error in run.cluster.step_errors
+               if isinstance(error, pickle.UnpicklingError) and "truncated" in str(error)]
+    assert len(crashed) == len(run.cluster.step_errors), run.cluster.step_errors
+    assert all(crashed.count(i) >= 2 for i in followers), f"each restart crashes again: {crashed}"
+    for i in run.cluster.ids:
+        assert _sized_entry(first_in_gap) not in run.cluster.members[i].machine.data(), f"node {i} applied it"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("window", sorted(CHUNK_BOUNDARY_WINDOWS))
+def test_bug_j_fixed_every_chunked_entry_commits_on_every_node(window: str, seed: int) -> None:
+    sizes, _ = CHUNK_BOUNDARY_WINDOWS[window]
+    run = _commit_each_size(frozenset(), sizes, seed)
+    assert run.failed_size is None, (run.failed_size, run.failed_outcome)
+    assert run.cluster.step_errors == []
+    expected = [_sized_entry(size) for size in sizes]
+    for i in run.cluster.ids:
+        assert run.cluster.members[i].machine.data() == expected, f"node {i}"
+    run.cluster.check_prefix_consistency()

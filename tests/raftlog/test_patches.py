@@ -54,14 +54,14 @@ def test_every_fix_edit_matches_the_source_exactly_once() -> None:
     for function_name in PATCHED_FUNCTIONS:
         patched = patches._apply_edits(function_name, frozenset())
         stock = patches._apply_edits(function_name, patches.BUG_NAMES)
-        if function_name != "_SyncObj__sendAppendEntries":
-            assert patched != stock, function_name
+        assert patched != stock, function_name
     assert "fix A" in patches._apply_edits("_SyncObj__onMessageReceived", frozenset({"B", "D", "E"}))
     assert "fix A" not in patches._apply_edits("_SyncObj__onMessageReceived", frozenset({"A"}))
 
 
 def test_every_combination_of_fixes_switched_off_applies_and_compiles() -> None:
     # Fixes H and I edit neighbouring lines of the install branch; each must apply with or without the other.
+    # J edits the chunked-entry loop of __sendAppendEntries, next to the adapter's edits of the same function.
     for size in range(len(patches.BUG_NAMES) + 1):
         for live in itertools.combinations(sorted(patches.BUG_NAMES), size):
             for function_name in PATCHED_FUNCTIONS:
@@ -69,6 +69,9 @@ def test_every_combination_of_fixes_switched_off_applies_and_compiles() -> None:
                 compile("class SyncObj(object):\n" + source, function_name, "exec")
             install_reply = patches._apply_edits("_SyncObj__onMessageReceived", frozenset(live))
             assert ("fix I" in install_reply) == ("I" not in live), live
+            chunked_entry = patches._apply_edits("_SyncObj__sendAppendEntries", frozenset(live))
+            assert ("fix J" in chunked_entry) == ("J" not in live), live
+            assert ("len(entries[0][0]):" in chunked_entry) == ("J" in live), live
 
 
 def test_syncobj_globals_are_routed_not_wall_clock() -> None:
