@@ -344,6 +344,7 @@ def _sized_entry(size: int) -> bytes:
 @dataclasses.dataclass
 class _ChunkedEntries:
     cluster: Cluster
+    leader: int  # the node the last proposal went to
     committed_sizes: list[int]
     failed_size: int | None  # the first proposal that did not commit (the run stops there)
     failed_outcome: int | RaftError | None
@@ -366,10 +367,10 @@ def _commit_each_size(bug_switches: frozenset[str], sizes: range, seed: int) -> 
                     cluster.start(i)
         outcome = member.outcomes.get(ticket)
         if not isinstance(outcome, int):
-            return _ChunkedEntries(cluster, committed_sizes, size, outcome)
+            return _ChunkedEntries(cluster, leader, committed_sizes, size, outcome)
         committed_sizes.append(size)
     cluster.run_for(200)
-    return _ChunkedEntries(cluster, committed_sizes, None, None)
+    return _ChunkedEntries(cluster, cluster.wait_leader(), committed_sizes, None, None)
 
 
 @pytest.mark.parametrize("window", sorted(CHUNK_BOUNDARY_WINDOWS))
@@ -378,8 +379,7 @@ def test_bug_j_truncated_chunked_entry_crashes_every_follower_and_never_commits_
     run = _commit_each_size(frozenset({"J"}), sizes, seed=0)
     assert run.committed_sizes == list(range(sizes.start, first_in_gap))
     assert run.failed_size == first_in_gap and isinstance(run.failed_outcome, ProposalTimeoutError), run.failed_outcome
-    leader = run.cluster.leader()
-    followers = [i for i in run.cluster.ids if i != leader]
+    followers = [i for i in run.cluster.ids if i != run.leader]
     crashed = [i for _, i, error in run.cluster.step_errors
                if isinstance(error, pickle.UnpicklingError) and "truncated" in str(error)]
     assert len(crashed) == len(run.cluster.step_errors), run.cluster.step_errors
