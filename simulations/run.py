@@ -144,9 +144,11 @@ def run_one(config: RunConfig, wall_seconds_max: float = WALL_SECONDS_MAX_DEFAUL
 
 class _collector_for_a_run:
     """The cyclic garbage collector tuned for a run: what exists before it (modules, codecs) is frozen out of
-    full collections, and the young generation is collected every `GC_YOUNG_THRESHOLD_OBJECTS` allocations,
-    which spares most short-lived objects a traversal (about 5% of a cluster run's time). The collector only
-    frees memory, so a run's trace is the same either way."""
+    full collections, and the young generation is collected every `GC_YOUNG_THRESHOLD_OBJECTS` allocations.
+    The cluster workload's seed 1 (--faults none --duration 30) spent 25-40 ms of its 1.8-2.4 s in 22 young, 2
+    middle and 1 full collection with the defaults (the full one walks every object the imports made), and about
+    4 ms in one young collection so (gc.callbacks). The collector only frees memory, so a run's trace is the same
+    either way."""
 
     def __enter__(self) -> None:
         self.thresholds = gc.get_threshold()
