@@ -44,6 +44,7 @@ from partitions.batch import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     compute_crc,
+    header_from_fields,
     parse_header,
     set_log_append_time,
     stamp_batch,
@@ -137,7 +138,7 @@ class AppendInfo:
     @property
     def batch_headers(self) -> tuple[BatchHeader, ...]:
         if self._headers is None:
-            self._headers = tuple(BatchHeader(*fields) for fields in self._header_fields)
+            self._headers = tuple(header_from_fields(fields) for fields in self._header_fields)
         return self._headers
 
     def __repr__(self) -> str:

@@ -65,13 +65,12 @@ C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import io
 import pickle as _stdlib_pickle
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 import pysyncobj.version
 
@@ -358,19 +357,26 @@ def current() -> DriverContext:
     return _CONTEXT_STACK[-1]
 
 
-@contextlib.contextmanager
-def driving(context: DriverContext) -> Iterator[None]:
-    """Bind pysyncobj's clock, RNG, journal, serializer and fixes to `context` for the enclosed calls."""
-    _CONTEXT_STACK.append(context)
-    try:
-        yield
-    finally:
+class driving:  # noqa: N801  (used as `with patches.driving(driver):`)
+    """Bind pysyncobj's clock, RNG, journal, serializer and fixes to `context` for the enclosed calls. A class,
+    not a generator-based context manager: every Raft step enters it."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: DriverContext) -> None:
+        self.context = context
+
+    def __enter__(self) -> None:
+        _CONTEXT_STACK.append(self.context)
+
+    def __exit__(self, *exc_info: object) -> None:
         popped = _CONTEXT_STACK.pop()
-        assert popped is context, "driver contexts must nest"
+        assert popped is self.context, "driver contexts must nest"
 
 
 def _virtual_monotonic() -> float:
-    return current().now_seconds()
+    assert _CONTEXT_STACK, "pysyncobj was entered outside RaftDriver (no virtual clock, RNG or storage bound)"
+    return _CONTEXT_STACK[-1].now_seconds()  # current(), inlined: pysyncobj reads its clock many times a tick
 
 
 class _RandomRouter:
@@ -432,11 +438,12 @@ class RaftNode(Node):
         assert isinstance(id, int) and not isinstance(id, bool), f"node id must be an int, got {id!r}"
         super().__init__(id)
 
+    # pysyncobj keys its per-peer dicts by node: these read Node's `_id` attribute, not its `id` property.
     def __hash__(self) -> int:
-        return hash(int(self.id))
+        return hash(self._id)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Node) and self.id == other.id
+        return isinstance(other, Node) and self._id == other._id
 
     def __lt__(self, other: RaftNode) -> bool:
         return self.id < other.id

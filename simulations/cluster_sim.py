@@ -524,8 +524,9 @@ class ClusterSimulation(NodeFaultsMixin):
         return None
 
     def _leader_replica(self, topic: str, partition: int) -> Any:
-        for _, process in sorted(self.processes.items()):
-            hosted = process.broker.partitions.get((topic, partition))
+        key = (topic, partition)
+        for node_id in sorted(self.processes):  # the lowest node id when two claim it (a stale leader)
+            hosted = self.processes[node_id].broker.partitions.get(key)
             if hosted is not None and hosted.replica.is_leader:
                 return hosted.replica
         return None
@@ -548,14 +549,17 @@ class ClusterSimulation(NodeFaultsMixin):
 
     def _final_logs(self) -> dict[tuple[str, int], list[ReplicaLog]]:
         logs: dict[tuple[str, int], list[ReplicaLog]] = {}
+        batch_values: dict[bytes, list[tuple[int, bytes]]] = {}  # the replicas of a partition share their batches
         for node_id, process in sorted(self.processes.items()):
             for key in sorted(process.broker.partitions):
                 hosted = process.broker.partitions[key]
-                logs.setdefault(key, []).append(_replica_log(node_id, hosted))
+                logs.setdefault(key, []).append(_replica_log(node_id, hosted, batch_values))
         return logs
 
 
-def _replica_log(node_id: int, hosted: Any) -> ReplicaLog:
+def _replica_log(node_id: int, hosted: Any, batch_values: dict[bytes, list[tuple[int, bytes]]]) -> ReplicaLog:
+    """The converged state of one replica. `batch_values`: (offset, value) of every record of each batch
+    decoded so far, by the batch's bytes (equal bytes decode alike, so each distinct batch is decoded once)."""
     log = hosted.log
     batches: list[BatchSummary] = []
     values: dict[int, bytes] = {}
@@ -569,8 +573,12 @@ def _replica_log(node_id: int, hosted: Any) -> ReplicaLog:
                 continue
             batches.append(BatchSummary(header.base_offset, header.last_offset, header.partition_leader_epoch,
                                         header.crc))
-            for record in decode_batch(records[position:position + header.size]).records:
-                values[record.offset] = bytes(record.value or b"")
+            batch = records[position:position + header.size]
+            decoded = batch_values.get(batch)
+            if decoded is None:
+                decoded = batch_values[batch] = [(record.offset, bytes(record.value or b""))
+                                                 for record in decode_batch(batch).records]
+            values.update(decoded)
             offset = header.last_offset + 1
     return ReplicaLog(node_id, log.log_start_offset, log.log_end_offset, hosted.replica.high_watermark,
                       batches, values)

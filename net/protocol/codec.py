@@ -30,6 +30,7 @@ bodies always raise ProtocolDecodeError (a KafkaError with code INVALID_REQUEST)
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 
 from net.protocol import messages, types as t
@@ -40,6 +41,12 @@ from partitions.errors import ErrorCode, UnsupportedVersionError
 # Kafka's socket.request.max.bytes default; a peer announcing a bigger frame is refused before buffering it.
 FRAME_BYTES_MAX = 100 * 1024 * 1024
 FRAME_PREFIX_BYTES = 4
+# The fixed-width start of a request header (v1 and v2); client_id and v2's tagged fields follow.
+_REQUEST_HEADER_START = struct.Struct(
+    ">h"  # request_api_key
+    "h"  # request_api_version
+    "i"  # correlation_id
+)
 
 
 class ApiKey(enum.IntEnum):
@@ -204,19 +211,24 @@ def decode_request(frame: bytes | bytearray | memoryview, *, strict: bool = Fals
 
 def encode_request(header: RequestHeader, request: Message) -> bytes:
     """The request frame, length prefix included. Raises ProtocolEncodeError, UnsupportedVersionError."""
-    return b"".join(encode_request_parts(header, request))
+    body = b"".join(_request_body_parts(header, request, []))
+    return _length_prefix(len(body)) + body
 
 
 def encode_request_parts(header: RequestHeader, request: Message) -> list:
     """Like encode_request, as a list of buffers for a vectored send (records are not copied)."""
+    return _prefix_length(_request_body_parts(header, request, [b""]))
+
+
+def _request_body_parts(header: RequestHeader, request: Message, out: list) -> list:
+    """`out` with the request header and body appended as buffers."""
     _check_message(request, header.api_key, header.api_version, "request")
-    out: list = [b""]
-    out.append(t.INT16.pack(header.api_key) + t.INT16.pack(header.api_version) + t.INT32.pack(header.correlation_id))
+    out.append(_REQUEST_HEADER_START.pack(header.api_key, header.api_version, header.correlation_id))
     t.write_string(header.client_id, compact=False, nullable=True, out=out)
     if request_header_version(header.api_key, header.api_version) == 2:
         t.write_tagged_fields([], out)
     encode_body(request, header.api_version, out)
-    return _prefix_length(out)
+    return out
 
 
 # Responses.

@@ -312,7 +312,7 @@ def write_tagged_fields(fields: list[tuple[int, bytes]], out: list) -> None:
 
 def chunks_size(chunks: list) -> int:
     """Bytes of `chunks`: buffers, or file slices (their len() is their size)."""
-    return sum(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk) for chunk in chunks)
+    return sum([chunk.nbytes if chunk.__class__ is memoryview else len(chunk) for chunk in chunks])  # final class
 
 
 BUFFER_TYPES = (bytes, bytearray, memoryview)

@@ -27,6 +27,7 @@ def test_request_frame_round_trips(api_version, data, correlation_id, client_id)
     header = RequestHeader(api_key, version, correlation_id, client_id)
     frame = codec.encode_request(header, request)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    assert b"".join(codec.encode_request_parts(header, request)) == frame  # the vectored send's bytes are the same
     decoded_header, decoded = codec.decode_request(frame[4:], strict=True)
     assert decoded_header == header
     assert decoded == request

@@ -201,6 +201,14 @@ def test_batch_passes_the_header_views_validation_and_crc():
     assert header.magic == 2 and header.size == len(batch)
 
 
+@given(st.binary(min_size=batch_header.HEADER_SIZE, max_size=batch_header.HEADER_SIZE))
+def test_a_header_built_from_its_fields_equals_the_dataclass_built_from_them(raw):
+    values = batch_header.HEADER.unpack(raw)
+    fast = batch_header.header_from_fields(values)
+    assert fast == batch_header.BatchHeader(*values)
+    assert hash(fast) == hash(batch_header.BatchHeader(*values))
+
+
 def test_stamped_batch_still_decodes_with_new_offsets():  # offsets and leader epoch sit outside the CRC
     batch = bytearray(build_batch([(b"a", b"1"), (b"b", b"2")]))
     batch_header.stamp_batch(batch, 500, 9)
