@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--workload", default="raft", help="workload to run (default raft)")
     parser.add_argument(
         "--bugs", default="",
-        help="comma-separated fixes to switch OFF to reproduce known bugs (raft workload: A,B,D,E,H,I,J)",
+        help="comma-separated fixes to switch OFF to reproduce known bugs (raft workload: A,B,D,E,H,I,J,K)",
     )
     parser.add_argument("--trace", metavar="FILE", help="write the trace lines of a single run to FILE")
     parser.add_argument("--html", metavar="FILE",

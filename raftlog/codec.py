@@ -33,6 +33,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "timeout_now": {"term": _INT},
 }
 _OPTIONAL: dict[str, tuple[type, ...]] = {
+    "term": _INT,  # required above where pysyncobj always sends it; next_node_idx has it with fix K
     "prevLogIdx": (int, type(None)),
     "prevLogTerm": (int, type(None)),
     "entries": (list,),

@@ -116,8 +116,8 @@ class RaftDriver:
     def __init__(self, node_id: int, peer_ids: list[int], storage: Storage, directory: str,
                  clock_ms: Callable[[], int], rng: RandomLike, snapshot_fn: SnapshotFn, restore_fn: RestoreFn,
                  config: RaftConfig | None = None, bug_switches: frozenset[str] = frozenset()) -> None:
-        """`bug_switches` names fixes to switch OFF ("A", "B", "D", "E", "H", "I", "J"): for tests and the
-        simulator only. Raises RaftStorageError when the journal or snapshot on `storage` is unusable."""
+        """`bug_switches` names fixes to switch OFF ("A", "B", "D", "E", "H", "I", "J", "K"): for tests and
+        the simulator only. Raises RaftStorageError when the journal or snapshot on `storage` is unusable."""
         self.config = config or RaftConfig()
         self.config.validate()
         unknown = set(bug_switches) - patches.BUG_NAMES

@@ -7,7 +7,7 @@ at import, by a router that forwards to the driver that is *currently* calling i
 clock, seeded RNG and Storage; a call into SyncObj outside `driving` fails loudly instead of reading wall
 time.
 
-The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H, I and J found since) are
+The correctness fixes (bugs A, B, D, E of research/pysyncobj-findings.md, and H, I, J and K found since) are
 textual edits of the exact pysyncobj source, recompiled inside a `class SyncObj` wrapper so name mangling
 still applies. Before any edit the source of every function we depend on is compared to a SHA-256 recorded
 here, and the module refuses to load on any other pysyncobj version: a silent upstream change can never
@@ -60,6 +60,16 @@ J  an entry whose command is at least append_entries_batch_bytes_max (64 KiB) is
    falls in the first window), or a broker fenced while in ~1,000 or more ISRs (one entry of ~133 bytes per
    partition); entries of up to entry_bytes_max (1 MiB) cross 15 such boundaries. With the fix the
    'finish' test uses the pickled entry's length.
+K  a follower's reply to AppendEntries (next_node_idx) carries no term, and the leader takes any success
+   reply as a match: a reply a follower sent to this node while it led an earlier term, still in flight on
+   a stream that was never reset (a path that lost every segment while TCP retransmitted them), raises the
+   follower's matchIndex in the node's later term (__onBecomeLeader had reset it to 0). The entries it
+   vouches for were the earlier term's, since replaced on the follower by another leader's; the node's new
+   entries at those indices are counted on the follower, which never held them: with 5 voters an entry is
+   acknowledged with two of them holding it and lost at the next election. With the fix the reply carries
+   the follower's term (the term of the AppendEntries it answers), and a leader drops a reply of any other
+   term (Raft section 5.1: a response from an earlier term is stale); a reply without a term (a node
+   without this fix) is taken as before, so mixed versions still talk.
 C (no fsync) is fixed by raftlog.journal, F by the FIFO transport, G by proposal deadlines (driver.py).
 """
 
@@ -108,6 +118,7 @@ EXPECTED_SOURCE_SHA256: dict[str, str] = {
     "_onTick": "cc9eb08232d005ba4e21a33ec453e5d02fe3537dadebda8571406c57f65a3c37",
     "_SyncObj__tryLogCompaction": "c2f8a0ec14cc7312e3ff41a16cde9be71ff0f908bd66aec9e2673d97a775be2c",
     "_SyncObj__sendAppendEntries": "9cb9073128c392fa9e5efc4691420ba435bfafb4c74e83a34f931fa16aa760c6",
+    "_SyncObj__sendNextNodeIdx": "68aaeefc267b8896bc1074280ac2aa014c3306d9f207949ed945569cef5d114c",
     "_checkCommandsToApply": "a386a8079361d204f2c11f895416548c432a254671a9114258921c25108a966e",
 }
 
@@ -133,7 +144,7 @@ _ORIGINAL_SOURCE: dict[str, str] = {name: inspect.getsource(f) for name, f in _O
 # ---------------------------------------------------------------------------------------------------------
 # The fixes: textual edits of the verified source. Each edit's `old` must occur exactly once.
 
-BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H", "I", "J"})
+BUG_NAMES: frozenset[str] = frozenset({"A", "B", "D", "E", "H", "I", "J", "K"})
 # Messages (batches or snapshot chunks) one __sendAppendEntries call may send to one peer. Far above what
 # a healthy tick sends (a follower thousands of entries behind needs hundreds of batches): a bound, not a
 # pace. pysyncobj's own bound is 0.1 s of wall time, which a virtual clock never lets pass.
@@ -278,6 +289,22 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
             "                    self.__sendNextNodeIdx(node, success=True)\n",
             "                    # fix I: claim the snapshot only; the leader verifies a kept tail by AppendEntries\n"
             "                    self.__sendNextNodeIdx(node, nextNodeIdx=self.__raftLastApplied + 1, success=True)\n",
+        ),
+    ),
+    "K": (
+        _Edit(
+            "_SyncObj__sendNextNodeIdx",
+            "            'success': success,\n",
+            "            'success': success,\n"
+            "            'term': self.__raftCurrentTerm,  # fix K: a leader drops a reply of another term\n",
+        ),
+        _Edit(
+            "_SyncObj__onMessageReceived",
+            "            if message['type'] == 'next_node_idx':\n",
+            "            # fix K: a reply of another term (sent when this node led an earlier one) vouches for\n"
+            "            # that term's entries only; a reply without a term (a node without fix K) counts as before\n"
+            "            if message['type'] == 'next_node_idx' and \\\n"
+            "                    message.get('term', self.__raftCurrentTerm) == self.__raftCurrentTerm:\n",
         ),
     ),
     "J": (
@@ -517,7 +544,8 @@ def _install() -> None:
     _syncobj.Serializer = _route_serializer
     _syncobj.createPoller = _route_poller
     _syncobj.PIPE_NOTIFIER_ENABLED = False  # no os.pipe: appends are batched per tick by the driver
-    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries"):
+    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries",
+                          "_SyncObj__sendNextNodeIdx"):
         _install_dispatcher(function_name)
         variant(function_name, frozenset())  # compile the all-fixes variant now: a bad edit fails at import
         variant(function_name, BUG_NAMES)

@@ -32,9 +32,9 @@ acknowledged and read (see simulations/cluster_checkers.py). This workload then 
 by the leaders without a walk over their partitions (broker/handlers_data.py), and every replica must keep its
 place in every ISR throughout (`idle_isr_stable`).
 
-Bug switches (never a node's config): pysyncobj fixes "A", "B", "D", "E", "H", "I", "J" off (RaftDriver bug_switches)
-and the planted broker bugs "hw_from_leader_leo", "truncate_to_own_hw" and "quiet_session_never_ages" (the last
-caught by the idle phase).
+Bug switches (never a node's config): pysyncobj fixes "A", "B", "D", "E", "H", "I", "J", "K" off (RaftDriver
+bug_switches) and the planted broker bugs "hw_from_leader_leo", "truncate_to_own_hw" and "quiet_session_never_ages"
+(the last caught by the idle phase).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Each pair of live, unpartitioned nodes has one stream in each direction; a partition, a crash or a restart
 resets the streams (messages in flight are lost, both sides get disconnected/connected), which is exactly
-TCP's contract. Latency is drawn from the cluster's seeded RNG but never reorders a stream.
+TCP's contract. Latency is drawn from the cluster's seeded RNG but never reorders a stream. A stream can be
+held (a path that loses every segment while TCP retransmits them, and never resets the connection): nothing
+on it is delivered until it is released, and then everything is, in order.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Cluster:
         }
         self.cut: set[frozenset[int]] = set()
         self.streams: dict[tuple[int, int], deque[tuple[int, bytes]]] = {}
+        self.held: set[tuple[int, int]] = set()  # (src, dst) streams whose messages wait for `release`
         self.trace: list[tuple] = []
         self.acked: dict[bytes, int] = {}  # data -> raft index, for proposals that completed successfully
         # When set, every release of a message or completion asserts the storage has nothing un-fsynced.
@@ -96,6 +99,7 @@ class Cluster:
     def _reset_pair(self, a: int, b: int) -> None:
         """Drop both streams of the pair, then reconnect them if the pair is up."""
         for src, dst in ((a, b), (b, a)):
+            self.held.discard((src, dst))
             if (src, dst) in self.streams:
                 del self.streams[(src, dst)]
                 if self.members[src].driver is not None:
@@ -159,6 +163,16 @@ class Cluster:
             self.cut.discard(frozenset((a, b)))
             self._reset_pair(a, b)
 
+    def hold(self, src: int, dst: int) -> None:
+        """Stop delivering on the stream from `src` to `dst` without resetting it: both sides stay connected
+        and go on sending; a reset of the pair (partition, crash) ends the hold with the stream."""
+        assert (src, dst) in self.streams, f"no stream {src}->{dst} to hold"
+        self.held.add((src, dst))
+
+    def release(self, src: int, dst: int) -> None:
+        """Undo `hold`: what is in flight is due at once, in order."""
+        self.held.discard((src, dst))
+
     def isolate(self, a: int) -> None:
         for b in self.ids:
             if b != a:
@@ -209,14 +223,14 @@ class Cluster:
         return ticket
 
     def _next_event_ms(self) -> int:
-        times = [s[0][0] for s in self.streams.values() if s]
+        times = [s[0][0] for pair, s in self.streams.items() if s and pair not in self.held]
         times += [m.driver.next_deadline_ms() for m in self.members.values() if m.driver is not None]
         return min(times)
 
     def step(self) -> None:
         self.now_ms = max(self.now_ms, self._next_event_ms())
         for (src, dst), stream in sorted(self.streams.items()):
-            while stream and stream[0][0] <= self.now_ms and (src, dst) in self.streams:
+            while stream and stream[0][0] <= self.now_ms and (src, dst) in self.streams and (src, dst) not in self.held:
                 self._deliver_first(src, dst, stream)
         for i in self.ids:
             driver = self.members[i].driver
@@ -230,8 +244,8 @@ class Cluster:
 
     def deliver_next(self, src: int, dst: int) -> bool:
         """Deliver the oldest message in flight from `src` to `dst` now, before its latency has passed (the
-        stream stays FIFO: every later message is due no earlier); False when none is in flight. Lets a
-        script cut a link between two messages that were sent together."""
+        stream stays FIFO: every later message is due no earlier), held or not; False when none is in
+        flight. Lets a script cut a link between two messages that were sent together."""
         stream = self.streams.get((src, dst))
         if not stream:
             return False

@@ -1,9 +1,10 @@
 """Each pysyncobj fix is necessary: the scripted scenario breaks with the fix off and holds with it on.
 
-Bugs as numbered in research/pysyncobj-findings.md (A, B, D, E) and I and J, found since; scenarios run on
-the in-test pump (tests/raftlog/harness.py) with a virtual clock, stream resets on partitions and crashes,
-for D a storage that crashes the process at a chosen operation, for I links that break between two
-messages, and for J nodes that crash on an exception out of a step and are restarted.
+Bugs as numbered in research/pysyncobj-findings.md (A, B, D, E) and I, J and K, found since; scenarios run
+on the in-test pump (tests/raftlog/harness.py) with a virtual clock, stream resets on partitions and
+crashes, for D a storage that crashes the process at a chosen operation, for I links that break between
+two messages, for J nodes that crash on an exception out of a step and are restarted, and for K a stream
+held (nothing delivered, nothing reset) across two elections.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pickle
 
 import pytest
 
+from raftlog.codec import decode_message
 from raftlog.port import ProposalTimeoutError, RaftError, RaftStatus
 from tests.raftlog.harness import FAST_CONFIG, Cluster
 from tests.raftlog.storages import PowerLossStorage
@@ -399,3 +401,119 @@ def test_bug_j_fixed_every_chunked_entry_commits_on_every_node(window: str, seed
     for i in run.cluster.ids:
         assert run.cluster.members[i].machine.data() == expected, f"node {i}"
     run.cluster.check_prefix_consistency()
+
+
+# -- bug K: a reply from an earlier term raises matchIndex in a later one -----------------------------------------
+# pysyncobj's AppendEntries reply (next_node_idx) carries no term, and __onBecomeLeader's matchIndex of 0 is raised
+# by any success reply. A follower's replies to a leader of term 1, held on a stream that is never reset (a path
+# that loses every segment while TCP retransmits), arrive after that node has lost term 2 and won term 3: they
+# vouch for its term-1 entries, which the follower has since replaced with term 2's, and count the follower for
+# the node's term-3 entries at those indices.
+OLD_TAIL_ENTRIES = 4
+
+
+@dataclasses.dataclass
+class _StaleReplies:
+    cluster: Cluster
+    old_tail_end: int  # the last index of the term-1 entries the follower acknowledged
+    replies: list[dict[str, object]]  # the held replies, delivered to the node leading its later term
+    terms: tuple[int, int]  # (the term the replies answered, the term in which they arrived)
+    match_index_after_replies: int  # what the node, leading its later term, records for the follower then
+    outcomes: dict[bytes, int | RaftError]  # of the entries proposed in the later term
+    lost: list[bytes]  # of those, acknowledged yet missing from the next leader's state machine
+
+
+def _old_tail_on_one_follower(cluster: Cluster, old_leader: int, follower: int) -> tuple[int, int]:
+    """The old leader's entries reach `follower` only; every reply of `follower` to it is held from now on.
+    Returns the old tail's last index and the old leader's term."""
+    _links_only(cluster, (old_leader, follower))
+    cluster.hold(follower, old_leader)
+    old_tail_end = _status(cluster, old_leader).log_end_index + OLD_TAIL_ENTRIES
+    for index in range(old_tail_end - OLD_TAIL_ENTRIES + 1, old_tail_end + 1):
+        cluster.propose(old_leader, _entry(b"old", index), timeout_ms=60_000)
+    assert cluster.run_until(lambda: _status(cluster, follower).log_end_index == old_tail_end, 1000)
+    return old_tail_end, _status(cluster, old_leader).term
+
+
+def _second_leader_replaces_the_tail(cluster: Cluster, old_leader: int, follower: int,
+                                     others: list[int]) -> tuple[int, list[int]]:
+    """A leader of the next term is elected among `others` (the follower's longer log could not be outvoted
+    there, so it is kept away); its no-op replaces the old tail on the old leader and the follower, and
+    commits with them. The two voters left never see the new term's entries. Returns (leader, voters)."""
+    _links_only(cluster, (old_leader, follower), *[(a, b) for a in others for b in others if a < b])
+    assert cluster.run_until(lambda: any(_status(cluster, i).is_leader for i in others), 2000)
+    second = next(i for i in others if _status(cluster, i).is_leader)
+    voters = [i for i in others if i != second]
+    _links_only(cluster, (old_leader, follower), (second, old_leader), (second, follower))  # drops its sends to voters
+    no_op_index = _status(cluster, second).log_end_index
+    assert cluster.run_until(lambda: _status(cluster, second).raft_commit_index == no_op_index, 2000)
+    assert cluster.run_until(lambda: _status(cluster, old_leader).log_end_index == no_op_index, 1000)
+    assert _status(cluster, follower).log_end_index == no_op_index, "the old tail is gone from the follower"
+    return second, voters
+
+
+def _stale_reply_scenario(bug_switches: frozenset[str], seed: int) -> _StaleReplies:
+    """Five voters. The old leader's tail reaches one follower, whose replies are held; a second leader's no-op
+    replaces that tail on both; the old leader is elected again by the two voters that saw neither, proposes
+    entries that reach one of them, and then the held replies arrive. The old leader and that voter crash;
+    the other three elect a leader."""
+    cluster = Cluster(ids=(1, 2, 3, 4, 5), seed=seed, bug_switches=bug_switches)
+    old_leader = cluster.wait_leader()
+    follower, *others = [i for i in cluster.ids if i != old_leader]
+    for i in range(3):
+        cluster.commit(_entry(b"base", i))
+    cluster.run_for(200)
+    old_tail_end, old_term = _old_tail_on_one_follower(cluster, old_leader, follower)
+    second, (holder, voter) = _second_leader_replaces_the_tail(cluster, old_leader, follower, others)
+    # The old leader's link to the follower now loses everything both ways; the old leader wins a later term.
+    cluster.hold(old_leader, follower)
+    _links_only(cluster, (old_leader, follower), (old_leader, holder), (old_leader, voter))
+    assert cluster.run_until(lambda: _status(cluster, old_leader).is_leader, 3000)
+    cluster.partition(old_leader, voter)  # drops its first AppendEntries: `voter` stays behind
+    new_term = _status(cluster, old_leader).term
+    assert new_term > old_term
+    entries = [_entry(b"later", i) for i in range(2)]
+    tickets = {cluster.propose(old_leader, data, timeout_ms=1000): data for data in entries}
+    assert cluster.run_until(lambda: _status(cluster, holder).log_end_index == old_tail_end, 500)
+    assert _status(cluster, follower).log_end_index < old_tail_end
+    # The link to the old leader delivers what the follower sent it while it led the old term, then resets.
+    replies = []
+    while cluster.streams[(follower, old_leader)]:
+        reply = decode_message(cluster.streams[(follower, old_leader)][0][1])
+        if reply["type"] != "next_node_idx":
+            break  # the follower's own candidacy since; not a reply
+        replies.append(reply)
+        cluster.deliver_next(follower, old_leader)
+    match_index = _match_index(cluster, old_leader, follower)
+    cluster.partition(old_leader, follower)
+    cluster.run_for(1000)
+    outcomes = {data: cluster.members[old_leader].outcomes[ticket] for ticket, data in tickets.items()}
+    cluster.crash(old_leader)
+    cluster.crash(holder)
+    _links_only(cluster, (second, follower), (second, voter), (follower, voter))
+    cluster.commit(b"after")
+    applied = cluster.members[cluster.wait_leader()].machine.data()
+    lost = [data for data, outcome in outcomes.items() if isinstance(outcome, int) and data not in applied]
+    return _StaleReplies(cluster, old_tail_end, replies, (old_term, new_term), match_index, outcomes, lost)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bug_k_reply_from_an_earlier_term_counts_and_loses_acknowledged_entries_without_fix(seed: int) -> None:
+    run = _stale_reply_scenario(frozenset({"K"}), seed)
+    assert run.replies and all(reply["success"] and "term" not in reply for reply in run.replies), run.replies
+    assert run.match_index_after_replies == run.old_tail_end
+    assert all(isinstance(outcome, int) for outcome in run.outcomes.values()), run.outcomes
+    assert run.lost == list(run.outcomes), "acknowledged with two of five voters holding them, then lost"
+    with pytest.raises(AssertionError, match="index"):
+        run.cluster.check_prefix_consistency()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bug_k_fixed_leader_drops_a_reply_from_an_earlier_term(seed: int) -> None:  # Raft section 5.1
+    run = _stale_reply_scenario(frozenset(), seed)
+    old_term, new_term = run.terms
+    assert run.replies and all(reply["success"] and reply["term"] == old_term for reply in run.replies), run.replies
+    assert run.match_index_after_replies == 0, "the reply of the old term is dropped"
+    assert run.lost == []
+    run.cluster.check_prefix_consistency()
+    assert all(isinstance(outcome, ProposalTimeoutError) for outcome in run.outcomes.values()), run.outcomes

@@ -20,7 +20,8 @@ from raftlog.patches import (
     verify_sources,
 )
 
-PATCHED_FUNCTIONS = ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries")
+PATCHED_FUNCTIONS = ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries",
+                     "_SyncObj__sendNextNodeIdx")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -62,6 +63,7 @@ def test_every_fix_edit_matches_the_source_exactly_once() -> None:
 def test_every_combination_of_fixes_switched_off_applies_and_compiles() -> None:
     # Fixes H and I edit neighbouring lines of the install branch; each must apply with or without the other.
     # J edits the chunked-entry loop of __sendAppendEntries, next to the adapter's edits of the same function.
+    # K edits the reply (__sendNextNodeIdx) and the leader's handling of it, above fix B's edits there.
     for size in range(len(patches.BUG_NAMES) + 1):
         for live in itertools.combinations(sorted(patches.BUG_NAMES), size):
             for function_name in PATCHED_FUNCTIONS:
@@ -72,6 +74,10 @@ def test_every_combination_of_fixes_switched_off_applies_and_compiles() -> None:
             chunked_entry = patches._apply_edits("_SyncObj__sendAppendEntries", frozenset(live))
             assert ("fix J" in chunked_entry) == ("J" not in live), live
             assert ("len(entries[0][0]):" in chunked_entry) == ("J" in live), live
+            reply = patches._apply_edits("_SyncObj__sendNextNodeIdx", frozenset(live))
+            assert ("'term': self.__raftCurrentTerm" in reply) == ("K" not in live), live
+            assert ("fix K" in install_reply) == ("K" not in live), live
+            assert ("fix B" in install_reply) == ("B" not in live), live
 
 
 def test_syncobj_globals_are_routed_not_wall_clock() -> None:
