@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from typing import Any
 
 import pytest
 
@@ -187,6 +188,19 @@ def _entry(tag: bytes, index: int) -> bytes:
     return (b"%s-%d-" % (tag, index)).ljust(100, b".")
 
 
+def _acknowledged_and_lost(cluster: Cluster, leader: int, tickets: dict[int, bytes], crashed: tuple[int, ...],
+                           links: tuple[tuple[int, int], ...]) -> tuple[dict[bytes, Any], list[bytes]]:
+    """The outcome of each proposal made on `leader`; then `crashed` crash, only `links` stay, and the others
+    commit b"after": the acknowledged proposals that the next leader's applied state lacks."""
+    outcomes = {data: cluster.members[leader].outcomes[ticket] for ticket, data in tickets.items()}
+    for node in crashed:
+        cluster.crash(node)
+    _links_only(cluster, *links)
+    cluster.commit(b"after")
+    applied = cluster.members[cluster.wait_leader()].machine.data()
+    return outcomes, [data for data, outcome in outcomes.items() if isinstance(outcome, int) and data not in applied]
+
+
 def _links_only(cluster: Cluster, *pairs: tuple[int, int]) -> None:
     up = {frozenset(pair) for pair in pairs}
     for a in cluster.ids:
@@ -297,13 +311,8 @@ def _stale_tail_scenario(bug_switches: frozenset[str], seed: int) -> _InstallOve
     minority = [_entry(b"minority", i) for i in range(3)]
     tickets = {cluster.propose(new_leader, data, timeout_ms=1000): data for data in minority}
     cluster.run_for(1000)
-    outcomes = {data: cluster.members[new_leader].outcomes[ticket] for ticket, data in tickets.items()}
-    cluster.crash(new_leader)
-    cluster.crash(holder)
-    _links_only(cluster, (old_leader, stale), (old_leader, lagging), (stale, lagging))
-    cluster.commit(b"after")
-    applied = cluster.members[cluster.wait_leader()].machine.data()
-    lost = [data for data, outcome in outcomes.items() if isinstance(outcome, int) and data not in applied]
+    outcomes, lost = _acknowledged_and_lost(cluster, new_leader, tickets, (new_leader, holder),
+                                            ((old_leader, stale), (old_leader, lagging), (stale, lagging)))
     return _InstallOverStaleTail(cluster, new_leader_log_end, match_index, outcomes, lost)
 
 
@@ -487,13 +496,8 @@ def _stale_reply_scenario(bug_switches: frozenset[str], seed: int) -> _StaleRepl
     match_index = _match_index(cluster, old_leader, follower)
     cluster.partition(old_leader, follower)
     cluster.run_for(1000)
-    outcomes = {data: cluster.members[old_leader].outcomes[ticket] for ticket, data in tickets.items()}
-    cluster.crash(old_leader)
-    cluster.crash(holder)
-    _links_only(cluster, (second, follower), (second, voter), (follower, voter))
-    cluster.commit(b"after")
-    applied = cluster.members[cluster.wait_leader()].machine.data()
-    lost = [data for data, outcome in outcomes.items() if isinstance(outcome, int) and data not in applied]
+    outcomes, lost = _acknowledged_and_lost(cluster, old_leader, tickets, (old_leader, holder),
+                                            ((second, follower), (second, voter), (follower, voter)))
     return _StaleReplies(cluster, old_tail_end, replies, (old_term, new_term), match_index, outcomes, lost)
 
 
