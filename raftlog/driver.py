@@ -12,8 +12,9 @@ entry or a new commit index is sent at once instead of at the next heartbeat), t
     2. only then releases the step's outgoing messages to `take_outbox`, its proposal outcomes to
        `take_completions` and its applied entries to `take_committed`.
 
-If the step raises (a storage failure, a simulated crash), nothing of it is released: the node must be
-treated as crashed and re-created over its storage. Restart replays the journal and the snapshot.
+If the step raises (a storage failure, a simulated crash), nothing of it is released, not even what the
+earlier frames of a receive_many batch staged: the node must be treated as crashed and re-created over its
+storage. Restart replays the journal and the snapshot.
 
 Proposals (bug G): every ticket completes exactly once. When its deadline passes first it completes with
 ProposalTimeoutError ("outcome unknown"); if pysyncobj later reports the real outcome, it is not dropped:
@@ -255,12 +256,18 @@ class RaftDriver:
     def _step(self, now_ms: int, action: Callable[[], None] | None) -> None:
         assert not self._closed, f"driver {self.node_id} is closed"
         self._now_ms = max(self._now_ms, now_ms)
-        with patches.driving(self):
-            if action is not None:
-                action()
-            self._settle()
-        self._expire_tickets()
-        self._journal.flush()  # group commit: durable before anything of this step leaves the driver
+        try:
+            with patches.driving(self):
+                if action is not None:
+                    action()
+                self._settle()
+            self._expire_tickets()
+            self._journal.flush()  # group commit: durable before anything of this step leaves the driver
+        except BaseException:
+            # Nothing of a failed step leaves, even if the caller went on stepping this driver: what the
+            # step's earlier frames staged (a receive_many batch) is not durable.
+            self._staged_messages, self._staged_completions, self._staged_committed = [], [], []
+            raise
         self._release()
 
     def _settle(self) -> None:

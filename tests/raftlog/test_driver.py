@@ -276,3 +276,24 @@ def test_batched_proposals_cost_one_fsync_and_commit_in_order() -> None:
     assert indexes == list(range(indexes[0], indexes[0] + 20))
     for member in cluster.members.values():
         assert member.machine.data() == [b"batch-%d" % i for i in range(20)]
+
+
+def test_a_step_that_raises_part_way_through_a_batch_releases_nothing() -> None:
+    """receive_many handles its frames as one step: when a later frame raises (here a chunked entry whose
+    'finish' chunk truncates the pickle), the reply the first frame staged must not leave with a later step."""
+    cluster = Cluster(seed=21)
+    leader = cluster.wait_leader()
+    cluster.run_for(300)
+    follower = next(i for i in cluster.ids if i != leader)
+    driver = cluster.members[follower].driver
+    driver.take_outbox()
+    status = driver.status()
+    term, commit, end = status.term, status.raft_commit_index, status.log_end_index
+    heartbeat = {"type": "append_entries", "term": term, "commit_index": commit, "prevLogIdx": end,
+                 "prevLogTerm": term, "entries": []}
+    truncated = {**heartbeat, "transmission": "finish", "data": b"\x80\x04\x95"}
+    with pytest.raises(Exception):
+        driver.receive_many([(leader, encode_message(heartbeat)), (leader, encode_message(truncated))])
+    assert driver.take_outbox() == []
+    driver.tick(cluster.now_ms + 1)  # a follower's tick before its election timeout sends nothing of its own
+    assert driver.take_outbox() == [], "the failed step's reply to the heartbeat left with a later step"
