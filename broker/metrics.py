@@ -33,9 +33,12 @@ class Histogram:
     """Counts per bucket (non-cumulative; the last slot is +Inf), their sum and count."""
 
     bounds: tuple[float, ...] = LATENCY_BUCKETS_S
-    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+    counts: list[int] = field(init=False)  # one per bound, +Inf last
     total: float = 0.0
     count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
 
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1

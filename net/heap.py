@@ -27,8 +27,7 @@ from typing import Any
 from broker.metrics import Histogram
 
 GC_PAUSE_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
-GC_PAUSES: dict[int, Histogram] = {
-    generation: Histogram(GC_PAUSE_BUCKETS_S, [0] * (len(GC_PAUSE_BUCKETS_S) + 1)) for generation in range(3)}
+GC_PAUSES: dict[int, Histogram] = {generation: Histogram(GC_PAUSE_BUCKETS_S) for generation in range(3)}
 _started: list[float] = []  # perf_counter at the current collection's start (at most one)
 
 

@@ -74,10 +74,10 @@ class NodeCollector:
                     sample.name, GAUGE_HELP.get(sample.name, sample.name), labels=labels)
             family.add_metric([value for _, value in sample.labels], sample.value)
         yield from families.values()
-        yield from self._collector()
+        yield from self._garbage_collector()
 
     @staticmethod
-    def _collector() -> Iterator[Any]:
+    def _garbage_collector() -> Iterator[Any]:
         pauses = HistogramMetricFamily("flotilla_gc_pause_seconds", "Python's cyclic garbage collections of this "
                                        "node's process and their pauses, by generation", labels=["generation"])
         for generation, histogram in sorted(GC_PAUSES.items()):
