@@ -319,6 +319,9 @@ _EDITS: dict[str, tuple[_Edit, ...]] = {
     "E": (),
 }
 
+# The SyncObj functions the edits change: each is replaced by a dispatcher to its variant (`_install`).
+PATCHED_FUNCTIONS: tuple[str, ...] = tuple(sorted({edit.function for edits in _EDITS.values() for edit in edits}))
+
 
 def _apply_edits(function_name: str, bugs_live: frozenset[str]) -> str:
     source = _ORIGINAL_SOURCE[function_name]
@@ -544,8 +547,7 @@ def _install() -> None:
     _syncobj.Serializer = _route_serializer
     _syncobj.createPoller = _route_poller
     _syncobj.PIPE_NOTIFIER_ENABLED = False  # no os.pipe: appends are batched per tick by the driver
-    for function_name in ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries",
-                          "_SyncObj__sendNextNodeIdx"):
+    for function_name in PATCHED_FUNCTIONS:
         _install_dispatcher(function_name)
         variant(function_name, frozenset())  # compile the all-fixes variant now: a bad edit fails at import
         variant(function_name, BUG_NAMES)

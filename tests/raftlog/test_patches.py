@@ -13,6 +13,7 @@ import pysyncobj.syncobj
 
 from raftlog import patches
 from raftlog.patches import (
+    PATCHED_FUNCTIONS,
     AllowListPickle,
     RaftNode,
     UnsupportedPysyncobjVersionError,
@@ -20,8 +21,6 @@ from raftlog.patches import (
     verify_sources,
 )
 
-PATCHED_FUNCTIONS = ("_SyncObj__onMessageReceived", "_SyncObj__loadDumpFile", "_SyncObj__sendAppendEntries",
-                     "_SyncObj__sendNextNodeIdx")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
