@@ -73,6 +73,7 @@ class KafkaApis:
         from broker.handlers_elastic import ElasticityApis
         from broker.handlers_cluster import ClusterApis
         from broker.handlers_data import DataPlaneApis
+        from broker.handlers_quotas import QuotaApis
         from broker.handlers_security import SecurityApis
 
         self.broker = broker
@@ -104,7 +105,8 @@ class KafkaApis:
         self.supported_apis: dict[int, tuple[int, int]] = {}
         self._groups: list[HandlerGroup] = []
         admin = AdminApis(self)
-        for group in (ClusterApis(self), DataPlaneApis(self), admin, SecurityApis(self, admin), ElasticityApis(admin)):
+        for group in (ClusterApis(self), DataPlaneApis(self), admin, SecurityApis(self, admin), QuotaApis(self, admin),
+                      ElasticityApis(admin)):
             self.register(group)
 
     def register(self, group: HandlerGroup) -> None:

@@ -12,6 +12,12 @@ batches), a consumer Fetch READ, ListOffsets and OffsetForLeaderEpoch DESCRIBE, 
 follower Fetch needs CLUSTER_ACTION. A refused partition answers TOPIC_AUTHORIZATION_FAILED (or
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED); the others of the request are served. Decided when the request
 arrives: a delayed fetch does not re-check.
+
+Client quotas (broker/quotas.py): a Produce request's record bytes count against the client's
+producer_byte_rate when it arrives, a consumer Fetch response's record bytes against its consumer_byte_rate
+when it is answered; over the quota, the answer carries throttle_time_ms and the session is marked throttled
+(the dispatcher then reads nothing more from the connection for that long), and a throttled fetch is answered
+empty, its bytes unrecorded, as Kafka does.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from broker.apis import Deferred
 from broker.core import HostedPartition, TopicPartition
 from broker.fetch_session import FetchContext, FetchSessionCache
+from broker.quotas import FETCH, PRODUCE, ClientQuotas
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.batch import iter_batches
@@ -47,6 +54,7 @@ class _DelayedProduce:
     header: RequestHeader
     responses: dict[tuple[str, int], Any]  # PartitionProduceResponse per partition
     waiting: set[tuple[str, int]]
+    throttle_ms: int = 0
 
 
 @dataclass
@@ -58,6 +66,7 @@ class _DelayedFetch:
     denied: frozenset[str]  # topics the principal may not read (decided when the request arrived)
     context: FetchContext  # the partitions read and the session (KIP-227) that cuts the response
     touched: bool = False  # its arrival read found news, or one of its partitions was marked dirty since
+    session: Any = None  # the connection's security.session.Session (quotas: its principal, its throttle)
 
 
 class DataPlaneApis:
@@ -70,6 +79,7 @@ class DataPlaneApis:
         self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
         self.fetch_sessions = FetchSessionCache()
+        self.quotas = ClientQuotas()
         # A planted bug for the simulator (simulations/reassign_sim.py), never configured: a parked fetch whose
         # arrival read found news without records answers empty at its deadline, and the news is never sent.
         self.bug_parked_fetch_drops_news = False
@@ -114,8 +124,24 @@ class DataPlaneApis:
         denied = self._denied_topics([t.name for t in request.topic_data], Op.WRITE)
         return {key: ErrorCode.TOPIC_AUTHORIZATION_FAILED for key in keys if key[0] in denied}
 
+    def _client_throttle_ms(self, quota_type: str, session: Any, client_id: str | None, size: int, now_ms: int) -> int:
+        """Record `size` bytes against the client's quota; its throttle time (ms), the session marked throttled."""
+        quotas = self.broker.image.quotas
+        if not quotas.entities or session is None:
+            return 0
+        self.quotas.update(quotas)
+        throttle_ms = self.quotas.record(quota_type, _user(session), client_id or "", size, now_ms)
+        if throttle_ms:
+            session.throttled_until_ms = max(session.throttled_until_ms, now_ms + throttle_ms)
+            self.broker.metrics.record_throttle(quota_type, throttle_ms)
+        return throttle_ms
+
     def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         request_id = self.apis.defer()
+        throttle_ms = 0
+        if self.broker.image.quotas.entities:
+            size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
+            throttle_ms = self._client_throttle_ms(PRODUCE, self.apis.session, header.client_id, size, now_ms)
         denied = self._produce_denied(request)
         verify = self.apis.transaction_verifier
         unverified = self._unverified(request, denied) if verify is not None and request.transactional_id else None
@@ -128,14 +154,14 @@ class DataPlaneApis:
 
             def on_verified(codes: dict, now: int) -> None:
                 refused = {key: code for key, code in codes.items() if code != ErrorCode.NONE} | denied
-                result = self._produce_now(header, request, request_id, now, refused)
+                result = self._produce_now(header, request, request_id, now, refused, throttle_ms)
                 if result is not None and not isinstance(result, Deferred):
                     self.apis.completed.append((request_id, header, result))
 
             verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms,
                    add=header.api_version >= PRODUCE_VERSION_ADDS_PARTITIONS)
             return Deferred(request_id) if request.acks != 0 else None
-        return self._produce_now(header, request, request_id, now_ms, denied)
+        return self._produce_now(header, request, request_id, now_ms, denied, throttle_ms)
 
     def _unverified(self, request: Any, denied: dict) -> tuple[int, int, list[tuple[str, int]]] | None:
         """(producer id, epoch, partitions) whose transactional batches open a transaction here, or None."""
@@ -161,7 +187,7 @@ class DataPlaneApis:
         return (*producer, keys) if keys else None
 
     def _produce_now(self, header: RequestHeader, request: Any, request_id: int, now_ms: int,
-                     refused: dict[tuple[str, int], ErrorCode]) -> Any:
+                     refused: dict[tuple[str, int], ErrorCode], throttle_ms: int = 0) -> Any:
         acks = request.acks
         responses: dict[tuple[str, int], Any] = {}
         waiting: set[tuple[str, int]] = set()
@@ -186,11 +212,11 @@ class DataPlaneApis:
         if acks == 0:
             return None
         if waiting:
-            self._produces[request_id] = _DelayedProduce(header, responses, waiting)
+            self._produces[request_id] = _DelayedProduce(header, responses, waiting, throttle_ms)
             for key in waiting:
                 self._waiting_partitions[key] = self._waiting_partitions.get(key, 0) + 1
             return Deferred(request_id)
-        return self._produce_response(responses)
+        return self._produce_response(responses, throttle_ms)
 
     def _produce_partition(self, key: tuple[str, int], records: Any, acks: int, now_ms: int) -> tuple[Any, int | None]:
         response_class = messages.ProduceResponse
@@ -236,14 +262,14 @@ class DataPlaneApis:
         return partition_response, result.required_offset
 
     @staticmethod
-    def _produce_response(responses: dict[tuple[str, int], Any]) -> Any:
+    def _produce_response(responses: dict[tuple[str, int], Any], throttle_ms: int = 0) -> Any:
         response_class = messages.ProduceResponse
         by_topic: dict[str, list] = {}
         for (topic, _), partition_response in responses.items():
             by_topic.setdefault(topic, []).append(partition_response)
         return response_class(
             responses=[response_class.TopicProduceResponse(name=t, partition_responses=p) for t, p in by_topic.items()],
-            throttle_time_ms=0,
+            throttle_time_ms=throttle_ms,
         )
 
     def _complete_produces(self, now_ms: int) -> None:
@@ -268,7 +294,8 @@ class DataPlaneApis:
             del self._waiting_partitions[key]
         if not delayed.waiting:
             del self._produces[request_id]
-            self.apis.completed.append((request_id, delayed.header, self._produce_response(delayed.responses)))
+            self.apis.completed.append((request_id, delayed.header,
+                                        self._produce_response(delayed.responses, delayed.throttle_ms)))
 
     def _fail_waiting(self, key: tuple[str, int], error: ErrorCode) -> None:
         for request_id, delayed in list(self._produces.items()):
@@ -288,16 +315,17 @@ class DataPlaneApis:
             self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
                                                       frozenset(), context)
             return Deferred(request_id)
+        session = self.apis.session
         denied = self._fetch_denied(request, context)
-        response, size, has_error = self._read_fetch(header, request, context, now_ms, denied)
+        response, size, has_error = self._read_fetch(header, request, context, now_ms, denied, session)
         if max_wait_ms == 0 or size >= request.min_bytes or has_error:
-            return self._answer_fetch(request, context, response)
+            return self._answer_fetch(header, request, context, response, session, now_ms)
         request_id = self.apis.defer()
         # `touched` when the read found news other than records (a high watermark, last stable offset or log
         # start the session has not sent): the answer at the deadline must read again to carry it.
         news = bool(response.responses) and not self.bug_parked_fetch_drops_news
         self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
-                                                  denied, context, touched=news)
+                                                  denied, context, touched=news, session=session)
         return Deferred(request_id)
 
     def _still_quiet(self, request: Any, context: FetchContext, now_ms: int) -> bool:
@@ -313,7 +341,17 @@ class DataPlaneApis:
                      or broker.bug_quiet_sessions_never_age)
                 and (self.apis.authorizer is None or self.apis.authorize_cluster(Op.CLUSTER_ACTION)))
 
-    def _answer_fetch(self, request: Any, context: FetchContext, response: Any) -> Any:
+    def _answer_fetch(self, header: RequestHeader, request: Any, context: FetchContext, response: Any, session: Any,
+                      now_ms: int) -> Any:
+        if request.replica_id < 0 and self.broker.image.quotas.entities and response.responses:
+            size = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
+            throttle_ms = self._client_throttle_ms(FETCH, session, header.client_id, size, now_ms)
+            if throttle_ms:
+                # Kafka's throttled fetch: an empty answer (the session unchanged, so the next fetch reads the
+                # same news) and its bytes taken back.
+                self.quotas.unrecord(FETCH, _user(session), header.client_id or "", size, now_ms)
+                return messages.FetchResponse(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE,
+                                              session_id=context.session_id, responses=[])
         context.sent(response)
         self._count_fetched(request, response)
         return response
@@ -350,18 +388,24 @@ class DataPlaneApis:
                 self.apis.completed.append((request_id, delayed.header, empty))
                 continue
             response, size, has_error = self._read_fetch(delayed.header, delayed.request, delayed.context, now_ms,
-                                                         delayed.denied)
+                                                         delayed.denied, delayed.session)
             if expired or size >= delayed.request.min_bytes or has_error:
                 del self._fetches[request_id]
-                self.apis.completed.append((request_id, delayed.header,
-                                            self._answer_fetch(delayed.request, delayed.context, response)))
+                self.apis.completed.append((request_id, delayed.header, self._answer_fetch(
+                    delayed.header, delayed.request, delayed.context, response, delayed.session, now_ms)))
 
     def _read_fetch(self, header: RequestHeader, request: Any, context: FetchContext, now_ms: int,
-                    denied: frozenset[str]) -> tuple[Any, int, bool]:
+                    denied: frozenset[str], session: Any = None) -> tuple[Any, int, bool]:
         """Read every partition of the fetch (the request's, or its session's); the response holds those the
-        context keeps (all, or the ones with news for an incremental session)."""
+        context keeps (all, or the ones with news for an incremental session). A consumer with a byte-rate
+        quota reads no more than one response may carry without being throttled for sure."""
         response_class = messages.FetchResponse
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
+        if request.replica_id < 0 and self.broker.image.quotas.entities and session is not None:
+            self.quotas.update(self.broker.image.quotas)
+            quota_bytes = self.quotas.max_bytes(FETCH, _user(session), header.client_id or "")
+            if quota_bytes is not None:
+                remaining = min(remaining, quota_bytes)
         size, has_error = 0, False
         topics = []
         quiet = self._quiet_follower_partition if context.incremental and request.replica_id >= 0 \
@@ -615,3 +659,9 @@ def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
     if requested is None or requested < 0 or requested == current:
         return None
     return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def _user(session: Any) -> str:
+    """The principal's name, as Kafka's quota entities name users ("User:alice" -> "alice")."""
+    principal = session.principal
+    return principal.split(":", 1)[1] if ":" in principal else principal

@@ -78,6 +78,8 @@ class BrokerMetrics:
         self.request_latency: dict[tuple[str, str], Histogram] = defaultdict(Histogram)  # (api, acks or "")
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.throttles: dict[str, int] = defaultdict(int)  # quota type -> answers throttled by a client quota
+        self.throttle_ms: dict[str, int] = defaultdict(int)  # quota type -> their throttle times
 
     def record_produce(self, topic: str, records: int, size: int) -> None:
         if not self.enabled:
@@ -96,6 +98,11 @@ class BrokerMetrics:
         for code in error_codes:
             if code:
                 self.request_errors[(api, _error_name(code))] += 1
+
+    def record_throttle(self, quota_type: str, throttle_ms: int) -> None:
+        if self.enabled:
+            self.throttles[quota_type] += 1
+            self.throttle_ms[quota_type] += throttle_ms
 
     def record_isr_change(self, before: int, after: int) -> None:
         if not self.enabled:

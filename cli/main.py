@@ -22,6 +22,7 @@ _SUBCOMMAND_MODULES = (
     "cli.groups",
     "cli.transactions",
     "cli.security",
+    "cli.quotas",
     "cli.top",
     "cli.dump_log",
     "cli.simulate",

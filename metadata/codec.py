@@ -1,7 +1,7 @@
 """CBOR codec for the metadata package's frozen dataclasses, by allow-list.
 
 Theory of operation: metadata records, controller requests and controller responses are small frozen
-dataclasses whose fields are primitives (int, bool, str, bytes, None), homogeneous tuples of those, or
+dataclasses whose fields are primitives (int, float, bool, str, bytes, None), homogeneous tuples of those, or
 nested dataclasses. `encode` writes one CBOR map `{"type": name, "v": version, field: value, ...}`; a
 nested dataclass is a plain map of its fields (the outer annotation says what it is). `decode` looks the
 name up in an allow-list (never pickle), checks the version and every field against the dataclass's own
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from typing import Any
@@ -191,6 +192,10 @@ def _convert_primitive(value: Any, annotation: Any, path: str, error: type[Kafka
             raise error(f"{path}: expected an int, got {type(value).__name__}")
         if not INT64_MIN <= value <= INT64_MAX:
             raise error(f"{path}: {value} does not fit in 64 bits")
+        return value
+    if annotation is float:
+        if type(value) is not float or not math.isfinite(value):
+            raise error(f"{path}: expected a finite float, got {value!r}")
         return value
     if annotation is str:
         if type(value) is not str:

@@ -72,9 +72,10 @@ from metadata.records import (
     RegisterBrokerRecord,
     UnregisterBrokerRecord,
 )
-from metadata import config_control, security_control, topic_control
+from metadata import config_control, quota_control, security_control, topic_control
 from metadata.requests import (
     PRODUCER_ID_BLOCK_SIZE,
+    AlterClientQuotasRequest,
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
     DeleteAclsRequest,
@@ -186,6 +187,7 @@ class QuorumController:
             CreateAclsRequest: self._handle_create_acls,
             DeleteAclsRequest: self._handle_delete_acls,
             AlterUserScramCredentialsRequest: self._handle_alter_scram,
+            AlterClientQuotasRequest: self._handle_alter_client_quotas,
         }
 
     # ---- state -------------------------------------------------------------------------------------------
@@ -682,6 +684,9 @@ class QuorumController:
 
     def _handle_alter_scram(self, request: AlterUserScramCredentialsRequest, now_ms: int) -> ControllerResult:
         return ControllerResult(*security_control.alter_scram_credentials(self._image, request))
+
+    def _handle_alter_client_quotas(self, request: AlterClientQuotasRequest, now_ms: int) -> ControllerResult:
+        return ControllerResult(*quota_control.alter_client_quotas(self._image, request))
 
     # ---- configs (metadata/config_control.py) -------------------------------------------------------------
 

@@ -26,6 +26,8 @@ from metadata.records import (
     NO_LEADER,
     AccessControlEntryRecord,
     RemoveAccessControlEntryRecord,
+    ClientQuotaRecord,
+    QuotaEntityPart,
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
     BrokerRegistrationChangeRecord,
@@ -235,6 +237,27 @@ class ScramImage:
     credentials: FrozenMap[tuple[str, int], UserScramCredentialRecord] = EMPTY_MAP
 
 
+# A client quota entity: its (type, name) parts sorted by type; a None name is the type's default entity.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity(parts) -> QuotaEntity:
+    """The entity of `parts` (QuotaEntityPart or (type, name) pairs), in its canonical order."""
+    pairs = [(p.entity_type, p.entity_name) if isinstance(p, QuotaEntityPart) else tuple(p) for p in parts]
+    return tuple(sorted(pairs, key=lambda pair: (pair[0], pair[1] is not None, pair[1] or "")))
+
+
+@_frozen
+class ClientQuotasImage:
+    """Client quotas by entity: each a map of quota key (producer_byte_rate, ...) to value."""
+
+    entities: FrozenMap[QuotaEntity, FrozenMap[str, float]] = EMPTY_MAP
+
+    def value(self, entity: QuotaEntity, key: str) -> float | None:
+        values = self.entities.get(entity)
+        return None if values is None else values.get(key)
+
+
 @_frozen
 class MetadataImage:
     provenance: Provenance = Provenance()
@@ -245,6 +268,7 @@ class MetadataImage:
     features: FeaturesImage = FeaturesImage()
     acls: AclsImage = AclsImage()
     scram: ScramImage = ScramImage()
+    quotas: ClientQuotasImage = ClientQuotasImage()
 
 
 EMPTY_IMAGE = MetadataImage()
@@ -288,6 +312,7 @@ class MetadataDelta:
         self._features: dict[str, int] = {}  # level 0: removed
         self._acls: dict[bytes, AccessControlEntryRecord | None] = {}  # None: removed
         self._scram: dict[tuple[str, int], UserScramCredentialRecord | None] = {}  # None: removed
+        self._quotas: dict[QuotaEntity, dict[str, float | None]] = {}  # None: removed
 
     @property
     def image(self) -> MetadataImage:
@@ -405,6 +430,10 @@ class MetadataDelta:
         assert self.scram_credential(*key) is not None, f"no SCRAM credential {key}"
         self._scram[key] = None
 
+    def _replay_client_quota(self, record: ClientQuotaRecord) -> None:
+        entity = quota_entity(record.entity)
+        self._quotas.setdefault(entity, {})[record.key] = None if record.remove else record.value
+
     # ---- the state as of the records replayed so far --------------------------------------------------------
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
@@ -476,6 +505,16 @@ class MetadataDelta:
             return self._scram[key]
         return self._image.scram.credentials.get(key)
 
+    def client_quotas(self, entity: QuotaEntity) -> dict[str, float]:
+        """The quotas of `entity` as of the records replayed so far."""
+        merged = dict(self._image.quotas.entities.get(entity, {}))
+        for key, value in self._quotas.get(entity, {}).items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return merged
+
     def next_producer_id(self) -> int:
         if self._next_producer_id is not None:
             return self._next_producer_id
@@ -494,7 +533,20 @@ class MetadataDelta:
             features=self._apply_features(),
             acls=self._apply_acls(),
             scram=self._apply_scram(),
+            quotas=self._apply_quotas(),
         )
+
+    def _apply_quotas(self) -> ClientQuotasImage:
+        if not self._quotas:
+            return self._image.quotas
+        entities = dict(self._image.quotas.entities)
+        for entity in self._quotas:
+            values = self.client_quotas(entity)
+            if values:
+                entities[entity] = FrozenMap(sorted(values.items()))
+            else:
+                entities.pop(entity, None)
+        return ClientQuotasImage(FrozenMap(sorted(entities.items(), key=_quota_entity_order)))
 
     def _apply_acls(self) -> AclsImage:
         if not self._acls:
@@ -649,6 +701,7 @@ _REPLAY_HANDLERS = {
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
     UserScramCredentialRecord: MetadataDelta._replay_scram,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram,
+    ClientQuotaRecord: MetadataDelta._replay_client_quota,
 }
 
 
@@ -668,7 +721,15 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         records.append(ProducerIdsRecord(-1, -1, image.producer_ids.next_producer_id))
     records.extend(image.acls.by_id.values())
     records.extend(image.scram.credentials.values())
+    for entity, values in image.quotas.entities.items():
+        parts = tuple(QuotaEntityPart(entity_type, name) for entity_type, name in entity)
+        records.extend(ClientQuotaRecord(parts, key, value) for key, value in values.items())
     return records
+
+
+def _quota_entity_order(item: tuple[QuotaEntity, Any]) -> tuple:
+    """Entities sorted with the default (None) names first: None does not compare with a string."""
+    return tuple((entity_type, name is not None, name or "") for entity_type, name in item[0])
 
 
 def records_to_image(records: Iterable[MetadataRecord], provenance: Provenance) -> MetadataImage:

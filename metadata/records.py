@@ -209,6 +209,25 @@ class RemoveUserScramCredentialRecord:
     version: int = _version()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuotaEntityPart:
+    """One part of a client quota entity: its type ("user" or "client-id") and name (None: the default)."""
+
+    entity_type: str
+    entity_name: str | None
+
+
+@_record
+class ClientQuotaRecord:
+    """A client quota of an entity was set to `value` or, with `remove`, removed (Kafka's ClientQuotaRecord)."""
+
+    entity: tuple[QuotaEntityPart, ...]
+    key: str  # producer_byte_rate, consumer_byte_rate, ...
+    value: float = 0.0
+    remove: bool = False
+    version: int = _version()
+
+
 RECORD_TYPES: tuple[type, ...] = (
     RegisterBrokerRecord,
     BrokerRegistrationChangeRecord,
@@ -225,6 +244,7 @@ RECORD_TYPES: tuple[type, ...] = (
     RemoveAccessControlEntryRecord,
     UserScramCredentialRecord,
     RemoveUserScramCredentialRecord,
+    ClientQuotaRecord,
 )
 
 MetadataRecord = (
@@ -243,6 +263,7 @@ MetadataRecord = (
     | RemoveAccessControlEntryRecord
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
+    | ClientQuotaRecord
 )
 
 _CODEC = Codec(RECORD_TYPES, CorruptRecordError)

@@ -13,6 +13,7 @@ import dataclasses
 import enum
 
 from metadata.codec import Codec
+from metadata.records import QuotaEntityPart
 from partitions.errors import ErrorCode, InvalidRequestError
 
 _message = dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +123,19 @@ class ScramUpsertion:
     iterations: int
     salt: bytes
     salted_password: bytes
+
+
+@_part
+class QuotaOp:
+    key: str
+    value: float
+    remove: bool
+
+
+@_part
+class QuotaAlteration:
+    entity: tuple[QuotaEntityPart, ...]
+    ops: tuple[QuotaOp, ...]
 
 
 # ---- requests -------------------------------------------------------------------------------------------
@@ -259,6 +273,13 @@ class DeleteAclsRequest:
 class AlterUserScramCredentialsRequest:
     deletions: tuple[ScramDeletion, ...] = ()
     upsertions: tuple[ScramUpsertion, ...] = ()
+    version: int = _version()
+
+
+@_message
+class AlterClientQuotasRequest:
+    entries: tuple[QuotaAlteration, ...]
+    validate_only: bool = False
     version: int = _version()
 
 
@@ -433,6 +454,19 @@ class AlterUserScramCredentialsResponse:
     version: int = _version()
 
 
+@_part
+class QuotaAlterationResult:
+    entity: tuple[QuotaEntityPart, ...]
+    error_code: int
+    message: str = ""
+
+
+@_message
+class AlterClientQuotasResponse:
+    results: tuple[QuotaAlterationResult, ...]
+    version: int = _version()
+
+
 REQUEST_TYPES: tuple[type, ...] = (
     BrokerRegistrationRequest,
     BrokerHeartbeatRequest,
@@ -450,6 +484,7 @@ REQUEST_TYPES: tuple[type, ...] = (
     CreateAclsRequest,
     DeleteAclsRequest,
     AlterUserScramCredentialsRequest,
+    AlterClientQuotasRequest,
 )
 
 RESPONSE_TYPES: tuple[type, ...] = (
@@ -468,6 +503,7 @@ RESPONSE_TYPES: tuple[type, ...] = (
     CreateAclsResponse,
     DeleteAclsResponse,
     AlterUserScramCredentialsResponse,
+    AlterClientQuotasResponse,
 )
 
 _REQUESTS = Codec(REQUEST_TYPES, InvalidRequestError)

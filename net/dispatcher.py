@@ -99,6 +99,14 @@ class KafkaDispatcher:
         name, protocol = (listener.name, listener.security_protocol) if listener is not None else ("PLAINTEXT",) * 2
         self._sessions[connection_id] = Session.open(name, protocol, peer_host, _subject(certificate))
 
+    def throttle_delay_s(self, connection_id: int) -> float:
+        """How long the server must not read from the connection: a client quota's throttle (KIP-219: the
+        answer leaves at once with throttle_time_ms, then the connection is muted for that long)."""
+        session = self._sessions.get(connection_id)
+        if session is None or not session.throttled_until_ms:
+            return 0.0
+        return max(0.0, (session.throttled_until_ms - self.now_ms()) / 1000)
+
     def request_bytes_max(self, connection_id: int) -> int:
         session = self._sessions.get(connection_id)
         return PRE_AUTH_REQUEST_BYTES_MAX if session is not None and not session.authenticated else 2**31 - 1

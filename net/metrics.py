@@ -120,6 +120,15 @@ class NodeCollector:
         sendfile.add_metric(["calls"], SENDFILE_STATS["calls"])
         sendfile.add_metric(["bytes"], SENDFILE_STATS["bytes"])
         yield sendfile
+        throttles = CounterMetricFamily("flotilla_client_throttles", "Answers throttled by a client quota (the "
+                                        "connection muted for their throttle_time_ms)", labels=["quota"])
+        throttle_seconds = CounterMetricFamily("flotilla_client_throttle_seconds", "Throttle time of the answers "
+                                               "throttled by a client quota", labels=["quota"])
+        for quota_type in sorted(metrics.throttles):
+            throttles.add_metric([quota_type], metrics.throttles[quota_type])
+            throttle_seconds.add_metric([quota_type], metrics.throttle_ms[quota_type] / 1000)
+        yield throttles
+        yield throttle_seconds
 
 
 class MetricsServer:

@@ -16,6 +16,9 @@ is a reader and a writer joined by a bounded FIFO of reply slots:
   reader writes the replies a read answers at once itself, in one write, without waking it.
 - on a plaintext socket both read the descriptor directly (net/plainsocket.py): the reader into one reused
   buffer from which each frame is copied once, without trio's per-call checkpoints and allocations.
+A dispatcher may mute a connection (`throttle_delay_s`, a client quota's throttle): the reader then handles
+no further frame of it for that long (those already read wait in the buffer, the rest in the socket), after
+the replies so far were handed over.
 At most `inflight_requests_max` replies may be outstanding per connection: when the FIFO is full the reader
 stops reading, which is TCP backpressure on that client alone. A connection idle for `idle_ms_max` is closed.
 Anything the dispatcher cannot parse raises `CloseConnection`: garbage bytes get a closed connection, never
@@ -216,10 +219,17 @@ class FrameServer:
                            idle_seconds: float) -> None:
         received = _ReceiveBuffer()
         batch_begin = getattr(self.dispatcher, "batch_begin", None)
+        throttle_delay_s = getattr(self.dispatcher, "throttle_delay_s", None)
+        muted = False  # the last read's handling stopped at a throttle: its other frames wait in `received`
         while True:
+            if muted:
+                idle.deadline = math.inf  # a muted connection is not idle
+                # Muted: nothing more is handled for that long, what the client sends waits in the socket.
+                await trio.sleep(throttle_delay_s(connection_id))
             keep_deadline_ahead(idle, idle_seconds)
-            if not await link.receive(received):
+            if not muted and not await link.receive(received):
                 return
+            muted = False
             if batch_begin is not None:
                 batch_begin()  # what the frames of this read complete is delivered once, after them
             # While the writer owes nothing, the replies this read answers at once are written here, together,
@@ -227,7 +237,13 @@ class FrameServer:
             # goes through the writer, in order.
             direct: list | None = [] if link.owed == 0 and link.fd is not None else None
             try:
-                while (frame := self._next_frame(received, connection_id)) is not None:
+                while True:
+                    if throttle_delay_s is not None and throttle_delay_s(connection_id) > 0:
+                        muted = True  # a client quota's throttle (KIP-219), after the replies so far
+                        break
+                    frame = self._next_frame(received, connection_id)
+                    if frame is None:
+                        break
                     reply = self.dispatcher.handle_frame(connection_id, frame)
                     if direct is not None:
                         if type(reply) is bytes:

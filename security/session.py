@@ -38,6 +38,7 @@ class Session:
     mechanism: str | None = None
     failure_detail: str = ""  # the mechanism's reason for a failed authentication (logged, never sent)
     raw_tokens: bool = False  # after a SaslHandshake v0: the next frames are bare SASL tokens
+    throttled_until_ms: int = 0  # a client quota's throttle (broker/quotas.py): nothing is read before then
     _exchange: SaslExchange | None = field(default=None, repr=False)
 
     @classmethod

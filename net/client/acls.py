@@ -95,3 +95,39 @@ async def describe_scram_users(client: KafkaClient, names: list[str] | None = No
         _check(result.error_code, result.error_message, f"user {result.user!r}")
         users[result.user] = [(ScramMechanism(c.mechanism).mechanism_name, c.iterations) for c in result.credential_infos]
     return users
+
+
+# ---- client quotas (kafka-configs.sh --entity-type users/clients, --add-config producer_byte_rate=...) --------
+
+QuotaEntityKey = tuple[tuple[str, "str | None"], ...]  # ((entity type, name or None for the default), ...)
+
+
+async def alter_client_quotas(client: KafkaClient, entity: QuotaEntityKey, set_values: dict[str, float],
+                              remove: list[str] = (), validate_only: bool = False) -> None:
+    """Set and remove quotas of one entity (AlterClientQuotas, sent to any broker, forwarded to the controller)."""
+    request_class = messages.AlterClientQuotasRequest
+    ops = [request_class.OpData(key=k, value=float(v), remove=False) for k, v in set_values.items()]
+    ops += [request_class.OpData(key=k, value=0.0, remove=True) for k in remove]
+    request = request_class(entries=[request_class.EntryData(
+        entity=[request_class.EntityData(entity_type=t, entity_name=n) for t, n in entity], ops=ops)],
+        validate_only=validate_only)
+    response = await client._request_any(ApiKey.ALTER_CLIENT_QUOTAS, request)
+    for entry in response.entries:
+        _check(entry.error_code, entry.error_message, f"cannot alter the quotas of {describe_quota_entity(entity)}")
+
+
+async def describe_client_quotas(client: KafkaClient, components: list[tuple[str, int, "str | None"]] = (),
+                                 strict: bool = False) -> list[tuple[QuotaEntityKey, dict[str, float]]]:
+    """[(entity, {key: value})] of the entities the filter matches: components are (entity type, match type
+    0 exact / 1 default / 2 any named, name)."""
+    request_class = messages.DescribeClientQuotasRequest
+    request = request_class(components=[request_class.ComponentData(entity_type=t, match_type=m, match=n)
+                                        for t, m, n in components], strict=strict)
+    response = await client._request_any(ApiKey.DESCRIBE_CLIENT_QUOTAS, request)
+    _check(response.error_code, response.error_message, "cannot describe client quotas")
+    return [(tuple((e.entity_type, e.entity_name) for e in entry.entity), {v.key: v.value for v in entry.values})
+            for entry in response.entries or []]
+
+
+def describe_quota_entity(entity: QuotaEntityKey) -> str:
+    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity)

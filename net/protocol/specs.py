@@ -1303,6 +1303,66 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = response(
     ),
 )
 
+DESCRIBE_CLIENT_QUOTAS_REQUEST = request(
+    48, 'DescribeClientQuotasRequest', valid="0-1", flexible='1+', fields=(
+        field('Components', '[]ComponentData', '0+', fields=(
+            field('EntityType', 'string', '0+'),
+            field('MatchType', 'int8', '0+'),
+            field('Match', 'string', '0+', nullable='0+'),
+        )),
+        field('Strict', 'bool', '0+'),
+    ),
+)
+
+DESCRIBE_CLIENT_QUOTAS_RESPONSE = response(
+    48, 'DescribeClientQuotasResponse', valid="0-1", flexible='1+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('Entries', '[]EntryData', '0+', nullable='0+', fields=(
+            field('Entity', '[]EntityData', '0+', fields=(
+                field('EntityType', 'string', '0+'),
+                field('EntityName', 'string', '0+', nullable='0+'),
+            )),
+            field('Values', '[]ValueData', '0+', fields=(
+                field('Key', 'string', '0+'),
+                field('Value', 'float64', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_CLIENT_QUOTAS_REQUEST = request(
+    49, 'AlterClientQuotasRequest', valid="0-1", flexible='1+', fields=(
+        field('Entries', '[]EntryData', '0+', fields=(
+            field('Entity', '[]EntityData', '0+', fields=(
+                field('EntityType', 'string', '0+'),
+                field('EntityName', 'string', '0+', nullable='0+'),
+            )),
+            field('Ops', '[]OpData', '0+', fields=(
+                field('Key', 'string', '0+'),
+                field('Value', 'float64', '0+'),
+                field('Remove', 'bool', '0+'),
+            )),
+        )),
+        field('ValidateOnly', 'bool', '0+'),
+    ),
+)
+
+ALTER_CLIENT_QUOTAS_RESPONSE = response(
+    49, 'AlterClientQuotasResponse', valid="0-1", flexible='1+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Entries', '[]EntryData', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+            field('Entity', '[]EntityData', '0+', fields=(
+                field('EntityType', 'string', '0+'),
+                field('EntityName', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
 CONSUMER_GROUP_HEARTBEAT_REQUEST = request(
     68, 'ConsumerGroupHeartbeatRequest', valid="0-1", flexible='0+', fields=(
         field('GroupId', 'string', '0+'),

@@ -58,6 +58,13 @@ RECORD_STRATEGIES = {
         st.binary(max_size=64), st.integers(4096, 16384),
     ),
     r.RemoveUserScramCredentialRecord: st.builds(r.RemoveUserScramCredentialRecord, text, st.integers(1, 2)),
+    r.ClientQuotaRecord: st.builds(
+        r.ClientQuotaRecord,
+        st.lists(st.builds(r.QuotaEntityPart, st.sampled_from(["user", "client-id"]), st.none() | text),
+                 min_size=1, max_size=2, unique_by=lambda part: part.entity_type).map(tuple),
+        st.sampled_from(["producer_byte_rate", "consumer_byte_rate"]),
+        st.floats(1, 2**40, allow_nan=False, allow_infinity=False), st.booleans(),
+    ),
 }
 
 any_record = st.one_of(*RECORD_STRATEGIES.values())

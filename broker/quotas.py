@@ -1,0 +1,158 @@
+"""Client byte-rate quotas (Kafka's ClientQuotaManager with its DefaultQuotaCallback), sans-IO.
+
+Theory of operation. The quotas are metadata (ClientQuotaRecord, `image.quotas`), set with AlterClientQuotas;
+each broker enforces them on its own traffic, as Kafka's brokers do (a client spread over three brokers may
+use three times its quota in all). Two quota types: `producer_byte_rate` (the bytes of each Produce request a
+client sends) and `consumer_byte_rate` (the record bytes of each Fetch response a consumer gets; followers'
+fetches are replication, never a client's).
+
+Which quota applies to a client (user, client id) is Kafka's order of precedence, for each quota type on its
+own, the first entity that has a value for it:
+    user + client-id, user + default client-id, user, default user + client-id,
+    default user + default client-id, default user, client-id, default client-id
+and the match says which clients share one rate: a quota on a user is shared by all its client ids, a default
+quota is each user's (or client id's) own. The user is the principal's name ("ANONYMOUS" without
+authentication).
+
+Rates are Kafka's sampled rate: `quota.window.num` (11) windows of `quota.window.size.seconds` (1) each; the
+rate is the sum of the live windows over their elapsed time, counted as at least `num - 1` windows. A client
+whose rate goes above its quota is throttled by
+    throttle_ms = (rate - quota) / quota * elapsed_window_ms,
+the time after which, with nothing more recorded, its rate is back at the quota (KIP-13). The broker answers
+at once with `throttle_time_ms` set and then reads nothing more from that connection for that long (KIP-219:
+net/dispatcher.py mutes the connection). A throttled fetch is answered empty, its bytes unrecorded, as Kafka
+does, and a consumer's fetch asks for no more than `quota * (num - 1) * window` bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metadata.image import ClientQuotasImage, QuotaEntity
+
+PRODUCE = "producer_byte_rate"
+FETCH = "consumer_byte_rate"
+QUOTA_TYPES = (PRODUCE, FETCH)
+WINDOW_NUM_DEFAULT = 11  # quota.window.num
+WINDOW_MS_DEFAULT = 1_000  # quota.window.size.seconds
+ANONYMOUS = "ANONYMOUS"
+SENSORS_MAX = 100_000  # (quota type, user, client id) rates kept; the least recently used go beyond it
+
+
+def _precedence(user: str, client_id: str) -> list[tuple[QuotaEntity, tuple[str, str]]]:
+    """Kafka's order of precedence: (entity, the (user, client id) that shares the rate) for each level."""
+    return [
+        ((("client-id", client_id), ("user", user)), (user, client_id)),
+        ((("client-id", None), ("user", user)), (user, client_id)),
+        ((("user", user),), (user, "")),
+        ((("client-id", client_id), ("user", None)), (user, client_id)),
+        ((("client-id", None), ("user", None)), (user, client_id)),
+        ((("user", None),), (user, "")),
+        ((("client-id", client_id),), ("", client_id)),
+        ((("client-id", None),), ("", client_id)),
+    ]
+
+
+@dataclass
+class SampledRate:
+    """Kafka's Rate over SampledStat: `num` windows of `window_ms`; values recorded into the current one."""
+
+    num: int
+    window_ms: int
+    starts: list[int] = field(default_factory=list)  # window start times, oldest first
+    sums: list[float] = field(default_factory=list)
+
+    def record(self, value: float, now_ms: int) -> None:
+        self._purge(now_ms)
+        if not self.starts or now_ms >= self.starts[-1] + self.window_ms:
+            self.starts.append(now_ms)
+            self.sums.append(0.0)
+            if len(self.starts) > self.num:
+                del self.starts[0], self.sums[0]
+        self.sums[-1] += value
+
+    def _purge(self, now_ms: int) -> None:
+        expiry = self.num * self.window_ms
+        while self.starts and now_ms - self.starts[0] >= expiry:
+            del self.starts[0], self.sums[0]
+
+    def window_size_ms(self, now_ms: int) -> int:
+        """The elapsed time the rate divides by: since the oldest live window, at least num - 1 windows."""
+        elapsed = now_ms - self.starts[0] if self.starts else 0
+        full = elapsed // self.window_ms
+        if full < self.num - 1:
+            elapsed += (self.num - 1 - full) * self.window_ms
+        return elapsed
+
+    def rate(self, now_ms: int) -> float:
+        """Per second."""
+        self._purge(now_ms)
+        return sum(self.sums) * 1000.0 / self.window_size_ms(now_ms)
+
+
+class ClientQuotas:
+    """The byte-rate quotas of one broker: which applies to a client, its rate, and its throttle time."""
+
+    def __init__(self, window_num: int = WINDOW_NUM_DEFAULT, window_ms: int = WINDOW_MS_DEFAULT) -> None:
+        self.window_num = window_num
+        self.window_ms = window_ms
+        self._image = ClientQuotasImage()
+        self._rates: dict[tuple[str, str, str], SampledRate] = {}  # (quota type, user, client id), LRU order
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._image.entities)
+
+    def update(self, image: ClientQuotasImage) -> None:
+        """A new metadata image's quotas. A client's rate carries over when its quota changes."""
+        self._image = image
+
+    def quota(self, quota_type: str, user: str, client_id: str) -> tuple[float, tuple[str, str]] | None:
+        """(bytes per second, the (user, client id) that shares the rate) of the quota that applies, or None."""
+        if not self._image.entities:
+            return None
+        user = user or ANONYMOUS
+        for entity, sharing in _precedence(user, client_id):
+            if not client_id and any(part[0] == "client-id" and part[1] is not None for part in entity):
+                continue
+            value = self._image.value(entity, quota_type)
+            if value is not None:
+                return value, sharing
+        return None
+
+    def record(self, quota_type: str, user: str, client_id: str, value: float, now_ms: int) -> int:
+        """Record `value` bytes for the client; the throttle time (ms) its rate now calls for, 0 within quota."""
+        found = self.quota(quota_type, user, client_id)
+        if found is None:
+            return 0
+        limit, sharing = found
+        rate = self._rate(quota_type, sharing)
+        rate.record(value, now_ms)
+        observed = rate.rate(now_ms)
+        if observed <= limit:
+            return 0
+        return max(1, round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+
+    def unrecord(self, quota_type: str, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back bytes recorded for a response that was not sent (a throttled fetch)."""
+        found = self.quota(quota_type, user, client_id)
+        if found is not None:
+            self._rate(quota_type, found[1]).record(-value, now_ms)
+
+    def max_bytes(self, quota_type: str, user: str, client_id: str) -> int | None:
+        """The most one response may carry without being throttled for sure (Kafka's getMaxValueInQuotaWindow),
+        None without a quota."""
+        found = self.quota(quota_type, user, client_id)
+        if found is None:
+            return None
+        return max(1, int(found[0] * (self.window_num - 1) * self.window_ms / 1000))
+
+    def _rate(self, quota_type: str, sharing: tuple[str, str]) -> SampledRate:
+        key = (quota_type, *sharing)
+        rate = self._rates.pop(key, None)
+        if rate is None:
+            rate = SampledRate(self.window_num, self.window_ms)
+            if len(self._rates) >= SENSORS_MAX:
+                del self._rates[next(iter(self._rates))]
+        self._rates[key] = rate  # most recently used last
+        return rate

@@ -1,0 +1,111 @@
+"""The controller's client quota requests (Kafka's ClientQuotaControlManager): AlterClientQuotas.
+
+A pure function of the current image, as the rest of the QuorumController: it validates each entry and returns
+the records to commit and the per-entity results. Kafka's rules:
+- an entity is one or two parts of the types `user` and `client-id`, each at most once, a name that is None
+  (the type's default entity) or not empty; anything else fails that entity with INVALID_REQUEST;
+- an entity named twice in one request fails (the later entry), and so does a key set twice for one entity;
+- a value is for a known key, above 0, and integral for the byte rates (Kafka's LONG quota configs);
+- only what changes is written: setting the current value or removing a quota that is not there writes nothing.
+Entities of type `ip` (Kafka's connection_creation_rate) and the keys `request_percentage` and
+`controller_mutation_rate` are refused with INVALID_REQUEST and a message that says so: this broker enforces
+the byte-rate quotas only (broker/quotas.py), and a quota stored but never enforced would mislead.
+"""
+
+from __future__ import annotations
+
+import math
+
+from metadata.image import MetadataImage, QuotaEntity, quota_entity
+from metadata.records import ClientQuotaRecord, MetadataRecord, QuotaEntityPart
+from metadata.requests import AlterClientQuotasRequest, AlterClientQuotasResponse, QuotaAlteration, QuotaAlterationResult
+from partitions.errors import ErrorCode
+
+USER = "user"
+CLIENT_ID = "client-id"
+IP = "ip"
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+ENFORCED_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
+NOT_ENFORCED_KEYS = ("request_percentage", "controller_mutation_rate", "connection_creation_rate")
+LONG_MAX = 2**63 - 1
+entity_name_chars_max = 1024
+
+
+def alter_client_quotas(image: MetadataImage, request: AlterClientQuotasRequest
+                        ) -> tuple[list[MetadataRecord], AlterClientQuotasResponse]:
+    records: list[MetadataRecord] = []
+    results: list[QuotaAlterationResult] = []
+    seen: set[QuotaEntity] = set()
+    for entry in request.entries:
+        error = _entity_error(entry.entity)
+        entity = quota_entity(entry.entity) if error is None else None
+        if error is None and entity in seen:
+            error = f"Ignoring duplicate entity {_describe(entity)}"
+        if entity is not None:
+            seen.add(entity)
+        new_records: list[MetadataRecord] = []
+        if error is None:
+            error = _changes(image, entity, entry, new_records)
+        if error is None:
+            records.extend(new_records)
+        results.append(QuotaAlterationResult(entry.entity, ErrorCode.INVALID_REQUEST if error else ErrorCode.NONE,
+                                             error or ""))
+    return ([] if request.validate_only else records), AlterClientQuotasResponse(tuple(results))
+
+
+def _entity_error(parts: tuple[QuotaEntityPart, ...]) -> str | None:
+    if not parts:
+        return "Invalid empty client quota entity"
+    types: set[str] = set()
+    for part in parts:
+        if part.entity_type in types:
+            return f"Invalid client quota entity, duplicate entity entry {part.entity_type}"
+        types.add(part.entity_type)
+        if part.entity_type == IP:
+            return "Quotas of ip entities (connection_creation_rate) are not enforced by this broker"
+        if part.entity_type not in (USER, CLIENT_ID):
+            return f"Unhandled client quota entity type: {part.entity_type}"
+        if part.entity_name is not None and not part.entity_name:
+            return f"Empty {part.entity_type} not supported"
+        if part.entity_name is not None and len(part.entity_name) > entity_name_chars_max:
+            return f"{part.entity_type} name longer than {entity_name_chars_max} characters"
+    return None
+
+
+def _changes(image: MetadataImage, entity: QuotaEntity, entry: QuotaAlteration, out: list[MetadataRecord]) -> str | None:
+    keys: set[str] = set()
+    current = image.quotas.entities.get(entity, {})
+    parts = tuple(QuotaEntityPart(entity_type, name) for entity_type, name in entity)
+    for op in entry.ops:
+        if op.key in keys:
+            return f"Duplicate quota key {op.key} not updating quota for this entity {_describe(entity)}"
+        keys.add(op.key)
+        if op.remove:
+            if op.key in current:
+                out.append(ClientQuotaRecord(parts, op.key, 0.0, remove=True))
+            continue
+        error = _value_error(op.key, op.value)
+        if error is not None:
+            return error
+        if current.get(op.key) != op.value:
+            out.append(ClientQuotaRecord(parts, op.key, float(op.value)))
+    return None
+
+
+def _value_error(key: str, value: float) -> str | None:
+    if key in NOT_ENFORCED_KEYS:
+        return f"Quota {key} is not enforced by this broker (only {' and '.join(ENFORCED_KEYS)} are)"
+    if key not in ENFORCED_KEYS:
+        return f"Invalid configuration key {key}"
+    if not math.isfinite(value) or value <= 0.0:
+        return f"Quota {key} must be greater than 0"
+    if value > LONG_MAX:
+        return f"Proposed value for {key} is too large for a LONG."
+    if value != math.floor(value):
+        return f"Proposed value for {key} must be an integer, not {value}"
+    return None
+
+
+def _describe(entity: QuotaEntity) -> str:
+    return ", ".join(f"{entity_type}={'<default>' if name is None else name}" for entity_type, name in entity)

@@ -1,0 +1,74 @@
+"""broker/quotas.py: which quota applies to a client (Kafka's precedence, per quota type), who shares a rate,
+the sampled rate and the throttle time it calls for."""
+
+from metadata.image import ClientQuotasImage, FrozenMap
+from broker.quotas import FETCH, PRODUCE, ClientQuotas, SampledRate
+
+
+def image(**entities):
+    """entities: name -> (entity, {key: value})."""
+    return ClientQuotasImage(FrozenMap({entity: FrozenMap(values) for entity, values in entities.values()}))
+
+
+def quotas(*pairs):
+    manager = ClientQuotas()
+    manager.update(image(**{str(i): pair for i, pair in enumerate(pairs)}))
+    return manager
+
+
+def test_precedence_most_specific_first_per_quota_type():
+    manager = quotas(
+        ((("client-id", None),), {PRODUCE: 1.0}),
+        ((("client-id", "c"),), {PRODUCE: 2.0}),
+        ((("user", None),), {PRODUCE: 3.0}),
+        ((("client-id", None), ("user", None)), {PRODUCE: 4.0}),
+        ((("client-id", "c"), ("user", None)), {PRODUCE: 5.0}),
+        ((("user", "alice"),), {PRODUCE: 6.0, FETCH: 60.0}),
+        ((("client-id", None), ("user", "alice")), {PRODUCE: 7.0}),
+        ((("client-id", "c"), ("user", "alice")), {PRODUCE: 8.0}),
+    )
+    assert manager.quota(PRODUCE, "alice", "c") == (8.0, ("alice", "c"))
+    assert manager.quota(PRODUCE, "alice", "d") == (7.0, ("alice", "d"))  # user + default client: each client its own
+    assert manager.quota(FETCH, "alice", "c") == (60.0, ("alice", ""))  # per type: the user's, shared by its clients
+    assert manager.quota(PRODUCE, "bob", "c") == (5.0, ("bob", "c"))
+    assert manager.quota(PRODUCE, "bob", "d") == (4.0, ("bob", "d"))
+    assert manager.quota(FETCH, "bob", "d") is None
+
+
+def test_default_user_then_client_levels():
+    manager = quotas(((("user", None),), {PRODUCE: 3.0}), ((("client-id", "c"),), {PRODUCE: 2.0}))
+    assert manager.quota(PRODUCE, "bob", "c") == (3.0, ("bob", ""))
+    manager = quotas(((("client-id", "c"),), {PRODUCE: 2.0}), ((("client-id", None),), {PRODUCE: 1.0}))
+    assert manager.quota(PRODUCE, "bob", "c") == (2.0, ("", "c"))  # shared by every user of client id c
+    assert manager.quota(PRODUCE, "bob", "other") == (1.0, ("", "other"))
+    assert manager.quota(PRODUCE, "", "x") == (1.0, ("", "x"))  # anonymous
+    assert not ClientQuotas().enabled and ClientQuotas().quota(PRODUCE, "a", "b") is None
+
+
+def test_rate_counts_at_least_num_minus_one_windows_and_forgets_old_ones():
+    rate = SampledRate(num=11, window_ms=1000)
+    rate.record(10_000, 0)
+    assert rate.rate(0) == 1000.0  # 10 kB over the 10 s minimum
+    rate.record(10_000, 500)
+    assert rate.rate(500) == 20_000 / 10.5  # half a window elapsed, plus the ten counted at least
+    assert rate.rate(11_000) == 0.0  # both windows expired (11 windows of 1 s)
+    rate.record(1_000, 20_000)
+    for t in range(20_000, 35_000, 1000):
+        rate.record(1_000, t)
+    assert 900 < rate.rate(35_000) <= 1100  # a steady 1 kB/s
+
+
+def test_throttle_time_brings_the_rate_back_to_the_quota():
+    manager = quotas(((("client-id", "c"),), {PRODUCE: 1000.0}))
+    assert manager.record(PRODUCE, "u", "c", 10_000, 0) == 0  # 10 kB / 10 s: at the quota
+    throttle = manager.record(PRODUCE, "u", "c", 10_000, 0)  # 2 kB/s against 1 kB/s over 10 s
+    assert throttle == 10_000
+    assert manager.record(PRODUCE, "u", "other", 10_000, 0) == 0  # another client id has its own rate
+    assert manager.record(FETCH, "u", "c", 10**9, 0) == 0  # no consumer quota
+    # Unrecorded bytes (a throttled fetch) do not count.
+    manager = quotas(((("client-id", "c"),), {FETCH: 1000.0}))
+    assert manager.record(FETCH, "u", "c", 20_000, 0) > 0
+    manager.unrecord(FETCH, "u", "c", 20_000, 0)
+    assert manager.record(FETCH, "u", "c", 5_000, 1) == 0
+    assert manager.max_bytes(FETCH, "u", "c") == 10_000  # quota x (num - 1) windows
+    assert manager.max_bytes(PRODUCE, "u", "c") is None
