@@ -80,6 +80,9 @@ class DataPlaneApis:
         self._fetches: dict[int, _DelayedFetch] = {}
         self.fetch_sessions = FetchSessionCache()
         self.quotas = ClientQuotas()
+        # A planted bug for the simulator (simulations/quota_sim.py), never configured: a throttled answer carries
+        # throttle_time_ms but the connection is not muted, so a client that does not back off is not held back.
+        self.bug_throttle_not_muted = False
         # A planted bug for the simulator (simulations/reassign_sim.py), never configured: a parked fetch whose
         # arrival read found news without records answers empty at its deadline, and the news is never sent.
         self.bug_parked_fetch_drops_news = False
@@ -132,8 +135,9 @@ class DataPlaneApis:
         self.quotas.update(quotas)
         throttle_ms = self.quotas.record(quota_type, _user(session), client_id or "", size, now_ms)
         if throttle_ms:
-            session.throttled_until_ms = max(session.throttled_until_ms, now_ms + throttle_ms)
             self.broker.metrics.record_throttle(quota_type, throttle_ms)
+            if not self.bug_throttle_not_muted:
+                session.throttled_until_ms = max(session.throttled_until_ms, now_ms + throttle_ms)
         return throttle_ms
 
     def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:

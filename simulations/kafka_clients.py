@@ -461,6 +461,9 @@ class SimConsumer(KafkaClientBase):
         if response is None or position != state.position:
             state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
             return
+        if not response.responses:  # throttled by a client quota: an empty answer; again once the throttle is over
+            state.retry_at_ms = self.loop.now_ms + max(response.throttle_time_ms, RETRY_BACKOFF_MS)
+            return
         data = response.responses[0].partitions[0]
         if response.error_code != ErrorCode.NONE or data.error_code != ErrorCode.NONE:
             self.stats.errors += 1

@@ -33,6 +33,7 @@ from metadata.requests import (
 import broker.handlers_admin  # noqa: F401
 import broker.handlers_data  # noqa: F401
 import broker.handlers_elastic  # noqa: F401
+import broker.handlers_quotas  # noqa: F401
 import broker.handlers_security  # noqa: F401
 from broker.core import ControllerCall, ReplicaRequest
 from broker.apis import Deferred
@@ -47,6 +48,7 @@ from simulations.kafka_clients import (
     CHANNEL_KAFKA_REQUEST,
     CHANNEL_KAFKA_RESPONSE,
 )
+from security.session import Session, anonymous_session
 from simulations.loop import US_PER_MS
 
 if TYPE_CHECKING:
@@ -221,6 +223,11 @@ class NodeProcess:
         self._observed_replicas: dict[tuple[str, int], tuple[int, bool, int, int | None]] = {}
         self._observe_stable = getattr(sim.checkers, "observe_last_stable_offset", None)
         self._held_events: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []  # while paused, in order
+        # Kafka connections as the listener keeps them (net/server.py): a security session per peer, and the
+        # frames of a peer muted by a client quota's throttle, handled in order once it is over.
+        self._sessions: dict[int, Session] = {}
+        self._muted: dict[int, list[bytes]] = {}
+        self._observe_request = getattr(sim.checkers, "observe_request", None)
 
     # --- the guard: every entry into the cores -----------------------------------------------------------
 
@@ -264,6 +271,8 @@ class NodeProcess:
 
     def on_disconnected(self, peer_id: int) -> None:
         self.connections.pop(peer_id, None)
+        self._sessions.pop(peer_id, None)
+        self._muted.pop(peer_id, None)
         self._event(self._after_disconnect, peer_id)
 
     def _after_disconnect(self, peer_id: int) -> None:
@@ -446,7 +455,41 @@ class NodeProcess:
     # --- Kafka requests (clients and other brokers' fetchers) -------------------------------------------
 
     def _handle_kafka_request(self, peer_id: int, frame: bytes) -> None:
+        muted = self._muted.get(peer_id)
+        if muted is not None:
+            muted.append(frame)  # behind the frames a throttle holds, in order
+            return
+        session = self._sessions.get(peer_id)
+        if session is None:
+            session = self._sessions[peer_id] = anonymous_session()
+        if session.throttled_until_ms > self.sim.loop.now_ms:
+            self._mute(peer_id, [frame], session)
+            return
+        self._serve_kafka_request(peer_id, frame, session)
+
+    def _mute(self, peer_id: int, frames: list[bytes], session: Session) -> None:
+        """Hold `frames` until the session's throttle is over (the listener reads nothing from a muted
+        connection); a reset of the connection drops them, as it would the socket's buffer."""
+        self._muted[peer_id] = frames
+        delay_us = (session.throttled_until_ms - self.sim.loop.now_ms) * US_PER_MS
+        self.sim.loop.call_later(delay_us, self._event, self._unmute, peer_id, self.connections.get(peer_id, -1))
+
+    def _unmute(self, peer_id: int, connection: int) -> None:
+        if self.connections.get(peer_id) != connection:
+            return
+        frames = self._muted.pop(peer_id, [])
+        session = self._sessions[peer_id]
+        for index, frame in enumerate(frames):
+            if session.throttled_until_ms > self.sim.loop.now_ms:
+                self._mute(peer_id, frames[index:], session)
+                return
+            self._serve_kafka_request(peer_id, frame, session)
+
+    def _serve_kafka_request(self, peer_id: int, frame: bytes, session: Session) -> None:
         header, request = decode_request(memoryview(frame)[4:])
+        if self._observe_request is not None:
+            self._observe_request(self, self.connections.get(peer_id, -1), header, request)
+        self.state.apis.session = session
         storage = self.sim.storages[self.node_id]
         is_fetch = header.api_key == ApiKey.FETCH
         storage.serving = is_fetch

@@ -36,6 +36,7 @@ WORKLOADS: dict[str, str] = {
     "consumer-groups": "simulations.consumer_groups_sim",
     "transactions": "simulations.txn_sim",
     "reassign": "simulations.reassign_sim",
+    "quotas": "simulations.quota_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

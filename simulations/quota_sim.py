@@ -1,0 +1,251 @@
+"""The quotas workload: the whole-cluster simulation while client byte-rate quotas keep changing.
+
+Theory of operation. Everything of the cluster workload (simulations/cluster_sim.py: real nodes, producers with
+acks=all and acks=1, a reader, every node and network fault) runs as it does there. On top, a quota admin (a
+client speaking AlterClientQuotas like kafka-configs.sh) sets, every 3-10 s of the fault phase, the
+producer_byte_rate of one of the producers' client ids ("all", "one") or the consumer_byte_rate of the
+reader's ("reader"), or removes it. A new quota starts at half or three quarters of what that client sends one
+broker; each change then multiplies it by 0.7, 1 or 1.4 (between 0.3 and 2 times that load), so throttles stay
+a few seconds long (a quota cut to a fifth of a client's rate would mute it for 40 s, as Kafka would); its requests meet crashes, partitions and an isolated quorum leader like every other
+request. At the heal it removes every quota (retrying until the controller accepts), so that the liveness
+phase runs unthrottled. The nodes mute a throttled client's connection as the listener does
+(simulations/node_process.py mirrors net/server.py): its next frames wait until the throttle is over.
+
+Checkers: the cluster's plus `quota_respected`: on each node incarnation, for each client and each stretch of
+time in which the node's image holds one producer_byte_rate Q for it, the produce bytes the node handled from
+that client since the stretch began stay within Q x (elapsed + 11 s) x 1.1 plus one request, plus one per connection: Kafka's
+sampled rate lets a client burst up to the quota over its 11 windows and throttles it back to the quota after
+(broker/quotas.py); one more request per connection the client opened in the stretch (a mute holds a
+connection, as Kafka mutes a channel, so a reconnecting client gets one request through before its shared
+rate throttles it again). Consumer quotas are exercised (throttled fetches answered empty, connections muted) and
+judged by the cluster's checkers and liveness only.
+
+Planted bug: `--bugs quota_throttle_not_muted`: a throttled answer carries throttle_time_ms but the broker does
+not mute the connection, so a client that does not back off on its own (the simulation's producers do not)
+keeps its whole rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.quotas import PRODUCE, WINDOW_MS_DEFAULT, WINDOW_NUM_DEFAULT, ClientQuotas
+from net.protocol import messages
+from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode
+from simulations import cluster_sim
+from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers
+from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
+from simulations.kafka_clients import LINGER_MS
+from simulations.kafka_clients import KafkaClientBase
+from simulations.loop import US_PER_MS
+from simulations.run import CheckerVerdict, RunConfig, RunResult
+
+DESCRIPTION = "the whole cluster while client byte-rate quotas are set, changed and removed"
+QUOTA_INTERVAL_MS_MIN, QUOTA_INTERVAL_MS_MAX = 3_000, 10_000
+REMOVE_SHARE = 0.2
+FIRST_FACTORS = (0.5, 0.75)  # a new quota against what its client sends one broker
+CHANGE_FACTORS = (0.7, 1.0, 1.4)
+FACTOR_MIN, FACTOR_MAX = 0.3, 2.0
+RECORD_BYTES_ESTIMATE = 20  # a record "<name>:<sequence>" with its framing
+BATCH_OVERHEAD_BYTES = 70
+HEAL_RETRY_MS = 500
+ALTER_CLIENT_QUOTAS_VERSION = 1
+BURST_S = WINDOW_NUM_DEFAULT * WINDOW_MS_DEFAULT / 1000  # what the sampled rate lets a fresh client send first
+MARGIN = 1.1
+QUOTA_CHECKER_NAMES = ("quota_respected",)
+QUOTA_BUGS = {"quota_throttle_not_muted": "bug_throttle_not_muted"}
+
+
+@dataclass
+class _Stretch:
+    """Produce bytes a node incarnation handled from one client while its image held one quota for it."""
+
+    quota: float
+    started_ms: int
+    handled: int = 0
+    largest: int = 0
+    connections: set[int] = field(default_factory=set)
+
+
+class QuotaCheckers(ClusterCheckers):
+    """The cluster's checkers plus `quota_respected` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stretches: dict[tuple[int, int, str], _Stretch] = {}
+        self._quotas = ClientQuotas()
+        self.throttled_stretches = 0  # stretches that went past one burst: the quota had to act
+
+    def violate(self, checker: str, detail: str) -> None:
+        if checker in QUOTA_CHECKER_NAMES:
+            self.violations.setdefault(checker, detail)
+            return
+        super().violate(checker, detail)
+
+    def observe_request(self, process: Any, connection: int, header: Any, request: Any) -> None:
+        """A Kafka request a node is about to handle (not one its throttle still holds), and the number of the
+        connection it came on."""
+        if header.api_key != ApiKey.PRODUCE:
+            return
+        now_ms = process.sim.loop.now_ms
+        self._quotas.update(process.broker.image.quotas)
+        client_id = header.client_id or ""
+        found = self._quotas.quota(PRODUCE, "", client_id)
+        key = (process.node_id, process.incarnation, client_id)
+        stretch = self._stretches.get(key)
+        if found is None:
+            self._stretches.pop(key, None)
+            return
+        if stretch is None or stretch.quota != found[0]:
+            stretch = self._stretches[key] = _Stretch(found[0], now_ms)
+        size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
+        stretch.handled += size
+        stretch.largest = max(stretch.largest, size)
+        stretch.connections.add(connection)
+        elapsed_s = (now_ms - stretch.started_ms) / 1000
+        # A mute holds one connection: a client that reconnects gets one request through on the new one (as
+        # with Kafka's muted channels) before the rate it shares throttles it again.
+        allowed = (MARGIN * stretch.quota * (elapsed_s + BURST_S)
+                   + (1 + len(stretch.connections)) * stretch.largest)
+        if stretch.handled > stretch.quota * BURST_S and stretch.handled - size <= stretch.quota * BURST_S:
+            self.throttled_stretches += 1
+        if stretch.handled > allowed:
+            self.violate("quota_respected", f"node {process.node_id} handled {stretch.handled} bytes of produce "
+                                            f"from {client_id!r} in {elapsed_s:.1f} s under a quota of "
+                                            f"{stretch.quota:g} B/s (at most {allowed:.0f})")
+
+    def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
+        verdicts = super().verdicts(node_errors)
+        extra = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
+                 for name in QUOTA_CHECKER_NAMES]
+        return verdicts[:len(CLUSTER_CHECKER_NAMES)] + extra + verdicts[len(CLUSTER_CHECKER_NAMES):]
+
+
+class SimQuotaAdmin(KafkaClientBase):
+    """Sets, changes and removes client quotas through any broker (see the module docstring)."""
+
+    def __init__(self, host: Any, client_id: int, records_per_s: int) -> None:
+        super().__init__(host, client_id, "quota-admin", TOPIC, PARTITIONS)
+        self.altering = True
+        # What one producer sends one broker (a third of the partitions), per second; the reader gets about
+        # both producers' records.
+        produce_rate = (records_per_s * RECORD_BYTES_ESTIMATE
+                        + 1000 // LINGER_MS * PARTITIONS * BATCH_OVERHEAD_BYTES) / PARTITIONS
+        self.loads = {("all", "producer_byte_rate"): produce_rate, ("one", "producer_byte_rate"): produce_rate,
+                      ("reader", "consumer_byte_rate"): 2 * produce_rate}
+        self.values: dict[tuple[str, str], float] = {}  # what was last asked for each quota
+        self.counts = {"set": 0, "removed": 0, "accepted": 0, "refused": 0, "unanswered": 0}
+
+    def start(self) -> None:
+        self.loop.call_later(self._interval_us(), self._act)
+
+    def _interval_us(self) -> int:
+        return self.rng.randint(QUOTA_INTERVAL_MS_MIN, QUOTA_INTERVAL_MS_MAX) * US_PER_MS
+
+    def _act(self) -> None:
+        if not self.altering or not self.running:
+            return
+        broker_id = self.any_broker()
+        if broker_id is not None:
+            target = self.rng.choice(sorted(self.loads))
+            load = self.loads[target]
+            if target in self.values and self.rng.random() < REMOVE_SHARE:
+                del self.values[target]
+                self._alter(broker_id, [(target, None)])
+                self.counts["removed"] += 1
+            else:
+                if target in self.values:
+                    factor = self.values[target] / load * self.rng.choice(CHANGE_FACTORS)
+                else:
+                    factor = self.rng.choice(FIRST_FACTORS)
+                value = float(max(1, round(load * min(FACTOR_MAX, max(FACTOR_MIN, factor)))))
+                self.values[target] = value
+                self._alter(broker_id, [(target, value)])
+                self.counts["set"] += 1
+        self.loop.call_later(self._interval_us(), self._act)
+
+    def remove_all(self) -> None:
+        """At the heal: remove every quota, again every HEAL_RETRY_MS while a node's image still holds one (a
+        change the admin saw time out may be committed later: the broker retries what it forwarded)."""
+        self.altering = False
+        self._remove_remaining()
+
+    def _remove_remaining(self) -> None:
+        if not self.running:
+            return
+        broker_id = self.any_broker()
+        if broker_id is not None and self.host.quotas_left():
+            self._alter(broker_id, [(target, None) for target in sorted(self.loads)])
+        self.loop.call_later(HEAL_RETRY_MS * US_PER_MS, self._remove_remaining)
+
+    def _alter(self, broker_id: int, changes: list[tuple[tuple[str, str], float | None]]) -> None:
+        request_class = messages.AlterClientQuotasRequest
+        by_client: dict[str, list] = {}
+        for (client, key), value in changes:
+            by_client.setdefault(client, []).append(request_class.OpData(
+                key=key, value=0.0 if value is None else value, remove=value is None))
+        request = request_class(entries=[request_class.EntryData(
+            entity=[request_class.EntityData(entity_type="client-id", entity_name=client)], ops=ops)
+            for client, ops in by_client.items()], validate_only=False)
+        self.send(broker_id, ApiKey.ALTER_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS_VERSION, request,
+                  lambda response: self._on_alter(changes, response))
+
+    def _on_alter(self, changes: list[tuple[tuple[str, str], float | None]], response: Any) -> None:
+        # Counted only: whether a change took effect is read from the nodes' images (quotas_left).
+        if response is None:
+            self.counts["unanswered"] += 1
+            return
+        codes = {entry.entity[0].entity_name: entry.error_code for entry in response.entries}
+        for (client, _), _ in changes:
+            self.counts["accepted" if codes.get(client) == ErrorCode.NONE else "refused"] += 1
+
+
+class QuotaSimulation(ClusterSimulation):
+    """The cluster simulation with changing client quotas (see the module docstring)."""
+
+    checkers_class = QuotaCheckers
+    extra_bugs = QUOTA_BUGS
+    idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
+
+    def configure_node(self, state: Any) -> None:
+        if "quota_throttle_not_muted" not in self.workload_bugs or state.apis is None:
+            return
+        for group in state.apis._groups:
+            if hasattr(group, "quotas"):
+                group.bug_throttle_not_muted = True
+
+    def _build_clients(self) -> None:
+        super()._build_clients()
+        self.quota_admin = SimQuotaAdmin(self, CLIENT_ID_BASE + 21, self.shape.records_per_s)
+        self.clients = [*self.clients, self.quota_admin]
+
+    def _start_clients(self) -> None:
+        super()._start_clients()
+        self.quota_admin.start()
+
+    def _heal_everything(self) -> None:
+        super()._heal_everything()
+        self.quota_admin.remove_all()
+
+    def quotas_left(self) -> str | None:
+        """Which running node's image still holds a quota, or None."""
+        for node_id, process in sorted(self.processes.items()):
+            if self.is_running(node_id) and process.broker.image.quotas.entities:
+                return f"node {node_id} still has quotas {dict(process.broker.image.quotas.entities)}"
+        return None
+
+    def _lagging(self) -> str | None:
+        return self.quotas_left() or super()._lagging()
+
+    def _result(self) -> RunResult:
+        result = super()._result()
+        result.stats.update({f"quotas_{name}": count for name, count in self.quota_admin.counts.items()})
+        result.stats["quota_throttled_stretches"] = self.checkers.throttled_stretches
+        return result
+
+
+def run(config: RunConfig) -> RunResult:
+    """One quotas simulation of `config` (see the module docstring). Raises ValueError for an unknown bug."""
+    return cluster_sim.run(config, simulation_class=QuotaSimulation)

@@ -1,0 +1,64 @@
+"""The quotas workload: the whole-cluster simulation while client byte-rate quotas are set, changed and removed
+(simulations/quota_sim.py).
+
+The planted bug (a throttled answer that does not mute the connection) fails `quota_respected` at a named seed
+(the first failing seed of `flotilla simulate --workload quotas --seeds 40 --duration 60 --bugs
+quota_throttle_not_muted`; 38 of the 40 catch it), replays to the same trace, and passes with the bug off; the
+checker itself is shown to fail on a hand-fed client that sends more than its quota allows."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from metadata.image import ClientQuotasImage, FrozenMap
+from net.protocol import messages
+from net.protocol.codec import ApiKey, RequestHeader
+from simulations.faults import DEFAULT_FAULTS
+from simulations.quota_sim import QuotaCheckers
+from simulations.run import run_one, sweep
+from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
+
+THROTTLE_NOT_MUTED_SEED = 1
+
+
+def test_a_fault_free_run_throttles_clients_and_passes_every_checker():
+    result = run_one(workload_config("quotas", 1, 30.0))
+    assert result.ok, failed_checkers(result)
+    assert "quota_respected" in {v.name for v in result.checkers}
+    assert result.stats["quotas_accepted"] >= 3
+    assert result.stats["quota_throttled_stretches"] >= 1  # a quota had to act, not only stand by
+
+
+def _produce(checkers: QuotaCheckers, now_ms: int, size: int, connection: int = 1, quota: float = 1000.0) -> None:
+    image = ClientQuotasImage(FrozenMap({(("client-id", "p"),): FrozenMap({"producer_byte_rate": quota})}))
+    process = SimpleNamespace(node_id=1, incarnation=1, sim=SimpleNamespace(loop=SimpleNamespace(now_ms=now_ms)),
+                              broker=SimpleNamespace(image=SimpleNamespace(quotas=image)))
+    request_class = messages.ProduceRequest
+    request = request_class(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        request_class.TopicProduceData(name="t", partition_data=[
+            request_class.PartitionProduceData(index=0, records=b"x" * size)])])
+    checkers.observe_request(process, connection, RequestHeader(ApiKey.PRODUCE, 9, 1, "p"), request)
+
+
+def test_quota_respected_allows_the_burst_and_the_quota_and_catches_more():
+    checkers = QuotaCheckers()
+    for second in range(30):  # 11 s of burst, then exactly the quota
+        _produce(checkers, second * 1000, 1000 if second else 11_000)
+    assert "quota_respected" not in checkers.violations
+    checkers = QuotaCheckers()
+    for second in range(30):  # twice the quota, sustained
+        _produce(checkers, second * 1000, 2000)
+    assert "under a quota of 1000 B/s" in checkers.violations.get("quota_respected", "")
+
+
+@pytest.mark.slow
+def test_throttle_not_muted_fails_quota_respected_at_its_known_seed():
+    assert_teeth("quotas", "quota_throttle_not_muted", THROTTLE_NOT_MUTED_SEED, 60.0, {"quota_respected"})
+
+
+@pytest.mark.slow
+def test_quotas_sweep_with_every_fix_in_place_finds_no_failure():
+    summary = sweep(workload_config("quotas", 1, 30.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
+    assert summary.runs == 20 and not summary.failed_seeds, summary.format()
