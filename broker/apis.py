@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from broker.core import BrokerCore, TopicPartition
+from broker.quotas import ClientQuotas, quota_user
 from net.protocol.codec import SUPPORTED, RequestHeader
 from security.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from security.session import Session, anonymous_session
@@ -100,6 +101,12 @@ class KafkaApis:
         # The features ApiVersions v3+ advertises (net.protocol.codec.Features), None for none; installed by
         # broker/transactions.py (transaction.version).
         self.features: Callable[[], Any] = lambda: None
+        # Client quotas (broker/quotas.py): the byte and request rates of the clients of this broker.
+        self.quotas = ClientQuotas()
+        # A planted bug for the simulator (simulations/quota_sim.py), never configured: a throttled answer
+        # carries throttle_time_ms but the connection is not muted, so a client that does not back off is not
+        # held back.
+        self.bug_throttle_not_muted = False
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}
@@ -164,6 +171,22 @@ class KafkaApis:
         if not endpoints:
             return registration.host, registration.port
         return endpoints.get(self.session.listener_name)
+
+    def client_throttle_ms(self, quota_type: str, session: Session | None, client_id: str | None, value: float,
+                           now_ms: int) -> int:
+        """Record `value` against the client's quota of `quota_type`; the throttle time (ms) it calls for, with
+        the session marked throttled (the listener then reads nothing more from the connection for that
+        long, KIP-219). 0 without a quota."""
+        quotas = self.broker.image.quotas
+        if not quotas.entities or session is None:
+            return 0
+        self.quotas.update(quotas)
+        throttle_ms = self.quotas.record(quota_type, quota_user(session), client_id or "", value, now_ms)
+        if throttle_ms:
+            self.broker.metrics.record_throttle(quota_type, throttle_ms)
+            if not self.bug_throttle_not_muted:
+                session.throttled_until_ms = max(session.throttled_until_ms, now_ms + throttle_ms)
+        return throttle_ms
 
     def defer(self) -> int:
         """A request id for a Deferred answer."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from broker.apis import Deferred
 from broker.core import HostedPartition, TopicPartition
 from broker.fetch_session import FetchContext, FetchSessionCache
-from broker.quotas import FETCH, PRODUCE, ClientQuotas
+from broker.quotas import FETCH, PRODUCE, quota_user
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.batch import iter_batches
@@ -79,10 +79,6 @@ class DataPlaneApis:
         self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
         self.fetch_sessions = FetchSessionCache()
-        self.quotas = ClientQuotas()
-        # A planted bug for the simulator (simulations/quota_sim.py), never configured: a throttled answer carries
-        # throttle_time_ms but the connection is not muted, so a client that does not back off is not held back.
-        self.bug_throttle_not_muted = False
         # A planted bug for the simulator (simulations/reassign_sim.py), never configured: a parked fetch whose
         # arrival read found news without records answers empty at its deadline, and the news is never sent.
         self.bug_parked_fetch_drops_news = False
@@ -127,25 +123,12 @@ class DataPlaneApis:
         denied = self._denied_topics([t.name for t in request.topic_data], Op.WRITE)
         return {key: ErrorCode.TOPIC_AUTHORIZATION_FAILED for key in keys if key[0] in denied}
 
-    def _client_throttle_ms(self, quota_type: str, session: Any, client_id: str | None, size: int, now_ms: int) -> int:
-        """Record `size` bytes against the client's quota; its throttle time (ms), the session marked throttled."""
-        quotas = self.broker.image.quotas
-        if not quotas.entities or session is None:
-            return 0
-        self.quotas.update(quotas)
-        throttle_ms = self.quotas.record(quota_type, _user(session), client_id or "", size, now_ms)
-        if throttle_ms:
-            self.broker.metrics.record_throttle(quota_type, throttle_ms)
-            if not self.bug_throttle_not_muted:
-                session.throttled_until_ms = max(session.throttled_until_ms, now_ms + throttle_ms)
-        return throttle_ms
-
     def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         request_id = self.apis.defer()
         throttle_ms = 0
         if self.broker.image.quotas.entities:
             size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
-            throttle_ms = self._client_throttle_ms(PRODUCE, self.apis.session, header.client_id, size, now_ms)
+            throttle_ms = self.apis.client_throttle_ms(PRODUCE, self.apis.session, header.client_id, size, now_ms)
         denied = self._produce_denied(request)
         verify = self.apis.transaction_verifier
         unverified = self._unverified(request, denied) if verify is not None and request.transactional_id else None
@@ -349,11 +332,11 @@ class DataPlaneApis:
                       now_ms: int) -> Any:
         if request.replica_id < 0 and self.broker.image.quotas.entities and response.responses:
             size = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
-            throttle_ms = self._client_throttle_ms(FETCH, session, header.client_id, size, now_ms)
+            throttle_ms = self.apis.client_throttle_ms(FETCH, session, header.client_id, size, now_ms)
             if throttle_ms:
                 # Kafka's throttled fetch: an empty answer (the session unchanged, so the next fetch reads the
                 # same news) and its bytes taken back.
-                self.quotas.unrecord(FETCH, _user(session), header.client_id or "", size, now_ms)
+                self.apis.quotas.unrecord(FETCH, quota_user(session), header.client_id or "", size, now_ms)
                 return messages.FetchResponse(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE,
                                               session_id=context.session_id, responses=[])
         context.sent(response)
@@ -406,8 +389,8 @@ class DataPlaneApis:
         response_class = messages.FetchResponse
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
         if request.replica_id < 0 and self.broker.image.quotas.entities and session is not None:
-            self.quotas.update(self.broker.image.quotas)
-            quota_bytes = self.quotas.max_bytes(FETCH, _user(session), header.client_id or "")
+            self.apis.quotas.update(self.broker.image.quotas)
+            quota_bytes = self.apis.quotas.max_bytes(FETCH, quota_user(session), header.client_id or "")
             if quota_bytes is not None:
                 remaining = min(remaining, quota_bytes)
         size, has_error = 0, False
@@ -663,9 +646,3 @@ def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
     if requested is None or requested < 0 or requested == current:
         return None
     return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
-
-
-def _user(session: Any) -> str:
-    """The principal's name, as Kafka's quota entities name users ("User:alice" -> "alice")."""
-    principal = session.principal
-    return principal.split(":", 1)[1] if ":" in principal else principal

@@ -1,10 +1,13 @@
-"""Client byte-rate quotas (Kafka's ClientQuotaManager with its DefaultQuotaCallback), sans-IO.
+"""Client quotas (Kafka's ClientQuotaManager with its DefaultQuotaCallback, and ClientRequestQuotaManager),
+sans-IO.
 
 Theory of operation. The quotas are metadata (ClientQuotaRecord, `image.quotas`), set with AlterClientQuotas;
 each broker enforces them on its own traffic, as Kafka's brokers do (a client spread over three brokers may
-use three times its quota in all). Two quota types: `producer_byte_rate` (the bytes of each Produce request a
-client sends) and `consumer_byte_rate` (the record bytes of each Fetch response a consumer gets; followers'
-fetches are replication, never a client's).
+use three times its quota in all). Three quota types: `producer_byte_rate` (the bytes of each Produce request a
+client sends), `consumer_byte_rate` (the record bytes of each Fetch response a consumer gets; followers'
+fetches are replication, never a client's) and `request_percentage` (the time the node spends handling the
+client's requests, as a percentage of one thread: 100 is all of one core; recorded by net/dispatcher.py for
+every request but followers' fetches, inter-broker WriteTxnMarkers and acks=0 produces, as Kafka exempts them).
 
 Which quota applies to a client (user, client id) is Kafka's order of precedence, for each quota type on its
 own, the first entity that has a value for it:
@@ -21,7 +24,8 @@ whose rate goes above its quota is throttled by
 the time after which, with nothing more recorded, its rate is back at the quota (KIP-13). The broker answers
 at once with `throttle_time_ms` set and then reads nothing more from that connection for that long (KIP-219:
 net/dispatcher.py mutes the connection). A throttled fetch is answered empty, its bytes unrecorded, as Kafka
-does, and a consumer's fetch asks for no more than `quota * (num - 1) * window` bytes.
+does, and a consumer's fetch asks for no more than `quota * (num - 1) * window` bytes. A request quota's
+throttle is at most one window (Kafka bounds it so), a byte rate's is not.
 """
 
 from __future__ import annotations
@@ -32,11 +36,18 @@ from metadata.image import ClientQuotasImage, QuotaEntity
 
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
-QUOTA_TYPES = (PRODUCE, FETCH)
+REQUEST = "request_percentage"
+QUOTA_TYPES = (PRODUCE, FETCH, REQUEST)
 WINDOW_NUM_DEFAULT = 11  # quota.window.num
 WINDOW_MS_DEFAULT = 1_000  # quota.window.size.seconds
 ANONYMOUS = "ANONYMOUS"
 SENSORS_MAX = 100_000  # (quota type, user, client id) rates kept; the least recently used go beyond it
+
+
+def quota_user(session) -> str:
+    """The session principal's name, as Kafka's quota entities name users ("User:alice" -> "alice")."""
+    principal = session.principal
+    return principal.split(":", 1)[1] if ":" in principal else principal
 
 
 def _precedence(user: str, client_id: str) -> list[tuple[QuotaEntity, tuple[str, str]]]:
@@ -131,7 +142,10 @@ class ClientQuotas:
         observed = rate.rate(now_ms)
         if observed <= limit:
             return 0
-        return max(1, round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+        throttle_ms = max(1, round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+        # A request quota's throttle is at most one window (Kafka's ClientRequestQuotaManager); a byte rate's is
+        # not bounded.
+        return min(throttle_ms, self.window_ms) if quota_type == REQUEST else throttle_ms
 
     def unrecord(self, quota_type: str, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Take back bytes recorded for a response that was not sent (a throttled fetch)."""

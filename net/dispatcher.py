@@ -23,6 +23,7 @@ from typing import Any, Callable
 from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
 from broker.apis import Deferred, KafkaApis
 from broker.metrics import response_error_codes
+from broker.quotas import REQUEST
 from net.logs import get_logger
 from net.protocol.codec import (
     ApiKey,
@@ -50,6 +51,7 @@ from security.sasl import ScramCredential, ScramMechanism
 from security.session import Session, anonymous_session
 
 _PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_REQUEST_QUOTA_EXEMPT = frozenset({ApiKey.WRITE_TXN_MARKERS})
 _RAW_LENGTH = struct.Struct(">i")
 
 
@@ -131,6 +133,8 @@ class KafkaDispatcher:
         started = time.perf_counter()
         acks = str(request.acks) if header.api_key == ApiKey.PRODUCE else ""
         result = self.apis.handle(header, request, self.now_ms())
+        if self.apis.broker.image.quotas.entities and result is not None:
+            self._request_quota(header, request, session, started, result)
         if isinstance(result, Deferred):
             pending = PendingReply()
             self._pending[result.request_id] = (pending, header, connection_id, started, acks)
@@ -147,6 +151,18 @@ class KafkaDispatcher:
             self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
                            error=error.message)
             raise CloseConnection(error.message) from None
+
+    def _request_quota(self, header: RequestHeader, request: Any, session: Session, started: float,
+                       result: Any) -> None:
+        """Record the time the request took against the client's request_percentage (as a percentage of one
+        thread over a second, Kafka's unit); an immediate answer carries the throttle, the larger of it and a
+        byte-rate throttle. Exempt, as in Kafka: followers' fetches and inter-broker WriteTxnMarkers."""
+        if header.api_key in _REQUEST_QUOTA_EXEMPT or (header.api_key == ApiKey.FETCH and request.replica_id >= 0):
+            return
+        percent_seconds = (time.perf_counter() - started) * 100
+        throttle_ms = self.apis.client_throttle_ms(REQUEST, session, header.client_id, percent_seconds, self.now_ms())
+        if throttle_ms and not isinstance(result, Deferred) and hasattr(result, "throttle_time_ms"):
+            result.throttle_time_ms = max(result.throttle_time_ms or 0, throttle_ms)
 
     def _unauthenticated(self, connection_id: int, session: Session, frame: bytes) -> Any:
         """ApiVersions, SaslHandshake and SaslAuthenticate only (KIP-152); anything else closes. After a

@@ -210,11 +210,8 @@ class QuotaSimulation(ClusterSimulation):
     idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
 
     def configure_node(self, state: Any) -> None:
-        if "quota_throttle_not_muted" not in self.workload_bugs or state.apis is None:
-            return
-        for group in state.apis._groups:
-            if hasattr(group, "quotas"):
-                group.bug_throttle_not_muted = True
+        if "quota_throttle_not_muted" in self.workload_bugs and state.apis is not None:
+            state.apis.bug_throttle_not_muted = True
 
     def _build_clients(self) -> None:
         super()._build_clients()

@@ -2,7 +2,7 @@
 the sampled rate and the throttle time it calls for."""
 
 from metadata.image import ClientQuotasImage, FrozenMap
-from broker.quotas import FETCH, PRODUCE, ClientQuotas, SampledRate
+from broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas, SampledRate
 
 
 def image(**entities):
@@ -72,3 +72,10 @@ def test_throttle_time_brings_the_rate_back_to_the_quota():
     assert manager.record(FETCH, "u", "c", 5_000, 1) == 0
     assert manager.max_bytes(FETCH, "u", "c") == 10_000  # quota x (num - 1) windows
     assert manager.max_bytes(PRODUCE, "u", "c") is None
+
+
+def test_a_request_quota_throttles_at_most_one_window_a_byte_rate_without_bound():
+    manager = quotas(((("client-id", "c"),), {REQUEST: 1.0, PRODUCE: 1.0}))
+    # 50 percent-seconds (half a second of handling) against 1% of a thread: far above, bounded to one window.
+    assert manager.record(REQUEST, "u", "c", 50.0, 0) == 1000
+    assert manager.record(PRODUCE, "u", "c", 1_000, 0) > 1000

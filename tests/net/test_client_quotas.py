@@ -68,6 +68,19 @@ def produce_for(bootstrap: str, client_id: str, seconds: float, bytes_max: int =
     return counted, throttles
 
 
+def produce_one_by_one(bootstrap: str, client_id: str, count: int) -> list[float]:
+    """The throttle times librdkafka reported for `count` records sent one request each (linger.ms=0)."""
+    from confluent_kafka import Producer
+
+    throttles: list[float] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 0, "acks": 1,
+                         "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    for _ in range(count):
+        producer.produce("q", b"x" * 10)
+        producer.flush(30)
+    return throttles
+
+
 def consume_for(bootstrap: str, client_id: str, seconds: float, bytes_max: int = 64_000_000) -> tuple[int, list[float]]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -105,8 +118,8 @@ def test_quotas_are_set_described_enforced_and_survive_a_restart(tmp_path):
         result = flotilla(cluster, "alter", "--client-id", "slow", "--add", f"producer_byte_rate={QUOTA}",
                           "--add", f"consumer_byte_rate={QUOTA}")
         assert result.returncode == 0, result.stderr
-        refused = flotilla(cluster, "alter", "--user-default", "--add", "request_percentage=5")
-        assert refused.returncode == 1 and "request_percentage is not enforced" in refused.stderr, refused.stderr
+        refused = flotilla(cluster, "alter", "--user-default", "--add", "controller_mutation_rate=5")
+        assert refused.returncode == 1 and "controller_mutation_rate is not enforced" in refused.stderr, refused.stderr
         usage = flotilla(cluster, "alter", "--client-id", "slow")
         assert usage.returncode == 2 and "nothing to change" in usage.stderr
 
@@ -159,6 +172,16 @@ def test_quotas_are_set_described_enforced_and_survive_a_restart(tmp_path):
         for quota in ("producer_byte_rate", "consumer_byte_rate"):
             assert metrics["flotilla_client_throttles_total"][(("quota", quota),)] >= 1
             assert metrics["flotilla_client_throttle_seconds_total"][(("quota", quota),)] > 0
+
+        # A request quota: a client sending one small produce per request at 0.001% of a thread (10 us of
+        # handling per second) is throttled within a few requests, each throttle at most one window.
+        assert flotilla(cluster, "alter", "--client-id", "chatty", "--add", "request_percentage=0.001").returncode == 0
+        eventually(lambda: any(e["entity"] == {"client-id": "chatty"} for e in described()), 10,
+                   what="the request quota in the broker's image")
+        request_throttles = produce_one_by_one(bootstrap, "chatty", 8)
+        assert request_throttles and max(request_throttles) <= WINDOW_MS_DEFAULT / 1000 + 0.001, request_throttles
+        metrics = scrape(cluster, 1)
+        assert metrics["flotilla_client_throttles_total"][(("quota", "request_percentage"),)] >= 1
 
         # The quotas are metadata: after a restart the node has them still; removing one leaves the other.
         import signal
