@@ -228,6 +228,7 @@ class NodeProcess:
         self._sessions: dict[int, Session] = {}
         self._muted: dict[int, list[bytes]] = {}
         self._observe_request = getattr(sim.checkers, "observe_request", None)
+        self._observe_response = getattr(sim.checkers, "observe_response", None)
 
     # --- the guard: every entry into the cores -----------------------------------------------------------
 
@@ -498,6 +499,8 @@ class NodeProcess:
             if isinstance(result, Deferred):
                 self._pending_kafka[result.request_id] = (peer_id, self.connections.get(peer_id, -1), header)
             elif result is not None:
+                if self._observe_response is not None:
+                    self._observe_response(self, self.connections.get(peer_id, -1), header, result)
                 self._send(peer_id, CHANNEL_KAFKA_RESPONSE, self._guard(encode_response, header, result))
         finally:
             storage.serving = False
@@ -510,6 +513,8 @@ class NodeProcess:
             if peer_id is None or self.connections.get(peer_id) != connection:
                 continue  # the requester's connection is gone: so is the answer
             storage.serving = header.api_key == ApiKey.FETCH
+            if self._observe_response is not None:
+                self._observe_response(self, connection, header, response)
             try:
                 self._send(peer_id, CHANNEL_KAFKA_RESPONSE, self._guard(encode_response, header, response))
             finally:

@@ -12,13 +12,13 @@ phase runs unthrottled. The nodes mute a throttled client's connection as the li
 (simulations/node_process.py mirrors net/server.py): its next frames wait until the throttle is over.
 
 Checkers: the cluster's plus `quota_respected`: on each node incarnation, for each client and each stretch of
-time in which the node's image holds one producer_byte_rate Q for it, the produce bytes the node handled from
-that client since the stretch began stay within Q x (elapsed + 11 s) x 1.1 plus one request, plus one per connection: Kafka's
-sampled rate lets a client burst up to the quota over its 11 windows and throttles it back to the quota after
-(broker/quotas.py); one more request per connection the client opened in the stretch (a mute holds a
-connection, as Kafka mutes a channel, so a reconnecting client gets one request through before its shared
-rate throttles it again). Consumer quotas are exercised (throttled fetches answered empty, connections muted) and
-judged by the cluster's checkers and liveness only.
+time in which the node's image holds one producer_byte_rate (or consumer_byte_rate) Q for it, the produce bytes
+the node handled from that client (the record bytes it sent it in fetch answers) since the stretch began stay
+within 1.1 x Q x (elapsed + 11 s), plus one request (answer) and one more per connection the client opened in
+the stretch. Kafka's sampled rate lets a client burst up to the quota over its 11 windows and throttles it
+back to the quota after (broker/quotas.py); a mute holds a connection, as Kafka mutes a channel, so a
+reconnecting client gets one request through before its shared rate throttles it again. request_percentage
+is not simulated: it measures handling time, which a deterministic simulation has not.
 
 Planted bug: `--bugs quota_throttle_not_muted`: a throttled answer carries throttle_time_ms but the broker does
 not mute the connection, so a client that does not back off on its own (the simulation's producers do not)
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.quotas import PRODUCE, WINDOW_MS_DEFAULT, WINDOW_NUM_DEFAULT, ClientQuotas
+from broker.quotas import FETCH, PRODUCE, WINDOW_MS_DEFAULT, WINDOW_NUM_DEFAULT, ClientQuotas
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode
@@ -74,7 +74,7 @@ class QuotaCheckers(ClusterCheckers):
 
     def __init__(self) -> None:
         super().__init__()
-        self._stretches: dict[tuple[int, int, str], _Stretch] = {}
+        self._stretches: dict[tuple[int, int, str, str], _Stretch] = {}
         self._quotas = ClientQuotas()
         self.throttled_stretches = 0  # stretches that went past one burst: the quota had to act
 
@@ -87,20 +87,28 @@ class QuotaCheckers(ClusterCheckers):
     def observe_request(self, process: Any, connection: int, header: Any, request: Any) -> None:
         """A Kafka request a node is about to handle (not one its throttle still holds), and the number of the
         connection it came on."""
-        if header.api_key != ApiKey.PRODUCE:
-            return
+        if header.api_key == ApiKey.PRODUCE:
+            size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
+            self._account(process, connection, PRODUCE, header.client_id or "", size, "produce")
+
+    def observe_response(self, process: Any, connection: int, header: Any, response: Any) -> None:
+        """A Kafka response a node is about to send on the connection numbered `connection`."""
+        # Followers' fetches (the simulated fetchers' client id) are replication, never under a client quota.
+        if header.api_key == ApiKey.FETCH and not header.client_id.startswith("replica-"):
+            size = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
+            self._account(process, connection, FETCH, header.client_id or "", size, "fetched records")
+
+    def _account(self, process: Any, connection: int, quota_type: str, client_id: str, size: int, what: str) -> None:
         now_ms = process.sim.loop.now_ms
         self._quotas.update(process.broker.image.quotas)
-        client_id = header.client_id or ""
-        found = self._quotas.quota(PRODUCE, "", client_id)
-        key = (process.node_id, process.incarnation, client_id)
+        found = self._quotas.quota(quota_type, "", client_id)
+        key = (process.node_id, process.incarnation, client_id, quota_type)
         stretch = self._stretches.get(key)
         if found is None:
             self._stretches.pop(key, None)
             return
         if stretch is None or stretch.quota != found[0]:
             stretch = self._stretches[key] = _Stretch(found[0], now_ms)
-        size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
         stretch.handled += size
         stretch.largest = max(stretch.largest, size)
         stretch.connections.add(connection)
@@ -112,8 +120,8 @@ class QuotaCheckers(ClusterCheckers):
         if stretch.handled > stretch.quota * BURST_S and stretch.handled - size <= stretch.quota * BURST_S:
             self.throttled_stretches += 1
         if stretch.handled > allowed:
-            self.violate("quota_respected", f"node {process.node_id} handled {stretch.handled} bytes of produce "
-                                            f"from {client_id!r} in {elapsed_s:.1f} s under a quota of "
+            self.violate("quota_respected", f"node {process.node_id} handled {stretch.handled} bytes of {what} "
+                                            f"of {client_id!r} in {elapsed_s:.1f} s under a quota of "
                                             f"{stretch.quota:g} B/s (at most {allowed:.0f})")
 
     def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:

@@ -31,10 +31,14 @@ def test_a_fault_free_run_throttles_clients_and_passes_every_checker():
     assert result.stats["quota_throttled_stretches"] >= 1  # a quota had to act, not only stand by
 
 
+def _process(now_ms: int, key: str, quota: float, client_id: str = "p") -> SimpleNamespace:
+    image = ClientQuotasImage(FrozenMap({(("client-id", client_id),): FrozenMap({key: quota})}))
+    return SimpleNamespace(node_id=1, incarnation=1, sim=SimpleNamespace(loop=SimpleNamespace(now_ms=now_ms)),
+                           broker=SimpleNamespace(image=SimpleNamespace(quotas=image)))
+
+
 def _produce(checkers: QuotaCheckers, now_ms: int, size: int, connection: int = 1, quota: float = 1000.0) -> None:
-    image = ClientQuotasImage(FrozenMap({(("client-id", "p"),): FrozenMap({"producer_byte_rate": quota})}))
-    process = SimpleNamespace(node_id=1, incarnation=1, sim=SimpleNamespace(loop=SimpleNamespace(now_ms=now_ms)),
-                              broker=SimpleNamespace(image=SimpleNamespace(quotas=image)))
+    process = _process(now_ms, "producer_byte_rate", quota)
     request_class = messages.ProduceRequest
     request = request_class(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
         request_class.TopicProduceData(name="t", partition_data=[
@@ -51,6 +55,27 @@ def test_quota_respected_allows_the_burst_and_the_quota_and_catches_more():
     for second in range(30):  # twice the quota, sustained
         _produce(checkers, second * 1000, 2000)
     assert "under a quota of 1000 B/s" in checkers.violations.get("quota_respected", "")
+
+
+def _fetched(checkers: QuotaCheckers, now_ms: int, size: int, client_id: str = "p") -> None:
+    response_class = messages.FetchResponse
+    response = response_class(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        response_class.FetchableTopicResponse(topic="t", partitions=[response_class.PartitionData(
+            partition_index=0, error_code=0, high_watermark=0, last_stable_offset=0, log_start_offset=0,
+            aborted_transactions=None, preferred_read_replica=-1, records=b"x" * size)])])
+    checkers.observe_response(_process(now_ms, "consumer_byte_rate", 1000.0, client_id), 1,
+                              RequestHeader(ApiKey.FETCH, 11, 1, client_id), response)
+
+
+def test_quota_respected_counts_fetched_bytes_but_not_followers():
+    checkers = QuotaCheckers()
+    for second in range(30):
+        # A follower under a quota of its client id: replication, never counted (the broker exempts it too).
+        _fetched(checkers, second * 1000, 2000, client_id="replica-2")
+    assert "quota_respected" not in checkers.violations
+    for second in range(30):
+        _fetched(checkers, second * 1000, 2000)
+    assert "fetched records of 'p'" in checkers.violations.get("quota_respected", "")
 
 
 @pytest.mark.slow
