@@ -108,6 +108,7 @@ class ClientQuotas:
         self.window_num = window_num
         self.window_ms = window_ms
         self._image = ClientQuotasImage()
+        self._found: dict[tuple[str, str, str], tuple[float, tuple[str, str]] | None] = {}  # quota() of this image
         self._rates: dict[tuple[str, str, str], SampledRate] = {}  # (quota type, user, client id), LRU order
 
     @property
@@ -116,20 +117,30 @@ class ClientQuotas:
 
     def update(self, image: ClientQuotasImage) -> None:
         """A new metadata image's quotas. A client's rate carries over when its quota changes."""
-        self._image = image
+        if image is not self._image:
+            self._image = image
+            self._found.clear()
 
     def quota(self, quota_type: str, user: str, client_id: str) -> tuple[float, tuple[str, str]] | None:
         """(bytes per second, the (user, client id) that shares the rate) of the quota that applies, or None."""
         if not self._image.entities:
             return None
+        key = (quota_type, user, client_id)
+        if key in self._found:
+            return self._found[key]
+        if len(self._found) >= SENSORS_MAX:
+            self._found.clear()
+        found = None
         user = user or ANONYMOUS
         for entity, sharing in _precedence(user, client_id):
             if not client_id and any(part[0] == "client-id" and part[1] is not None for part in entity):
                 continue
             value = self._image.value(entity, quota_type)
             if value is not None:
-                return value, sharing
-        return None
+                found = (value, sharing)
+                break
+        self._found[key] = found
+        return found
 
     def record(self, quota_type: str, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record `value` bytes for the client; the throttle time (ms) its rate now calls for, 0 within quota."""
