@@ -158,6 +158,39 @@ def test_sasl_ssl_clients_replication_and_acls_on_three_nodes(cluster):
         "authorization failed" in refused.stderr.lower()
 
 
+def produce_throttles(cluster: LocalCluster, user: str, mechanism: str, topic: str, records: int) -> list[float]:
+    """The throttle times librdkafka reported while `user` produced `records` 1 KiB records to `topic`."""
+    from confluent_kafka import Producer
+
+    throttles: list[float] = []
+    producer = Producer({**client_config(cluster, user, mechanism), "acks": 1, "linger.ms": 5,
+                         "message.timeout.ms": 60000, "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=b"x" * 1024)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
+    return throttles
+
+
+def test_a_user_quota_throttles_that_sasl_user_and_not_another(cluster):
+    # A quota on the user (its SASL principal's name), shared by every client id of that user; the admin (a
+    # super user, no quota) produces to the same topic unthrottled. 20 kB/s lets a fresh client send about
+    # 220 kB before its first throttle; 1,000 1 KiB records go well past it.
+    ok(flotilla(cluster, "quotas", "alter", "--user", "bob", "--add", "producer_byte_rate=20000"))
+    eventually(lambda: {"entity": {"user": "bob"}, "quotas": {"producer_byte_rate": 20000.0}} in
+               json.loads(ok(flotilla(cluster, "quotas", "describe", "--json"))), 30, what="bob's quota")
+    try:
+        assert produce_throttles(cluster, "bob", "SCRAM-SHA-256", "orders-eu", 1000), "bob was not throttled"
+        assert produce_throttles(cluster, "admin", "PLAIN", "orders-eu", 1000) == []
+    finally:
+        ok(flotilla(cluster, "quotas", "alter", "--user", "bob", "--delete", "producer_byte_rate"))
+
+
 def test_users_and_acls_survive_restarting_every_node_and_a_quorum_leader_change(cluster):
     for node_id in cluster.kafka_ports:
         cluster.kill(node_id, signum=15)
