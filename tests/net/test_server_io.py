@@ -163,6 +163,52 @@ class Echo:
         pass
 
 
+class Throttling:
+    """Echoes, and mutes the connection after a frame starting with b"T" for `mute_s` (a quota's throttle)."""
+
+    def __init__(self, mute_s: float) -> None:
+        self.mute_s = mute_s
+        self.handled: list[bytes] = []
+        self.muted_until = 0.0
+
+    def handle_frame(self, connection_id: int, frame: bytes) -> bytes:
+        self.handled.append(frame)
+        if frame.startswith(b"T"):
+            self.muted_until = trio.current_time() + self.mute_s
+        return _framed(frame)
+
+    def throttle_delay_s(self, connection_id: int) -> float:
+        return max(0.0, self.muted_until - trio.current_time())
+
+    def connection_closed(self, connection_id: int) -> None:
+        pass
+
+
+async def test_a_throttled_connection_gets_its_answer_and_nothing_more_is_handled_while_muted():
+    dispatcher = Throttling(mute_s=60.0)
+
+    async def client(stream) -> None:
+        await stream.send_all(_framed(b"T1") + _framed(b"x2") + _framed(b"x3"))  # one read: three frames
+        assert await _read_exactly(stream, 6) == _framed(b"T1")  # the throttled answer leaves at once
+        with trio.move_on_after(0.3):
+            await stream.receive_some(100)
+            raise AssertionError("answered while muted")
+        assert dispatcher.handled == [b"T1"]  # the frames behind it wait, though already read
+
+    await _serve(lambda nursery: dispatcher, ServerLimits(), client)
+
+
+async def test_the_frames_behind_a_throttle_are_handled_in_order_once_it_is_over():
+    dispatcher = Throttling(mute_s=0.05)
+
+    async def client(stream) -> None:
+        await stream.send_all(_framed(b"T1") + _framed(b"x2") + _framed(b"T3") + _framed(b"x4"))
+        assert await _read_exactly(stream, 24) == b"".join(_framed(f) for f in (b"T1", b"x2", b"T3", b"x4"))
+        assert dispatcher.handled == [b"T1", b"x2", b"T3", b"x4"]
+
+    await _serve(lambda nursery: dispatcher, ServerLimits(), client)
+
+
 async def test_a_connection_idle_for_idle_ms_max_is_closed_and_a_busy_one_is_not():
     async def client(stream) -> None:
         for _ in range(8):  # 0.4 s of frames every 50 ms: never idle for 200 ms
