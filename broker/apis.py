@@ -177,16 +177,37 @@ class KafkaApis:
         """Record `value` against the client's quota of `quota_type`; the throttle time (ms) it calls for, with
         the session marked throttled (the listener then reads nothing more from the connection for that
         long, KIP-219). 0 without a quota."""
-        quotas = self.broker.image.quotas
-        if not quotas.entities or session is None:
+        quotas = self._client_quotas()
+        if quotas is None or session is None:
             return 0
-        self.quotas.update(quotas)
-        throttle_ms = self.quotas.record(quota_type, quota_user(session), client_id or "", value, now_ms)
+        throttle_ms = quotas.record(quota_type, quota_user(session), client_id or "", value, now_ms)
         if throttle_ms:
             self.broker.metrics.record_throttle(quota_type, throttle_ms)
             if not self.bug_throttle_not_muted:
                 session.throttled_until_ms = max(session.throttled_until_ms, now_ms + throttle_ms)
         return throttle_ms
+
+    def client_unrecord(self, quota_type: str, session: Session, client_id: str | None, value: float,
+                        now_ms: int) -> None:
+        """Take back what `client_throttle_ms` recorded for an answer that is not sent (a throttled fetch)."""
+        quotas = self._client_quotas()
+        if quotas is not None:
+            quotas.unrecord(quota_type, quota_user(session), client_id or "", value, now_ms)
+
+    def client_max_bytes(self, quota_type: str, session: Session | None, client_id: str | None) -> int | None:
+        """The most one answer may carry without being throttled for sure, None without a quota."""
+        quotas = self._client_quotas()
+        if quotas is None or session is None:
+            return None
+        return quotas.max_bytes(quota_type, quota_user(session), client_id or "")
+
+    def _client_quotas(self) -> ClientQuotas | None:
+        """The quota manager over the current image's quotas, None when there are none."""
+        image_quotas = self.broker.image.quotas
+        if not image_quotas.entities:
+            return None
+        self.quotas.update(image_quotas)
+        return self.quotas
 
     def defer(self) -> int:
         """A request id for a Deferred answer."""

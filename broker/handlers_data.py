@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from broker.apis import Deferred
 from broker.core import HostedPartition, TopicPartition
 from broker.fetch_session import FetchContext, FetchSessionCache
-from broker.quotas import FETCH, PRODUCE, quota_user
+from broker.quotas import FETCH, PRODUCE
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
 from partitions.batch import iter_batches
@@ -336,7 +336,7 @@ class DataPlaneApis:
             if throttle_ms:
                 # Kafka's throttled fetch: an empty answer (the session unchanged, so the next fetch reads the
                 # same news) and its bytes taken back.
-                self.apis.quotas.unrecord(FETCH, quota_user(session), header.client_id or "", size, now_ms)
+                self.apis.client_unrecord(FETCH, session, header.client_id, size, now_ms)
                 return messages.FetchResponse(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE,
                                               session_id=context.session_id, responses=[])
         context.sent(response)
@@ -388,9 +388,8 @@ class DataPlaneApis:
         quota reads no more than one response may carry without being throttled for sure."""
         response_class = messages.FetchResponse
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
-        if request.replica_id < 0 and self.broker.image.quotas.entities and session is not None:
-            self.apis.quotas.update(self.broker.image.quotas)
-            quota_bytes = self.apis.quotas.max_bytes(FETCH, quota_user(session), header.client_id or "")
+        if request.replica_id < 0 and self.broker.image.quotas.entities:
+            quota_bytes = self.apis.client_max_bytes(FETCH, session, header.client_id)
             if quota_bytes is not None:
                 remaining = min(remaining, quota_bytes)
         size, has_error = 0, False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.handlers_security import CLUSTER_DENIED
 from metadata.image import QuotaEntity
 from metadata.quota_control import CLIENT_ID, USER
 from metadata.records import QuotaEntityPart
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from broker.handlers_admin import AdminApis
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-CLUSTER_DENIED = "Cluster authorization failed."
 
 
 class QuotaApis:

@@ -102,7 +102,7 @@ class SampledRate:
 
 
 class ClientQuotas:
-    """The byte-rate quotas of one broker: which applies to a client, its rate, and its throttle time."""
+    """The client quotas of one broker: which applies to a client, its rate, and its throttle time."""
 
     def __init__(self, window_num: int = WINDOW_NUM_DEFAULT, window_ms: int = WINDOW_MS_DEFAULT) -> None:
         self.window_num = window_num
@@ -122,7 +122,7 @@ class ClientQuotas:
             self._found.clear()
 
     def quota(self, quota_type: str, user: str, client_id: str) -> tuple[float, tuple[str, str]] | None:
-        """(bytes per second, the (user, client id) that shares the rate) of the quota that applies, or None."""
+        """(the quota's value, the (user, client id) that shares the rate) of the quota that applies, or None."""
         if not self._image.entities:
             return None
         key = (quota_type, user, client_id)
@@ -143,7 +143,8 @@ class ClientQuotas:
         return found
 
     def record(self, quota_type: str, user: str, client_id: str, value: float, now_ms: int) -> int:
-        """Record `value` bytes for the client; the throttle time (ms) its rate now calls for, 0 within quota."""
+        """Record `value` (bytes, or percent-seconds of a request quota) for the client; the throttle time (ms)
+        its rate now calls for, 0 within quota."""
         found = self.quota(quota_type, user, client_id)
         if found is None:
             return 0

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from broker.config import ClusterConfig
+from metadata.quota_control import describe_entity
 from cli.support import EXIT_OK, EXIT_USAGE, UsageError, cluster_options, emit, fail, print_table, run_with_client
 from net.client import acls as admin
 from net.client.aio import KafkaClient
@@ -88,7 +89,7 @@ def run_alter(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
         await admin.alter_client_quotas(client, entity, values, args.delete, args.validate_only)
         verb = "valid" if args.validate_only else "altered"
-        print(f"quotas of {admin.describe_quota_entity(entity)}: {verb}", file=sys.stderr)
+        print(f"quotas of {describe_entity(entity)}: {verb}", file=sys.stderr)
         return EXIT_OK
 
     return run_with_client(args, body)
@@ -102,7 +103,7 @@ def run_describe(args: argparse.Namespace) -> int:
         found = await admin.describe_client_quotas(client, components, strict=bool(entity))
         rows = [{"entity": {t: n for t, n in e}, "quotas": values} for e, values in found]
         emit(args, rows, lambda: print_table(["ENTITY", "QUOTA", "VALUE"], [
-            [admin.describe_quota_entity(e), key, _number(value)] for e, values in found
+            [describe_entity(e), key, _number(value)] for e, values in found
             for key, value in sorted(values.items())]))
         return EXIT_OK
 

@@ -244,7 +244,13 @@ QuotaEntity = tuple[tuple[str, str | None], ...]
 def quota_entity(parts) -> QuotaEntity:
     """The entity of `parts` (QuotaEntityPart or (type, name) pairs), in its canonical order."""
     pairs = [(p.entity_type, p.entity_name) if isinstance(p, QuotaEntityPart) else tuple(p) for p in parts]
-    return tuple(sorted(pairs, key=lambda pair: (pair[0], pair[1] is not None, pair[1] or "")))
+    return tuple(sorted(pairs, key=_quota_part_order))
+
+
+def _quota_part_order(part: tuple[str, str | None]) -> tuple[str, bool, str]:
+    """A (type, name) part's sort key: by type, the default (None) name first (None does not compare with a
+    string)."""
+    return part[0], part[1] is not None, part[1] or ""
 
 
 @_frozen
@@ -546,7 +552,8 @@ class MetadataDelta:
                 entities[entity] = FrozenMap(sorted(values.items()))
             else:
                 entities.pop(entity, None)
-        return ClientQuotasImage(FrozenMap(sorted(entities.items(), key=_quota_entity_order)))
+        return ClientQuotasImage(FrozenMap(sorted(entities.items(),
+                                                  key=lambda item: tuple(map(_quota_part_order, item[0])))))
 
     def _apply_acls(self) -> AclsImage:
         if not self._acls:
@@ -725,11 +732,6 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         parts = tuple(QuotaEntityPart(entity_type, name) for entity_type, name in entity)
         records.extend(ClientQuotaRecord(parts, key, value) for key, value in values.items())
     return records
-
-
-def _quota_entity_order(item: tuple[QuotaEntity, Any]) -> tuple:
-    """Entities sorted with the default (None) names first: None does not compare with a string."""
-    return tuple((entity_type, name is not None, name or "") for entity_type, name in item[0])
 
 
 def records_to_image(records: Iterable[MetadataRecord], provenance: Provenance) -> MetadataImage:

@@ -43,7 +43,7 @@ def alter_client_quotas(image: MetadataImage, request: AlterClientQuotasRequest
         error = _entity_error(entry.entity)
         entity = quota_entity(entry.entity) if error is None else None
         if error is None and entity in seen:
-            error = f"Ignoring duplicate entity {_describe(entity)}"
+            error = f"Ignoring duplicate entity {describe_entity(entity)}"
         if entity is not None:
             seen.add(entity)
         new_records: list[MetadataRecord] = []
@@ -81,7 +81,7 @@ def _changes(image: MetadataImage, entity: QuotaEntity, entry: QuotaAlteration, 
     parts = tuple(QuotaEntityPart(entity_type, name) for entity_type, name in entity)
     for op in entry.ops:
         if op.key in keys:
-            return f"Duplicate quota key {op.key} not updating quota for this entity {_describe(entity)}"
+            return f"Duplicate quota key {op.key} not updating quota for this entity {describe_entity(entity)}"
         keys.add(op.key)
         if op.remove:
             if op.key in current:
@@ -111,5 +111,6 @@ def _value_error(key: str, value: float) -> str | None:
     return None
 
 
-def _describe(entity: QuotaEntity) -> str:
+def describe_entity(entity: QuotaEntity) -> str:
+    """"user=alice, client-id=<default>": an entity's (type, name) parts as people read them."""
     return ", ".join(f"{entity_type}={'<default>' if name is None else name}" for entity_type, name in entity)

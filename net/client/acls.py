@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from metadata.quota_control import describe_entity
 from net.client.aio import KafkaClient
 from net.protocol import messages
 from net.protocol.codec import ApiKey
@@ -113,7 +114,7 @@ async def alter_client_quotas(client: KafkaClient, entity: QuotaEntityKey, set_v
         validate_only=validate_only)
     response = await client._request_any(ApiKey.ALTER_CLIENT_QUOTAS, request)
     for entry in response.entries:
-        _check(entry.error_code, entry.error_message, f"cannot alter the quotas of {describe_quota_entity(entity)}")
+        _check(entry.error_code, entry.error_message, f"cannot alter the quotas of {describe_entity(entity)}")
 
 
 async def describe_client_quotas(client: KafkaClient, components: list[tuple[str, int, "str | None"]] = (),
@@ -128,6 +129,3 @@ async def describe_client_quotas(client: KafkaClient, components: list[tuple[str
     return [(tuple((e.entity_type, e.entity_name) for e in entry.entity), {v.key: v.value for v in entry.values})
             for entry in response.entries or []]
 
-
-def describe_quota_entity(entity: QuotaEntityKey) -> str:
-    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity)
