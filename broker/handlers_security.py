@@ -52,8 +52,9 @@ class SecurityApis:
             (ApiKey.DELETE_ACLS, 1, 3, self._delete_acls),
             (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, self._describe_scram),
             (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, self._alter_scram),
-            # The SASL exchange itself runs in the dispatcher before authentication (net/dispatcher.py); here,
-            # after it, a second handshake is refused (re-authentication, KIP-368, is not served).
+            # The SASL exchange itself runs in the dispatcher (net/dispatcher.py), and so does a re-authentication
+            # (KIP-368); a handshake reaches here only when it cannot begin one (a session without a lifetime,
+            # or a second re-authentication within a second), and is refused as Kafka's KafkaApis does.
             (ApiKey.SASL_HANDSHAKE, 0, 1, self._sasl_again),
             (ApiKey.SASL_AUTHENTICATE, 0, 2, self._sasl_again),
         ]

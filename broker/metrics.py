@@ -80,6 +80,9 @@ class BrokerMetrics:
         self.isr_expands = 0
         self.throttles: dict[str, int] = defaultdict(int)  # quota type -> answers throttled by a client quota
         self.throttle_ms: dict[str, int] = defaultdict(int)  # quota type -> their throttle times
+        # (authentication | reauthentication, success | failure) -> SASL exchanges ended so
+        self.authentications: dict[tuple[str, str], int] = defaultdict(int)
+        self.expired_sessions = 0  # connections closed for a request after their SASL session expired (KIP-368)
 
     def record_produce(self, topic: str, records: int, size: int) -> None:
         if not self.enabled:
@@ -103,6 +106,14 @@ class BrokerMetrics:
         if self.enabled:
             self.throttles[quota_type] += 1
             self.throttle_ms[quota_type] += throttle_ms
+
+    def record_authentication(self, kind: str, succeeded: bool) -> None:
+        if self.enabled:
+            self.authentications[(kind, "success" if succeeded else "failure")] += 1
+
+    def record_expired_session(self) -> None:
+        if self.enabled:
+            self.expired_sessions += 1
 
     def record_isr_change(self, before: int, after: int) -> None:
         if not self.enabled:

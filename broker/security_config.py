@@ -18,6 +18,7 @@ Layout (Kafka's names in snake case; every key optional; no `[security]` table =
     super_users = ["User:admin"]
     allow_everyone_if_no_acl_found = false
     connection_failed_authentication_delay_ms = 100
+    connections_max_reauth_ms = 0                            # > 0: SASL sessions last this long (KIP-368)
     controller_tls = false                                   # the controller port over mutual TLS too
     [security.plain_users]                                   # SASL/PLAIN users (development)
     admin = "admin-secret"
@@ -86,6 +87,7 @@ class SecuritySettings:
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
     connection_failed_authentication_delay_ms: int = 100
+    connections_max_reauth_ms: int = 0  # KIP-368: a SASL session's lifetime (0: sessions never expire)
     controller_tls: bool = False
     plain_users: dict[str, str] = field(default_factory=dict)
     inter_broker: InterBrokerCredentials = InterBrokerCredentials()
@@ -105,7 +107,8 @@ class SecuritySettings:
 _KEYS = {
     "listener_security_protocol_map", "inter_broker_listener_name", "sasl_enabled_mechanisms", "ssl_certfile",
     "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "authorizer", "super_users", "allow_everyone_if_no_acl_found",
-    "connection_failed_authentication_delay_ms", "plain_users", "inter_broker", "controller_tls",
+    "connection_failed_authentication_delay_ms", "connections_max_reauth_ms", "plain_users", "inter_broker",
+    "controller_tls",
 }
 
 
@@ -157,6 +160,13 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
             raise ConfigError(f"{source}: key 'security.connection_failed_authentication_delay_ms' must be an "
                               f"integer between 0 and 60000, got {delay!r}")
         values["connection_failed_authentication_delay_ms"] = delay
+    reauth = raw.get("connections_max_reauth_ms")
+    if reauth is not None:
+        # Kafka's is a long; at least a second here, since a connection re-authenticates at most once a second
+        if isinstance(reauth, bool) or not isinstance(reauth, int) or not (reauth == 0 or 1000 <= reauth <= 2**62):
+            raise ConfigError(f"{source}: key 'security.connections_max_reauth_ms' must be 0 (off) or an integer "
+                              f"of at least 1000, got {reauth!r}")
+        values["connections_max_reauth_ms"] = reauth
     users = _table(raw, "plain_users", source)
     for user, password in users.items():
         if not isinstance(password, str) or not password:

@@ -6,17 +6,15 @@ of a version we do not implement gets KIP-511's v0 answer with our version list;
 do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
 node completes after each event.
 
-Security: each connection has a `security.session.Session` (listener, client address, principal). On a SASL
-listener nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served before the session has
-authenticated (anything else closes the connection, as Kafka does), frames stay below
-`PRE_AUTH_REQUEST_BYTES_MAX`, and a failed authentication is answered SASL_AUTHENTICATION_FAILED after
-`connection_failed_authentication_delay_ms`, then the connection closes. The session of the request being
-handled is `apis.session`, which the handlers' authorization checks read.
+Security: each connection has a `security.session.Session` (listener, client address, principal). The SASL
+side of its frames (the exchange before authentication, re-authentication, expired sessions) is
+broker/sasl_gate.py's, which the simulator's nodes share; here its outcomes become answers and closes, and
+frames stay below `PRE_AUTH_REQUEST_BYTES_MAX` during an exchange. The session of the request being handled
+is `apis.session`, which the handlers' authorization checks read.
 """
 
 from __future__ import annotations
 
-import struct
 import time
 from typing import Any, Callable
 
@@ -24,6 +22,7 @@ from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_r
 from broker.apis import Deferred, KafkaApis
 from broker.metrics import response_error_codes
 from broker.quotas import REQUEST
+from broker.sasl_gate import SaslGate, SaslOutcome, needs_screening
 from net.logs import get_logger
 from net.protocol.codec import (
     ApiKey,
@@ -34,7 +33,6 @@ from net.protocol.codec import (
     encode_response,
     encode_response_parts,
 )
-from net.protocol import messages
 from net.protocol.types import BUFFER_TYPES, materialized
 from net.server import (
     CLOSE_REPLY,
@@ -47,12 +45,9 @@ from net.server import (
 )
 from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclOperation
-from security.sasl import ScramCredential, ScramMechanism
 from security.session import Session, anonymous_session
 
-_PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _REQUEST_QUOTA_EXEMPT = frozenset({ApiKey.WRITE_TXN_MARKERS})
-_RAW_LENGTH = struct.Struct(">i")
 
 
 class KafkaDispatcher:
@@ -65,6 +60,7 @@ class KafkaDispatcher:
         self.now_ms = now_ms
         self.after_event = after_event
         self.security = security  # broker.security_config.SecuritySettings, or None (plaintext only)
+        self.sasl_gate = SaslGate(apis, security)
         self.log = get_logger(component="kafka-dispatcher")
         # request id -> (reply, header, connection, started (perf_counter s), acks label)
         self._pending: dict[int, tuple[PendingReply, RequestHeader, int, float, str]] = {}
@@ -111,12 +107,14 @@ class KafkaDispatcher:
 
     def request_bytes_max(self, connection_id: int) -> int:
         session = self._sessions.get(connection_id)
-        return PRE_AUTH_REQUEST_BYTES_MAX if session is not None and not session.authenticated else 2**31 - 1
+        return PRE_AUTH_REQUEST_BYTES_MAX if session is not None and session.in_exchange else 2**31 - 1
 
     def handle_frame(self, connection_id: int, frame: bytes) -> Any:
         session = self._sessions.get(connection_id, self._anonymous)
-        if not session.authenticated:
-            return self._unauthenticated(connection_id, session, frame)
+        if needs_screening(session):
+            outcome = self.sasl_gate.screen(session, frame, self.now_ms())
+            if outcome is not None:
+                return self._sasl_outcome(connection_id, outcome)
         if self.admin_handler is not None and peek_api_key(frame) == ADMIN_API_KEY:
             return self._admin(connection_id, session, frame)
         try:
@@ -164,62 +162,14 @@ class KafkaDispatcher:
         if throttle_ms and not isinstance(result, Deferred) and hasattr(result, "throttle_time_ms"):
             result.throttle_time_ms = max(result.throttle_time_ms or 0, throttle_ms)
 
-    def _unauthenticated(self, connection_id: int, session: Session, frame: bytes) -> Any:
-        """ApiVersions, SaslHandshake and SaslAuthenticate only (KIP-152); anything else closes. After a
-        SaslHandshake v0 the client's next frames are raw SASL tokens, answered as raw length-framed tokens."""
-        if session.raw_tokens:
-            return self._raw_sasl_token(connection_id, session, frame)
-        try:
-            header, request = decode_request(frame)
-        except UnsupportedRequestVersionError as error:
-            if error.header.api_key == ApiKey.API_VERSIONS:
-                return self._unsupported(error.header)
-            raise CloseConnection("unsupported request before authentication") from None
-        except KafkaError as error:
-            self.log.info("malformed_request", connection_id=connection_id, error=error.message)
-            raise CloseConnection(error.message) from None
-        if header.api_key not in _PRE_AUTH_APIS:
-            self.log.info("request_before_authentication", connection_id=connection_id, api_key=header.api_key)
-            raise CloseConnection(f"api_key={header.api_key} before authentication")
-        if header.api_key == ApiKey.API_VERSIONS:
-            return encode_response(header, self.apis.handle(header, request, self.now_ms()))
-        if header.api_key == ApiKey.SASL_HANDSHAKE:
-            answer = session.sasl_handshake(request.mechanism, self.security.sasl_enabled_mechanisms)
-            session.raw_tokens = header.api_version == 0 and answer.error_code == ErrorCode.NONE
-            response = messages.SaslHandshakeResponse(error_code=answer.error_code,
-                                                      mechanisms=list(self.security.sasl_enabled_mechanisms))
-        else:
-            answer = session.sasl_authenticate(bytes(request.auth_bytes), self.security.plain_users, self._scram_lookup)
-            response = messages.SaslAuthenticateResponse(error_code=answer.error_code, error_message=answer.error_message,
-                                                         auth_bytes=answer.auth_bytes, session_lifetime_ms=0)
-            if answer.error_code == ErrorCode.NONE and session.authenticated:
-                self.log.info("authenticated", connection_id=connection_id, principal=session.principal,
-                              mechanism=session.mechanism)
-        reply = encode_response(header, response)
-        if not answer.close:
-            return reply
-        self.log.info("authentication_failed", connection_id=connection_id, error=answer.error_message,
-                      detail=session.failure_detail, client=session.host)
-        delay_ms = self.security.connection_failed_authentication_delay_ms
-        return CloseAfter(reply, delay_ms / 1000 if answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED else 0.0)
-
-    def _raw_sasl_token(self, connection_id: int, session: Session, frame: bytes) -> Any:
-        answer = session.sasl_authenticate(bytes(frame), self.security.plain_users, self._scram_lookup)
-        if answer.close:
-            self.log.info("authentication_failed", connection_id=connection_id, error=answer.error_message,
-                          client=session.host)
-            return CloseAfter(b"", self.security.connection_failed_authentication_delay_ms / 1000)
-        if session.authenticated:
-            session.raw_tokens = False
-            self.log.info("authenticated", connection_id=connection_id, principal=session.principal,
-                          mechanism=session.mechanism)
-        return _RAW_LENGTH.pack(len(answer.auth_bytes)) + answer.auth_bytes
-
-    def _scram_lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
-        record = self.apis.broker.image.scram.credentials.get((user, int(mechanism)))
-        if record is None:
-            return None
-        return ScramCredential(record.salt, record.stored_key, record.server_key, record.iterations)
+    def _sasl_outcome(self, connection_id: int, outcome: SaslOutcome) -> Any:
+        if outcome.event is not None:
+            self.log.info(outcome.event, connection_id=connection_id, **outcome.fields)
+        if outcome.close_delay_ms is None:
+            return outcome.reply
+        if not outcome.reply and not outcome.close_delay_ms:
+            raise CloseConnection(outcome.event or "closed by the SASL gate")
+        return CloseAfter(outcome.reply, outcome.close_delay_ms / 1000)
 
     def _admin(self, connection_id: int, session: Session, frame: bytes) -> bytes:
         """Flotilla's private admin API (quorum status, the metadata image): DESCRIBE on the cluster."""

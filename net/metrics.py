@@ -129,6 +129,15 @@ class NodeCollector:
             throttle_seconds.add_metric([quota_type], metrics.throttle_ms[quota_type] / 1000)
         yield throttles
         yield throttle_seconds
+        authentications = CounterMetricFamily("flotilla_sasl_authentications", "SASL exchanges ended, first "
+                                              "authentications and re-authentications (KIP-368), by result",
+                                              labels=["kind", "result"])
+        for (kind, result), count in sorted(metrics.authentications.items()):
+            authentications.add_metric([kind, result], count)
+        yield authentications
+        yield CounterMetricFamily("flotilla_expired_sessions_closed", "Connections closed because a request "
+                                  "arrived after their SASL session expired without re-authentication",
+                                  value=metrics.expired_sessions)
 
 
 class MetricsServer:

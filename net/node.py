@@ -482,16 +482,24 @@ class KafkaConnection:
     sans-IO `ClientConnection` (net/client/connection.py): versions negotiated once when it opens (ApiVersions,
     with KIP-511's fallback), then requests at the version the caller names. Several tasks may have requests in
     flight at once: each is sent whole, in turn, and the responses, which come back in that order, are read by
-    whichever waiting task holds the read lock and handed to their owners."""
+    whichever waiting task holds the read lock and handed to their owners. When the listener's SASL sessions
+    expire (KIP-368) the connection re-authenticates at a random 85-95% of the lifetime, as Kafka's clients
+    do: the next request waits, holding the write lock, until nothing is in flight, and the exchange runs
+    again."""
 
-    def __init__(self, stream: Any, connection: ClientConnection) -> None:
+    def __init__(self, stream: Any, connection: ClientConnection, security: ClientSecurity | None = None) -> None:
         self.stream = stream
         self.connection = connection
+        self.security = security
         self._fd = plainsocket.descriptor(stream)  # None on TLS
         self._room = trio.Semaphore(connection.inflight_requests_max)  # more wait their turn to be sent
         self._send_lock = trio.Lock()
         self._read_lock = trio.Lock()
         self._answers: dict[int, Any] = {}  # correlation id -> response read for a task not yet back for it
+        self._outstanding = 0  # requests sent and not yet answered
+        self._idle: trio.Event | None = None  # set when the last of them is answered
+        self._reauthenticate_at: float | None = None  # trio time; None: the session does not expire
+        self.reauthentications = 0
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str,
@@ -500,7 +508,7 @@ class KafkaConnection:
         stream: Any = await trio.open_tcp_stream(host, port)
         if security is not None and security.uses_tls:
             stream = trio.SSLStream(stream, security.ssl_context(), server_hostname=host)
-        opened = cls(stream, ClientConnection(client_id))
+        opened = cls(stream, ClientConnection(client_id), security)
         try:
             await stream.send_all(opened.connection.initiate())
             while opened.connection.state is not ConnectionState.READY:
@@ -508,39 +516,74 @@ class KafkaConnection:
                 if opened.connection.state is ConnectionState.NEW:  # KIP-511: try the version it offered
                     await stream.send_all(opened.connection.initiate())
             if security is not None and security.uses_sasl:
-                await sasl_authenticate(lambda key, request, version: opened.request(key, version, request), security)
+                opened._schedule_reauthentication(await sasl_authenticate(opened._call_holding_send_lock, security))
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
         return opened
 
     async def request(self, api_key: int, api_version: int, request: Any) -> Any:
-        """The response to `request`. Raises KafkaError (a protocol violation: the connection is unusable),
-        trio.BrokenResourceError when the peer closed it. A request cancelled after it was sent leaves the
-        connection unusable (its response would be read for nobody): the caller closes it."""
+        """The response to `request`. Raises KafkaError (a protocol violation, or a refused re-authentication:
+        the connection is unusable), trio.BrokenResourceError when the peer closed it. A request cancelled after
+        it was sent leaves the connection unusable (its response would be read for nobody): the caller closes
+        it."""
+        if self._reauthenticate_at is not None and trio.current_time() >= self._reauthenticate_at:
+            await self._reauthenticate()
         # The locks are taken without a scheduler checkpoint when free: a replica fetcher, the only user of
         # its connection, pays nothing for them on every fetch.
         await _acquire(self._room)
         try:
             await _acquire(self._send_lock)  # the correlation id is taken and the bytes sent in the same turn
             try:
-                correlation_id, data = self.connection.send_request(api_key, request, api_version)
-                if self._fd is None:
-                    await self.stream.send_all(data)
-                else:
-                    await plainsocket.send_all(self._fd, data)
+                correlation_id = await self._send(api_key, api_version, request)
             finally:
                 self._send_lock.release()
-            await _acquire(self._read_lock)
-            try:
-                while correlation_id not in self._answers:
-                    answered, response = await self._next_answer()
-                    self._answers[answered] = response
-                return self._answers.pop(correlation_id)
-            finally:
-                self._read_lock.release()
+            return await self._answer(correlation_id)
         finally:
             self._room.release()
+
+    async def _send(self, api_key: int, api_version: int, request: Any) -> int:
+        correlation_id, data = self.connection.send_request(api_key, request, api_version)
+        if self._fd is None:
+            await self.stream.send_all(data)
+        else:
+            await plainsocket.send_all(self._fd, data)
+        self._outstanding += 1
+        return correlation_id
+
+    async def _answer(self, correlation_id: int) -> Any:
+        await _acquire(self._read_lock)
+        try:
+            while correlation_id not in self._answers:
+                answered, response = await self._next_answer()
+                self._answers[answered] = response
+            return self._answers.pop(correlation_id)
+        finally:
+            self._read_lock.release()
+            self._outstanding -= 1
+            if not self._outstanding and self._idle is not None:
+                self._idle.set()
+
+    async def _call_holding_send_lock(self, api_key: int, request: Any, api_version: int) -> Any:
+        """One request of the SASL exchange (sasl_authenticate's `call`), sent while nothing else is."""
+        return await self._answer(await self._send(api_key, api_version, request))
+
+    def _schedule_reauthentication(self, session_lifetime_ms: int) -> None:
+        self._reauthenticate_at = None if session_lifetime_ms <= 0 else (
+            trio.current_time() + session_lifetime_ms / 1000 * random.uniform(0.85, 0.95))
+
+    async def _reauthenticate(self) -> None:
+        await self._send_lock.acquire()
+        try:
+            if self._reauthenticate_at is None or trio.current_time() < self._reauthenticate_at:
+                return  # another task re-authenticated while this one waited for the lock
+            while self._outstanding:
+                self._idle = trio.Event()
+                await self._idle.wait()
+            self._schedule_reauthentication(await sasl_authenticate(self._call_holding_send_lock, self.security))
+            self.reauthentications += 1
+        finally:
+            self._send_lock.release()
 
     async def _next_response(self) -> Any:
         return (await self._next_answer())[1]

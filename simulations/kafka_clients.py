@@ -21,6 +21,14 @@ partition so that a retry cannot overtake. Retriable errors retry the same batch
 watermark), checks every batch's CRC-32C (a corrupt batch is counted and fetched again, never consumed),
 and reports every record it consumes with the high watermark of the response that carried it.
 
+SASL (the sasl workload): a client with a `sasl_user` authenticates every connection with SaslHandshake and
+SaslAuthenticate v1 (PLAIN) before anything else is sent on it (`send` returns False until then, as for a
+broker it is not connected to). When the broker announces a session lifetime, a client that `reauthenticates`
+(KIP-368) starts the exchange again at a random 85-95% of it, once the requests in flight on that connection
+have been answered, sending nothing else meanwhile (Kafka's clients do the same); one that does not is an old
+client, whose connection the broker closes when the session has ended. A refused or unanswered exchange
+closes the connection (the network then connects again).
+
 Everything is driven by loop events; randomness comes from the client's own derived RNG stream.
 """
 
@@ -63,6 +71,9 @@ PRODUCE_VERSION = 7
 FETCH_VERSION = 11
 METADATA_VERSION = 8
 CREATE_TOPICS_VERSION = 4
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 1
+REAUTH_SHARE_MIN, REAUTH_SHARE_MAX = 0.85, 0.95  # of the session lifetime, as Kafka's clients
 _CORRELATION = struct.Struct(">i")
 
 # Errors after which the same batch is sent again (to the leader the refreshed metadata names).
@@ -116,15 +127,29 @@ class KafkaClientBase:
         self._metadata_inflight = False
         self._metadata_due_ms = 0
         self.running = True
+        # SASL (see the module docstring): set by a workload before the client starts
+        self.sasl_user: str | None = None
+        self.sasl_password = ""
+        self.reauth_user: str | None = None  # re-authenticate as someone else (an impostor; refused)
+        self.reauthenticates = True
+        self._sasl_state: dict[int, str] = {}  # broker -> "exchange", "ready" or "draining" (re-auth due)
+        self._connection_number: dict[int, int] = {}  # broker -> connection count, to tell stale timers
+        self._reauthenticating: set[int] = set()  # brokers whose exchange is a re-authentication
+        self.sasl_counts = {"authenticated": 0, "reauthenticated": 0, "refused": 0}
 
     # --- endpoint ---------------------------------------------------------------------------------------
 
     def on_connected(self, peer_id: int) -> None:
         if peer_id in self.host.node_ids:  # the network also links clients to each other; they never talk
             self.connected.add(peer_id)
+            self._connection_number[peer_id] = self._connection_number.get(peer_id, 0) + 1
+            if self.sasl_user is not None:
+                self._authenticate(peer_id, self.sasl_user)
 
     def on_disconnected(self, peer_id: int) -> None:
         self.connected.discard(peer_id)
+        self._sasl_state.pop(peer_id, None)
+        self._reauthenticating.discard(peer_id)
         outstanding = self._outstanding.pop(peer_id, {})
         for correlation_id in sorted(outstanding):
             request = outstanding[correlation_id]
@@ -141,12 +166,76 @@ class KafkaClientBase:
         self.loop.cancel(request.timeout_handle)
         _, response = decode_response(request.api_key, request.api_version, frame)
         request.callback(response)
+        if self._sasl_state.get(peer_id) == "draining" and not self._outstanding.get(peer_id):
+            self._reauthenticate(peer_id)
+
+    # --- SASL -------------------------------------------------------------------------------------------
+
+    def _authenticate(self, broker_id: int, user: str) -> None:
+        self._sasl_state[broker_id] = "exchange"
+        connection = self._connection_number[broker_id]
+        self._transmit(broker_id, ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
+                       messages.SaslHandshakeRequest(mechanism="PLAIN"),
+                       lambda response: self._on_handshake(broker_id, connection, user, response))
+
+    def _on_handshake(self, broker_id: int, connection: int, user: str, response: Any) -> None:
+        if self._connection_number.get(broker_id) != connection or broker_id not in self.connected:
+            return
+        if response is None or response.error_code != ErrorCode.NONE:
+            self._sasl_failed(broker_id)
+            return
+        token = f"\x00{user}\x00{self.sasl_password}".encode()
+        self._transmit(broker_id, ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
+                       messages.SaslAuthenticateRequest(auth_bytes=token),
+                       lambda answer: self._on_authenticate(broker_id, connection, answer))
+
+    def _on_authenticate(self, broker_id: int, connection: int, response: Any) -> None:
+        if self._connection_number.get(broker_id) != connection or broker_id not in self.connected:
+            return
+        if response is None or response.error_code != ErrorCode.NONE:
+            self._sasl_failed(broker_id)
+            return
+        again = broker_id in self._reauthenticating
+        self._reauthenticating.discard(broker_id)
+        self._sasl_state[broker_id] = "ready"
+        self.sasl_counts["reauthenticated" if again else "authenticated"] += 1
+        self.host.trace("client.sasl", self.name, broker_id, "reauthenticated" if again else "authenticated",
+                        response.session_lifetime_ms)
+        if response.session_lifetime_ms > 0 and self.reauthenticates:
+            share = self.rng.uniform(REAUTH_SHARE_MIN, REAUTH_SHARE_MAX)
+            self.loop.call_later(int(response.session_lifetime_ms * share) * US_PER_MS, self._reauth_due,
+                                 broker_id, connection)
+
+    def _reauth_due(self, broker_id: int, connection: int) -> None:
+        if self._connection_number.get(broker_id) != connection or self._sasl_state.get(broker_id) != "ready":
+            return
+        self._sasl_state[broker_id] = "draining"
+        if not self._outstanding.get(broker_id):
+            self._reauthenticate(broker_id)
+
+    def _reauthenticate(self, broker_id: int) -> None:
+        self._reauthenticating.add(broker_id)
+        self._authenticate(broker_id, self.reauth_user or self.sasl_user)
+
+    def _sasl_failed(self, broker_id: int) -> None:
+        self.sasl_counts["refused"] += 1
+        self.host.trace("client.sasl", self.name, broker_id, "refused", 0)
+        self._sasl_state.pop(broker_id, None)
+        self._reauthenticating.discard(broker_id)
+        self.host.network.close(self.client_id, broker_id)
 
     # --- requests ---------------------------------------------------------------------------------------
 
     def send(self, broker_id: int, api_key: int, api_version: int, request: Any,
              callback: Callable[[Any], None]) -> bool:
-        """Send `request` to `broker_id`; `callback(response or None)` later. False when not connected."""
+        """Send `request` to `broker_id`; `callback(response or None)` later. False when not connected (or
+        not authenticated)."""
+        if self.sasl_user is not None and self._sasl_state.get(broker_id) != "ready":
+            return False
+        return self._transmit(broker_id, api_key, api_version, request, callback)
+
+    def _transmit(self, broker_id: int, api_key: int, api_version: int, request: Any,
+                  callback: Callable[[Any], None]) -> bool:
         if broker_id not in self.connected:
             return False
         self._next_correlation_id += 1
@@ -164,6 +253,8 @@ class KafkaClientBase:
         request = self._outstanding.get(broker_id, {}).pop(correlation_id, None)
         if request is not None:
             request.callback(None)
+            if self._sasl_state.get(broker_id) == "draining" and not self._outstanding.get(broker_id):
+                self._reauthenticate(broker_id)
 
     def any_broker(self) -> int | None:
         candidates = sorted(self.connected)

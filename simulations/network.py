@@ -58,13 +58,14 @@ class NetworkConfig:
 class _Direction:
     """One direction of a stream: a FIFO of (ready_us, payload) and the event that delivers its head."""
 
-    __slots__ = ("queue", "pump_handle", "last_ready_us", "stall_handle")
+    __slots__ = ("queue", "pump_handle", "last_ready_us", "stall_handle", "closing")
 
     def __init__(self) -> None:
         self.queue: collections.deque[tuple[int, bytes]] = collections.deque()
         self.pump_handle: int | None = None
         self.last_ready_us = 0
         self.stall_handle: int | None = None
+        self.closing = False  # the sender closes the stream once this direction's queue is delivered
 
 
 class _Stream:
@@ -218,6 +219,18 @@ class Network:
         """Reset the stream between a and b now, if there is one."""
         self._reset(a, b, "fault")
 
+    def close(self, src: int, dst: int) -> None:
+        """`src` closes its stream to `dst` after what it already sent has been delivered (a socket closed
+        after its last write); the stream then resets like any other."""
+        stream = self._streams.get(_pair(src, dst))
+        if stream is None:
+            return
+        direction = stream.directions[(src, dst)]
+        if direction.queue:
+            direction.closing = True
+        else:
+            self._reset(src, dst, "closed")
+
     # --- traffic ----------------------------------------------------------------------------------------
 
     def send(self, src: int, dst: int, data: bytes) -> bool:
@@ -264,8 +277,12 @@ class Network:
         loop = self.loop
         loop.trace.append(loop.now_us, "net.deliver", src, dst, stream.stream_id, len(data), zlib.crc32(data))
         self._endpoints[dst].on_message(src, data)
-        if direction.queue and self._streams.get((src, dst) if src < dst else (dst, src)) is stream:
+        if self._streams.get((src, dst) if src < dst else (dst, src)) is not stream:
+            return
+        if direction.queue:
             self._schedule_pump(stream, src, dst)
+        elif direction.closing:
+            self._reset(src, dst, "closed")
 
     def _schedule_pump(self, stream: _Stream, src: int, dst: int) -> None:
         direction = stream.directions[(src, dst)]

@@ -38,6 +38,7 @@ import broker.handlers_security  # noqa: F401
 from broker.core import ControllerCall, ReplicaRequest
 from broker.apis import Deferred
 from broker.node_state import NodeState, StepOutput
+from broker.sasl_gate import SaslGate, needs_screening
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
 from partitions.batch import ATTRIBUTES_POSITION, HEADER_SIZE, LOG_OVERHEAD, peek_offset_and_length
 from partitions.errors import ErrorCode, KafkaError
@@ -229,6 +230,16 @@ class NodeProcess:
         self._muted: dict[int, list[bytes]] = {}
         self._observe_request = getattr(sim.checkers, "observe_request", None)
         self._observe_response = getattr(sim.checkers, "observe_response", None)
+        # SASL listeners (the sasl workload): the sessions its clients open, and the gate of net/dispatcher.py
+        sasl_security = getattr(sim, "sasl_security", None)
+        self._sasl_gate = (SaslGate(self.state.apis, sasl_security)
+                           if sasl_security is not None and self.state.apis is not None else None)
+        if self._sasl_gate is not None:
+            sim.configure_sasl_gate(self._sasl_gate)
+        self._open_session: Callable[[int], Session] = getattr(sim, "open_kafka_session", None) or (
+            lambda peer_id: anonymous_session())
+        self._observe_sasl = getattr(sim.checkers, "observe_sasl", None)
+        self._closing: dict[int, int] = {}  # peer -> connection the gate closes: nothing more is read from it
 
     # --- the guard: every entry into the cores -----------------------------------------------------------
 
@@ -274,6 +285,7 @@ class NodeProcess:
         self.connections.pop(peer_id, None)
         self._sessions.pop(peer_id, None)
         self._muted.pop(peer_id, None)
+        self._closing.pop(peer_id, None)
         self._event(self._after_disconnect, peer_id)
 
     def _after_disconnect(self, peer_id: int) -> None:
@@ -462,11 +474,33 @@ class NodeProcess:
             return
         session = self._sessions.get(peer_id)
         if session is None:
-            session = self._sessions[peer_id] = anonymous_session()
+            session = self._sessions[peer_id] = self._open_session(peer_id)
         if session.throttled_until_ms > self.sim.loop.now_ms:
             self._mute(peer_id, [frame], session)
             return
         self._serve_kafka_request(peer_id, frame, session)
+
+    def _screen_sasl(self, peer_id: int, frame: bytes, session: Session) -> bool:
+        """The SASL gate of net/dispatcher.py: True when it kept the frame (answered it, closed the
+        connection, or both), False for a frame to serve as an ordinary request."""
+        connection = self.connections.get(peer_id, -1)
+        body = memoryview(frame)[4:]
+        outcome = self._guard(self._sasl_gate.screen, session, body, self.sim.loop.now_ms)
+        if self._observe_sasl is not None:
+            self._observe_sasl(self, connection, body, outcome, session)
+        if outcome is None:
+            return False
+        if outcome.reply:
+            self._send(peer_id, CHANNEL_KAFKA_RESPONSE, outcome.reply)
+        if outcome.close_delay_ms is not None:
+            self._closing[peer_id] = connection
+            self.sim.loop.call_later(outcome.close_delay_ms * US_PER_MS, self._event, self._close_kafka_connection,
+                                     peer_id, connection)
+        return True
+
+    def _close_kafka_connection(self, peer_id: int, connection: int) -> None:
+        if self.connections.get(peer_id) == connection:
+            self.sim.network.close(self.node_id, peer_id)
 
     def _mute(self, peer_id: int, frames: list[bytes], session: Session) -> None:
         """Hold `frames` until the session's throttle is over (the listener reads nothing from a muted
@@ -487,6 +521,10 @@ class NodeProcess:
             self._serve_kafka_request(peer_id, frame, session)
 
     def _serve_kafka_request(self, peer_id: int, frame: bytes, session: Session) -> None:
+        if self._closing and self._closing.get(peer_id) == self.connections.get(peer_id):
+            return  # the listener reads nothing more from a connection it is closing
+        if self._sasl_gate is not None and needs_screening(session) and self._screen_sasl(peer_id, frame, session):
+            return
         header, request = decode_request(memoryview(frame)[4:])
         if self._observe_request is not None:
             self._observe_request(self, self.connections.get(peer_id, -1), header, request)

@@ -37,6 +37,7 @@ WORKLOADS: dict[str, str] = {
     "transactions": "simulations.txn_sim",
     "reassign": "simulations.reassign_sim",
     "quotas": "simulations.quota_sim",
+    "sasl": "simulations.sasl_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

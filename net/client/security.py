@@ -5,7 +5,9 @@ sasl.mechanism, sasl.username / sasl.password, ssl.ca.location or ssl.truststore
 ssl.certificate.location / ssl.key.location for a client certificate, ssl.endpoint.identification.algorithm),
 so one file serves kcat, confluent-kafka and the `flotilla` command. `sasl_authenticate(call, security)` runs
 SaslHandshake v1 and SaslAuthenticate (KIP-152) over any connection through `call(api_key, request,
-api_version)`: PLAIN in one message, SCRAM in two (RFC 5802, the `scramp` library's client).
+api_version)`: PLAIN in one message, SCRAM in two (RFC 5802, the `scramp` library's client). It returns the
+session lifetime the broker announced (KIP-368; 0 when sessions do not expire), before which the connection
+runs the same exchange again (net/client/transport.py).
 """
 
 from __future__ import annotations
@@ -98,28 +100,29 @@ def read_properties(path: str) -> dict[str, str]:
 Call = Callable[[int, Any, int], Awaitable[Any]]
 
 
-async def sasl_authenticate(call: Call, security: ClientSecurity) -> None:
-    """Authenticate the connection behind `call`. Raises KafkaError (SASL_AUTHENTICATION_FAILED,
-    UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE) with the broker's message."""
+async def sasl_authenticate(call: Call, security: ClientSecurity) -> int:
+    """Authenticate the connection behind `call`; returns the session's lifetime in ms (0: unlimited). Raises
+    KafkaError (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE) with the broker's
+    message."""
     handshake = await call(ApiKey.SASL_HANDSHAKE, messages.SaslHandshakeRequest(mechanism=security.sasl_mechanism), 1)
     if handshake.error_code != ErrorCode.NONE:
         raise KafkaError(f"SASL mechanism {security.sasl_mechanism} refused (broker offers "
                          f"{', '.join(handshake.mechanisms)})", ErrorCode(handshake.error_code))
     if security.sasl_mechanism == PLAIN:
-        await _step(call, f"\x00{security.username}\x00{security.password}".encode())
-        return
+        return (await _step(call, f"\x00{security.username}\x00{security.password}".encode())).session_lifetime_ms
     client = scramp.ScramClient([security.sasl_mechanism], security.username, security.password)
     server_first = await _step(call, client.get_client_first().encode())
     try:
-        client.set_server_first(server_first.decode())
+        client.set_server_first(bytes(server_first.auth_bytes).decode())
         server_final = await _step(call, client.get_client_final().encode())
-        client.set_server_final(server_final.decode())
+        client.set_server_final(bytes(server_final.auth_bytes).decode())
     except (scramp.ScramException, UnicodeDecodeError) as error:
         raise KafkaError(f"SCRAM exchange failed: {error}", ErrorCode.SASL_AUTHENTICATION_FAILED) from None
+    return server_final.session_lifetime_ms
 
 
-async def _step(call: Call, auth_bytes: bytes) -> bytes:
+async def _step(call: Call, auth_bytes: bytes) -> Any:
     response = await call(ApiKey.SASL_AUTHENTICATE, messages.SaslAuthenticateRequest(auth_bytes=auth_bytes), 1)
     if response.error_code != ErrorCode.NONE:
         raise KafkaError(response.error_message or "SASL authentication failed", ErrorCode(response.error_code))
-    return bytes(response.auth_bytes)
+    return response

@@ -6,6 +6,11 @@ anything else is sent, then starts one reader task in the owner's nursery. Any n
 and each caller waits on its own slot, which the reader fills as responses arrive in request order. At
 most `inflight_requests_max` callers wait at a time (a semaphore), so the sans-IO bound is never hit.
 
+Re-authentication (KIP-368): when the broker announces a SASL session lifetime, the connection runs the
+SASL exchange again at a random 85-95% of it, as Kafka's clients do: the next request to be sent after that
+point waits (holding the write lock) until every request in flight has been answered, re-authenticates,
+then goes out. A refused re-authentication closes the connection and raises the broker's error.
+
 Failure: a refused or timed-out connect raises ConnectError (nothing was sent). A connection that breaks,
 sends bad bytes, or lets a request exceed its timeout is closed and every waiting caller gets a
 NetworkError (or RequestTimedOutError for the one that timed out), as Kafka's NetworkClient disconnects on a
@@ -14,6 +19,8 @@ connection for the next request.
 """
 
 from __future__ import annotations
+
+import random
 
 import trio
 
@@ -48,6 +55,9 @@ class BrokerConnection:
         self._send_lock = trio.Lock()
         self._inflight = trio.Semaphore(inflight_requests_max)
         self._waiters: dict[int, _Slot] = {}
+        self._drained: trio.Event | None = None  # set when the last request in flight is answered
+        self._reauthenticate_at: float | None = None  # trio time (KIP-368); None: the session does not expire
+        self.reauthentications = 0
         self.failure: NetworkError | None = None
 
     @property
@@ -66,7 +76,7 @@ class BrokerConnection:
                     self._stream = trio.SSLStream(self._stream, self.security.ssl_context(), server_hostname=self.host)
                 await self._negotiate()
                 if self.security is not None and self.security.uses_sasl:
-                    await sasl_authenticate(self._call_before_reading, self.security)
+                    self._schedule_reauthentication(await sasl_authenticate(self._call_before_reading, self.security))
         except (OSError, trio.TooSlowError, trio.BrokenResourceError, NetworkError, ClientProtocolError) as error:
             await self.aclose()
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {_describe(error)}") from None
@@ -101,6 +111,39 @@ class BrokerConnection:
                 raise NetworkError(f"{self.host}:{self.port} closed the connection during authentication")
             self.protocol.receive_data(data)
 
+    def _schedule_reauthentication(self, session_lifetime_ms: int) -> None:
+        self._reauthenticate_at = None if session_lifetime_ms <= 0 else (
+            trio.current_time() + session_lifetime_ms / 1000 * random.uniform(0.85, 0.95))
+
+    async def _reauthenticate(self) -> None:
+        """Run the SASL exchange again once nothing is in flight (the caller holds the write lock)."""
+        while self._waiters and self.failure is None:
+            self._drained = trio.Event()
+            await self._drained.wait()
+        if self.failure is not None:
+            raise self.failure
+        try:
+            self._schedule_reauthentication(await sasl_authenticate(self._call_locked, self.security))
+        except KafkaError as error:
+            if not isinstance(error, NetworkError):
+                self.fail(NetworkError(f"re-authentication to {self.host}:{self.port} refused: {error.message}"))
+            raise
+        self.reauthentications += 1
+
+    async def _call_locked(self, api_key: int, request: Message, api_version: int) -> Message:
+        """One request and its response while the caller holds the write lock (the re-authentication)."""
+        correlation_id, parts, _ = self.protocol.send_request_parts(api_key, request, api_version)
+        slot = self._waiters[correlation_id] = _Slot()
+        try:
+            await self._stream.send_all(b"".join(parts))
+        except (OSError, trio.BrokenResourceError) as error:
+            self.fail(NetworkError(f"send to {self.host}:{self.port} failed: {_describe(error)}"))
+            raise self.failure from None
+        await slot.event.wait()
+        if slot.error is not None:
+            raise slot.error
+        return slot.response
+
     async def request(
         self, api_key: int, request: Message, timeout_s: float, api_version: int | None = None
     ) -> Message | None:
@@ -127,6 +170,8 @@ class BrokerConnection:
         async with self._send_lock:
             if self.failure is not None:
                 raise self.failure
+            if self._reauthenticate_at is not None and trio.current_time() >= self._reauthenticate_at:
+                await self._reauthenticate()
             correlation_id, parts, expects_response = self.protocol.send_request_parts(api_key, request, api_version)
             slot = _Slot() if expects_response else None
             if slot is not None:
@@ -150,6 +195,8 @@ class BrokerConnection:
                     if slot is not None:  # None when the caller was cancelled and left
                         slot.response = item[1]
                         slot.event.set()
+                if not self._waiters and self._drained is not None:
+                    self._drained.set()
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
             self.fail(error if isinstance(error, NetworkError) else NetworkError(
                 f"connection to {self.host}:{self.port} failed: {_describe(error)}"))
@@ -162,6 +209,8 @@ class BrokerConnection:
         for slot in waiters.values():
             slot.error = self.failure
             slot.event.set()
+        if self._drained is not None:
+            self._drained.set()
         if self._stream is not None:
             stream, self._stream = self._stream, None
             _close_now(stream)

@@ -113,3 +113,56 @@ def test_session_handshake_then_authenticate_in_that_order():
     answer = session.sasl_authenticate(b"\x00admin\x00admin-secret", {"admin": "admin-secret"}, credentials())
     assert answer.error_code == ErrorCode.NONE and session.authenticated and session.principal == "User:admin"
     assert session.sasl_handshake(PLAIN, (PLAIN,)).error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
+PLAIN_USERS = {"admin": "admin-secret", "bob": "bob-secret"}
+
+
+def authenticated(max_reauth_ms: int, now_ms: int = 1000) -> Session:
+    session = Session.open("SASL_PLAINTEXT", "SASL_PLAINTEXT", "h", None)
+    session.sasl_handshake(PLAIN, (PLAIN, SCRAM_SHA_512))
+    answer = session.sasl_authenticate(b"\x00admin\x00admin-secret", PLAIN_USERS, credentials(), now_ms, max_reauth_ms)
+    assert answer.completed and answer.session_lifetime_ms == max_reauth_ms
+    return session
+
+
+def test_a_session_with_a_lifetime_expires_unless_it_reauthenticates():
+    session = authenticated(5000)
+    assert session.expires_at_ms == 6000 and not session.expired(5999) and session.expired(6000)
+    assert session.begin_reauthentication(3000)
+    assert session.in_exchange and session.authenticated and session.principal == "User:admin"
+    assert session.sasl_handshake(PLAIN, (PLAIN,)).error_code == ErrorCode.NONE
+    again = session.sasl_authenticate(b"\x00admin\x00admin-secret", PLAIN_USERS, credentials(), 3500, 5000)
+    assert again.completed and again.session_lifetime_ms == 5000
+    assert session.expires_at_ms == 8500 and not session.in_exchange and not session.expired(6000)
+    assert not session.begin_reauthentication(3999)  # at most one start a second
+    assert session.begin_reauthentication(4000)
+    assert not session.begin_reauthentication(6000)  # already re-authenticating
+
+
+def test_without_a_lifetime_there_is_no_reauthentication():
+    session = authenticated(0)
+    assert session.expires_at_ms is None and not session.expired(10**12)
+    assert not session.begin_reauthentication(10**12)
+
+
+def test_a_reauthentication_may_change_neither_principal_nor_mechanism():
+    session = authenticated(5000)
+    assert session.begin_reauthentication(2000)
+    session.sasl_handshake(PLAIN, (PLAIN,))
+    answer = session.sasl_authenticate(b"\x00bob\x00bob-secret", PLAIN_USERS, credentials(), 2100, 5000)
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and answer.close and not answer.completed
+    assert answer.error_message == "Cannot change principals during re-authentication from User:admin: User:bob"
+    assert session.principal == "User:admin"
+    other = authenticated(5000)
+    assert other.begin_reauthentication(2000)
+    assert other.sasl_handshake(SCRAM_SHA_512, (PLAIN, SCRAM_SHA_512)).error_code == ErrorCode.NONE
+    refused = other.sasl_authenticate(b"n,,n=alice,r=abc", PLAIN_USERS, credentials(), 2100, 5000)
+    assert refused.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and refused.close
+    assert refused.error_message == ("SASL mechanism 'SCRAM-SHA-512' requested by client is not supported for "
+                                     "re-authentication of mechanism 'PLAIN'")
+    wrong = authenticated(5000)
+    assert wrong.begin_reauthentication(2000)
+    wrong.sasl_handshake(PLAIN, (PLAIN,))
+    failed = wrong.sasl_authenticate(b"\x00admin\x00nope", PLAIN_USERS, credentials(), 2100, 5000)
+    assert failed.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and failed.close

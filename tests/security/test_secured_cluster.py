@@ -21,6 +21,7 @@ from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 RECORDS = 300
+REAUTH_MS = 3000
 
 
 def flotilla(cluster: LocalCluster, *args: str, properties: str | None = None, timeout: float = 60):
@@ -47,8 +48,10 @@ def wait_ready(cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("secure")), nodes=3, secure=True,
-                           broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 3})
+    # Every listener's SASL sessions last 3 s (KIP-368): the inter-broker connections re-authenticate too.
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("secure")), nodes=3, secure=True, metrics=True,
+                           broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 3},
+                           security={"connections_max_reauth_ms": REAUTH_MS})
     cluster.start()
     try:
         wait_ready(cluster)
@@ -156,6 +159,31 @@ def test_sasl_ssl_clients_replication_and_acls_on_three_nodes(cluster):
                        "--topic", "a", properties=alice)
     assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr + refused.stdout or \
         "authorization failed" in refused.stderr.lower()
+
+
+def test_replication_reauthenticates_on_the_inter_broker_listener(cluster):
+    """Replica fetchers and the brokers' other connections run SASL over INTERNAL as `admin`: with sessions of
+    3 s they re-authenticate (KIP-368) and none is closed for an expired session, while acks=all records keep
+    being replicated by all three."""
+    from tests.net.test_metrics_endpoint import total
+
+    before = total(cluster, "flotilla_sasl_authentications_total", kind="reauthentication", result="success")
+    deadline = time.monotonic() + 2.5 * REAUTH_MS / 1000
+    while time.monotonic() < deadline:
+        assert produce(cluster, "b", "admin", "PLAIN", 20) == (20, set())
+    after = total(cluster, "flotilla_sasl_authentications_total", kind="reauthentication", result="success")
+    assert after >= before + 6, (before, after)  # six replica fetchers (each node from two leaders), twice each
+    # No connection of `admin` (the brokers, and this test's confluent-kafka 2.16 clients) outlived its session.
+    # kcat's connections may have: its librdkafka 2.0.2 predates KIP-368, so it is closed at its first request
+    # after the session's end and connects again, as with Kafka.
+    expired = []
+    for node_id in cluster.kafka_ports:
+        with open(os.path.join(cluster.directory, f"node-{node_id}.log")) as log:
+            expired += [line for line in log if '"session_expired"' in line and '"User:admin"' in line]
+    assert expired == []
+    described = json.loads(ok(flotilla(cluster, "topics", "describe", "b", "--json")))
+    partitions = described["partitions"] if isinstance(described, dict) else described[0]["partitions"]
+    assert all(sorted(p["isr"]) == [1, 2, 3] for p in partitions), partitions
 
 
 def produce_throttles(cluster: LocalCluster, user: str, mechanism: str, topic: str, records: int) -> list[float]:

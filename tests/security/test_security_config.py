@@ -50,8 +50,16 @@ def test_kafka_port_alone_is_one_plaintext_listener():
     ({}, {"bogus": 1}, "unknown key 'security.bogus'"),
     ({}, {"controller_tls": True}, "'security.controller_tls' needs"),
     ({}, {"listener_security_protocol_map": {"X": "TLS"}}, "security.listener_security_protocol_map.X"),
+    ({}, {"connections_max_reauth_ms": 500}, "'security.connections_max_reauth_ms' must be 0 (off) or"),
+    ({}, {"connections_max_reauth_ms": "1h"}, "'security.connections_max_reauth_ms' must be 0 (off) or"),
+    ({}, {"connections_max_reauth_ms": -1}, "'security.connections_max_reauth_ms' must be 0 (off) or"),
 ])
 def test_bad_security_settings_name_the_file_and_the_key(node_extra, security, fragment):
     with pytest.raises(ConfigError) as info:
         parse(node_extra, security)
     assert str(info.value).startswith("cluster.toml: ") and fragment in str(info.value)
+
+
+def test_connections_max_reauth_ms_is_off_by_default():
+    assert parse({}, {}).security.connections_max_reauth_ms == 0
+    assert parse({}, {"connections_max_reauth_ms": 3_600_000}).security.connections_max_reauth_ms == 3_600_000
