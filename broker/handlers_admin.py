@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from broker.apis import Deferred
+from broker.quotas import CONTROLLER_MUTATION
 from metadata.requests import (
     AlterableConfig,
     AlterConfigsRequest as ControllerAlterConfigs,
@@ -98,6 +99,24 @@ class AdminApis:
             self.broker.call_controller(controller_request, on_response)
         return Deferred(request_id)
 
+    def _mutation_quota(self, header: RequestHeader, now_ms: int, validate_only: bool) -> Callable[[int], int]:
+        """What records the partitions a request created, added or deleted against the client's
+        controller_mutation_rate (KIP-599) once the controller has answered; it returns the throttle time
+        (ms) for the answer, the connection muted for as long. Validation only mutates nothing."""
+        session, client_id = self.apis.session, header.client_id
+
+        def record(partitions: int) -> int:
+            if validate_only or not partitions:
+                return 0
+            return self.apis.client_throttle_ms(CONTROLLER_MUTATION, session, client_id, partitions, now_ms)
+
+        return record
+
+    def _partition_counts(self, names: list[str]) -> dict[str, int]:
+        """Each topic's partition count in this broker's image (0 for a topic it does not know)."""
+        by_name = self.broker.image.topics.by_name
+        return {name: len(by_name[name].partitions) if name in by_name else 0 for name in names}
+
     def _topic_denied(self, name: str, operation: Op) -> bool:
         return not self.apis.authorize(operation, ResourceType.TOPIC, name)
 
@@ -119,12 +138,14 @@ class AdminApis:
         )
         names = [topic.name for topic in request.topics if topic.name not in denied]
         controller_request = ControllerCreateTopics(topics=topics, validate_only=bool(request.validate_only))
+        mutations = self._mutation_quota(header, now_ms, bool(request.validate_only))
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreateTopicsResponse
             by_name = _results_by_name(results[0], names, "topics")
+            created = [] if not results or isinstance(results[0], KafkaError) else results[0].topics
             return response_class(
-                throttle_time_ms=0,
+                throttle_time_ms=mutations(sum(max(0, t.num_partitions) for t in created if not t.error_code)),
                 topics=[
                     response_class.CreatableTopicResult(name=name, error_code=code, error_message=message or None)
                     for name, (code, message) in by_name.items()
@@ -137,13 +158,16 @@ class AdminApis:
     def _delete_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         denied = [n for n in request.topic_names if self._topic_denied(n, Op.DELETE)]
         names = [n for n in request.topic_names if n not in denied]
+        mutations = self._mutation_quota(header, now_ms, False)
+        partitions = self._partition_counts(names)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.DeleteTopicsResponse
             by_name = _results_by_name(results[0] if results else None, names, "topics")
+            deleted = sum(partitions[name] for name, (code, _) in by_name.items() if not code)
             by_name.update({name: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "") for name in denied})
             return response_class(
-                throttle_time_ms=0,
+                throttle_time_ms=mutations(deleted),
                 responses=[response_class.DeletableTopicResult(name=n, error_code=c) for n, (c, _) in by_name.items()],
             )
 
@@ -163,18 +187,24 @@ class AdminApis:
         ]
         names = [request.topic for request in controller_requests]
         denied = [topic.name for topic in request.topics if topic.name not in names]
+        mutations = self._mutation_quota(header, now_ms, bool(request.validate_only))
+        partitions = self._partition_counts(names)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreatePartitionsResponse
             entries = []
-            for name, result in zip(names, results):
+            added = 0
+            for controller_request, result in zip(controller_requests, results):
                 code, message = code_and_message(result)
-                entries.append(response_class.CreatePartitionsTopicResult(name=name, error_code=code,
+                if not code:
+                    added += max(0, controller_request.new_total_count - partitions[controller_request.topic])
+                entries.append(response_class.CreatePartitionsTopicResult(name=controller_request.topic,
+                                                                         error_code=code,
                                                                          error_message=message or None))
             entries += [response_class.CreatePartitionsTopicResult(
                 name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
                 for name in denied]
-            return response_class(throttle_time_ms=0, results=entries)
+            return response_class(throttle_time_ms=mutations(added), results=entries)
 
         return self.forward(header, controller_requests, build)
 

@@ -3,11 +3,15 @@ sans-IO.
 
 Theory of operation. The quotas are metadata (ClientQuotaRecord, `image.quotas`), set with AlterClientQuotas;
 each broker enforces them on its own traffic, as Kafka's brokers do (a client spread over three brokers may
-use three times its quota in all). Three quota types: `producer_byte_rate` (the bytes of each Produce request a
+use three times its quota in all). Four quota types: `producer_byte_rate` (the bytes of each Produce request a
 client sends), `consumer_byte_rate` (the record bytes of each Fetch response a consumer gets; followers'
-fetches are replication, never a client's) and `request_percentage` (the time the node spends handling the
+fetches are replication, never a client's), `request_percentage` (the time the node spends handling the
 client's requests, as a percentage of one thread: 100 is all of one core; recorded by net/dispatcher.py for
-every request but followers' fetches, inter-broker WriteTxnMarkers and acks=0 produces, as Kafka exempts them).
+every request but followers' fetches, inter-broker WriteTxnMarkers and acks=0 produces, as Kafka exempts them)
+and `controller_mutation_rate` (KIP-599: partitions created, added or deleted per second by CreateTopics,
+CreatePartitions and DeleteTopics; recorded by broker/handlers_admin.py for what the controller did). Kafka
+enforces the last on its active controller, for the whole cluster; here the broker the client asked records
+it, like the others, so a client spread over three brokers gets three times it.
 
 Which quota applies to a client (user, client id) is Kafka's order of precedence, for each quota type on its
 own, the first entity that has a value for it:
@@ -26,6 +30,14 @@ at once with `throttle_time_ms` set and then reads nothing more from that connec
 net/dispatcher.py mutes the connection). A throttled fetch is answered empty, its bytes unrecorded, as Kafka
 does, and a consumer's fetch asks for no more than `quota * (num - 1) * window` bytes. A request quota's
 throttle is at most one window (Kafka bounds it so), a byte rate's is not.
+
+A controller mutation quota is Kafka's token bucket instead: a client starts with a burst of `quota * num *
+window` tokens, which refill at `quota` per second up to that burst; each mutation takes one, and once the
+tokens are below zero the client is throttled for the time the refill takes to bring them back to zero,
+    throttle_ms = -tokens / quota * 1000.
+The mutations are accepted meanwhile: every version served here (CreateTopics v0-4, DeleteTopics v0-3,
+CreatePartitions v0-1) is one of Kafka's permissive versions, which throttle but never refuse
+(THROTTLING_QUOTA_EXCEEDED belongs to CreateTopics v6+, DeleteTopics v5+ and CreatePartitions v3+).
 """
 
 from __future__ import annotations
@@ -37,7 +49,8 @@ from metadata.image import ClientQuotasImage, QuotaEntity
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_percentage"
-QUOTA_TYPES = (PRODUCE, FETCH, REQUEST)
+CONTROLLER_MUTATION = "controller_mutation_rate"
+QUOTA_TYPES = (PRODUCE, FETCH, REQUEST, CONTROLLER_MUTATION)
 WINDOW_NUM_DEFAULT = 11  # quota.window.num
 WINDOW_MS_DEFAULT = 1_000  # quota.window.size.seconds
 ANONYMOUS = "ANONYMOUS"
@@ -101,6 +114,18 @@ class SampledRate:
         return sum(self.sums) * 1000.0 / self.window_size_ms(now_ms)
 
 
+@dataclass
+class TokenBucket:
+    """Kafka's TokenBucket stat: tokens refill at the quota's rate up to a burst; recording takes them."""
+
+    tokens: float
+    updated_ms: int
+
+    def record(self, value: float, quota: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.tokens + quota * max(0, now_ms - self.updated_ms) / 1000) - value
+        self.updated_ms = now_ms
+
+
 class ClientQuotas:
     """The client quotas of one broker: which applies to a client, its rate, and its throttle time."""
 
@@ -110,6 +135,7 @@ class ClientQuotas:
         self._image = ClientQuotasImage()
         self._found: dict[tuple[str, str, str], tuple[float, tuple[str, str]] | None] = {}  # quota() of this image
         self._rates: dict[tuple[str, str, str], SampledRate] = {}  # (quota type, user, client id), LRU order
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}  # controller mutations, the same keys
 
     @property
     def enabled(self) -> bool:
@@ -149,6 +175,8 @@ class ClientQuotas:
         if found is None:
             return 0
         limit, sharing = found
+        if quota_type == CONTROLLER_MUTATION:
+            return self._record_mutations(limit, sharing, value, now_ms)
         rate = self._rate(quota_type, sharing)
         rate.record(value, now_ms)
         observed = rate.rate(now_ms)
@@ -158,6 +186,18 @@ class ClientQuotas:
         # A request quota's throttle is at most one window (Kafka's ClientRequestQuotaManager); a byte rate's is
         # not bounded.
         return min(throttle_ms, self.window_ms) if quota_type == REQUEST else throttle_ms
+
+    def _record_mutations(self, quota: float, sharing: tuple[str, str], value: float, now_ms: int) -> int:
+        burst = quota * self.window_num * self.window_ms / 1000
+        key = (CONTROLLER_MUTATION, *sharing)
+        bucket = self._buckets.pop(key, None)
+        if bucket is None:
+            bucket = TokenBucket(burst, now_ms)
+            if len(self._buckets) >= SENSORS_MAX:
+                del self._buckets[next(iter(self._buckets))]
+        self._buckets[key] = bucket  # most recently used last
+        bucket.record(value, quota, burst, now_ms)
+        return 0 if bucket.tokens >= 0 else max(1, round(-bucket.tokens / quota * 1000))
 
     def unrecord(self, quota_type: str, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Take back bytes recorded for a response that was not sent (a throttled fetch)."""

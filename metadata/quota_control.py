@@ -6,11 +6,11 @@ the records to commit and the per-entity results. Kafka's rules:
   (the type's default entity) or not empty; anything else fails that entity with INVALID_REQUEST;
 - an entity named twice in one request fails (the later entry), and so does a key set twice for one entity;
 - a value is for a known key, above 0, and integral for the byte rates (Kafka's LONG quota configs;
-  request_percentage is a DOUBLE);
+  request_percentage and controller_mutation_rate are DOUBLEs);
 - only what changes is written: setting the current value or removing a quota that is not there writes nothing.
-Entities of type `ip` (Kafka's connection_creation_rate) and the key `controller_mutation_rate` are refused
-with INVALID_REQUEST and a message that says so: this broker enforces the byte-rate and request quotas only
-(broker/quotas.py), and a quota stored but never enforced would mislead.
+Entities of type `ip` (Kafka's connection_creation_rate) are refused with INVALID_REQUEST and a message that
+says so: this broker does not enforce connection rates (broker/quotas.py enforces the others), and a quota
+stored but never enforced would mislead.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ IP = "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
-ENFORCED_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
-NOT_ENFORCED_KEYS = ("controller_mutation_rate", "connection_creation_rate")
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+ENFORCED_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
+NOT_ENFORCED_KEYS = ("connection_creation_rate",)
+DOUBLE_KEYS = (REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
 LONG_MAX = 2**63 - 1
 entity_name_chars_max = 1024
 
@@ -102,7 +104,7 @@ def _value_error(key: str, value: float) -> str | None:
         return f"Invalid configuration key {key}"
     if not math.isfinite(value) or value <= 0.0:
         return f"Quota {key} must be greater than 0"
-    if key == REQUEST_PERCENTAGE:
+    if key in DOUBLE_KEYS:
         return None
     if value > LONG_MAX:
         return f"Proposed value for {key} is too large for a LONG."

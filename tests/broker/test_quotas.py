@@ -2,7 +2,7 @@
 the sampled rate and the throttle time it calls for."""
 
 from metadata.image import ClientQuotasImage, FrozenMap
-from broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas, SampledRate
+from broker.quotas import CONTROLLER_MUTATION, FETCH, PRODUCE, REQUEST, ClientQuotas, SampledRate
 
 
 def image(**entities):
@@ -79,3 +79,15 @@ def test_a_request_quota_throttles_at_most_one_window_a_byte_rate_without_bound(
     # 50 percent-seconds (half a second of handling) against 1% of a thread: far above, bounded to one window.
     assert manager.record(REQUEST, "u", "c", 50.0, 0) == 1000
     assert manager.record(PRODUCE, "u", "c", 1_000, 0) > 1000
+
+
+def test_controller_mutations_take_tokens_from_a_bucket_with_a_burst_of_num_windows():
+    manager = quotas(((("client-id", "c"),), {CONTROLLER_MUTATION: 2.0}))  # burst: 2 x 11 windows of 1 s
+    assert manager.record(CONTROLLER_MUTATION, "u", "c", 22, 0) == 0  # the whole burst at once: 0 tokens left
+    assert manager.record(CONTROLLER_MUTATION, "u", "c", 10, 0) == 5_000  # -10 tokens refill at 2 a second
+    assert manager.record(CONTROLLER_MUTATION, "u", "c", 1, 5_000) == 500  # refilled to 0 by then, now -1
+    assert manager.record(CONTROLLER_MUTATION, "u", "c", 1, 100_000) == 0  # refilled up to the burst, not beyond
+    assert manager.record(CONTROLLER_MUTATION, "u", "c", 21, 100_000) == 0
+    assert manager.record(CONTROLLER_MUTATION, "u", "c", 1, 100_000) == 500
+    assert manager.record(CONTROLLER_MUTATION, "u", "other", 22, 0) == 0  # each client id its own bucket
+    assert manager.record(PRODUCE, "u", "c", 10**9, 0) == 0  # no byte-rate quota

@@ -53,7 +53,7 @@ def test_set_change_and_remove_quotas_of_several_entities():
     (ALICE, {"producer_byte_rate": 1.5}, "must be an integer"),
     (ALICE, {"consumer_byte_rate": 2.0**64}, "too large for a LONG"),
     (ALICE, {"fetch_rate": 1.0}, "Invalid configuration key fetch_rate"),
-    (ALICE, {"controller_mutation_rate": 10.0}, "not enforced by this broker"),
+    (ALICE, {"connection_creation_rate": 10.0}, "not enforced by this broker"),
     (ALICE, {"request_percentage": 0.0}, "must be greater than 0"),
 ])
 def test_invalid_entries_fail_alone_with_invalid_request(entity, ops, message):
@@ -65,11 +65,12 @@ def test_invalid_entries_fail_alone_with_invalid_request(entity, ops, message):
     assert [r.entity for r in result.records] == [(Part("client-id", "slow"),)]
 
 
-def test_request_percentage_may_be_fractional():
+@pytest.mark.parametrize("key", ["request_percentage", "controller_mutation_rate"])
+def test_request_percentage_and_controller_mutation_rate_may_be_fractional(key):
     ctl = controller()
-    result = commit(ctl, alter((SLOW, {"request_percentage": 12.5})))
+    result = commit(ctl, alter((SLOW, {key: 12.5})))
     assert result.response.results[0].error_code == ErrorCode.NONE
-    assert ctl.image().quotas.value((("client-id", "slow"),), "request_percentage") == 12.5
+    assert ctl.image().quotas.value((("client-id", "slow"),), key) == 12.5
 
 
 def test_duplicate_entity_and_duplicate_key_fail_and_validate_only_writes_nothing():

@@ -118,8 +118,8 @@ def test_quotas_are_set_described_enforced_and_survive_a_restart(tmp_path):
         result = flotilla(cluster, "alter", "--client-id", "slow", "--add", f"producer_byte_rate={QUOTA}",
                           "--add", f"consumer_byte_rate={QUOTA}")
         assert result.returncode == 0, result.stderr
-        refused = flotilla(cluster, "alter", "--user-default", "--add", "controller_mutation_rate=5")
-        assert refused.returncode == 1 and "controller_mutation_rate is not enforced" in refused.stderr, refused.stderr
+        refused = flotilla(cluster, "alter", "--user-default", "--add", "connection_creation_rate=5")
+        assert refused.returncode == 1 and "connection_creation_rate is not enforced" in refused.stderr, refused.stderr
         usage = flotilla(cluster, "alter", "--client-id", "slow")
         assert usage.returncode == 2 and "nothing to change" in usage.stderr
 
@@ -193,3 +193,50 @@ def test_quotas_are_set_described_enforced_and_survive_a_restart(tmp_path):
         assert flotilla(cluster, "alter", "--client-id", "slow", "--delete", "producer_byte_rate").returncode == 0
         eventually(lambda: {"entity": {"client-id": "slow"}, "quotas": {"consumer_byte_rate": float(QUOTA)}}
                    in described(), 10, what="one quota removed")
+
+
+def test_a_controller_mutation_quota_throttles_a_client_creating_and_deleting_partitions(tmp_path):
+    """KIP-599 on the versions librdkafka speaks (permissive): every topic is created, and once the client's
+    token bucket (2 partitions a second, a burst of 22) is empty its answers carry a throttle time and its
+    connection is muted; deletions count too; another client id is not throttled."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    with LocalCluster(str(tmp_path), nodes=1, broker=FAST_BROKER_SETTINGS, metrics=True) as cluster:
+        wait_for_quorum(cluster)
+        assert flotilla(cluster, "alter", "--client-id", "storm", "--add", "controller_mutation_rate=2").returncode == 0
+        eventually(lambda: json.loads(flotilla(cluster, "describe", "--json").stdout), 10, what="the quota")
+
+        def admin(client_id: str) -> tuple[AdminClient, list[float]]:
+            throttles: list[float] = []
+            return AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id,
+                                "throttle_cb": lambda event: throttles.append(event.throttle_time)}), throttles
+
+        def done(futures: dict) -> None:
+            for future in futures.values():
+                assert future.result(30) is None
+
+        storm, storm_throttles = admin("storm")
+        for index in range(3):  # 30 partitions against a burst of 22: the third answer is throttled
+            done(storm.create_topics([NewTopic(f"s{index}", 10, 1)], operation_timeout=20))
+            storm.poll(0.1)
+        storm.poll(0.5)
+        assert {f"s{i}" for i in range(3)} <= set(storm.list_topics(timeout=20).topics)
+        # At most the 8 missing tokens' refill time (4 s), less what refilled while the requests went out.
+        assert storm_throttles and 0.5 < max(storm_throttles) <= 4.0, storm_throttles
+        metrics = scrape(cluster, 1)
+        assert metrics["flotilla_client_throttles_total"][(("quota", "controller_mutation_rate"),)] >= 1
+        throttled_before = metrics["flotilla_client_throttles_total"][(("quota", "controller_mutation_rate"),)]
+
+        calm, calm_throttles = admin("calm")
+        done(calm.create_topics([NewTopic("c0", 30, 1)], operation_timeout=20))
+        done(calm.create_partitions([NewPartitions("c0", 40)], operation_timeout=20))
+        calm.poll(0.5)
+        assert calm_throttles == []
+
+        # Deleting 30 partitions and adding 10 to another topic take tokens too (the bucket is still below 0).
+        done(storm.delete_topics(["s0", "s1", "s2"], operation_timeout=20))
+        done(storm.create_partitions([NewPartitions("c0", 50)], operation_timeout=20))
+        storm.poll(0.5)
+        metrics = scrape(cluster, 1)
+        assert metrics["flotilla_client_throttles_total"][(("quota", "controller_mutation_rate"),)] >= \
+            throttled_before + 2
