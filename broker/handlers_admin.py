@@ -100,9 +100,9 @@ class AdminApis:
         return Deferred(request_id)
 
     def _mutation_quota(self, header: RequestHeader, now_ms: int, validate_only: bool) -> Callable[[int], int]:
-        """What records the partitions a request created, added or deleted against the client's
-        controller_mutation_rate (KIP-599) once the controller has answered; it returns the throttle time
-        (ms) for the answer, the connection muted for as long. Validation only mutates nothing."""
+        """What records the partitions a request created, added or deleted (as the controller's answers count
+        them) against the client's controller_mutation_rate (KIP-599); it returns the throttle time (ms) for the
+        answer, the connection muted for as long. Validation only mutates nothing."""
         session, client_id = self.apis.session, header.client_id
 
         def record(partitions: int) -> int:
@@ -111,11 +111,6 @@ class AdminApis:
             return self.apis.client_throttle_ms(CONTROLLER_MUTATION, session, client_id, partitions, now_ms)
 
         return record
-
-    def _partition_counts(self, names: list[str]) -> dict[str, int]:
-        """Each topic's partition count in this broker's image (0 for a topic it does not know)."""
-        by_name = self.broker.image.topics.by_name
-        return {name: len(by_name[name].partitions) if name in by_name else 0 for name in names}
 
     def _topic_denied(self, name: str, operation: Op) -> bool:
         return not self.apis.authorize(operation, ResourceType.TOPIC, name)
@@ -159,12 +154,12 @@ class AdminApis:
         denied = [n for n in request.topic_names if self._topic_denied(n, Op.DELETE)]
         names = [n for n in request.topic_names if n not in denied]
         mutations = self._mutation_quota(header, now_ms, False)
-        partitions = self._partition_counts(names)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.DeleteTopicsResponse
             by_name = _results_by_name(results[0] if results else None, names, "topics")
-            deleted = sum(partitions[name] for name, (code, _) in by_name.items() if not code)
+            done = [] if not results or isinstance(results[0], KafkaError) else results[0].topics
+            deleted = sum(t.num_partitions for t in done if not t.error_code)
             by_name.update({name: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "") for name in denied})
             return response_class(
                 throttle_time_ms=mutations(deleted),
@@ -188,19 +183,15 @@ class AdminApis:
         names = [request.topic for request in controller_requests]
         denied = [topic.name for topic in request.topics if topic.name not in names]
         mutations = self._mutation_quota(header, now_ms, bool(request.validate_only))
-        partitions = self._partition_counts(names)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreatePartitionsResponse
             entries = []
-            added = 0
-            for controller_request, result in zip(controller_requests, results):
+            for name, result in zip(names, results):
                 code, message = code_and_message(result)
-                if not code:
-                    added += max(0, controller_request.new_total_count - partitions[controller_request.topic])
-                entries.append(response_class.CreatePartitionsTopicResult(name=controller_request.topic,
-                                                                         error_code=code,
+                entries.append(response_class.CreatePartitionsTopicResult(name=name, error_code=code,
                                                                          error_message=message or None))
+            added = sum(r.partitions_added for r in results if not isinstance(r, KafkaError) and r is not None)
             entries += [response_class.CreatePartitionsTopicResult(
                 name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
                 for name in denied]

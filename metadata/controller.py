@@ -659,11 +659,13 @@ class QuorumController:
     def _handle_create_partitions(self, request: CreatePartitionsRequest, now_ms: int) -> ControllerResult:
         pending = Pending(self._image)
         try:
-            topic_control.create_partitions(pending, request, self._digest)
+            added = topic_control.create_partitions(pending, request, self._digest)
         except KafkaError as error:
             return ControllerResult([], CreatePartitionsResponse(request.topic, error.code, error.message))
-        records = [] if request.validate_only else pending.records
-        return ControllerResult(records, CreatePartitionsResponse(request.topic, ErrorCode.NONE))
+        if request.validate_only:
+            return ControllerResult([], CreatePartitionsResponse(request.topic, ErrorCode.NONE))
+        return ControllerResult(pending.records, CreatePartitionsResponse(request.topic, ErrorCode.NONE,
+                                                                          partitions_added=added))
 
     def _digest(self, *parts: bytes) -> bytes:
         position = self._image.provenance.raft_index.to_bytes(8, "big", signed=True)

@@ -334,6 +334,7 @@ class DeletableTopicResult:
     error_code: int
     message: str = ""
     topic_id: bytes = b""
+    num_partitions: int = 0  # the partitions deleted (a controller mutation quota counts them)
 
 
 @_message
@@ -347,6 +348,7 @@ class CreatePartitionsResponse:
     topic: str
     error_code: int
     message: str = ""
+    partitions_added: int = 0  # (a controller mutation quota counts them)
     version: int = _version()
 
 

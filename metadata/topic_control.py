@@ -200,12 +200,14 @@ def delete_topics(pending: Pending, request: DeleteTopicsRequest) -> DeleteTopic
             results.append(DeletableTopicResult(name, code, "This server does not host this topic."))
         else:
             pending.emit(RemoveTopicRecord(topic_id))
-            results.append(DeletableTopicResult(name, ErrorCode.NONE, "", topic_id))
+            topic = pending.image.topics.by_id.get(topic_id)
+            results.append(DeletableTopicResult(name, ErrorCode.NONE, "", topic_id,
+                                                num_partitions=0 if topic is None else len(topic.partitions)))
     return DeleteTopicsResponse(tuple(results))
 
 
-def create_partitions(pending: Pending, request: CreatePartitionsRequest, digest: Digest) -> None:
-    """Emit the new partitions of `request`. Raises KafkaError."""
+def create_partitions(pending: Pending, request: CreatePartitionsRequest, digest: Digest) -> int:
+    """Emit the new partitions of `request`; how many. Raises KafkaError."""
     topic = pending.image.topics.by_name.get(request.topic)
     if topic is None:
         raise UnknownTopicOrPartitionError(f"Topic '{request.topic}' does not exist")
@@ -225,6 +227,7 @@ def create_partitions(pending: Pending, request: CreatePartitionsRequest, digest
         assignments = _new_partition_assignments(pending, request, current, replication_factor)
     for offset, replicas in enumerate(assignments):
         pending.emit(_new_partition_record(pending, topic.topic_id, current + offset, replicas))
+    return count
 
 
 def _new_partition_assignments(pending: Pending, request: CreatePartitionsRequest, current: int,
