@@ -103,10 +103,11 @@ class KafkaApis:
         self.features: Callable[[], Any] = lambda: None
         # Client quotas (broker/quotas.py): the byte and request rates of the clients of this broker.
         self.quotas = ClientQuotas()
-        # A planted bug for the simulator (simulations/quota_sim.py), never configured: a throttled answer
+        # Planted bugs for the simulator (simulations/quota_sim.py), never configured: a throttled answer
         # carries throttle_time_ms but the connection is not muted, so a client that does not back off is not
-        # held back.
+        # held back; the partitions a client deletes are not counted against its controller_mutation_rate.
         self.bug_throttle_not_muted = False
+        self.bug_deletions_not_counted = False
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}

@@ -57,6 +57,7 @@ class AdminApis:
         self.apis = apis
         self.broker = apis.broker
         self._controller_replies: dict[int, _DelayedControllerReply] = {}
+        self.answered_at_ms: int | None = None  # while a forwarded request's answer is built (see `forward`)
 
     @property
     def auto_create_topics_enable(self) -> bool:
@@ -80,7 +81,8 @@ class AdminApis:
 
     def forward(self, header: RequestHeader, controller_requests: list[Any], build: Callable[[list[Any]], Any]) -> Any:
         """Send `controller_requests` to the active controller; answer with build(results) once all are back
-        (each result a controller response or a KafkaError)."""
+        (each result a controller response or a KafkaError). While build runs, `answered_at_ms` is the time the
+        last answer came back (the request's own time when nothing was forwarded)."""
         if not controller_requests:
             return build([])
         request_id = self.apis.defer()
@@ -94,21 +96,27 @@ class AdminApis:
                 delayed.expected -= 1
                 if delayed.expected == 0:
                     self._controller_replies.pop(request_id, None)
-                    self.apis.completed.append((request_id, header, build(delayed.results)))
+                    self.answered_at_ms = now_ms
+                    try:
+                        self.apis.completed.append((request_id, header, build(delayed.results)))
+                    finally:
+                        self.answered_at_ms = None
 
             self.broker.call_controller(controller_request, on_response)
         return Deferred(request_id)
 
     def _mutation_quota(self, header: RequestHeader, now_ms: int, validate_only: bool) -> Callable[[int], int]:
         """What records the partitions a request created, added or deleted (as the controller's answers count
-        them) against the client's controller_mutation_rate (KIP-599); it returns the throttle time (ms) for the
-        answer, the connection muted for as long. Validation only mutates nothing."""
+        them) against the client's controller_mutation_rate (KIP-599) when the controller has answered, as
+        Kafka's controller records them when it applies the request; it returns the throttle time (ms) for the
+        answer, the connection muted for as long from then. Validation only mutates nothing."""
         session, client_id = self.apis.session, header.client_id
 
         def record(partitions: int) -> int:
             if validate_only or not partitions:
                 return 0
-            return self.apis.client_throttle_ms(CONTROLLER_MUTATION, session, client_id, partitions, now_ms)
+            answered_ms = now_ms if self.answered_at_ms is None else self.answered_at_ms
+            return self.apis.client_throttle_ms(CONTROLLER_MUTATION, session, client_id, partitions, answered_ms)
 
         return record
 
@@ -162,7 +170,7 @@ class AdminApis:
             deleted = sum(t.num_partitions for t in done if not t.error_code)
             by_name.update({name: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "") for name in denied})
             return response_class(
-                throttle_time_ms=mutations(deleted),
+                throttle_time_ms=mutations(0 if self.apis.bug_deletions_not_counted else deleted),
                 responses=[response_class.DeletableTopicResult(name=n, error_code=c) for n, (c, _) in by_name.items()],
             )
 

@@ -20,9 +20,21 @@ back to the quota after (broker/quotas.py); a mute holds a connection, as Kafka 
 reconnecting client gets one request through before its shared rate throttles it again. request_percentage
 is not simulated: it measures handling time, which a deterministic simulation has not.
 
-Planted bug: `--bugs quota_throttle_not_muted`: a throttled answer carries throttle_time_ms but the broker does
+Controller mutations (KIP-599): a topic churner ("churner") creates a topic of `CHURN_PARTITIONS` partitions
+and then deletes it, one request at a time, every `CHURN_INTERVAL_MS`, always through the same broker while it
+stays connected (as an admin client sticks to the controller Metadata names). From `CHURN_QUOTA_AT_MS` of the
+fault phase until the heal its client id has a controller_mutation_rate of `CHURN_QUOTA` partitions a second.
+Checker `mutation_quota_respected`: on each node incarnation, from the first request of the churner it handled
+under that quota, the partitions its successful CreateTopics and DeleteTopics answers created and deleted stay within
+1.1 x (the token bucket's burst of 11 s + Q x elapsed), plus one request, one more per connection (the
+request that empties the bucket is accepted, and a new connection is not muted) and one more for each request
+that came while another was unanswered (the churner times out on a request the controller answers late; the
+node records its mutations, and mutes the connection, when it answers).
+
+Planted bugs: `--bugs quota_throttle_not_muted`: a throttled answer carries throttle_time_ms but the broker does
 not mute the connection, so a client that does not back off on its own (the simulation's producers do not)
-keeps its whole rate.
+keeps its whole rate. `--bugs mutation_deletions_not_counted`: the broker counts the partitions a client
+creates against its controller_mutation_rate but not those it deletes, so the churner runs at twice its quota.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.quotas import FETCH, PRODUCE, WINDOW_MS_DEFAULT, WINDOW_NUM_DEFAULT, ClientQuotas
+from broker.quotas import CONTROLLER_MUTATION, FETCH, PRODUCE, WINDOW_MS_DEFAULT, WINDOW_NUM_DEFAULT, ClientQuotas
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode
@@ -54,8 +66,16 @@ HEAL_RETRY_MS = 500
 ALTER_CLIENT_QUOTAS_VERSION = 1
 BURST_S = WINDOW_NUM_DEFAULT * WINDOW_MS_DEFAULT / 1000  # what the sampled rate lets a fresh client send first
 MARGIN = 1.1
-QUOTA_CHECKER_NAMES = ("quota_respected",)
-QUOTA_BUGS = {"quota_throttle_not_muted": "bug_throttle_not_muted"}
+QUOTA_CHECKER_NAMES = ("quota_respected", "mutation_quota_respected")
+QUOTA_BUGS = {"quota_throttle_not_muted": "bug_throttle_not_muted",
+              "mutation_deletions_not_counted": "bug_deletions_not_counted"}
+CHURNER = "churner"
+CHURN_PARTITIONS = 2
+CHURN_INTERVAL_MS = 200
+CHURN_QUOTA = 2.0  # partitions per second: a burst of 22, then a topic created or deleted a second
+CHURN_QUOTA_AT_MS = 2_000
+CREATE_TOPICS_VERSION = 4
+DELETE_TOPICS_VERSION = 3
 
 
 @dataclass
@@ -67,6 +87,7 @@ class _Stretch:
     handled: int = 0
     largest: int = 0
     connections: set[int] = field(default_factory=set)
+    overlapping: int = 0  # requests that came while another of the client's was still unanswered
 
 
 class QuotaCheckers(ClusterCheckers):
@@ -75,6 +96,7 @@ class QuotaCheckers(ClusterCheckers):
     def __init__(self) -> None:
         super().__init__()
         self._stretches: dict[tuple[int, int, str, str], _Stretch] = {}
+        self._unanswered: dict[tuple[int, int], int] = {}  # (node, incarnation) -> churner requests unanswered
         self._quotas = ClientQuotas()
         self.throttled_stretches = 0  # stretches that went past one burst: the quota had to act
 
@@ -90,6 +112,12 @@ class QuotaCheckers(ClusterCheckers):
         if header.api_key == ApiKey.PRODUCE:
             size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
             self._account(process, connection, PRODUCE, header.client_id or "", size, "produce")
+        elif header.api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS) and header.client_id == CHURNER:
+            key = (process.node_id, process.incarnation)
+            stretch = self._account_mutations(process, connection, 0)
+            if stretch is not None and self._unanswered.get(key, 0) > 0:
+                stretch.overlapping += 1
+            self._unanswered[key] = self._unanswered.get(key, 0) + 1
 
     def observe_response(self, process: Any, connection: int, header: Any, response: Any) -> None:
         """A Kafka response a node is about to send on the connection numbered `connection`."""
@@ -97,18 +125,54 @@ class QuotaCheckers(ClusterCheckers):
         if header.api_key == ApiKey.FETCH and not header.client_id.startswith("replica-"):
             size = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
             self._account(process, connection, FETCH, header.client_id or "", size, "fetched records")
+        elif header.api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS) and header.client_id == CHURNER:
+            key = (process.node_id, process.incarnation)
+            self._unanswered[key] = max(0, self._unanswered.get(key, 0) - 1)
+            topics = response.topics if header.api_key == ApiKey.CREATE_TOPICS else response.responses
+            done = sum(CHURN_PARTITIONS for topic in topics if topic.error_code == ErrorCode.NONE)
+            self._account_mutations(process, connection, done)
 
-    def _account(self, process: Any, connection: int, quota_type: str, client_id: str, size: int, what: str) -> None:
+    def _account_mutations(self, process: Any, connection: int, partitions: int) -> _Stretch | None:
+        """The churner's partitions created and deleted against the token bucket of its quota; its stretch."""
         now_ms = process.sim.loop.now_ms
+        stretch = self._stretch(process, CONTROLLER_MUTATION, CHURNER, now_ms)
+        if stretch is None:
+            return None
+        stretch.connections.add(connection)
+        if not partitions:
+            return stretch
+        stretch.handled += partitions
+        stretch.largest = max(stretch.largest, partitions)
+        elapsed_s = (now_ms - stretch.started_ms) / 1000
+        # Beyond the bucket: the request that empties it, one per connection (a new one is not muted), and each
+        # that came while another was unanswered (the churner gave up on it; the mute comes with the answer).
+        extra = 1 + len(stretch.connections) + stretch.overlapping
+        allowed = MARGIN * stretch.quota * (BURST_S + elapsed_s) + extra * stretch.largest
+        if stretch.handled > allowed:
+            self.violate("mutation_quota_respected",
+                         f"node {process.node_id} created and deleted {stretch.handled} partitions for "
+                         f"{CHURNER!r} in {elapsed_s:.1f} s under a controller_mutation_rate of "
+                         f"{stretch.quota:g}/s (at most {allowed:.0f})")
+
+    def _stretch(self, process: Any, quota_type: str, client_id: str, now_ms: int) -> _Stretch | None:
+        """The client's current stretch under one quota on this node incarnation (None without a quota); a new
+        one when the quota appeared or changed."""
         self._quotas.update(process.broker.image.quotas)
         found = self._quotas.quota(quota_type, "", client_id)
         key = (process.node_id, process.incarnation, client_id, quota_type)
-        stretch = self._stretches.get(key)
         if found is None:
             self._stretches.pop(key, None)
-            return
+            return None
+        stretch = self._stretches.get(key)
         if stretch is None or stretch.quota != found[0]:
             stretch = self._stretches[key] = _Stretch(found[0], now_ms)
+        return stretch
+
+    def _account(self, process: Any, connection: int, quota_type: str, client_id: str, size: int, what: str) -> None:
+        now_ms = process.sim.loop.now_ms
+        stretch = self._stretch(process, quota_type, client_id, now_ms)
+        if stretch is None:
+            return
         stretch.handled += size
         stretch.largest = max(stretch.largest, size)
         stretch.connections.add(connection)
@@ -174,6 +238,16 @@ class SimQuotaAdmin(KafkaClientBase):
                 self.counts["set"] += 1
         self.loop.call_later(self._interval_us(), self._act)
 
+    def limit_churner(self) -> None:
+        """Set the churner's controller_mutation_rate, again until a broker takes it (it stays until the heal)."""
+        if not self.running or not self.altering:
+            return
+        broker_id = self.any_broker()
+        if broker_id is not None and not self.host.churner_limited():
+            self._alter(broker_id, [((CHURNER, CONTROLLER_MUTATION), CHURN_QUOTA)])
+        if not self.host.churner_limited():
+            self.loop.call_later(HEAL_RETRY_MS * US_PER_MS, self.limit_churner)
+
     def remove_all(self) -> None:
         """At the heal: remove every quota, again every HEAL_RETRY_MS while a node's image still holds one (a
         change the admin saw time out may be committed later: the broker retries what it forwarded)."""
@@ -185,7 +259,8 @@ class SimQuotaAdmin(KafkaClientBase):
             return
         broker_id = self.any_broker()
         if broker_id is not None and self.host.quotas_left():
-            self._alter(broker_id, [(target, None) for target in sorted(self.loads)])
+            self._alter(broker_id, [(target, None) for target in [*sorted(self.loads),
+                                                                   (CHURNER, CONTROLLER_MUTATION)]])
         self.loop.call_later(HEAL_RETRY_MS * US_PER_MS, self._remove_remaining)
 
     def _alter(self, broker_id: int, changes: list[tuple[tuple[str, str], float | None]]) -> None:
@@ -210,6 +285,62 @@ class SimQuotaAdmin(KafkaClientBase):
             self.counts["accepted" if codes.get(client) == ErrorCode.NONE else "refused"] += 1
 
 
+class SimTopicChurner(KafkaClientBase):
+    """Creates a topic, deletes it, and again, one request at a time (see the module docstring)."""
+
+    def __init__(self, host: Any, client_id: int) -> None:
+        super().__init__(host, client_id, CHURNER, TOPIC, PARTITIONS)
+        self.churning = True
+        self._broker: int | None = None
+        self._inflight = False
+        self._next = 0
+        self._created: list[str] = []  # topics created and not yet deleted, oldest first
+        self.counts = {"created": 0, "deleted": 0}
+
+    def start(self) -> None:
+        self.loop.call_later(CHURN_INTERVAL_MS * US_PER_MS, self._tick)
+
+    def _tick(self) -> None:
+        if not self.running or not self.churning:
+            return
+        if not self._inflight:
+            if self._broker not in self.connected:
+                self._broker = self.any_broker()
+            if self._broker is not None:
+                self._inflight = self._delete() if self._created else self._create()
+        self.loop.call_later(CHURN_INTERVAL_MS * US_PER_MS, self._tick)
+
+    def _create(self) -> bool:
+        self._next += 1
+        name = f"churn-{self._next}"
+        request_class = messages.CreateTopicsRequest
+        request = request_class(topics=[request_class.CreatableTopic(
+            name=name, num_partitions=CHURN_PARTITIONS, replication_factor=1, assignments=[], configs=[])],
+            timeout_ms=5_000, validate_only=False)
+        return self.send(self._broker, ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, request,
+                         lambda response: self._on_create(name, response))
+
+    def _on_create(self, name: str, response: Any) -> None:
+        self._inflight = False
+        if response is not None and response.topics[0].error_code == ErrorCode.NONE:
+            self._created.append(name)
+            self.counts["created"] += 1
+
+    def _delete(self) -> bool:
+        name = self._created[0]
+        request = messages.DeleteTopicsRequest(topic_names=[name], timeout_ms=5_000)
+        return self.send(self._broker, ApiKey.DELETE_TOPICS, DELETE_TOPICS_VERSION, request,
+                         lambda response: self._on_delete(name, response))
+
+    def _on_delete(self, name: str, response: Any) -> None:
+        self._inflight = False
+        if response is None:
+            return
+        if response.responses[0].error_code in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            self._created.remove(name)
+            self.counts["deleted"] += response.responses[0].error_code == ErrorCode.NONE
+
+
 class QuotaSimulation(ClusterSimulation):
     """The cluster simulation with changing client quotas (see the module docstring)."""
 
@@ -218,21 +349,31 @@ class QuotaSimulation(ClusterSimulation):
     idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
 
     def configure_node(self, state: Any) -> None:
-        if "quota_throttle_not_muted" in self.workload_bugs and state.apis is not None:
-            state.apis.bug_throttle_not_muted = True
+        if state.apis is not None:
+            for bug in self.workload_bugs:
+                setattr(state.apis, QUOTA_BUGS[bug], True)
 
     def _build_clients(self) -> None:
         super()._build_clients()
         self.quota_admin = SimQuotaAdmin(self, CLIENT_ID_BASE + 21, self.shape.records_per_s)
-        self.clients = [*self.clients, self.quota_admin]
+        self.churner = SimTopicChurner(self, CLIENT_ID_BASE + 23)
+        self.clients = [*self.clients, self.quota_admin, self.churner]
 
     def _start_clients(self) -> None:
         super()._start_clients()
         self.quota_admin.start()
+        self.churner.start()
+        self.loop.call_later(CHURN_QUOTA_AT_MS * US_PER_MS, self.quota_admin.limit_churner)
 
     def _heal_everything(self) -> None:
         super()._heal_everything()
+        self.churner.churning = False
         self.quota_admin.remove_all()
+
+    def churner_limited(self) -> bool:
+        """Whether a running node's image holds the churner's controller_mutation_rate."""
+        return any(self.is_running(node_id) and process.broker.image.quotas.value(
+            (("client-id", CHURNER),), CONTROLLER_MUTATION) is not None for node_id, process in self.processes.items())
 
     def quotas_left(self) -> str | None:
         """Which running node's image still holds a quota, or None."""
@@ -248,6 +389,7 @@ class QuotaSimulation(ClusterSimulation):
         result = super()._result()
         result.stats.update({f"quotas_{name}": count for name, count in self.quota_admin.counts.items()})
         result.stats["quota_throttled_stretches"] = self.checkers.throttled_stretches
+        result.stats.update({f"churn_{name}": count for name, count in self.churner.counts.items()})
         return result
 
 

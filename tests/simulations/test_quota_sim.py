@@ -21,6 +21,7 @@ from simulations.run import run_one, sweep
 from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
 
 THROTTLE_NOT_MUTED_SEED = 1
+DELETIONS_NOT_COUNTED_SEED = 1
 
 
 def test_a_fault_free_run_throttles_clients_and_passes_every_checker():
@@ -29,6 +30,7 @@ def test_a_fault_free_run_throttles_clients_and_passes_every_checker():
     assert "quota_respected" in {v.name for v in result.checkers}
     assert result.stats["quotas_accepted"] >= 3
     assert result.stats["quota_throttled_stretches"] >= 1  # a quota had to act, not only stand by
+    assert result.stats["churn_created"] >= 10 and result.stats["churn_deleted"] >= 10
 
 
 def _process(now_ms: int, key: str, quota: float, client_id: str = "p") -> SimpleNamespace:
@@ -76,6 +78,42 @@ def test_quota_respected_counts_fetched_bytes_but_not_followers():
     for second in range(30):
         _fetched(checkers, second * 1000, 2000)
     assert "fetched records of 'p'" in checkers.violations.get("quota_respected", "")
+
+
+def _churned(checkers: QuotaCheckers, now_ms: int, topics: int, deleted: bool = False, connection: int = 1) -> None:
+    image = ClientQuotasImage(FrozenMap({(("client-id", "churner"),): FrozenMap({"controller_mutation_rate": 2.0})}))
+    process = SimpleNamespace(node_id=1, incarnation=1, sim=SimpleNamespace(loop=SimpleNamespace(now_ms=now_ms)),
+                              broker=SimpleNamespace(image=SimpleNamespace(quotas=image)))
+    if deleted:
+        response_class = messages.DeleteTopicsResponse
+        response = response_class(throttle_time_ms=0, responses=[
+            response_class.DeletableTopicResult(name=f"t{i}", error_code=0) for i in range(topics)])
+        header = RequestHeader(ApiKey.DELETE_TOPICS, 3, 1, "churner")
+    else:
+        response_class = messages.CreateTopicsResponse
+        response = response_class(throttle_time_ms=0, topics=[
+            response_class.CreatableTopicResult(name=f"t{i}", error_code=0, error_message=None) for i in range(topics)])
+        header = RequestHeader(ApiKey.CREATE_TOPICS, 4, 1, "churner")
+    checkers.observe_response(process, connection, header, response)
+
+
+def test_mutation_quota_respected_allows_the_burst_and_the_rate_and_catches_more():
+    checkers = QuotaCheckers()  # 2 partitions a second: a burst of 22, then 2 a second
+    _churned(checkers, 0, 11)  # the burst: 22 partitions
+    for second in range(1, 30):
+        _churned(checkers, second * 1000, 1, deleted=second % 2 == 0)  # 2 partitions a second
+    assert "mutation_quota_respected" not in checkers.violations
+    checkers = QuotaCheckers()
+    for second in range(30):  # twice the rate, sustained, half of it deletions
+        _churned(checkers, second * 1000, 1)
+        _churned(checkers, second * 1000 + 500, 1, deleted=True)
+    assert "controller_mutation_rate of 2/s" in checkers.violations.get("mutation_quota_respected", "")
+
+
+@pytest.mark.slow
+def test_deletions_not_counted_fails_mutation_quota_respected_at_its_known_seed():
+    assert_teeth("quotas", "mutation_deletions_not_counted", DELETIONS_NOT_COUNTED_SEED, 60.0,
+                 {"mutation_quota_respected"})
 
 
 @pytest.mark.slow
