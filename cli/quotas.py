@@ -1,11 +1,11 @@
-"""`flotilla quotas alter|describe`: client byte-rate quotas (what kafka-configs.sh --entity-type users/clients
---alter --add-config producer_byte_rate=... and --describe do).
+"""`flotilla quotas alter|describe`: client quotas (what kafka-configs.sh --entity-type users/clients --alter
+--add-config producer_byte_rate=... and --describe do).
 
 An entity is a user (`--user NAME`, or `--user-default` for every user without its own), a client id
 (`--client-id ID` / `--client-default`) or both. Keys: producer_byte_rate and consumer_byte_rate (bytes per
-second) and request_percentage (percent of one thread's time), each enforced by each broker on its own
-traffic. `describe` without an entity lists every entity with
-quotas; with one, exactly that entity.
+second), request_percentage (percent of one thread's time) and controller_mutation_rate (partitions created,
+added or deleted per second), each enforced by each broker on its own traffic. `describe` without an entity
+lists every entity with quotas; with one, exactly that entity.
 Exit codes as every client command: 0, 1 a failed operation, 2 bad usage, 3 the cluster cannot be reached.
 """
 
