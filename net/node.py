@@ -50,7 +50,7 @@ from net.malloc import keep_heap_pages
 from net.heap import freeze_startup_heap, time_collections
 from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
 from net.client.connection import ClientConnection, ConnectionState
-from net.client.security import ClientSecurity, sasl_authenticate
+from net.client.security import ClientSecurity, reauthenticate_at, sasl_authenticate
 from net.server import FrameServer, ServerLimits, keep_deadline_ahead
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
@@ -516,7 +516,8 @@ class KafkaConnection:
                 if opened.connection.state is ConnectionState.NEW:  # KIP-511: try the version it offered
                     await stream.send_all(opened.connection.initiate())
             if security is not None and security.uses_sasl:
-                opened._schedule_reauthentication(await sasl_authenticate(opened._call_holding_send_lock, security))
+                lifetime_ms = await sasl_authenticate(opened._call_holding_send_lock, security)
+                opened._reauthenticate_at = reauthenticate_at(lifetime_ms, trio.current_time())
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
@@ -568,10 +569,6 @@ class KafkaConnection:
         """One request of the SASL exchange (sasl_authenticate's `call`), sent while nothing else is."""
         return await self._answer(await self._send(api_key, api_version, request))
 
-    def _schedule_reauthentication(self, session_lifetime_ms: int) -> None:
-        self._reauthenticate_at = None if session_lifetime_ms <= 0 else (
-            trio.current_time() + session_lifetime_ms / 1000 * random.uniform(0.85, 0.95))
-
     async def _reauthenticate(self) -> None:
         await self._send_lock.acquire()
         try:
@@ -580,7 +577,8 @@ class KafkaConnection:
             while self._outstanding:
                 self._idle = trio.Event()
                 await self._idle.wait()
-            self._schedule_reauthentication(await sasl_authenticate(self._call_holding_send_lock, self.security))
+            lifetime_ms = await sasl_authenticate(self._call_holding_send_lock, self.security)
+            self._reauthenticate_at = reauthenticate_at(lifetime_ms, trio.current_time())
             self.reauthentications += 1
         finally:
             self._send_lock.release()

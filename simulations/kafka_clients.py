@@ -39,6 +39,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from net.client.security import REAUTH_SHARE_MAX, REAUTH_SHARE_MIN
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_response, encode_request
 from partitions.batch import iter_batches
@@ -73,7 +74,6 @@ METADATA_VERSION = 8
 CREATE_TOPICS_VERSION = 4
 SASL_HANDSHAKE_VERSION = 1
 SASL_AUTHENTICATE_VERSION = 1
-REAUTH_SHARE_MIN, REAUTH_SHARE_MAX = 0.85, 0.95  # of the session lifetime, as Kafka's clients
 _CORRELATION = struct.Struct(">i")
 
 # Errors after which the same batch is sent again (to the leader the refreshed metadata names).

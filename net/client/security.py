@@ -12,6 +12,7 @@ runs the same exchange again (net/client/transport.py).
 
 from __future__ import annotations
 
+import random
 import ssl
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -98,6 +99,17 @@ def read_properties(path: str) -> dict[str, str]:
 
 
 Call = Callable[[int, Any, int], Awaitable[Any]]
+
+
+REAUTH_SHARE_MIN, REAUTH_SHARE_MAX = 0.85, 0.95  # of a session's lifetime, as Kafka's clients (KIP-368)
+
+
+def reauthenticate_at(session_lifetime_ms: int, now_s: float) -> float | None:
+    """When a connection authenticated at `now_s` (seconds, any clock) re-authenticates: at a random 85-95% of
+    the session lifetime the broker announced, as Kafka's clients do; None when the session does not expire."""
+    if session_lifetime_ms <= 0:
+        return None
+    return now_s + session_lifetime_ms / 1000 * random.uniform(REAUTH_SHARE_MIN, REAUTH_SHARE_MAX)
 
 
 async def sasl_authenticate(call: Call, security: ClientSecurity) -> int:

@@ -20,13 +20,11 @@ connection for the next request.
 
 from __future__ import annotations
 
-import random
-
 import trio
 
 from net.client.connection import ClientConnection, ClientProtocolError, ConnectionState
 from net.client.errors import ConnectError, NetworkError
-from net.client.security import ClientSecurity, sasl_authenticate
+from net.client.security import ClientSecurity, reauthenticate_at, sasl_authenticate
 from net.plainsocket import RECEIVE_BYTES_MAX
 from net.protocol.codec import ApiKey
 from net.protocol.schema import Message
@@ -76,7 +74,8 @@ class BrokerConnection:
                     self._stream = trio.SSLStream(self._stream, self.security.ssl_context(), server_hostname=self.host)
                 await self._negotiate()
                 if self.security is not None and self.security.uses_sasl:
-                    self._schedule_reauthentication(await sasl_authenticate(self._call_before_reading, self.security))
+                    lifetime_ms = await sasl_authenticate(self._call_before_reading, self.security)
+                    self._reauthenticate_at = reauthenticate_at(lifetime_ms, trio.current_time())
         except (OSError, trio.TooSlowError, trio.BrokenResourceError, NetworkError, ClientProtocolError) as error:
             await self.aclose()
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {_describe(error)}") from None
@@ -111,10 +110,6 @@ class BrokerConnection:
                 raise NetworkError(f"{self.host}:{self.port} closed the connection during authentication")
             self.protocol.receive_data(data)
 
-    def _schedule_reauthentication(self, session_lifetime_ms: int) -> None:
-        self._reauthenticate_at = None if session_lifetime_ms <= 0 else (
-            trio.current_time() + session_lifetime_ms / 1000 * random.uniform(0.85, 0.95))
-
     async def _reauthenticate(self) -> None:
         """Run the SASL exchange again once nothing is in flight (the caller holds the write lock)."""
         while self._waiters and self.failure is None:
@@ -123,7 +118,8 @@ class BrokerConnection:
         if self.failure is not None:
             raise self.failure
         try:
-            self._schedule_reauthentication(await sasl_authenticate(self._call_locked, self.security))
+            lifetime_ms = await sasl_authenticate(self._call_locked, self.security)
+            self._reauthenticate_at = reauthenticate_at(lifetime_ms, trio.current_time())
         except KafkaError as error:
             if not isinstance(error, NetworkError):
                 self.fail(NetworkError(f"re-authentication to {self.host}:{self.port} refused: {error.message}"))
