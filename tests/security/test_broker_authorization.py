@@ -275,6 +275,50 @@ def test_100000_random_frames_before_authentication_change_nothing():
     assert log_end_offsets(cluster) == before
 
 
+def test_10000_random_frames_during_a_reauthentication_change_nothing():
+    """KIP-368's path: a connection authenticated with a session lifetime starts a re-authentication, then
+    gets a hostile frame (seeded); the broker answers or closes each, never serves one as a request, and no
+    log changes."""
+    rng = random.Random(20261127)
+    cluster = FUZZ_CLUSTER
+    before = log_end_offsets(cluster)
+    security = SecuritySettings(plain_users={"admin": "admin-secret"}, connection_failed_authentication_delay_ms=100,
+                                connections_max_reauth_ms=60_000)
+    clock = [cluster.now_ms]
+    gate = KafkaDispatcher(cluster.apis[1], lambda: clock[0], lambda: None, security=security)
+    handshake = frame(ApiKey.SASL_HANDSHAKE, 1, messages.SaslHandshakeRequest(mechanism="PLAIN"))
+    authenticate = frame(ApiKey.SASL_AUTHENTICATE, 2, messages.SaslAuthenticateRequest(auth_bytes=b"\x00admin\x00admin-secret"))
+    templates = [frame(ApiKey.PRODUCE, 8, produce_request("t", 0, [b"v"])), authenticate, handshake,
+                 frame(ApiKey.METADATA, 8, messages.MetadataRequest(topics=None))]
+    outcomes = {"closed": 0, "answered": 0}
+    for connection in range(1, 10_001):
+        gate.connection_opened(connection, "127.0.0.1", SASL_LISTENER, None)
+        gate.handle_frame(connection, handshake)
+        lifetime = answer(ApiKey.SASL_AUTHENTICATE, 2, gate.handle_frame(connection, authenticate)).session_lifetime_ms
+        assert lifetime == 60_000
+        clock[0] += 1_000  # a re-authentication may start a second after the last
+        assert answer(ApiKey.SASL_HANDSHAKE, 1, gate.handle_frame(connection, handshake)).error_code == ErrorCode.NONE
+        template = bytearray(rng.choice(templates))
+        for _ in range(rng.randint(1, 4)):  # flip, truncate or extend
+            choice = rng.random()
+            if choice < 0.5 and template:
+                template[rng.randrange(len(template))] = rng.randrange(256)
+            elif choice < 0.75:
+                del template[rng.randrange(len(template) + 1):]
+            else:
+                template += rng.randbytes(rng.randint(1, 16))
+        try:
+            reply = gate.handle_frame(connection, bytes(template))
+            outcomes["closed" if isinstance(reply, CloseAfter) else "answered"] += 1
+            if not isinstance(reply, CloseAfter):  # only the exchange is served: a SaslAuthenticate answer
+                assert answer(ApiKey.SASL_AUTHENTICATE, 2, reply).error_code == ErrorCode.NONE
+        except CloseConnection:
+            outcomes["closed"] += 1
+        gate.connection_closed(connection)
+    assert outcomes["closed"] > 9_000, outcomes
+    assert log_end_offsets(cluster) == before
+
+
 def test_describe_log_dirs_needs_cluster_describe(secured):
     """Without DESCRIBE on the cluster no log directory is listed, and from v3 the answer says why, as Kafka's."""
     for version in (1, 3, 4):
