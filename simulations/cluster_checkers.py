@@ -84,6 +84,10 @@ class ReplicaLog:
 class ClusterCheckers:
     """Observations and first violations of one run (see the module docstring)."""
 
+    # A workload's own checkers (simulations/quota_sim.py and the others): `violate` takes them too, and
+    # `verdicts` reports them after the cluster's, before liveness and node errors.
+    extra_checker_names: tuple[str, ...] = ()
+
     def __init__(self) -> None:
         self.violations: dict[str, str] = {}
         self.acked: dict[TopicPartition, dict[int, bytes]] = {}  # acks=all acknowledgements
@@ -101,7 +105,7 @@ class ClusterCheckers:
         self.unexplained_fence: Callable[[int, int], str | None] | None = None
 
     def violate(self, checker: str, detail: str) -> None:
-        assert checker in CHECKER_NAMES, f"unknown checker {checker}"
+        assert checker in CHECKER_NAMES or checker in self.extra_checker_names, f"unknown checker {checker}"
         self.violations.setdefault(checker, detail)
 
     # --- during the run ---------------------------------------------------------------------------------
@@ -241,7 +245,7 @@ class ClusterCheckers:
 
     def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
         verdicts = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                    for name in CHECKER_NAMES]
+                    for name in (*CHECKER_NAMES, *self.extra_checker_names)]
         verdicts.append(CheckerVerdict("liveness", self.liveness_ok, "" if self.liveness_ok else self.liveness_detail))
         verdicts.append(CheckerVerdict("no_node_error", not node_errors, node_errors[0] if node_errors else ""))
         return verdicts

@@ -45,7 +45,7 @@ HEARTBEAT_INTERVAL_MS = 500
 class ConsumerGroupCheckers(GroupCheckers):
     """The groups workload's checkers with partition_exclusive in place of generation_exclusive."""
 
-    group_checker_names = CONSUMER_GROUP_CHECKER_NAMES
+    extra_checker_names = CONSUMER_GROUP_CHECKER_NAMES
 
     def check_exclusive_owners(self, groups: dict) -> None:
         """Every partition in at most one member's assigned or pending-revocation partitions."""

@@ -30,12 +30,11 @@ from typing import Any
 
 from coordinator.runtime import WRITE_TIMEOUT_MS_DEFAULT
 from net.protocol.codec import ApiKey
-from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers, TopicPartition
+from simulations.cluster_checkers import ClusterCheckers, TopicPartition
 from simulations.group_clients import SESSION_TIMEOUT_MS
 from simulations.kafka_clients import REQUEST_TIMEOUT_MS
 from simulations.loop import US_PER_MS
 from simulations.node_process import REPLICA_IDLE_BACKOFF_MS, STEP_INTERVAL_MS
-from simulations.run import CheckerVerdict
 
 GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt")
 # The coordinator requests that must be answered promptly while nothing is wrong (JoinGroup waits for the
@@ -106,7 +105,7 @@ class FaultWindows:
 class GroupCheckers(ClusterCheckers):
     """The cluster's checkers plus the group ones (see the module docstring)."""
 
-    group_checker_names = GROUP_CHECKER_NAMES
+    extra_checker_names = GROUP_CHECKER_NAMES
 
     def __init__(self) -> None:
         super().__init__()
@@ -119,11 +118,6 @@ class GroupCheckers(ClusterCheckers):
         self.quiet_answers = 0  # answers coordinator_answers_prompt checked, and the slowest (statistics)
         self.quiet_answer_ms_max = 0
 
-    def violate(self, checker: str, detail: str) -> None:
-        if checker in self.group_checker_names:
-            self.violations.setdefault(checker, detail)
-            return
-        super().violate(checker, detail)
 
     def observe_assignment(self, group: str, generation: int, member_id: str, partitions: list[int]) -> None:
         self.assignments_seen += 1
@@ -182,8 +176,3 @@ class GroupCheckers(ClusterCheckers):
                 self.violate("group_delivery", f"{key[0]}-{key[1]}: {len(missing)} acknowledged records never "
                                                f"consumed by the group, first at offset {missing[0]}")
 
-    def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
-        verdicts = super().verdicts(node_errors)
-        group_verdicts = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                          for name in self.group_checker_names]
-        return verdicts[:len(CLUSTER_CHECKER_NAMES)] + group_verdicts + verdicts[len(CLUSTER_CHECKER_NAMES):]

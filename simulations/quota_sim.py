@@ -47,12 +47,12 @@ from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode
 from simulations import cluster_sim
-from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers
+from simulations.cluster_checkers import ClusterCheckers
 from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
 from simulations.kafka_clients import LINGER_MS
 from simulations.kafka_clients import KafkaClientBase
 from simulations.loop import US_PER_MS
-from simulations.run import CheckerVerdict, RunConfig, RunResult
+from simulations.run import RunConfig, RunResult
 
 DESCRIPTION = "the whole cluster while client byte-rate quotas are set, changed and removed"
 QUOTA_INTERVAL_MS_MIN, QUOTA_INTERVAL_MS_MAX = 3_000, 10_000
@@ -93,6 +93,8 @@ class _Stretch:
 class QuotaCheckers(ClusterCheckers):
     """The cluster's checkers plus `quota_respected` (see the module docstring)."""
 
+    extra_checker_names = QUOTA_CHECKER_NAMES
+
     def __init__(self) -> None:
         super().__init__()
         self._stretches: dict[tuple[int, int, str, str], _Stretch] = {}
@@ -100,11 +102,6 @@ class QuotaCheckers(ClusterCheckers):
         self._quotas = ClientQuotas()
         self.throttled_stretches = 0  # stretches that went past one burst: the quota had to act
 
-    def violate(self, checker: str, detail: str) -> None:
-        if checker in QUOTA_CHECKER_NAMES:
-            self.violations.setdefault(checker, detail)
-            return
-        super().violate(checker, detail)
 
     def observe_request(self, process: Any, connection: int, header: Any, request: Any) -> None:
         """A Kafka request a node is about to handle (not one its throttle still holds), and the number of the
@@ -188,11 +185,6 @@ class QuotaCheckers(ClusterCheckers):
                                             f"of {client_id!r} in {elapsed_s:.1f} s under a quota of "
                                             f"{stretch.quota:g} B/s (at most {allowed:.0f})")
 
-    def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
-        verdicts = super().verdicts(node_errors)
-        extra = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                 for name in QUOTA_CHECKER_NAMES]
-        return verdicts[:len(CLUSTER_CHECKER_NAMES)] + extra + verdicts[len(CLUSTER_CHECKER_NAMES):]
 
 
 class SimQuotaAdmin(KafkaClientBase):

@@ -33,11 +33,11 @@ from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode
 from simulations import cluster_sim
-from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers
+from simulations.cluster_checkers import ClusterCheckers
 from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
 from simulations.kafka_clients import REQUEST_TIMEOUT_MS, KafkaClientBase
 from simulations.loop import US_PER_MS
-from simulations.run import CheckerVerdict, RunConfig, RunResult
+from simulations.run import RunConfig, RunResult
 
 DESCRIPTION = "the whole cluster while a mover reassigns partitions, cancels moves and elects preferred leaders"
 REPLICATION_FACTOR = 2
@@ -54,17 +54,9 @@ REASSIGN_BUGS = {"reassign_without_catch_up": "bug_reassign_without_catch_up",
 class ReassignCheckers(ClusterCheckers):
     """The cluster's checkers plus `assignment_settled` (see the module docstring)."""
 
-    def violate(self, checker: str, detail: str) -> None:
-        if checker in REASSIGN_CHECKER_NAMES:
-            self.violations.setdefault(checker, detail)
-            return
-        super().violate(checker, detail)
+    extra_checker_names = REASSIGN_CHECKER_NAMES
 
-    def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
-        verdicts = super().verdicts(node_errors)
-        extra = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                 for name in REASSIGN_CHECKER_NAMES]
-        return verdicts[:len(CLUSTER_CHECKER_NAMES)] + extra + verdicts[len(CLUSTER_CHECKER_NAMES):]
+
 
 
 class SimMover(KafkaClientBase):

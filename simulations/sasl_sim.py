@@ -34,11 +34,11 @@ from broker.sasl_gate import SaslGate, SaslOutcome
 from broker.security_config import SecuritySettings
 from net.protocol.codec import ApiKey, decode_request, decode_response
 from simulations import cluster_sim
-from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers
+from simulations.cluster_checkers import ClusterCheckers
 from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
 from simulations.kafka_clients import KafkaClientBase
 from simulations.loop import US_PER_MS
-from simulations.run import CheckerVerdict, RunConfig, RunResult
+from simulations.run import RunConfig, RunResult
 from security.session import Session, anonymous_session
 
 DESCRIPTION = "the whole cluster with every client on a SASL listener whose sessions expire (KIP-368)"
@@ -63,16 +63,13 @@ class _Connection:
 class SaslCheckers(ClusterCheckers):
     """The cluster's checkers plus `sessions_expire` and `principal_kept` (see the module docstring)."""
 
+    extra_checker_names = SASL_CHECKER_NAMES
+
     def __init__(self) -> None:
         super().__init__()
         self._connections: dict[tuple[int, int, int], _Connection] = {}
         self.served_after_renewal = 0  # requests served on a session that had been renewed at least once
 
-    def violate(self, checker: str, detail: str) -> None:
-        if checker in SASL_CHECKER_NAMES:
-            self.violations.setdefault(checker, detail)
-            return
-        super().violate(checker, detail)
 
     def observe_sasl(self, process: Any, connection: int, frame: Any, outcome: SaslOutcome | None,
                      session: Session) -> None:
@@ -102,11 +99,6 @@ class SaslCheckers(ClusterCheckers):
             known.principal = f"User:{user}"
         known.expires_at_ms = now_ms + answer.session_lifetime_ms
 
-    def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
-        verdicts = super().verdicts(node_errors)
-        extra = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                 for name in SASL_CHECKER_NAMES]
-        return verdicts[:len(CLUSTER_CHECKER_NAMES)] + extra + verdicts[len(CLUSTER_CHECKER_NAMES):]
 
 
 class SimImpostor(KafkaClientBase):

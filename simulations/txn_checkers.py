@@ -24,8 +24,7 @@ producer are held until its COMMIT marker, dropped at its ABORT marker).
 
 from __future__ import annotations
 
-from simulations.cluster_checkers import CHECKER_NAMES as CLUSTER_CHECKER_NAMES, ClusterCheckers, TopicPartition
-from simulations.run import CheckerVerdict
+from simulations.cluster_checkers import ClusterCheckers, TopicPartition
 
 TXN_CHECKER_NAMES = ("no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
                      "fenced_never_commits")
@@ -42,6 +41,8 @@ def parse_output(value: bytes) -> tuple[str, int, int]:
 class TxnCheckers(ClusterCheckers):
     """The cluster's checkers plus the transaction ones (see the module docstring)."""
 
+    extra_checker_names = TXN_CHECKER_NAMES
+
     def __init__(self) -> None:
         super().__init__()
         self.begun: dict[str, dict[TopicPartition, int]] = {}  # txn key -> output partition -> record count
@@ -52,11 +53,6 @@ class TxnCheckers(ClusterCheckers):
         self.lso_seen: dict[tuple, int] = {}
         self.inits = 0
 
-    def violate(self, checker: str, detail: str) -> None:
-        if checker in TXN_CHECKER_NAMES:
-            self.violations.setdefault(checker, detail)
-            return
-        super().violate(checker, detail)
 
     # --- observations ---------------------------------------------------------------------------------
 
@@ -142,8 +138,3 @@ class TxnCheckers(ClusterCheckers):
                                                  f"offset {end}): duplicates {duplicates}, missing {missing}, "
                                                  f"beyond the committed input {beyond}")
 
-    def verdicts(self, node_errors: list[str]) -> list[CheckerVerdict]:
-        verdicts = super().verdicts(node_errors)
-        txn_verdicts = [CheckerVerdict(name, name not in self.violations, self.violations.get(name, ""))
-                        for name in TXN_CHECKER_NAMES]
-        return verdicts[:len(CLUSTER_CHECKER_NAMES)] + txn_verdicts + verdicts[len(CLUSTER_CHECKER_NAMES):]
