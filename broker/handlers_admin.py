@@ -146,7 +146,7 @@ class AdminApis:
         def build(results: list[Any]) -> Any:
             response_class = messages.CreateTopicsResponse
             by_name = _results_by_name(results[0], names, "topics")
-            created = [] if not results or isinstance(results[0], KafkaError) else results[0].topics
+            created = _entries(results[0], "topics")
             return response_class(
                 throttle_time_ms=mutations(sum(max(0, t.num_partitions) for t in created if not t.error_code)),
                 topics=[
@@ -166,8 +166,8 @@ class AdminApis:
         def build(results: list[Any]) -> Any:
             response_class = messages.DeleteTopicsResponse
             by_name = _results_by_name(results[0] if results else None, names, "topics")
-            done = [] if not results or isinstance(results[0], KafkaError) else results[0].topics
-            deleted = sum(t.num_partitions for t in done if not t.error_code)
+            deleted = sum(t.num_partitions for t in _entries(results[0] if results else None, "topics")
+                          if not t.error_code)
             by_name.update({name: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "") for name in denied})
             return response_class(
                 throttle_time_ms=mutations(0 if self.apis.bug_deletions_not_counted else deleted),
@@ -324,10 +324,15 @@ def code_and_message(result: Any) -> tuple[int, str]:
     return result.error_code, getattr(result, "message", "")
 
 
+def _entries(result: Any, attribute: str) -> tuple[Any, ...]:
+    """The per-resource entries of a controller response; none for a failed call (None or a KafkaError)."""
+    return () if result is None or isinstance(result, KafkaError) else getattr(result, attribute)
+
+
 def _results_by_name(result: Any, names: list[str], attribute: str) -> dict[str, tuple[int, str]]:
     """Per-name (error code, message) from a controller response, or the response's error for every name."""
     if result is None or isinstance(result, KafkaError):
         code, message = code_and_message(result)
         return {name: (code, message) for name in names}
-    found = {entry.name: (entry.error_code, entry.message) for entry in getattr(result, attribute)}
+    found = {entry.name: (entry.error_code, entry.message) for entry in _entries(result, attribute)}
     return {name: found.get(name, (ErrorCode.UNKNOWN_SERVER_ERROR, "no result")) for name in names}
