@@ -145,8 +145,9 @@ class AdminApis:
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreateTopicsResponse
-            by_name = _results_by_name(results[0], names, "topics")
-            created = _entries(results[0], "topics")
+            result = results[0] if results else None  # nothing forwarded: no topic, or every one denied
+            by_name = _results_by_name(result, names, "topics")
+            created = _entries(result, "topics")
             return response_class(
                 throttle_time_ms=mutations(sum(max(0, t.num_partitions) for t in created if not t.error_code)),
                 topics=[

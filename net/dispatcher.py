@@ -1,7 +1,8 @@
 """The Kafka listener's dispatcher: frames in, encoded responses out (the glue between `net.server` and
 `broker.apis`).
 
-Decoding failures close the connection (garbage bytes, truncated or hostile frames); an ApiVersions request
+Decoding failures close the connection (garbage bytes, truncated or hostile frames), and so does a request
+whose handler raises (a bug: logged with its traceback, the node goes on serving); an ApiVersions request
 of a version we do not implement gets KIP-511's v0 answer with our version list; any other API or version we
 do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
 node completes after each event.
@@ -130,7 +131,12 @@ class KafkaDispatcher:
         self.apis.session = session
         started = time.perf_counter()
         acks = str(request.acks) if header.api_key == ApiKey.PRODUCE else ""
-        result = self.apis.handle(header, request, self.now_ms())
+        try:
+            result = self.apis.handle(header, request, self.now_ms())
+        except Exception:  # a handler's bug: that connection closes, the node and its other clients go on
+            self.log.error("request_failed", connection_id=connection_id, api_key=header.api_key,
+                           api_version=header.api_version, exc_info=True)
+            raise CloseConnection(f"api_key={header.api_key}: the broker failed handling the request") from None
         if self.apis.broker.image.quotas.entities and result is not None:
             self._request_quota(header, request, session, started, result)
         if isinstance(result, Deferred):

@@ -328,3 +328,36 @@ def test_describe_log_dirs_needs_cluster_describe(secured):
         (log_dir,) = secured.call(1, ApiKey.DESCRIBE_LOG_DIRS, version, messages.DescribeLogDirsRequest(
             topics=None)).results
         assert log_dir.error_code == ErrorCode.NONE and {t.name for t in log_dir.topics} == {"a", "b", "orders-eu"}
+
+
+def test_create_topics_with_nothing_to_forward_is_answered(secured):
+    """Nothing reaches the controller when the request names no topic or every one it names is denied; the
+    answer says so (the handler used to index a result that was never asked for, which crashed the node)."""
+    request_class = messages.CreateTopicsRequest
+    empty = secured.call(1, ApiKey.CREATE_TOPICS, 4, request_class(topics=[], timeout_ms=1000, validate_only=False))
+    assert empty.topics == []
+    as_user(secured, "User:alice")
+    denied = secured.call(1, ApiKey.CREATE_TOPICS, 4, request_class(topics=[request_class.CreatableTopic(
+        name="new", num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=1000,
+        validate_only=False))
+    assert [(t.name, t.error_code) for t in denied.topics] == [("new", ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
+
+
+def test_a_request_whose_handler_raises_closes_only_its_connection():
+    cluster = Cluster()
+    gate = KafkaDispatcher(cluster.apis[1], lambda: cluster.now_ms, lambda: None)
+    gate.connection_opened(1, "127.0.0.1", None, None)
+
+    def broken(header, request, now_ms):
+        raise IndexError("a handler's bug")
+
+    handlers = cluster.apis[1]._handlers
+    working = handlers[ApiKey.METADATA]
+    handlers[ApiKey.METADATA] = broken
+    try:
+        with pytest.raises(CloseConnection, match="failed handling the request"):
+            gate.handle_frame(1, frame(ApiKey.METADATA, 8, messages.MetadataRequest(topics=None)))
+    finally:
+        handlers[ApiKey.METADATA] = working
+    assert answer(ApiKey.METADATA, 8, gate.handle_frame(1, frame(ApiKey.METADATA, 8, messages.MetadataRequest(
+        topics=None)))).brokers
