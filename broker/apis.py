@@ -108,6 +108,9 @@ class KafkaApis:
         # held back; the partitions a client deletes are not counted against its controller_mutation_rate.
         self.bug_throttle_not_muted = False
         self.bug_deletions_not_counted = False
+        # Planted bug for the simulator (simulations/fuzz_sim.py), never configured: a CreateTopics that forwards
+        # nothing to the controller indexes the controller result it never asked for.
+        self.bug_create_topics_forward_nothing = False
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}

@@ -153,24 +153,22 @@ class DataPlaneApis:
     def _unverified(self, request: Any, denied: dict) -> tuple[int, int, list[tuple[str, int]]] | None:
         """(producer id, epoch, partitions) whose transactional batches open a transaction here, or None."""
         keys, producer = [], None
-        for topic_data in request.topic_data:
-            for partition_data in topic_data.partition_data:
-                key = (topic_data.name, partition_data.index)
-                hosted = self.broker.hosted(*key)
-                if (hosted is None or not hosted.replica.is_leader or not self.broker.serving
-                        or partition_data.records is None or key in denied):
-                    continue
-                try:
-                    headers = [h for _, h in iter_batches(partition_data.records) if h.is_transactional]
-                except KafkaError:
-                    continue  # refused by the append itself, with its own error
-                if not headers:
-                    continue
-                first = headers[0]
-                entry = hosted.producer_state.entry(first.producer_id)
-                if entry is None or entry.current_txn_first_offset is None or entry.producer_epoch != first.producer_epoch:
-                    keys.append(key)
-                    producer = (first.producer_id, first.producer_epoch)
+        for key, records in _produced_partitions(request).items():
+            hosted = self.broker.hosted(*key)
+            if (hosted is None or not hosted.replica.is_leader or not self.broker.serving
+                    or records is None or key in denied):
+                continue
+            try:
+                headers = [h for _, h in iter_batches(records) if h.is_transactional]
+            except KafkaError:
+                continue  # refused by the append itself, with its own error
+            if not headers:
+                continue
+            first = headers[0]
+            entry = hosted.producer_state.entry(first.producer_id)
+            if entry is None or entry.current_txn_first_offset is None or entry.producer_epoch != first.producer_epoch:
+                keys.append(key)
+                producer = (first.producer_id, first.producer_epoch)
         return (*producer, keys) if keys else None
 
     def _produce_now(self, header: RequestHeader, request: Any, request_id: int, now_ms: int,
@@ -178,24 +176,22 @@ class DataPlaneApis:
         acks = request.acks
         responses: dict[tuple[str, int], Any] = {}
         waiting: set[tuple[str, int]] = set()
-        for topic_data in request.topic_data:
-            for partition_data in topic_data.partition_data:
-                key = (topic_data.name, partition_data.index)
-                if key in refused:
-                    responses[key] = messages.ProduceResponse.PartitionProduceResponse(
-                        index=key[1], error_code=refused[key], base_offset=-1, log_append_time_ms=-1,
-                        log_start_offset=-1, record_errors=[], error_message="the partition is not in the transaction"
-                        if refused[key] == ErrorCode.INVALID_TXN_STATE else None)
-                    continue
-                partition_response, required_offset = self._produce_partition(key, partition_data.records, acks, now_ms)
-                responses[key] = partition_response
-                if required_offset is not None:
-                    hosted = self.broker.hosted(*key)
-                    try:
-                        hosted.replica.pending_produce((request_id, key), required_offset, now_ms + max(request.timeout_ms, 0))
-                        waiting.add(key)
-                    except KafkaError as error:
-                        partition_response.error_code = error.code
+        for key, records in _produced_partitions(request).items():
+            if key in refused:
+                responses[key] = messages.ProduceResponse.PartitionProduceResponse(
+                    index=key[1], error_code=refused[key], base_offset=-1, log_append_time_ms=-1,
+                    log_start_offset=-1, record_errors=[], error_message="the partition is not in the transaction"
+                    if refused[key] == ErrorCode.INVALID_TXN_STATE else None)
+                continue
+            partition_response, required_offset = self._produce_partition(key, records, acks, now_ms)
+            responses[key] = partition_response
+            if required_offset is not None:
+                hosted = self.broker.hosted(*key)
+                try:
+                    hosted.replica.pending_produce((request_id, key), required_offset, now_ms + max(request.timeout_ms, 0))
+                    waiting.add(key)
+                except KafkaError as error:
+                    partition_response.error_code = error.code
         if acks == 0:
             return None
         if waiting:
@@ -645,3 +641,11 @@ def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
     if requested is None or requested < 0 or requested == current:
         return None
     return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def _produced_partitions(request: Any) -> dict[tuple[str, int], Any]:
+    """A Produce request's records by partition. A partition named twice is written once, with the records of
+    its last entry, and answered once, as Kafka's KafkaApis collects them into a map (appending both, and
+    waiting twice on one partition for one request, had raised out of the handler)."""
+    return {(topic_data.name, partition_data.index): partition_data.records
+            for topic_data in request.topic_data for partition_data in topic_data.partition_data}

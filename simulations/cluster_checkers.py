@@ -143,24 +143,25 @@ class ClusterCheckers:
                                            f"but a consumer read {value!r} there")
 
     def observe_replica(self, node_id: int, incarnation: int, key: TopicPartition, high_watermark: int,
-                        is_leader: bool, leader_epoch: int) -> None:
+                        is_leader: bool, leader_epoch: int, topic_id: bytes = b"") -> None:
         """A replica's state after a node step. The leader's high watermark (the one acks=all and consumers
         depend on) must not move back within a process lifetime and leader epoch; a follower's moving back
-        is counted (`follower_hw_regressions`): Kafka's follower only ever raises it (maybeUpdateHighWatermark)."""
+        is counted (`follower_hw_regressions`): Kafka's follower only ever raises it (maybeUpdateHighWatermark).
+        A topic deleted and created again under its name is another topic (`topic_id`): its epochs start over."""
         if is_leader:
-            hw_key = (node_id, incarnation, key, leader_epoch)
+            hw_key = (node_id, incarnation, key, topic_id, leader_epoch)
             previous = self.high_watermarks.get(hw_key)
             if previous is not None and high_watermark < previous:
                 self.violate("hw_monotonic", f"node {node_id} (incarnation {incarnation}) leading {_tp(key)} in "
                                              f"epoch {leader_epoch}: high watermark went from {previous} back to "
                                              f"{high_watermark}")
             self.high_watermarks[hw_key] = high_watermark
-            leader = self.leader_of_epoch.setdefault((key, leader_epoch), node_id)
+            leader = self.leader_of_epoch.setdefault((key, topic_id, leader_epoch), node_id)
             if leader != node_id:
                 self.violate("one_leader_per_epoch", f"{_tp(key)} leader epoch {leader_epoch} led by nodes "
                                                      f"{leader} and {node_id}")
         else:
-            follower_key = (node_id, incarnation, key)
+            follower_key = (node_id, incarnation, key, topic_id)
             previous = self.follower_high_watermarks.get(follower_key)
             if previous is not None and high_watermark < previous:
                 self.follower_hw_regressions += 1

@@ -447,7 +447,8 @@ class NodeProcess:
         observed = self._observed_replicas
         partitions = self.broker.partitions
         for key in sorted(partitions):
-            replica = partitions[key].replica
+            hosted = partitions[key]
+            replica = hosted.replica
             is_leader = replica.is_leader
             seen = (replica.high_watermark, is_leader, replica.leader_epoch,
                     replica.last_stable_offset if is_leader and observe_stable is not None else None)
@@ -455,7 +456,8 @@ class NodeProcess:
                 continue
             observed[key] = seen
             high_watermark, _, leader_epoch, last_stable_offset = seen
-            checkers.observe_replica(self.node_id, self.incarnation, key, high_watermark, is_leader, leader_epoch)
+            checkers.observe_replica(self.node_id, self.incarnation, key, high_watermark, is_leader, leader_epoch,
+                                     hosted.topic_id)
             if last_stable_offset is not None:
                 observe_stable(self.node_id, self.incarnation, key, leader_epoch, last_stable_offset)
         metadata_log = self.state.metadata_log
@@ -526,6 +528,9 @@ class NodeProcess:
         if self._sasl_gate is not None and needs_screening(session) and self._screen_sasl(peer_id, frame, session):
             return
         header, request = decode_request(memoryview(frame)[4:])
+        if not self.state.apis.is_supported(header.api_key, header.api_version):
+            self.sim.network.close(self.node_id, peer_id)  # as the listener's dispatcher does
+            return
         if self._observe_request is not None:
             self._observe_request(self, self.connections.get(peer_id, -1), header, request)
         self.state.apis.session = session

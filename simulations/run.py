@@ -38,6 +38,7 @@ WORKLOADS: dict[str, str] = {
     "reassign": "simulations.reassign_sim",
     "quotas": "simulations.quota_sim",
     "sasl": "simulations.sasl_sim",
+    "fuzz": "simulations.fuzz_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9
