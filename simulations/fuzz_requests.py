@@ -10,9 +10,10 @@ that earlier answers named (`learn`). Record fields carry a real record batch (p
 transactional, sometimes compressed) as often as garbage. Every number type also gets its edges (-1, 0, its
 minimum and maximum).
 
-The vocabulary never names a topic outside `topics` (a workload keeps its own topic out of reach), and
-config resources are only those topics and brokers that do not exist: the fuzzer may delete, reassign,
-truncate and reconfigure what it names, never the cluster's own data.
+The vocabulary never names a topic outside `topics` (a workload keeps its own topic out of reach), config
+resources are only those topics and brokers that do not exist, and an unclean ElectLeaders names its
+partitions: the fuzzer may delete, reassign, truncate, elect and reconfigure what it names, never the
+cluster's own data.
 
 Used by the fuzz simulation (simulations/fuzz_sim.py) and by a real-node test (tests/net/test_request_fuzz.py).
 """
@@ -31,6 +32,11 @@ from partitions.records import build_batch
 # (the quotas workload drives it), and the SASL exchange belongs to the SASL listener (the sasl workload).
 EXCLUDED_APIS = frozenset({ApiKey.UNREGISTER_BROKER, ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.SASL_HANDSHAKE,
                            ApiKey.SASL_AUTHENTICATE})
+# How often an API is drawn, against 1 for the others: topics are created more often than deleted, so that
+# produces, fetches and transactions find them.
+API_WEIGHTS = {ApiKey.PRODUCE: 3.0, ApiKey.FETCH: 2.0, ApiKey.CREATE_TOPICS: 2.0, ApiKey.DELETE_TOPICS: 0.3,
+               ApiKey.JOIN_GROUP: 2.0, ApiKey.SYNC_GROUP: 2.0, ApiKey.INIT_PRODUCER_ID: 2.0, ApiKey.FIND_COORDINATOR: 2.0,
+               ApiKey.CONSUMER_GROUP_HEARTBEAT: 2.0}
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 GROUPS = ("fuzz-g1", "fuzz-g2", "")
 TRANSACTIONAL_IDS = ("fuzz-t1", "fuzz-t2", "")
@@ -58,7 +64,9 @@ _TIMEOUT_FIELDS = frozenset({"timeout_ms", "max_wait_ms", "session_timeout_ms", 
 # Small enumerations whose random values would stop every request at its first check.
 _ENUMS = {"resource_type": (2, 4, 8, 0), "mechanism": (1, 2, 0), "key_type": (0, 1, 0, 2), "acks": (-1, 1, 0, 2),
           "config_operation": (0, 1, 2, 3, 4), "coordinator_type": (0, 1), "election_type": (0, 1, 2),
-          "endpoint_type": (1, 2, 3), "isolation_level": (0, 1, 2)}
+          "endpoint_type": (1, 2, 3), "isolation_level": (0, 1, 2), "num_partitions": (1, 2, 3, -1, 0),
+          "replication_factor": (1, 2, 3, -1, 4), "count": (1, 2, 3, 0)}
+_MOSTLY_EMPTY = frozenset({"assignments", "configs", "forgotten_topics_data"})  # else most requests stop at them
 _LEARNED_INTS = frozenset({"producer_id", "producer_epoch", "generation_id", "member_epoch"})
 
 
@@ -90,10 +98,16 @@ class RequestFuzzer:
 
     def request(self) -> tuple[int, int, Any]:
         """(api key, version, request message)."""
-        api_key, low, high = self.rng.choice(self.apis)
+        weights = [API_WEIGHTS.get(api_key, 1.0) for api_key, _, _ in self.apis]
+        api_key, low, high = self.rng.choices(self.apis, weights)[0]
         version = self.rng.randint(low, high)
         cls = messages.REQUESTS[api_key]
-        return api_key, version, self._struct(cls, version, cls.__name__)
+        request = self._struct(cls, version, cls.__name__)
+        if api_key == ApiKey.ELECT_LEADERS and request.election_type != 0 and request.topic_partitions is None:
+            # An unclean election of every partition: on a partition with no live ISR member Kafka elects an
+            # out-of-sync replica and acknowledged records are lost by design. Only the fuzzer's own topics.
+            request.topic_partitions = []
+        return api_key, version, request
 
     def learn(self, response: Any, request: Any = None) -> None:
         """Keep the ids an answer names (producer ids and epochs, member ids, generations, the topic ids of the
@@ -141,7 +155,7 @@ class RequestFuzzer:
         if version in spec.nullable and rng.random() < 0.1:
             return None
         if spec.is_array:
-            count = rng.choice((0, 1, 1, 2, ARRAY_ITEMS_MAX))
+            count = rng.choice((0, 0, 0, 0, 1, 2) if spec.name in _MOSTLY_EMPTY else (0, 1, 1, 2, ARRAY_ITEMS_MAX))
             items = [self._item(spec, cls, version, owner) for _ in range(count)]
             if items and rng.random() < 0.15:
                 items.append(items[0])  # a duplicate entry

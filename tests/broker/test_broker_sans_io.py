@@ -492,3 +492,29 @@ def test_a_stale_leadership_replayed_after_the_leader_moved_leaves_the_truncatio
     for entries in (log_before, cluster.log):  # the stale snapshot, then the entries after it once more
         replay_from_scratch(broker, entries, cluster.now_ms)
         assert not hosted.replica.is_leader and hosted.needs_epoch_check
+
+
+@pytest.mark.parametrize("acks", [-1, 1])
+def test_a_produce_naming_a_partition_twice_writes_and_answers_it_once(cluster, acks):
+    # As Kafka's KafkaApis collects a request's partitions into a map: the last entry's records are written and
+    # the partition answered once. Appending both (and, with acks=all, waiting twice on one partition for one
+    # request) raised out of the handler; the fuzz simulation found it.
+    leader = leader_of(cluster, 0)
+    request_class = messages.ProduceRequest
+    first, last = (build_batch([(None, v)], base_timestamp=1_700_000_000_000) for v in (b"first", b"last"))
+    request = request_class(transactional_id=None, acks=acks, timeout_ms=5_000, topic_data=[
+        request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(index=0, records=first)]),
+        request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(index=0, records=last)]),
+    ])
+    result = cluster.call(leader, ApiKey.PRODUCE, 7, request)
+    if acks == -1:
+        assert isinstance(result, Deferred)
+        cluster.replicate()
+        ((_, _, result),) = cluster.completed[leader]  # answered once
+    (topic,) = result.responses
+    assert [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses] == [(0, ErrorCode.NONE, 0)]
+    assert cluster.brokers[leader].hosted("t", 0).log.log_end_offset == 1
+    cluster.replicate()
+    fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0))
+    batches = list(decode_batches(bytes(fetched.responses[0].partitions[0].records)))
+    assert [r.value for batch in batches for r in batch.records] == [b"last"]
