@@ -42,6 +42,14 @@ class Deferred:
     request_id: int
 
 
+@dataclass(frozen=True)
+class RequestFailed:
+    """In place of a deferred request's answer: building it raised (a bug). The listener closes that request's
+    connection and logs the error; the simulator reports it as a node error."""
+
+    error: BaseException
+
+
 class HandlerGroup(Protocol):
     """A set of API handlers that plugs into KafkaApis."""
 
@@ -217,8 +225,20 @@ class KafkaApis:
         """A request id for a Deferred answer."""
         return next(self._request_ids)
 
+    def answer_deferred(self, request_id: int, header: RequestHeader, build: Callable[[], Any]) -> None:
+        """Build a deferred request's answer out of a callback (the controller's answer to a forwarded request,
+        a transaction verification): a response completes the request, None or a Deferred leaves it to later.
+        A build that raises fails that request alone (`RequestFailed`) where the exception would have ended
+        the node's loop."""
+        try:
+            response = build()
+        except Exception as error:  # a handler's bug: this request's connection closes, the node goes on
+            response = RequestFailed(error)
+        if response is not None and not isinstance(response, Deferred):
+            self.completed.append((request_id, header, response))
+
     def poll(self, now_ms: int) -> list[tuple[int, RequestHeader, Any]]:
-        """Deferred requests that are now answered: (request id, header, response)."""
+        """Deferred requests that are now answered: (request id, header, response or RequestFailed)."""
         broker = self.broker
         for _ in range(POLL_ROUNDS_MAX):
             changed, broker.dirty_partitions = broker.dirty_partitions, set()

@@ -166,9 +166,8 @@ class GroupApis:
             if code != ErrorCode.NONE:
                 done(txn_offset_commit_error(request, _ADD_OFFSETS_PARTITION_ERRORS.get(code, code)), now)
                 return
-            answer = self._txn_offset_commit_one(header, request, now, on_done=done)
-            if answer is not None:
-                done(answer, now)
+            self.apis.answer_deferred(request_id, header,
+                                      lambda: self._txn_offset_commit_one(header, request, now, on_done=done))
 
         verify(request.transactional_id, request.producer_id, request.producer_epoch, [key], on_verified, now_ms,
                add=header.api_version >= TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION)

@@ -98,7 +98,7 @@ class AdminApis:
                     self._controller_replies.pop(request_id, None)
                     self.answered_at_ms = now_ms
                     try:
-                        self.apis.completed.append((request_id, header, build(delayed.results)))
+                        self.apis.answer_deferred(request_id, header, lambda: build(delayed.results))
                     finally:
                         self.answered_at_ms = None
 

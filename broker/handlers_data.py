@@ -141,9 +141,8 @@ class DataPlaneApis:
 
             def on_verified(codes: dict, now: int) -> None:
                 refused = {key: code for key, code in codes.items() if code != ErrorCode.NONE} | denied
-                result = self._produce_now(header, request, request_id, now, refused, throttle_ms)
-                if result is not None and not isinstance(result, Deferred):
-                    self.apis.completed.append((request_id, header, result))
+                self.apis.answer_deferred(request_id, header, lambda: self._produce_now(
+                    header, request, request_id, now, refused, throttle_ms))
 
             verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms,
                    add=header.api_version >= PRODUCE_VERSION_ADDS_PARTITIONS)

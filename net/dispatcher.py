@@ -2,7 +2,8 @@
 `broker.apis`).
 
 Decoding failures close the connection (garbage bytes, truncated or hostile frames), and so does a request
-whose handler raises (a bug: logged with its traceback, the node goes on serving); an ApiVersions request
+whose handler raises, at once or while building a deferred answer (a bug: logged with its traceback, the node
+goes on serving); an ApiVersions request
 of a version we do not implement gets KIP-511's v0 answer with our version list; any other API or version we
 do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
 node completes after each event.
@@ -20,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from broker.admin_api import ADMIN_API_KEY, decode_admin_request, encode_admin_response, peek_api_key
-from broker.apis import Deferred, KafkaApis
+from broker.apis import Deferred, KafkaApis, RequestFailed
 from broker.metrics import response_error_codes
 from broker.quotas import REQUEST
 from broker.sasl_gate import SaslGate, SaslOutcome, needs_screening
@@ -207,6 +208,13 @@ class KafkaDispatcher:
         """Send the responses of deferred requests (from `KafkaApis.poll`)."""
         for request_id, header, response in completed:
             entry = self._pending.pop(request_id, None)
+            if isinstance(response, RequestFailed):  # building the answer raised: that connection closes
+                error = response.error
+                self.log.error("request_failed", api_key=header.api_key, api_version=header.api_version,
+                               exc_info=(type(error), error, error.__traceback__))
+                if entry is not None and not entry[0].done:
+                    entry[0].set(CLOSE_REPLY)
+                continue
             if entry is None or entry[0].done:
                 continue
             self._record(header, entry[4], entry[3], response)

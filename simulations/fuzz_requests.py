@@ -59,15 +59,20 @@ _TOPIC_FIELDS = frozenset({"topic", "topic_names", "subscribed_topic_names"})
 _GROUP_FIELDS = frozenset({"group_id", "group_ids", "groups", "groups_names"})
 _TXN_FIELDS = frozenset({"transactional_id", "transactional_ids", "v3_and_below_transactional_id"})
 _BROKER_FIELDS = frozenset({"broker_id", "broker_ids", "replicas", "replica_id"})
-_TIMEOUT_FIELDS = frozenset({"timeout_ms", "max_wait_ms", "session_timeout_ms", "rebalance_timeout_ms",
-                             "transaction_timeout_ms"})
-# Small enumerations whose random values would stop every request at its first check.
-_ENUMS = {"resource_type": (2, 4, 8, 0), "mechanism": (1, 2, 0), "key_type": (0, 1, 0, 2), "acks": (-1, 1, 0, 2),
-          "config_operation": (0, 1, 2, 3, 4), "coordinator_type": (0, 1), "election_type": (0, 1, 2),
-          "endpoint_type": (1, 2, 3), "isolation_level": (0, 1, 2), "num_partitions": (1, 2, 3, -1, 0),
-          "replication_factor": (1, 2, 3, -1, 4), "count": (1, 2, 3, 0)}
+# Values that get past a handler's first checks, drawn most of the time for fields of these names: small
+# enumerations whose random values would stop every request at once, and timeouts a coordinator accepts
+# (a group's session timeout between 6 and 1,800 s, a transaction's up to 900 s).
+_CHOICES = {"resource_type": (2, 4, 8, 0), "mechanism": (1, 2, 0), "key_type": (0, 1, 0, 2), "acks": (-1, 1, 0, 2),
+            "config_operation": (0, 1, 2, 3, 4), "coordinator_type": (0, 1), "election_type": (0, 1, 2),
+            "endpoint_type": (1, 2, 3), "isolation_level": (0, 1, 2), "num_partitions": (1, 2, 3, -1, 0),
+            "replication_factor": (1, 2, 3, -1, 4), "count": (1, 2, 3, 0),
+            "timeout_ms": (0, 1, 100, 1_000, 5_000), "max_wait_ms": (0, 0, 10, 100, 500),
+            "session_timeout_ms": (6_000, 10_000, 30_000, 45_000, 0, 100),
+            "rebalance_timeout_ms": (1_000, 5_000, 30_000, 0), "transaction_timeout_ms": (1_000, 10_000, 60_000, 0,
+                                                                                          900_001),
+            "session_id": (0, 0, 0, 1), "session_epoch": (-1, 0, 0, 1, 2)}
 _MOSTLY_EMPTY = frozenset({"assignments", "configs", "forgotten_topics_data"})  # else most requests stop at them
-_LEARNED_INTS = frozenset({"producer_id", "producer_epoch", "generation_id", "member_epoch"})
+_LEARNED_INTS = frozenset({"producer_id", "producer_epoch", "generation_id", "member_epoch", "session_id"})
 
 
 def present_fields(cls: type, version: int) -> list:
@@ -81,12 +86,13 @@ class RequestFuzzer:
     def __init__(self, rng: random.Random, topics: tuple[str, ...] = ("fuzz-a", "fuzz-b"),
                  apis: dict[int, tuple[int, int]] | None = None) -> None:
         self.rng = rng
-        self.topics = (*topics, *topics, *topics, *INTERNAL_TOPICS, "")  # internal ones are not deleted as often
+        # The internal topics are named (and deleted) less often: each deletion moves every coordinator.
+        self.topics = (*topics * 6, *INTERNAL_TOPICS, "")
         self._own_topics = frozenset(topics) | frozenset(INTERNAL_TOPICS)
         self.apis: list[tuple[int, int, int]] = []
         self.serve(apis or SUPPORTED)
         self.learned: dict[str, list[Any]] = {"producer_id": [], "producer_epoch": [], "generation_id": [],
-                                              "member_epoch": [], "member_id": [], "topic_id": []}
+                                              "member_epoch": [], "member_id": [], "topic_id": [], "session_id": []}
         self.leaders: dict[tuple[str, int], int] = {}  # (topic, partition) -> leader, from Metadata answers
         # (key type: 0 group, 1 transaction; id) -> node, from FindCoordinator answers
         self.coordinators: dict[tuple[int, str], int] = {}
@@ -123,10 +129,10 @@ class RequestFuzzer:
         if key_type not in (0, 1):
             return
         for coordinator in getattr(response, "coordinators", None) or ():
-            if not coordinator.error_code:
+            if not coordinator.error_code and coordinator.node_id >= 0:
                 self.coordinators[(key_type, coordinator.key)] = coordinator.node_id
         if isinstance(getattr(request, "key", None), str) and not getattr(response, "coordinators", None) \
-                and not getattr(response, "error_code", 1) and isinstance(getattr(response, "node_id", None), int):
+                and not getattr(response, "error_code", 1) and getattr(response, "node_id", -1) >= 0:
             self.coordinators[(key_type, request.key)] = response.node_id  # FindCoordinator before v4: one key
 
     def route(self, request: Any) -> int | None:
@@ -192,12 +198,10 @@ class RequestFuzzer:
             return rng.choice((0, 0, 1, 2, 3, -1, 99))
         if name in _BROKER_FIELDS and roll < 0.8:
             return rng.choice((1, 2, 3, -1, 99))
-        if name in _TIMEOUT_FIELDS and roll < 0.8:
-            return rng.choice((0, 1, 100, 1_000, 5_000, 60_000))
-        if name in _ENUMS and roll < 0.8:
-            return rng.choice(_ENUMS[name])
-        if name in _LEARNED_INTS and self.learned[name] and roll < 0.6:
+        if name in _LEARNED_INTS and self.learned[name] and roll < 0.5:
             return max(low, min(high, rng.choice(self.learned[name]) + rng.choice((0, 0, 0, 1, -1))))
+        if name in _CHOICES and roll < 0.85:
+            return rng.choice(_CHOICES[name])
         if roll < 0.85:
             return max(low, min(high, rng.choice((-1, 0, 0, 1, 2, 3, rng.randint(0, 20), low, high))))
         return rng.randint(low, high)
@@ -219,14 +223,16 @@ class RequestFuzzer:
             return rng.choice((*self.topics[:-1], *ABSENT_BROKERS))  # never "" (a broker resource: the cluster)
         if name == "name" and "Config" in owner or name in ("configuration_keys", "key") and "Config" in owner:
             return rng.choice(CONFIG_NAMES)
+        if name == "name" and "Protocol" in owner:
+            return rng.choice(("range", "roundrobin", "cooperative-sticky", "x"))
         if name == "value":
             return rng.choice(CONFIG_VALUES)
         if name == "subscribed_topic_regex":
             return rng.choice(("fuzz-.*", "(", ".*", "fuzz-a"))
         if name == "name" or name in _TOPIC_FIELDS:
             return rng.choice(self.topics)
-        if name in ("protocol_type",):
-            return rng.choice(("consumer", "", "x"))
+        if name == "protocol_type":
+            return rng.choice(("consumer", "consumer", "consumer", "", "x"))
         if name in ("principal", "principal_filter"):
             return rng.choice(("User:fuzz", "User:*", "x", ""))
         return rng.choice(("", "x", "fuzz", "range", "uniform", "consumer", "*"))

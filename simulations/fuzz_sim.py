@@ -103,7 +103,7 @@ class SimFuzzer(KafkaClientBase):
     def _send_drawn(self, broker_id: int) -> None:
         api_key, version, request = self.fuzzer.request()
         routed = self.fuzzer.route(request)
-        if routed in self.connected and self._served.get(routed) and self.rng.random() < 0.8:
+        if routed in self.connected and self._served.get(routed) and self.rng.random() < 0.9:
             broker_id = routed
         if api_key == ApiKey.PRODUCE and request.acks == 0:
             request.acks = 1  # an acks=0 produce gets no answer; it would only wait out its timeout

@@ -36,7 +36,7 @@ import broker.handlers_elastic  # noqa: F401
 import broker.handlers_quotas  # noqa: F401
 import broker.handlers_security  # noqa: F401
 from broker.core import ControllerCall, ReplicaRequest
-from broker.apis import Deferred
+from broker.apis import Deferred, RequestFailed
 from broker.node_state import NodeState, StepOutput
 from broker.sasl_gate import SaslGate, needs_screening
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
@@ -552,6 +552,9 @@ class NodeProcess:
     def _send_kafka_completions(self, completions: list[tuple[int, Any, Any]]) -> None:
         storage = self.sim.storages[self.node_id]
         for request_id, header, response in completions:
+            if isinstance(response, RequestFailed):  # a deferred answer's build raised: a bug to report
+                self.sim.node_error(self.node_id, self, _describe(response.error))
+                raise _NodeDied()
             peer_id, connection, _ = self._pending_kafka.pop(request_id, (None, None, None))
             if peer_id is None or self.connections.get(peer_id) != connection:
                 continue  # the requester's connection is gone: so is the answer

@@ -361,3 +361,37 @@ def test_a_request_whose_handler_raises_closes_only_its_connection():
         handlers[ApiKey.METADATA] = working
     assert answer(ApiKey.METADATA, 8, gate.handle_frame(1, frame(ApiKey.METADATA, 8, messages.MetadataRequest(
         topics=None)))).brokers
+
+
+def test_a_deferred_answer_whose_build_raises_closes_only_its_connection():
+    """A forwarded request's answer is built when the controller answers, out of the request handler: a build
+    that raises there (a bug) fails that request alone, its connection closed, where it ended the node."""
+    from broker.apis import Deferred, RequestFailed
+    from net.server import CLOSE_REPLY, PendingReply
+
+    cluster = Cluster()
+    apis = cluster.apis[1]
+    gate = KafkaDispatcher(apis, lambda: cluster.now_ms, lambda: None)
+    gate.connection_opened(1, "127.0.0.1", None, None)
+    deferred = []
+
+    def deferring(header, request, now_ms):
+        deferred.append((apis.defer(), header))
+        return Deferred(deferred[-1][0])
+
+    handlers = apis._handlers
+    working = handlers[ApiKey.DESCRIBE_CLUSTER]
+    handlers[ApiKey.DESCRIBE_CLUSTER] = deferring
+    try:
+        pending = gate.handle_frame(1, frame(ApiKey.DESCRIBE_CLUSTER, 0, messages.DescribeClusterRequest()))
+    finally:
+        handlers[ApiKey.DESCRIBE_CLUSTER] = working
+    assert isinstance(pending, PendingReply) and not pending.done
+    request_id, header = deferred[0]
+    apis.answer_deferred(request_id, header, lambda: [][0])  # the bug a CreateTopics build once had
+    completed = apis.poll(cluster.now_ms)
+    assert [type(response) for _, _, response in completed] == [RequestFailed]
+    gate.complete(completed)
+    assert pending.done and pending._reply is CLOSE_REPLY
+    assert answer(ApiKey.METADATA, 8, gate.handle_frame(1, frame(ApiKey.METADATA, 8, messages.MetadataRequest(
+        topics=None)))).brokers  # the node and the dispatcher go on
