@@ -395,3 +395,33 @@ def test_a_deferred_answer_whose_build_raises_closes_only_its_connection():
     assert pending.done and pending._reply is CLOSE_REPLY
     assert answer(ApiKey.METADATA, 8, gate.handle_frame(1, frame(ApiKey.METADATA, 8, messages.MetadataRequest(
         topics=None)))).brokers  # the node and the dispatcher go on
+
+
+@pytest.mark.parametrize("principal", ["User:alice", "User:bob", "User:carol", "User:ANONYMOUS"])
+def test_hostile_well_formed_requests_under_acls_are_each_answered(secured, principal):
+    """Requests drawn by simulations/fuzz_requests.py (every served API, hostile values, names the ACLs
+    mention) from principals with some, few or denied rights: every handler answers (at once or, for those
+    forwarded to the controller, once it has answered) with a response its version can carry; none raises."""
+    import random
+
+    from broker.apis import Deferred, RequestFailed
+    from net.protocol.codec import encode_response
+    from simulations.fuzz_requests import RequestFuzzer
+
+    as_user(secured, principal)
+    fuzzer = RequestFuzzer(random.Random(principal), topics=("a", "b", "orders-eu", "orders-new"))
+    fuzzer.serve(secured.apis[1].supported_apis)
+    for correlation_id in range(1_500):
+        api_key, version, request = fuzzer.request()
+        broker_id = fuzzer.route(request) or 1 + correlation_id % 3
+        header = RequestHeader(api_key, version, correlation_id, "fuzz")
+        result = secured.apis[broker_id if broker_id in secured.apis else 1].handle(header, request, secured.now_ms)
+        if result is not None and not isinstance(result, Deferred):
+            fuzzer.learn(decode_response(api_key, version, encode_response(header, result)[4:])[1], request)
+        if correlation_id % 20 == 0:
+            secured.replicate(rounds=1)
+    secured.replicate()
+    for completed in secured.completed.values():
+        for _, header, response in completed:
+            assert not isinstance(response, RequestFailed), response.error
+            encode_response(header, response)
