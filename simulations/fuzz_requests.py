@@ -35,8 +35,8 @@ EXCLUDED_APIS = frozenset({ApiKey.UNREGISTER_BROKER, ApiKey.ALTER_CLIENT_QUOTAS,
 # How often an API is drawn, against 1 for the others: topics are created more often than deleted, so that
 # produces, fetches and transactions find them.
 API_WEIGHTS = {ApiKey.PRODUCE: 3.0, ApiKey.FETCH: 2.0, ApiKey.CREATE_TOPICS: 2.0, ApiKey.DELETE_TOPICS: 0.3,
-               ApiKey.JOIN_GROUP: 2.0, ApiKey.SYNC_GROUP: 2.0, ApiKey.INIT_PRODUCER_ID: 2.0, ApiKey.FIND_COORDINATOR: 2.0,
-               ApiKey.CONSUMER_GROUP_HEARTBEAT: 2.0}
+               ApiKey.JOIN_GROUP: 2.0, ApiKey.SYNC_GROUP: 2.0, ApiKey.INIT_PRODUCER_ID: 2.0,
+               ApiKey.FIND_COORDINATOR: 2.0, ApiKey.CONSUMER_GROUP_HEARTBEAT: 2.0}
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 GROUPS = ("fuzz-g1", "fuzz-g2", "")
 TRANSACTIONAL_IDS = ("fuzz-t1", "fuzz-t2", "")

@@ -503,9 +503,8 @@ def test_a_produce_naming_a_partition_twice_writes_and_answers_it_once(cluster, 
     request_class = messages.ProduceRequest
     first, last = (build_batch([(None, v)], base_timestamp=1_700_000_000_000) for v in (b"first", b"last"))
     request = request_class(transactional_id=None, acks=acks, timeout_ms=5_000, topic_data=[
-        request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(index=0, records=first)]),
-        request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(index=0, records=last)]),
-    ])
+        request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(
+            index=0, records=records)]) for records in (first, last)])
     result = cluster.call(leader, ApiKey.PRODUCE, 7, request)
     if acks == -1:
         assert isinstance(result, Deferred)

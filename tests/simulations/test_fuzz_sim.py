@@ -54,7 +54,8 @@ def test_the_fuzzer_learns_ids_leaders_and_coordinators_from_answers():
     fuzzer.learn(messages.MetadataResponse(topics=[metadata(name="fuzz0-a", partitions=[
         partition(partition_index=1, leader_id=3)])]))
     fuzzer.learn(messages.InitProducerIdResponse(producer_id=4000, producer_epoch=7))
-    fuzzer.learn(messages.FindCoordinatorResponse(node_id=2), messages.FindCoordinatorRequest(key="fuzz-g1", key_type=0))
+    fuzzer.learn(messages.FindCoordinatorResponse(node_id=2),
+                 messages.FindCoordinatorRequest(key="fuzz-g1", key_type=0))
     assert fuzzer.leaders == {("fuzz0-a", 1): 3} and fuzzer.coordinators == {(0, "fuzz-g1"): 2}
     assert 4000 in fuzzer.learned["producer_id"] and 7 in fuzzer.learned["producer_epoch"]
     produce = messages.ProduceRequest
