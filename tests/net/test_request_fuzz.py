@@ -40,7 +40,9 @@ def test_hostile_well_formed_requests_leave_a_real_node_serving(tmp_path):
     try:
         wait_for_quorum(cluster)
         address = ("127.0.0.1", cluster.kafka_ports[1])
-        fuzzer = RequestFuzzer(random.Random(11))
+        # Seed 3 draws, among others, an acks=all Produce naming a partition twice: the code before that fix
+        # logged request_failed here (its handler raised, the connection closed).
+        fuzzer = RequestFuzzer(random.Random(3))
         with socket.create_connection(address, timeout=10) as connection:
             versions = _call(connection, ApiKey.API_VERSIONS, 3, messages.ApiVersionsRequest(
                 client_software_name="fuzz", client_software_version="1"), 0)
