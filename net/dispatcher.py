@@ -3,9 +3,8 @@
 
 Decoding failures close the connection (garbage bytes, truncated or hostile frames), and so does a request
 whose handler raises, at once or while building a deferred answer (a bug: logged with its traceback, the node
-goes on serving); an ApiVersions request
-of a version we do not implement gets KIP-511's v0 answer with our version list; any other API or version we
-do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
+goes on serving); an ApiVersions request of a version we do not implement gets KIP-511's v0 answer with our
+version list; any other API or version we do not implement closes the connection, as Kafka does. Deferred responses become `PendingReply`s that the
 node completes after each event.
 
 Security: each connection has a `security.session.Session` (listener, client address, principal). The SASL

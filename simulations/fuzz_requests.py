@@ -26,6 +26,7 @@ from typing import Any
 
 from net.protocol import messages
 from net.protocol.codec import SUPPORTED, ApiKey
+from net.protocol.types import INT_BOUNDS, NULL_UUID
 from partitions.records import build_batch
 
 # Not drawn: UnregisterBroker decommissions the cluster's own brokers, AlterClientQuotas throttles every client
@@ -46,14 +47,6 @@ CONFIG_VALUES = ("1", "0", "-1", "compact", "delete", "compact,delete", "LogAppe
 ABSENT_BROKERS = ("99", "-1", "x")
 ARRAY_ITEMS_MAX = 3
 
-_INT_BOUNDS = {
-    "int8": (-(2**7), 2**7 - 1),
-    "int16": (-(2**15), 2**15 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "uint16": (0, 2**16 - 1),
-    "uint32": (0, 2**32 - 1),
-}
 _PARTITION_FIELDS = frozenset({"partition_index", "partition", "partitions", "index", "partition_indexes"})
 _TOPIC_FIELDS = frozenset({"topic", "topic_names", "subscribed_topic_names"})
 _GROUP_FIELDS = frozenset({"group_id", "group_ids", "groups", "groups_names"})
@@ -173,7 +166,7 @@ class RequestFuzzer:
             struct_class = cls._struct_classes[spec.name]
             return self._struct(struct_class, version, f"{owner}.{struct_class.__name__}")
         kind, name, rng = spec.item_type, spec.name, self.rng
-        if kind in _INT_BOUNDS:
+        if kind in INT_BOUNDS:
             return self._int(kind, name)
         if kind == "bool":
             return rng.random() < 0.5
@@ -183,7 +176,7 @@ class RequestFuzzer:
             known = self.learned["topic_id"]
             if known and rng.random() < 0.6:
                 return rng.choice(known)
-            return rng.choice((uuid.UUID(int=0), uuid.UUID(int=rng.getrandbits(128))))
+            return rng.choice((NULL_UUID, uuid.UUID(int=rng.getrandbits(128))))
         if kind == "records":
             return self._records()
         if kind == "bytes":
@@ -192,7 +185,7 @@ class RequestFuzzer:
 
     def _int(self, kind: str, name: str) -> int:
         rng = self.rng
-        low, high = _INT_BOUNDS[kind]
+        low, high = INT_BOUNDS[kind]
         roll = rng.random()
         if name in _PARTITION_FIELDS and roll < 0.8:
             return rng.choice((0, 0, 1, 2, 3, -1, 99))

@@ -58,6 +58,15 @@ UINT16 = struct.Struct(">H")
 UINT32 = struct.Struct(">I")
 FLOAT64 = struct.Struct(">d")
 NULL_UUID = uuid.UUID(int=0)
+# The (lowest, highest) value of each integer type of the message schemas.
+INT_BOUNDS = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1),
+}
 
 
 def _fixed_width_reader(fmt: struct.Struct):

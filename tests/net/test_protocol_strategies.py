@@ -13,22 +13,15 @@ from hypothesis import given, settings, strategies as st
 
 from net.protocol import messages
 from net.protocol.schema import Field, compiled_codec
+from net.protocol.types import INT_BOUNDS
 
-_INT_BOUNDS = {
-    "int8": (-(2**7), 2**7 - 1),
-    "int16": (-(2**15), 2**15 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "uint16": (0, 2**16 - 1),
-    "uint32": (0, 2**32 - 1),
-}
 ARRAY_ITEMS_MAX = 3
 SHORT_TEXT = st.text(max_size=12)
 
 
 def _primitive(kind: str) -> st.SearchStrategy:
-    if kind in _INT_BOUNDS:
-        low, high = _INT_BOUNDS[kind]
+    if kind in INT_BOUNDS:
+        low, high = INT_BOUNDS[kind]
         return st.integers(low, high)
     if kind == "float64":
         return st.floats(allow_nan=False)
