@@ -13,19 +13,26 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Iterable
 
 NODE_START_SECONDS_MAX = 60
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+def free_ports(count: int, avoid: Iterable[int] = ()) -> list[int]:
+    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago, none of them in `avoid`: ports an
+    earlier call handed out are free again once its probes close, and the kernel may hand them out again."""
+    avoid = set(avoid)
     sockets = []
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        while len(ports) < count:
             probe = socket.socket()
             probe.bind(("127.0.0.1", 0))
-            sockets.append(probe)
-        return [probe.getsockname()[1] for probe in sockets]
+            sockets.append(probe)  # held open until the end, so no port comes twice within this call
+            port = probe.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+        return ports
     finally:
         for probe in sockets:
             probe.close()
@@ -80,7 +87,7 @@ class LocalCluster:
                 self.listener_ports[name] = {n: ports[base + n - 1] for n in range(1, self.nodes + 1)}
             self.listener_ports[self.client_listeners[0]] = dict(self.kafka_ports)
         self.internal_ports = self.listener_ports.get("INTERNAL", {})
-        self.metrics_ports = dict(zip(self.kafka_ports, free_ports(self.nodes))) if self.metrics else {}
+        self.metrics_ports = dict(zip(self.kafka_ports, free_ports(self.nodes, avoid=ports))) if self.metrics else {}
         assert not (self.secure and self.broker_only), "broker-only nodes are not wired for secure clusters"
         self.broker_only_ids: list[int] = []
         for _ in range(self.broker_only):
@@ -101,9 +108,14 @@ class LocalCluster:
     def bootstrap_of(self, node_id: int) -> str:
         return f"127.0.0.1:{self.kafka_ports[node_id]}"
 
+    def ports_in_use(self) -> set[int]:
+        """Every port the cluster file gives a node."""
+        return {*self.kafka_ports.values(), *self.controller_ports.values(), *self.metrics_ports.values(),
+                *(port for ports in self.listener_ports.values() for port in ports.values())}
+
     def _add_broker_only_node(self) -> int:
         node_id = max(self.kafka_ports) + 1
-        self.kafka_ports[node_id] = free_ports(1)[0]
+        self.kafka_ports[node_id] = free_ports(1, avoid=self.ports_in_use())[0]
         self.broker_only_ids.append(node_id)
         return node_id
 
