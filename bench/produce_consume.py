@@ -22,6 +22,7 @@ the baseline. Loads are bounded by record count and by --max-seconds per phase.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -139,7 +140,13 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "
 
     # librdkafka's default linger (5 ms) batches what arrives within it, as a producer does out of the box;
     # linger_ms=0 sends every record as its own request (the small-request rows).
-    config = {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": False}
+    # librdkafka's statistics count the Produce requests it sent, so a row says how many records a request
+    # carried: linger.ms=0 sends a record alone only while nothing waits for the connection; records that
+    # arrive while requests are in flight leave together.
+    reports: list[tuple[float, dict]] = []
+    config = {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": False,
+              "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+              "stats_cb": lambda text: reports.append((time.perf_counter(), json.loads(text)))}
     if linger_ms is not None:
         config["linger.ms"] = linger_ms
     producer = Producer(config)
@@ -163,6 +170,7 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "
     # clock starts, so the figures are the steady state rather than the producer's start.
     producer.produce(topic, value=value, partition=0)
     producer.flush(30)
+    requests_before = _produce_requests(reports, time.perf_counter())
     started = time.perf_counter()
     try:
         for index in range(total):
@@ -174,12 +182,27 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "
                              on_delivery=lambda error, message, s=scheduled: latencies_ms.append(
                                  (time.perf_counter() - s) * 1000) if error is None else None)
         producer.flush(30)
+        requests = _produce_requests(reports, time.perf_counter()) - requests_before
     finally:
         serving.clear()
         reporter.join()
     latencies_ms.sort()
     return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
-            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1]}
+            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
+            "produce_requests": requests}
+
+
+STATISTICS_INTERVAL_MS = 200
+
+
+def _produce_requests(reports: list[tuple[float, dict]], since: float, seconds_max: float = 5.0) -> int:
+    """Produce requests the producer had sent by the first statistics report emitted after `since` (the
+    reporter thread's poll serves them)."""
+    deadline = time.perf_counter() + seconds_max
+    while not (reports and reports[-1][0] > since):
+        assert time.perf_counter() < deadline, "no librdkafka statistics"
+        time.sleep(STATISTICS_INTERVAL_MS / 4000)
+    return sum(broker.get("req", {}).get("Produce", 0) for broker in reports[-1][1]["brokers"].values())
 
 
 SMALL_REQUEST_RATES = (1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000)
@@ -201,7 +224,9 @@ def small_request_rows(root: str, seconds: float) -> None:
             for rate in SMALL_REQUEST_RATES:
                 measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0)
                 print(f"RESULT {nodes}node.acks{acks}.linger0.rate_{rate} p50={measured['p50_ms']:.2f} ms "
-                      f"p99={measured['p99_ms']:.2f} ms records={measured['records']}", flush=True)
+                      f"p99={measured['p99_ms']:.2f} ms records={measured['records']} "
+                      f"produce_requests={measured['produce_requests']} "
+                      f"({measured['produce_requests'] / (rate * seconds):.2f} per record)", flush=True)
                 if measured["p99_ms"] <= SMALL_REQUEST_P99_MS_MAX:
                     best = rate
                 elif measured["p99_ms"] > 2 * SMALL_REQUEST_P99_MS_MAX:
