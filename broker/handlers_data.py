@@ -361,6 +361,8 @@ class DataPlaneApis:
             delayed.touched = delayed.touched or moved
             if not expired and not moved:
                 continue
+            if not expired and self._nothing_to_read(delayed):
+                continue
             if expired and delayed.context.incremental and not delayed.touched:
                 # Nothing it reads moved since it arrived (its read then found no news): the answer is empty.
                 # An idle follower of a thousand partitions costs one read per fetch, not two.
@@ -375,6 +377,37 @@ class DataPlaneApis:
                 del self._fetches[request_id]
                 self.apis.completed.append((request_id, delayed.header, self._answer_fetch(
                     delayed.header, delayed.request, delayed.context, response, delayed.session, now_ms)))
+
+    def _nothing_to_read(self, delayed: _DelayedFetch) -> bool:
+        """Kafka's DelayedFetch.tryComplete for a consumer's parked fetch: True when a read now would find
+        neither records nor an error in any of its partitions (each led here at the epoch the request names,
+        its fetch offset within the log and at or past what its isolation level may read: the high watermark
+        or the last stable offset), so the fetch stays parked without a read. The partitions that wake a
+        consumer's fetch are mostly ones whose log end moved while their high watermark did not (an acks=all
+        append waits for the followers): a read of every parked consumer fetch then found nothing. What else
+        moved (a high watermark the session has not sent) is `touched`, read at the deadline.
+        Followers' fetches are read as before: their read also records the follower's progress."""
+        request = delayed.request
+        broker = self.broker
+        if request.replica_id >= 0 or delayed.denied or not broker.serving:
+            return False
+        committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+        partitions = broker.partitions
+        for topic, fetch_partitions in delayed.context.topics:
+            for fetch_partition in fetch_partitions:
+                hosted = partitions.get((topic, fetch_partition.partition))
+                if hosted is None:
+                    return False
+                replica = hosted.replica
+                epoch = fetch_partition.current_leader_epoch
+                if not replica.is_leader or (epoch is not None and epoch >= 0 and epoch != replica.leader_epoch):
+                    return False
+                offset = fetch_partition.fetch_offset
+                if offset < (replica.last_stable_offset if committed else replica.high_watermark):
+                    return False
+                if not hosted.log.log_start_offset <= offset <= hosted.log.log_end_offset:
+                    return False
+        return True
 
     def _read_fetch(self, header: RequestHeader, request: Any, context: FetchContext, now_ms: int,
                     denied: frozenset[str], session: Any = None) -> tuple[Any, int, bool]:

@@ -20,6 +20,7 @@ from metadata.requests import (
 )
 from broker.core import BrokerCore
 from broker.apis import Deferred, KafkaApis
+from broker.handlers_data import DataPlaneApis
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
 from partitions.errors import ErrorCode
@@ -220,6 +221,25 @@ def test_long_poll_fetch_completes_when_data_arrives(cluster):
     completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
     records = completed[pending.request_id].responses[0].partitions[0].records
     assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"late"]
+
+
+def test_a_parked_consumer_fetch_is_read_again_only_once_its_partition_has_records_to_give(cluster, monkeypatch):
+    # Kafka's DelayedFetch.tryComplete: an acks=all append moves the log end, not the high watermark, so the
+    # parked fetch stays parked without a read; the followers' fetches move the watermark and it is answered.
+    reads = []
+    original = DataPlaneApis._read_fetch
+    monkeypatch.setattr(DataPlaneApis, "_read_fetch", lambda self, *args: reads.append(args[1]) or original(self, *args))
+    leader = leader_of(cluster, 0)
+    pending = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, max_wait_ms=5_000))
+    assert isinstance(pending, Deferred) and len(reads) == 1  # the read when it arrived
+    assert isinstance(cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"v"])), Deferred)
+    assert cluster.brokers[leader].hosted("t", 0).log.log_end_offset == 1
+    assert cluster.apis[leader].poll(cluster.now_ms) == [] and len(reads) == 1
+    cluster.replicate()
+    completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
+    records = completed[pending.request_id].responses[0].partitions[0].records
+    assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"v"]
+    assert [request.replica_id for request in reads].count(-1) == 2  # arrival, and once the watermark moved
 
 
 def test_not_enough_replicas_when_isr_below_min_insync(cluster):
