@@ -6,9 +6,9 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
                             median of --consume-runs reads of the whole topic, with their range)
   3 nodes, RF=3, acks=all : 100-byte records, produce records/s, consume records/s
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
-  1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (one 100-byte record per request): p50/p99 at
-                            request rates stepped up, and the highest rate with p99 <= 10 ms (--small-only
-                            runs just these rows)
+  1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (a 100-byte record per request while none waits;
+                            the Produce requests are counted): p50/p99 at record rates stepped up, and the
+                            highest rate with p99 <= 10 ms (--small-only runs just these rows)
   1 node,  RF=1, acks=1   : 1 KiB records over SASL_SSL (TLS 1.2+, SASL/PLAIN, the authorizer on) and over
                             PLAINTEXT on the same node: produce and consume, and their ratio (--security-only
                             runs just these rows)
@@ -139,7 +139,8 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "
     from confluent_kafka import Producer
 
     # librdkafka's default linger (5 ms) batches what arrives within it, as a producer does out of the box;
-    # linger_ms=0 sends every record as its own request (the small-request rows).
+    # linger_ms=0 sends a record as its own request whenever no request waits for the connection (the
+    # small-request rows; each row counts the requests).
     # librdkafka's statistics count the Produce requests it sent, so a row says how many records a request
     # carried: linger.ms=0 sends a record alone only while nothing waits for the connection; records that
     # arrive while requests are in flight leave together.
@@ -211,7 +212,8 @@ SMALL_REQUEST_CLUSTERS = ((1, "1"), (3, "all"))
 
 
 def small_request_rows(root: str, seconds: float) -> None:
-    """linger.ms=0 (one 100-byte record per Produce request): the request rate stepped up on a fresh cluster,
+    """linger.ms=0 (a 100-byte record per Produce request, unless records queue behind one in flight; each row
+    prints the Produce requests librdkafka sent): the record rate stepped up on a fresh cluster,
     p50/p99 at each step, and the highest rate whose p99 stays under 10 ms (1 node acks=1; 3 nodes RF=3
     acks=all). Steps stop after the first one whose p99 exceeds 10 ms twice over (the broker fell behind)."""
     for nodes, acks in SMALL_REQUEST_CLUSTERS:
