@@ -52,6 +52,8 @@ class NodeConfig:
     # security.inter_broker_listener_name names another).
     listeners: tuple[Listener, ...] = ()
     metrics_port: int | None = None  # Prometheus text on http://host:metrics_port/metrics; off when unset
+    rack: str | None = None  # Kafka's broker.rack: rack-aware replica placement and, with
+    # [broker] replica_selector = "rack", consumers fetching from a replica in their rack (KIP-392)
 
     @property
     def inter_broker_listener(self) -> Listener:
@@ -104,6 +106,10 @@ class BrokerSettings:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
+    # KIP-392, Kafka's replica.selector.class: "" (consumers fetch from leaders only) or "rack" (Kafka's
+    # RackAwareReplicaSelector: a leader names an in-sync replica in the consumer's client.rack as its preferred
+    # read replica, and followers serve consumer fetches up to their high watermark).
+    replica_selector: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,8 @@ class ClusterConfig:
 
 
 _TOP_KEYS = {"cluster_id", "secret", "nodes", "topic_defaults", "broker", "security"}
-_NODE_KEYS = {"id", "host", "kafka_port", "listeners", "controller_port", "roles", "data_dir", "metrics_port"}
+_NODE_KEYS = {"id", "host", "kafka_port", "listeners", "controller_port", "roles", "data_dir", "metrics_port", "rack"}
+REPLICA_SELECTORS = ("", "rack")
 
 
 def load_config(path: str) -> ClusterConfig:
@@ -169,6 +176,9 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
         raise ConfigError(f"{source}: key 'nodes[].roles': at least one node needs the 'controller' role")
     topic_defaults = _parse_section(document, "topic_defaults", TopicDefaults, source)
     broker = _parse_section(document, "broker", BrokerSettings, source)
+    if broker.replica_selector not in REPLICA_SELECTORS:
+        raise ConfigError(f"{source}: key 'broker.replica_selector' must be one of {list(REPLICA_SELECTORS)}, "
+                          f"got {broker.replica_selector!r}")
     if not 0 <= broker.leader_imbalance_per_broker_percentage <= 100:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_per_broker_percentage' must be between 0 and 100")
     if not 0 <= broker.transaction_version <= 2:
@@ -214,6 +224,9 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str, security: Secu
     controller_port = _port(raw, "controller_port", source, where) \
         if "controller" in roles or "controller_port" in raw else 0
     data_dir = _typed(raw, "data_dir", str, source, where, required=False) or f"flotilla-data/node-{node_id}"
+    rack = _typed(raw, "rack", str, source, where, required=False)
+    if rack is not None and not rack.strip():
+        raise ConfigError(f"{source}: key '{where}rack' must not be empty (leave it out for no rack)")
     return NodeConfig(
         id=node_id,
         host=host,
@@ -223,6 +236,7 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str, security: Secu
         data_dir=os.path.normpath(os.path.join(base_dir, data_dir)),
         listeners=listeners,
         metrics_port=_port(raw, "metrics_port", source, where) if "metrics_port" in raw else None,
+        rack=rack,
     )
 
 
@@ -279,6 +293,8 @@ def _parse_section(document: dict[str, Any], name: str, cls: type, source: str) 
             raise ConfigError(f"{source}: key '{name}.{key}' must be an integer, got {value!r}")
         if expected is bool and not isinstance(value, bool):
             raise ConfigError(f"{source}: key '{name}.{key}' must be true or false, got {value!r}")
+        if expected is str and not isinstance(value, str):
+            raise ConfigError(f"{source}: key '{name}.{key}' must be a string, got {value!r}")
         values[key] = value
     return cls(**values)
 

@@ -128,8 +128,12 @@ class BrokerCore:
         heartbeat_interval_ms: int = 2_000,
         log_flush_messages: int | None = None,
         log_flush_ms: int | None = None,
+        rack: str | None = None,
+        replica_selector: str = "",
     ) -> None:
         self.node_id = node_id
+        self.rack = rack
+        self.replica_selector = replica_selector  # KIP-392: "" or "rack" (broker/handlers_data.py)
         self.host = host
         self.port = port
         self.roles = roles
@@ -188,6 +192,7 @@ class BrokerCore:
         # follower session stays parked without a walk however old its last touches are.
         self.bug_quiet_sessions_never_age = False
         self.bug_truncate_to_own_hw = False
+        self.bug_follower_reads_past_hw = False
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
 
     # ------------------------------------------------------------------ metadata
@@ -292,6 +297,7 @@ class BrokerCore:
         )
         replica.bug_hw_from_leader_leo = self.bug_hw_from_leader_leo
         replica.bug_truncate_to_own_hw = self.bug_truncate_to_own_hw
+        replica.bug_follower_reads_past_hw = self.bug_follower_reads_past_hw
         checkpointed = self._hw_checkpoint.get(key)
         if checkpointed is not None:
             replica.set_high_watermark_on_restart(checkpointed)
@@ -589,7 +595,7 @@ class BrokerCore:
                 self.call_controller(
                     BrokerRegistrationRequest(
                         broker_id=self.node_id, incarnation_id=self.incarnation_id, host=self.host, port=self.port,
-                        roles=tuple(self.roles),
+                        rack=self.rack, roles=tuple(self.roles),
                     ),
                     self._on_registration,
                 )

@@ -389,8 +389,8 @@ class DataPlaneApis:
         Followers' fetches are read as before: their read also records the follower's progress."""
         request = delayed.request
         broker = self.broker
-        if request.replica_id >= 0 or delayed.denied or not broker.serving:
-            return False
+        if request.replica_id >= 0 or delayed.denied or not broker.serving or broker.replica_selector:
+            return False  # (with a replica selector, a read may also name a preferred replica: read it)
         committed = request.isolation_level == IsolationLevel.READ_COMMITTED
         partitions = broker.partitions
         for topic, fetch_partitions in delayed.context.topics:
@@ -426,6 +426,10 @@ class DataPlaneApis:
             and self.broker.serving else None
         generation = self.broker.partition_generation
         all_quiet = quiet is not None and not denied
+        # KIP-392: with a replica selector, a consumer's fetch (v11+) may read from a follower here, and a leader
+        # may name a replica in the consumer's rack instead of answering with records.
+        follower_reads = request.replica_id < 0 and header.api_version >= 11 and bool(self.broker.replica_selector)
+        client_rack = request.rack_id if follower_reads else ""
         for topic, fetch_partitions in context.topics:
             partitions = []
             for fetch_partition in fetch_partitions:
@@ -436,11 +440,13 @@ class DataPlaneApis:
                 if topic in denied:
                     data = self._refused_fetch_partition(fetch_partition.partition)
                 else:
-                    data = self._read_fetch_partition(request, topic, fetch_partition, remaining, now_ms)
+                    data = self._read_fetch_partition(request, topic, fetch_partition, remaining, now_ms,
+                                                      follower_reads, client_rack)
                 records_size = len(data.records) if data.records else 0
                 remaining -= records_size
                 size += records_size
-                has_error = has_error or data.error_code != ErrorCode.NONE
+                # An error, or a preferred read replica, answers at once (Kafka's fetchMessages).
+                has_error = has_error or data.error_code != ErrorCode.NONE or data.preferred_read_replica >= 0
                 if context.keep(topic, data):
                     partitions.append(data)
             if partitions:
@@ -479,7 +485,8 @@ class DataPlaneApis:
             last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
             records=b"")
 
-    def _read_fetch_partition(self, request: Any, topic: str, fetch_partition: Any, remaining: int, now_ms: int) -> Any:
+    def _read_fetch_partition(self, request: Any, topic: str, fetch_partition: Any, remaining: int, now_ms: int,
+                              follower_reads: bool = False, client_rack: str = "") -> Any:
         response_class = messages.FetchResponse
         data = response_class.PartitionData(
             partition_index=fetch_partition.partition, error_code=ErrorCode.NONE, high_watermark=-1,
@@ -487,13 +494,16 @@ class DataPlaneApis:
             records=b"",
         )
         hosted = self.broker.hosted(topic, fetch_partition.partition)
-        if hosted is None or not hosted.replica.is_leader or not self.broker.serving:
+        if hosted is None or not (hosted.replica.is_leader or follower_reads) or not self.broker.serving:
             data.error_code = self._partition_error(topic, fetch_partition.partition)
             return data
         max_bytes = min(fetch_partition.partition_max_bytes, remaining)
         try:
             if request.replica_id >= 0:
                 self._read_for_follower(hosted, request.replica_id, fetch_partition, max_bytes, data, now_ms)
+            elif client_rack and hosted.replica.is_leader and self._redirected(hosted, fetch_partition, client_rack,
+                                                                              data):
+                pass
             else:
                 self._read_for_consumer(hosted, request, fetch_partition, max_bytes, data)
         except KafkaError as error:
@@ -528,13 +538,43 @@ class DataPlaneApis:
         data.log_start_offset = result.log_start_offset
         data.last_stable_offset = result.high_watermark
 
+    def _redirected(self, hosted: HostedPartition, fetch_partition: Any, client_rack: str, data: Any) -> bool:
+        """KIP-392 with Kafka's RackAwareReplicaSelector, at the leader: when this broker is not in the client's
+        rack and an in-sync replica there holds the fetch offset (the one with the most data, then the most
+        recently caught up), name it as the preferred read replica and answer no records. Kafka's leader
+        checks the request's leader epoch first, as here."""
+        replica = hosted.replica
+        replica.require_epoch(fetch_partition.current_leader_epoch)
+        brokers = self.broker.image.cluster.brokers
+        local = brokers.get(self.broker.node_id)
+        if local is not None and local.rack == client_rack:
+            return False
+        offset = fetch_partition.fetch_offset
+        candidates = []
+        for replica_id in replica.isr:
+            state = replica.follower_states.get(replica_id)
+            broker = brokers.get(replica_id)
+            if (state is None or broker is None or broker.rack != client_rack or not broker.is_active
+                    or not state.log_start_offset <= offset <= state.log_end_offset):
+                continue
+            candidates.append((state.log_end_offset, state.last_caught_up_time_ms, -replica_id))
+        if not candidates:
+            return False
+        data.preferred_read_replica = -max(candidates)[2]
+        data.high_watermark = replica.high_watermark
+        data.log_start_offset = hosted.log.log_start_offset
+        data.last_stable_offset = replica.last_stable_offset
+        return True
+
     @staticmethod
     def _read_for_consumer(hosted: HostedPartition, request: Any, fetch_partition: Any, max_bytes: int, data: Any) -> None:
         isolation = IsolationLevel(request.isolation_level) if request.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
-        # Records stay file slices of the log (sent by os.sendfile at a plaintext edge): never copied here.
+        # Records stay file slices of the log (sent by os.sendfile at a plaintext edge): never copied here. A
+        # follower serves only what the caller allowed (KIP-392, a replica selector).
         result = hosted.replica.read_for_consumer(
             fetch_partition.fetch_offset, max(max_bytes, 1), isolation,
             current_leader_epoch=fetch_partition.current_leader_epoch, zero_copy=True,
+            leader_only=hosted.replica.is_leader,
         )
         data.records = result.records if max_bytes > 0 else b""
         data.high_watermark = result.high_watermark

@@ -128,6 +128,8 @@ class NodeState:
                 heartbeat_interval_ms=settings.broker_heartbeat_interval_ms,
                 log_flush_messages=settings.log_flush_messages,
                 log_flush_ms=settings.log_flush_ms,
+                rack=self.node_config.rack,
+                replica_selector=settings.replica_selector,
             )
             self.apis = KafkaApis(
                 self.broker, config.cluster_id, self.controller_id_for_clients,

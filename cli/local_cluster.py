@@ -6,6 +6,7 @@ restart any node. Nothing here is a stand-in: the children are the very `flotill
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -38,6 +39,12 @@ def free_ports(count: int, avoid: Iterable[int] = ()) -> list[int]:
             probe.close()
 
 
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: SIGKILL when the process that started it dies (Linux's PR_SET_PDEATHSIG), so
     a test run that is killed or crashes leaves no node behind. Elsewhere a no-op."""
@@ -68,6 +75,7 @@ class LocalCluster:
     client_listeners: tuple[str, ...] = ("SASL_SSL",)  # secure clusters: the first is `kafka_ports`
     metrics: bool = False  # serve Prometheus metrics on `metrics_ports`
     broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers; not secure
+    racks: dict = field(default_factory=dict)  # node id -> its `rack` (Kafka's broker.rack)
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
@@ -133,7 +141,7 @@ class LocalCluster:
             lines.append(f'secret = "{self.secret}"')
         for node_id in self.broker_only_ids:
             lines += ["[[nodes]]", f"id = {node_id}", 'host = "127.0.0.1"', f"kafka_port = {self.kafka_ports[node_id]}",
-                      'roles = ["broker"]', f'data_dir = "node-{node_id}"']
+                      'roles = ["broker"]', f'data_dir = "node-{node_id}"', *self._rack_line(node_id)]
         for node_id in self.controller_ports:
             if self.secure:
                 names = list(self.client_listeners) + ["INTERNAL"]
@@ -150,17 +158,20 @@ class LocalCluster:
                 *([f"metrics_port = {self.metrics_ports[node_id]}"] if self.metrics else []),
                 'roles = ["broker", "controller"]',
                 f'data_dir = "node-{node_id}"',
+                *self._rack_line(node_id),
             ]
         lines.append("[topic_defaults]")
         lines += [f"{key} = {value}" for key, value in self.topic_defaults.items()]
         if self.broker:
             lines.append("[broker]")
-            lines += [f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
-                      for key, value in self.broker.items()]
+            lines += [f"{key} = {_toml_value(value)}" for key, value in self.broker.items()]
         if self.secure:
             lines += self._security_lines()
         with open(self.config_path, "w") as config_file:
             config_file.write("\n".join(lines) + "\n")
+
+    def _rack_line(self, node_id: int) -> list[str]:
+        return [f"rack = {json.dumps(self.racks[node_id])}"] if node_id in self.racks else []
 
     def _security_lines(self) -> list[str]:
         settings = {

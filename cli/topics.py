@@ -88,8 +88,8 @@ def run_brokers(args: argparse.Namespace) -> int:
         metadata = await client.metadata([])
         rows = fill_roles_and_status_from_registrations(metadata, brokers_from_metadata(metadata, config))
         emit(args, rows, lambda: print_table(
-            ["ID", "HOST", "PORT", "ROLES", "STATUS"],
-            [[b["id"], b["host"], b["port"], ",".join(b["roles"]), b["status"]] for b in rows]))
+            ["ID", "HOST", "PORT", "RACK", "ROLES", "STATUS"],
+            [[b["id"], b["host"], b["port"], b["rack"] or "-", ",".join(b["roles"]), b["status"]] for b in rows]))
         return EXIT_OK
 
     return run_with_client(args, body)
@@ -161,12 +161,12 @@ def brokers_from_metadata(metadata: ClusterMetadata, config: ClusterConfig | Non
         roles = ["broker"]
         if config is not None and any(node.id == broker.node_id for node in config.nodes):
             roles = list(config.node(broker.node_id).roles)
-        rows[broker.node_id] = {"id": broker.node_id, "host": broker.host, "port": broker.port, "roles": roles,
-                                "status": "active"}
+        rows[broker.node_id] = {"id": broker.node_id, "host": broker.host, "port": broker.port,
+                                "rack": broker.rack, "roles": roles, "status": "active"}
     for node in config.brokers if config is not None else ():
         if node.id not in rows:  # a registered broker that Metadata leaves out is fenced (or not running)
-            rows[node.id] = {"id": node.id, "host": node.host, "port": node.kafka_port, "roles": list(node.roles),
-                             "status": "fenced"}
+            rows[node.id] = {"id": node.id, "host": node.host, "port": node.kafka_port, "rack": node.rack,
+                             "roles": list(node.roles), "status": "fenced"}
     return [rows[node_id] for node_id in sorted(rows)]
 
 
@@ -185,7 +185,7 @@ def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: li
     image = records_to_image([decode_record(r) for r in answer["records"]],
                              Provenance(answer["raft_index"], answer["raft_term"]))
     return [
-        {"id": b.broker_id, "host": b.host, "port": b.port, "roles": list(b.roles),
+        {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack, "roles": list(b.roles),
          "status": "fenced" if b.fenced else "active"}
         for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id)
     ]

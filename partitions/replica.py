@@ -258,6 +258,7 @@ class Partition:
         # Test-only planted bugs (see the module docstring). Never set from configuration.
         self.bug_hw_from_leader_leo = False
         self.bug_truncate_to_own_hw = False
+        self.bug_follower_reads_past_hw = False  # planted (follower-fetch workload): a follower serves its LEO
         self._high_watermark = log.log_start_offset
         self._leader_hw_floor = self._high_watermark
         self._last_stable_offset_hook: Callable[[int], int] | None = None
@@ -621,18 +622,25 @@ class Partition:
 
     def read_for_consumer(
         self, fetch_offset: int, max_bytes: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-        *, current_leader_epoch: int | None = None, zero_copy: bool = False,
+        *, current_leader_epoch: int | None = None, zero_copy: bool = False, leader_only: bool = True,
     ) -> ConsumerFetchResult:
         """Serve a consumer fetch: whole batches from `fetch_offset` strictly below the high watermark (below
         the last stable offset for read_committed); empty when `fetch_offset` is at or above that bound. With
         `zero_copy` the records are the log read itself (file slices for the edge to sendfile) when its files
         have descriptors (not in memory, as in the simulator), else bytes.
+        Without `leader_only` a follower serves too (KIP-392), up to its own high watermark (last stable
+        offset), which never passes the leader's.
         Raises NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError and
         OffsetOutOfRangeError (fetch_offset outside [log_start, LEO])."""
-        self._require_leader(current_leader_epoch)
+        if leader_only:
+            self._require_leader(current_leader_epoch)
+        else:
+            self.require_epoch(current_leader_epoch)
         self._check_fetch_offset(fetch_offset)
         high_watermark, last_stable_offset = self._high_watermark, self.last_stable_offset
         max_offset = high_watermark if isolation == IsolationLevel.READ_UNCOMMITTED else last_stable_offset
+        if self.bug_follower_reads_past_hw and not leader_only:
+            max_offset = self.log.log_end_offset  # planted bug: a follower serves what it holds, committed or not
         records = b""
         if fetch_offset < max_offset:
             # PartitionLog.read stops before the first batch holding an offset >= max_offset.
@@ -640,12 +648,17 @@ class Partition:
             records = data if zero_copy and data.sendable else data.records
         return ConsumerFetchResult(records, high_watermark, self.log.log_start_offset, last_stable_offset)
 
-    def _require_leader(self, current_leader_epoch: int | None) -> None:
+    def require_epoch(self, current_leader_epoch: int | None) -> None:
+        """Raises FencedLeaderEpochError or UnknownLeaderEpochError when a request names another leader epoch
+        than ours (-1 or None names none)."""
         if current_leader_epoch is not None and current_leader_epoch >= 0:
             if current_leader_epoch < self.leader_epoch:
                 raise FencedLeaderEpochError(f"request epoch {current_leader_epoch} < ours {self.leader_epoch}")
             if current_leader_epoch > self.leader_epoch:
                 raise UnknownLeaderEpochError(f"request epoch {current_leader_epoch} > ours {self.leader_epoch}")
+
+    def _require_leader(self, current_leader_epoch: int | None) -> None:
+        self.require_epoch(current_leader_epoch)
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self.topic}-{self.partition} "

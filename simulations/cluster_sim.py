@@ -103,9 +103,10 @@ def simulation_raft_config() -> RaftConfig:
 
 
 def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
-                   observer_ids: tuple[int, ...] = ()) -> ClusterConfig:
+                   observer_ids: tuple[int, ...] = (), racks: bool = False) -> ClusterConfig:
     """The cluster every node runs: nodes broker+controller, `observer_ids` broker-only (KRaft observers);
-    hosts and ports are labels only. `broker_extra` adds [broker] settings (a workload's coordinator settings)."""
+    hosts and ports are labels only. `broker_extra` adds [broker] settings (a workload's coordinator settings);
+    with `racks` node n is in rack "rack-n"."""
     document = {
         "cluster_id": "sim-cluster",
         "nodes": [{"id": n, "host": f"node-{n}", "kafka_port": 9000 + n, "controller_port": 9100 + n,
@@ -118,6 +119,9 @@ def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
         "broker": {"broker_session_timeout_ms": 3_000, "broker_heartbeat_interval_ms": 500,
                    "replica_lag_time_max_ms": 3_000, "log_flush_messages": 1, **(broker_extra or {})},
     }
+    if racks:
+        for node in document["nodes"]:
+            node["rack"] = f"rack-{node['id']}"
     return parse_config(document, "<simulation>", "/")
 
 
@@ -144,6 +148,7 @@ class ClusterSimulation(NodeFaultsMixin):
     replication_factor = REPLICATION_FACTOR  # of the workload's topic (capped at the number of nodes)
     idle_phase_ms = IDLE_PHASE_MS  # after the final checks; 0: none (the other workloads)
     observers = 0  # broker-only nodes after the `--nodes` broker+controller ones
+    racks = False  # node n in rack "rack-n" (cluster_config)
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
         self.config = config
@@ -170,7 +175,7 @@ class ClusterSimulation(NodeFaultsMixin):
         self.shape = shape
         self.trace("swarm", shape.records_per_s, int(shape.keyed), f"{shape.read_corruption_probability:g}",
                    ",".join(sorted(config.bugs_live)) or "-")
-        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra, self.observer_ids)
+        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra, self.observer_ids, self.racks)
         self.raft_config = simulation_raft_config()
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}

@@ -70,6 +70,7 @@ CONSUMER_MAX_WAIT_MS = 200
 CONSUMER_PARTITION_BYTES_MAX = 256 * 1024
 PRODUCE_VERSION = 7
 FETCH_VERSION = 11
+PREFERRED_REPLICA_MS = 5_000  # how long a consumer reads from the replica a leader named (librdkafka: metadata age)
 METADATA_VERSION = 8
 CREATE_TOPICS_VERSION = 4
 SASL_HANDSHAKE_VERSION = 1
@@ -493,6 +494,8 @@ class ConsumerStats:
     fetches: int = 0
     corrupt_batches: int = 0
     errors: int = 0
+    redirects: int = 0  # answers naming a preferred read replica (KIP-392)
+    follower_records: int = 0  # records read from a preferred read replica
 
 
 @dataclass
@@ -501,6 +504,8 @@ class _ConsumerPartition:
     fetching: bool = False
     retry_at_ms: int = 0
     high_watermark: int = 0
+    read_from: int | None = None  # KIP-392: the preferred read replica a leader named (None: the leader)
+    read_from_until_ms: int = 0
 
 
 class SimConsumer(KafkaClientBase):
@@ -512,6 +517,9 @@ class SimConsumer(KafkaClientBase):
         self.on_record = on_record
         self.stats = ConsumerStats()
         self.state = {p: _ConsumerPartition() for p in range(partitions)}
+        # KIP-392 (client.rack): with a rack the consumer fetches from the replica a leader names, as librdkafka
+        # does, until an error there or `PREFERRED_REPLICA_MS` have passed; then it asks the leader again.
+        self.rack_id = ""
 
     def start(self) -> None:
         self.loop.call_later(CONSUMER_TICK_MS * US_PER_MS, self._tick)
@@ -532,6 +540,12 @@ class SimConsumer(KafkaClientBase):
         leader = self.leaders.get(partition)
         if state.fetching or leader is None or self.loop.now_ms < state.retry_at_ms:
             return
+        target = leader.leader_id
+        if state.read_from is not None:
+            if self.loop.now_ms < state.read_from_until_ms:
+                target = state.read_from
+            else:
+                state.read_from = None
         request_class = messages.FetchRequest
         fetch_partition = request_class.FetchPartition(
             partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=state.position,
@@ -540,8 +554,8 @@ class SimConsumer(KafkaClientBase):
             replica_id=-1, max_wait_ms=CONSUMER_MAX_WAIT_MS, min_bytes=1, max_bytes=CONSUMER_PARTITION_BYTES_MAX,
             isolation_level=0, session_id=0, session_epoch=-1,
             topics=[request_class.FetchTopic(topic=self.topic, partitions=[fetch_partition])],
-            forgotten_topics_data=[], rack_id="")
-        if self.send(leader.leader_id, ApiKey.FETCH, FETCH_VERSION, request,
+            forgotten_topics_data=[], rack_id=self.rack_id)
+        if self.send(target, ApiKey.FETCH, FETCH_VERSION, request,
                      lambda response, p=partition, position=state.position: self._on_fetch(p, position, response)):
             state.fetching = True
             self.stats.fetches += 1
@@ -561,7 +575,15 @@ class SimConsumer(KafkaClientBase):
             code = data.error_code or response.error_code
             self.host.trace("client.fetch_error", self.name, partition, int(code))
             state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
+            state.read_from = None
             self._metadata_due_ms = 0
+            return
+        if data.preferred_read_replica >= 0:
+            state.read_from = data.preferred_read_replica
+            state.read_from_until_ms = self.loop.now_ms + PREFERRED_REPLICA_MS
+            self.stats.redirects += 1
+            self.host.trace("client.fetch_redirect", self.name, partition, data.preferred_read_replica)
+            self._maybe_fetch(partition)
             return
         state.high_watermark = max(state.high_watermark, data.high_watermark)
         records = bytes(data.records or b"")
@@ -575,6 +597,8 @@ class SimConsumer(KafkaClientBase):
             return
         if consumed:
             self.host.trace("client.consume", self.name, partition, position, consumed)
+            if state.read_from is not None:
+                self.stats.follower_records += consumed
         self._maybe_fetch(partition)
 
     def _consume(self, partition: int, records: bytes, high_watermark: int) -> int:

@@ -39,6 +39,7 @@ WORKLOADS: dict[str, str] = {
     "quotas": "simulations.quota_sim",
     "sasl": "simulations.sasl_sim",
     "fuzz": "simulations.fuzz_sim",
+    "follower-fetch": "simulations.follower_fetch_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

@@ -31,7 +31,7 @@ from partitions.storage import MemoryStorage
 class Cluster:
     """Brokers 1..n over MemoryStorage, a controller, and a metadata log replayed into every broker."""
 
-    def __init__(self, broker_count=3, min_isr=2):
+    def __init__(self, broker_count=3, min_isr=2, racks=None, replica_selector=""):
         self.now_ms = 1_000
         self.controller = QuorumController(ControllerConfig(default_replication_factor=broker_count), random.Random(7))
         self.raft_index = 0
@@ -42,14 +42,16 @@ class Cluster:
         self.log = []  # every committed entry: (records, provenance), for a broker replaying from scratch
         for broker_id in range(1, broker_count + 1):
             broker = BrokerCore(broker_id, "127.0.0.1", 9000 + broker_id, ("broker",), MemoryStorage(),
-                                incarnation_id=bytes([broker_id]) * 16, default_min_insync_replicas=min_isr)
+                                incarnation_id=bytes([broker_id]) * 16, default_min_insync_replicas=min_isr,
+                                rack=(racks or {}).get(broker_id), replica_selector=replica_selector)
             self.brokers[broker_id] = broker
             self.apis[broker_id] = KafkaApis(broker, "test", lambda: 1)
             self.images[broker_id] = MetadataImage()
         self.controller.become_active(self.now_ms)
         for broker_id, broker in self.brokers.items():
             epoch = self.commit(BrokerRegistrationRequest(broker_id=broker_id, incarnation_id=broker.incarnation_id,
-                                                          host="127.0.0.1", port=broker.port)).broker_epoch
+                                                          host="127.0.0.1", port=broker.port,
+                                                          rack=broker.rack)).broker_epoch
             broker.broker_epoch = epoch
         for broker_id, broker in self.brokers.items():
             self.commit(BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=broker.broker_epoch,
@@ -128,12 +130,12 @@ def produce_request(topic, partition, values, acks=-1):
     )
 
 
-def fetch_request(topic, partition, offset, max_wait_ms=0, min_bytes=1):
+def fetch_request(topic, partition, offset, max_wait_ms=0, min_bytes=1, rack_id=""):
     request_class = messages.FetchRequest
     return request_class(
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0,
         topics=[request_class.FetchTopic(topic=topic, partitions=[request_class.FetchPartition(
-            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])],
+            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])], rack_id=rack_id,
     )
 
 
@@ -240,6 +242,67 @@ def test_a_parked_consumer_fetch_is_read_again_only_once_its_partition_has_recor
     records = completed[pending.request_id].responses[0].partitions[0].records
     assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"v"]
     assert [request.replica_id for request in reads].count(-1) == 2  # arrival, and once the watermark moved
+
+
+RACKS = {1: "a", 2: "b", 3: "c"}
+
+
+def racked_cluster(replica_selector):
+    cluster = Cluster(racks=RACKS, replica_selector=replica_selector)
+    cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=1, replication_factor=3),)))
+    return cluster
+
+
+def fetched_values(response):
+    return [r.value for b in decode_batches(bytes(response.partitions[0].records or b"")) for r in b.records]
+
+
+def test_with_a_replica_selector_a_leader_names_the_in_sync_replica_in_the_consumers_rack():  # KIP-392
+    cluster = racked_cluster("rack")
+    leader = leader_of(cluster, 0)
+    follower = min(b for b in RACKS if b != leader)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"x", b"y"]))
+    cluster.replicate()
+    redirected = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, rack_id=RACKS[follower]))
+    data = redirected.responses[0].partitions[0]
+    assert (data.preferred_read_replica, data.error_code, data.high_watermark) == (follower, ErrorCode.NONE, 2)
+    assert not data.records
+    for rack_id in (RACKS[leader], "", "rack-nobody-is-in"):
+        served = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, rack_id=rack_id)).responses[0]
+        assert served.partitions[0].preferred_read_replica == -1 and fetched_values(served) == [b"x", b"y"]
+    # Without a selector the rack is ignored, as Kafka's default (no replica.selector.class) does.
+    plain = racked_cluster("")
+    leader = leader_of(plain, 0)
+    plain.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"x"]))
+    plain.replicate()
+    rack_id = RACKS[min(b for b in RACKS if b != leader)]
+    served = plain.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, rack_id=rack_id)).responses[0]
+    assert served.partitions[0].preferred_read_replica == -1 and fetched_values(served) == [b"x"]
+
+
+def test_a_follower_serves_consumers_only_with_a_replica_selector_and_only_below_its_high_watermark():
+    for selector in ("rack", ""):
+        cluster = racked_cluster(selector)
+        leader = leader_of(cluster, 0)
+        follower = min(b for b in RACKS if b != leader)
+        cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"x", b"y"], acks=1))
+        hosted = cluster.brokers[follower].hosted("t", 0)
+        for _ in range(3):  # until the follower holds both records
+            if hosted.log.log_end_offset < 2:
+                cluster.replicate(rounds=1)
+        assert hosted.log.log_end_offset == 2
+        assert hosted.replica.high_watermark == 0  # what the leader had told it then
+        early = cluster.call(follower, ApiKey.FETCH, 11, fetch_request("t", 0, 0)).responses[0].partitions[0]
+        if not selector:
+            assert early.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            continue
+        assert (early.error_code, early.high_watermark, early.records) == (ErrorCode.NONE, 0, b"")
+        cluster.replicate()
+        served = cluster.call(follower, ApiKey.FETCH, 11, fetch_request("t", 0, 0)).responses[0]
+        assert served.partitions[0].high_watermark == 2 and fetched_values(served) == [b"x", b"y"]
+        # Fetch versions before 11 carry no rack and are for leaders only (Kafka's fetchOnlyFromLeader).
+        old = cluster.call(follower, ApiKey.FETCH, 10, fetch_request("t", 0, 0)).responses[0].partitions[0]
+        assert old.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_not_enough_replicas_when_isr_below_min_insync(cluster):

@@ -42,6 +42,10 @@ def test_a_good_file_loads_with_data_dirs_relative_to_the_file(tmp_path):
     assert config.node(2).roles == ("broker",)
     assert config.topic_defaults.partitions == 2
     assert [n.id for n in config.controllers] == [1]
+    assert config.node(1).rack is None and config.broker.replica_selector == ""
+    racked = load_config(write(tmp_path, GOOD.replace('data_dir = "data/node-1"', 'data_dir = "data/node-1"\nrack = "az-1"')
+                               + '[broker]\nreplica_selector = "rack"\n'))
+    assert racked.node(1).rack == "az-1" and racked.broker.replica_selector == "rack"
 
 
 @pytest.mark.parametrize(
@@ -59,6 +63,12 @@ def test_a_good_file_loads_with_data_dirs_relative_to_the_file(tmp_path):
         (lambda t: t.replace("[topic_defaults]", "[broker]\ntransaction_version = 3\n[topic_defaults]"),
          "broker.transaction_version"),  # the transaction.version feature: 0-2 (KIP-890)
         (lambda t: t.replace('roles = ["broker", "controller"]', 'roles = ["broker"]'), "roles"),
+        (lambda t: t.replace('data_dir = "data/node-1"', 'data_dir = "data/node-1"\nrack = ""'), "nodes[0].rack"),
+        (lambda t: t.replace('data_dir = "data/node-1"', 'data_dir = "data/node-1"\nrack = 3'), "nodes[0].rack"),
+        (lambda t: t.replace("[topic_defaults]", '[broker]\nreplica_selector = "closest"\n[topic_defaults]'),
+         "broker.replica_selector"),  # KIP-392: "" or "rack"
+        (lambda t: t.replace("[topic_defaults]", "[broker]\nreplica_selector = true\n[topic_defaults]"),
+         "broker.replica_selector"),
     ],
 )
 def test_a_bad_file_names_the_file_and_the_key(tmp_path, mutation, key):

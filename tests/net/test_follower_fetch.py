@@ -1,0 +1,91 @@
+"""Fetching from the closest replica (KIP-392) on real nodes with librdkafka: three nodes in three racks and
+`replica_selector = "rack"`; a confluent-kafka consumer with `client.rack` set to a follower's rack is sent there
+by the leader and reads every record, exactly once and in order, from that follower; a consumer in the leader's
+rack and one without a rack read from the leader. Who served is read off each node's `flotilla_bytes_out`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, metadata, topic_of, \
+    wait_for_quorum
+from tests.net.test_metrics_endpoint import scrape
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+RECORDS = 2_000
+RACKS = {1: "rack-a", 2: "rack-b", 3: "rack-c"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("follower-fetch")), nodes=3, metrics=True, racks=RACKS,
+                           broker={**FAST_BROKER_SETTINGS, "replica_selector": "rack"})
+    cluster.start()
+    wait_for_quorum(cluster)
+    yield cluster
+    cluster.stop()
+
+
+def bytes_out(cluster: LocalCluster, node_id: int, topic: str) -> float:
+    return scrape(cluster, node_id).get("flotilla_bytes_out_total", {}).get((("topic", topic),), 0.0)
+
+
+def consume_all(cluster: LocalCluster, topic: str, group: str, rack: str | None) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False}
+    if rack is not None:
+        config["client.rack"] = rack
+    consumer = Consumer(config)
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+        def read_all() -> bool:
+            for message in consumer.consume(500, 0.5):
+                assert message.error() is None, message.error()
+                values.append(message.value())
+            return len(values) >= RECORDS
+
+        eventually(read_all, seconds=60, interval=0, what=f"{RECORDS} records for {group}")
+    finally:
+        consumer.close()
+    return values
+
+
+def test_each_node_registers_its_rack_and_the_cli_lists_it(cluster):
+    listed = json.loads(cli("brokers", "-b", cluster.bootstrap_servers, "--json").stdout)
+    assert {b["id"]: b["rack"] for b in listed} == RACKS
+    table = cli("brokers", "-b", cluster.bootstrap_servers).stdout.splitlines()
+    assert table[0].split() == ["ID", "HOST", "PORT", "RACK", "ROLES", "STATUS"] and "rack-b" in table[2]
+
+
+def test_a_consumer_reads_from_the_follower_in_its_rack_and_others_from_the_leader(cluster):
+    from confluent_kafka import Producer
+
+    create_topic(cluster, "near", 1, 3, min_insync_replicas="2")
+    partition = eventually(lambda: topic_of(metadata(cluster), "near")["partitions"][0])
+    leader = partition["leader"]
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5})
+    sent = [b"value-%05d" % i for i in range(RECORDS)]
+    for value in sent:
+        producer.produce("near", value=value, partition=0)
+    assert producer.flush(30) == 0
+    eventually(lambda: len(topic_of(metadata(cluster), "near")["partitions"][0]["isr"]) == 3, what="ISR of 3")
+    follower = min(node for node in RACKS if node != leader)
+
+    before = {node: bytes_out(cluster, node, "near") for node in RACKS}
+    assert consume_all(cluster, "near", "in-follower-rack", RACKS[follower]) == sent
+    after = {node: bytes_out(cluster, node, "near") for node in RACKS}
+    assert after[follower] - before[follower] >= RECORDS * len(sent[0])  # the records came from the follower
+    assert after[leader] - before[leader] < len(sent[0]) * 10  # the leader only pointed there
+
+    for group, rack in (("in-leader-rack", RACKS[leader]), ("no-rack", None)):
+        before = after
+        assert consume_all(cluster, "near", group, rack) == sent
+        after = {node: bytes_out(cluster, node, "near") for node in RACKS}
+        assert after[leader] - before[leader] >= RECORDS * len(sent[0]), group
+        assert all(after[node] == before[node] for node in RACKS if node != leader), group
