@@ -114,11 +114,13 @@ class FetchContext:
 
     def keep(self, topic: str, data: Any) -> bool:
         """Whether partition data read for this fetch goes into the response: every one unless incremental,
-        then only those with news since the last response sent (`sent`)."""
+        then only those with news since the last response sent (`sent`); a preferred read replica (KIP-392)
+        is news."""
         if not self.incremental:
             return True
         entry = self.session.partitions.get((topic, data.partition_index))
         return (entry is None or bool(data.records) or data.error_code != ErrorCode.NONE
+                or data.preferred_read_replica >= 0
                 or data.high_watermark != entry.high_watermark
                 or data.last_stable_offset != entry.last_stable_offset
                 or data.log_start_offset != entry.log_start_offset)

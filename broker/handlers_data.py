@@ -501,10 +501,8 @@ class DataPlaneApis:
         try:
             if request.replica_id >= 0:
                 self._read_for_follower(hosted, request.replica_id, fetch_partition, max_bytes, data, now_ms)
-            elif client_rack and hosted.replica.is_leader and self._redirected(hosted, fetch_partition, client_rack,
-                                                                              data):
-                pass
-            else:
+            elif not (client_rack and hosted.replica.is_leader
+                      and self._redirected(hosted, fetch_partition, client_rack, data)):
                 self._read_for_consumer(hosted, request, fetch_partition, max_bytes, data)
         except KafkaError as error:
             data.error_code = error.code

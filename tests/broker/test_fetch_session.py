@@ -260,3 +260,20 @@ def test_a_quiet_followers_session_is_parked_without_a_walk_until_a_partition_mo
     assert led_u
     named = follower.next_replica_request(leader, cluster.now_ms).request
     assert {p.partition for t in named.topics if t.topic == "u" for p in t.partitions} == led_u
+
+
+def test_an_incremental_fetch_carries_a_preferred_read_replica_as_news():  # KIP-392 over KIP-227
+    from tests.broker.test_broker_sans_io import RACKS, racked_cluster
+
+    cluster = racked_cluster("rack")
+    leader = leader_of(cluster, 0)
+    follower = min(b for b in RACKS if b != leader)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate()
+    full = cluster.call(leader, ApiKey.FETCH, 11, fetch(0, 0, [(0, 1)]))  # at the end: nothing new after it
+    assert full.session_id > 0 and full.responses[0].partitions[0].preferred_read_replica == -1
+    moved = fetch(full.session_id, 1)
+    moved.rack_id = RACKS[follower]  # the same session, now from a consumer that names its rack
+    answer = cluster.call(leader, ApiKey.FETCH, 11, moved)
+    assert [(p.partition_index, p.preferred_read_replica, p.high_watermark) for t in answer.responses
+            for p in t.partitions] == [(0, follower, 1)]
