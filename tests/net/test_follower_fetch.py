@@ -1,17 +1,21 @@
 """Fetching from the closest replica (KIP-392) on real nodes with librdkafka: three nodes in three racks and
 `replica_selector = "rack"`; a confluent-kafka consumer with `client.rack` set to a follower's rack is sent there
 by the leader and reads every record, exactly once and in order, from that follower; a consumer in the leader's
-rack and one without a rack read from the leader. Who served is read off each node's `flotilla_bytes_out`."""
+rack and one without a rack read from the leader; kafkajs with `rackId` is sent to the follower too. Who served is
+read off each node's `flotilla_bytes_out`."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
 from cli.local_cluster import LocalCluster
 from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, metadata, topic_of, \
     wait_for_quorum
+from tests.net.test_kafkajs import ROOT, node_path  # noqa: F401  (fixture)
 from tests.net.test_metrics_endpoint import scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -89,3 +93,24 @@ def test_a_consumer_reads_from_the_follower_in_its_rack_and_others_from_the_lead
         after = {node: bytes_out(cluster, node, "near") for node in RACKS}
         assert after[leader] - before[leader] >= RECORDS * len(sent[0]), group
         assert all(after[node] == before[node] for node in RACKS if node != leader), group
+
+
+def test_kafkajs_with_a_rack_id_reads_from_the_follower_in_its_rack(cluster, node_path):  # noqa: F811
+    from confluent_kafka import Producer
+
+    create_topic(cluster, "near-js", 1, 3, min_insync_replicas="2")
+    leader = eventually(lambda: topic_of(metadata(cluster), "near-js")["partitions"][0]["leader"])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5})
+    sent = [f"js-{i:05d}" for i in range(RECORDS)]
+    for value in sent:
+        producer.produce("near-js", value=value.encode(), partition=0)
+    assert producer.flush(30) == 0
+    eventually(lambda: len(topic_of(metadata(cluster), "near-js")["partitions"][0]["isr"]) == 3, what="ISR of 3")
+    follower = max(node for node in RACKS if node != leader)
+    before = bytes_out(cluster, follower, "near-js")
+    run = subprocess.run(["node", os.path.join(ROOT, "tests", "clients", "kafkajs_rack.js"), cluster.bootstrap_servers,
+                          "near-js", RACKS[follower], str(RECORDS)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NODE_PATH": node_path})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout) == [[0, offset, value] for offset, value in enumerate(sent)]
+    assert bytes_out(cluster, follower, "near-js") - before >= RECORDS * len(sent[0])
