@@ -2,7 +2,8 @@
 `replica_selector = "rack"`; a confluent-kafka consumer with `client.rack` set to a follower's rack is sent there
 by the leader and reads every record, exactly once and in order, from that follower; a consumer in the leader's
 rack and one without a rack read from the leader; kafkajs with `rackId` is sent to the follower too. Who served is
-read off each node's `flotilla_bytes_out`."""
+read off each node's `flotilla_bytes_out`. librdkafka's rack-aware range assignor (KIP-881, in the client) gives
+each member of a classic group the partitions in its rack, from the racks Metadata reports."""
 
 from __future__ import annotations
 
@@ -114,3 +115,35 @@ def test_kafkajs_with_a_rack_id_reads_from_the_follower_in_its_rack(cluster, nod
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout) == [[0, offset, value] for offset, value in enumerate(sent)]
     assert bytes_out(cluster, follower, "near-js") - before >= RECORDS * len(sent[0])
+
+
+def test_librdkafka_assigns_each_member_of_a_classic_group_the_partitions_in_its_rack(cluster):  # KIP-881
+    # The rack-aware assignors run in the client, from the racks Metadata reports for each partition's replicas.
+    from confluent_kafka import Consumer
+
+    create_topic(cluster, "by-rack", 6, 1)
+    partitions = eventually(lambda: topic_of(metadata(cluster), "by-rack")["partitions"])
+    rack_of_partition = {p["partition"]: RACKS[p["replicas"][0]] for p in partitions}
+    assert sorted(rack_of_partition.values()) == sorted(list(RACKS.values()) * 2)  # two replicas per rack
+    consumers = {rack: Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "racked",
+                                 "client.rack": rack, "partition.assignment.strategy": "range",
+                                 "session.timeout.ms": 10_000})
+                 for rack in RACKS.values()}
+    try:
+        for consumer in consumers.values():
+            consumer.subscribe(["by-rack"])
+
+        def assigned() -> dict[str, list[int]]:
+            for consumer in consumers.values():
+                consumer.poll(0.2)
+            current = {rack: sorted(tp.partition for tp in consumer.assignment()) for rack, consumer in consumers.items()}
+            assert all(current.values()), current  # every member is in the generation
+            assert sorted(p for owned in current.values() for p in owned) == list(range(6)), current
+            return current
+
+        owned = eventually(assigned, seconds=60, interval=0, what="six partitions over three members")
+        assert {rack: [rack_of_partition[p] for p in parts] for rack, parts in owned.items()} == {
+            rack: [rack, rack] for rack in RACKS.values()}
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
