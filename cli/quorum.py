@@ -214,8 +214,8 @@ def print_image(document: dict) -> None:
     print(f"metadata image at raft index {document['raft_index']} (term {document['raft_term']}), "
           f"next producer id {document['next_producer_id']}")
     print()
-    print_table(["BROKER", "HOST", "PORT", "ROLES", "EPOCH", "STATUS"],
-                [[b["id"], b["host"], b["port"], ",".join(b["roles"]), b["epoch"],
+    print_table(["BROKER", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS"],
+                [[b["id"], b["host"], b["port"], b.get("rack") or "-", ",".join(b["roles"]), b["epoch"],
                   b["status"] + (" (shutting down)" if b["in_controlled_shutdown"] else "")]
                  for b in document["brokers"]])
     rows = [[t["name"], p["partition"], p["leader"], p["leader_epoch"], p["partition_epoch"],
@@ -245,8 +245,9 @@ def _jsonable(value: Any) -> Any:
 
 def image_to_json(image: Any) -> dict[str, Any]:
     brokers = [
-        {"id": b.broker_id, "host": b.host, "port": b.port, "roles": list(b.roles), "epoch": b.broker_epoch,
-         "status": "fenced" if b.fenced else "active", "in_controlled_shutdown": b.in_controlled_shutdown}
+        {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack, "roles": list(b.roles),
+         "epoch": b.broker_epoch, "status": "fenced" if b.fenced else "active",
+         "in_controlled_shutdown": b.in_controlled_shutdown}
         for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id)
     ]
     topics = []

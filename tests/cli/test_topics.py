@@ -131,7 +131,8 @@ def test_metadata_dump_prints_a_readable_image_and_log_without_json(capsys):
     print_image(document)
     out = capsys.readouterr().out
     assert out.startswith("metadata image at raft index 42 (term 3), next producer id 1000")
-    assert "BROKER  HOST       PORT  ROLES" in out and "1       127.0.0.1  9092  broker,controller  7      active" in out
+    assert "BROKER  HOST       PORT  RACK  ROLES" in out  # a document of before racks: "-"
+    assert "1       127.0.0.1  9092  -     broker,controller  7      active" in out
     assert "orders  0          1       2             5                1,2,3     1,2" in out
     assert "orders  cleanup.policy  compact" in out
     assert log_line(9, {"type": "TopicRecord", "name": "orders"}).split() == ["9", "TopicRecord", "name=orders"]

@@ -66,6 +66,7 @@ def test_each_node_registers_its_rack_and_the_cli_lists_it(cluster):
     assert {b["id"]: b["rack"] for b in listed} == RACKS
     table = cli("brokers", "-b", cluster.bootstrap_servers).stdout.splitlines()
     assert table[0].split() == ["ID", "HOST", "PORT", "RACK", "ROLES", "STATUS"] and "rack-b" in table[2]
+    assert {b["id"]: b["rack"] for b in metadata(cluster)["brokers"]} == RACKS  # `flotilla metadata dump`
 
 
 def test_a_consumer_reads_from_the_follower_in_its_rack_and_others_from_the_leader(cluster):
