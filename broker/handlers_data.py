@@ -69,6 +69,13 @@ class _DelayedFetch:
     session: Any = None  # the connection's security.session.Session (quotas: its principal, its throttle)
 
 
+def _isolation(request: Any) -> IsolationLevel:
+    """A Fetch request's isolation level; a value Kafka does not define reads uncommitted."""
+    if request.isolation_level in (0, 1):
+        return IsolationLevel(request.isolation_level)
+    return IsolationLevel.READ_UNCOMMITTED
+
+
 class DataPlaneApis:
     """The partition APIs (see the module docstring)."""
 
@@ -391,21 +398,13 @@ class DataPlaneApis:
         broker = self.broker
         if request.replica_id >= 0 or delayed.denied or not broker.serving or broker.replica_selector:
             return False  # (with a replica selector, a read may also name a preferred replica: read it)
-        committed = request.isolation_level == IsolationLevel.READ_COMMITTED
+        isolation = _isolation(request)
         partitions = broker.partitions
         for topic, fetch_partitions in delayed.context.topics:
             for fetch_partition in fetch_partitions:
                 hosted = partitions.get((topic, fetch_partition.partition))
-                if hosted is None:
-                    return False
-                replica = hosted.replica
-                epoch = fetch_partition.current_leader_epoch
-                if not replica.is_leader or (epoch is not None and epoch >= 0 and epoch != replica.leader_epoch):
-                    return False
-                offset = fetch_partition.fetch_offset
-                if offset < (replica.last_stable_offset if committed else replica.high_watermark):
-                    return False
-                if not hosted.log.log_start_offset <= offset <= hosted.log.log_end_offset:
+                if hosted is None or not hosted.replica.consumer_read_finds_nothing(
+                        fetch_partition.fetch_offset, isolation, fetch_partition.current_leader_epoch):
                     return False
         return True
 
@@ -429,7 +428,6 @@ class DataPlaneApis:
         # KIP-392: with a replica selector, a consumer's fetch (v11+) may read from a follower here, and a leader
         # may name a replica in the consumer's rack instead of answering with records.
         follower_reads = request.replica_id < 0 and header.api_version >= 11 and bool(self.broker.replica_selector)
-        client_rack = request.rack_id if follower_reads else ""
         for topic, fetch_partitions in context.topics:
             partitions = []
             for fetch_partition in fetch_partitions:
@@ -441,7 +439,7 @@ class DataPlaneApis:
                     data = self._refused_fetch_partition(fetch_partition.partition)
                 else:
                     data = self._read_fetch_partition(request, topic, fetch_partition, remaining, now_ms,
-                                                      follower_reads, client_rack)
+                                                      follower_reads)
                 records_size = len(data.records) if data.records else 0
                 remaining -= records_size
                 size += records_size
@@ -486,7 +484,7 @@ class DataPlaneApis:
             records=b"")
 
     def _read_fetch_partition(self, request: Any, topic: str, fetch_partition: Any, remaining: int, now_ms: int,
-                              follower_reads: bool = False, client_rack: str = "") -> Any:
+                              follower_reads: bool = False) -> Any:
         response_class = messages.FetchResponse
         data = response_class.PartitionData(
             partition_index=fetch_partition.partition, error_code=ErrorCode.NONE, high_watermark=-1,
@@ -501,8 +499,8 @@ class DataPlaneApis:
         try:
             if request.replica_id >= 0:
                 self._read_for_follower(hosted, request.replica_id, fetch_partition, max_bytes, data, now_ms)
-            elif not (client_rack and hosted.replica.is_leader
-                      and self._redirected(hosted, fetch_partition, client_rack, data)):
+            elif not (follower_reads and request.rack_id and hosted.replica.is_leader
+                      and self._redirected(hosted, fetch_partition, request.rack_id, data)):
                 self._read_for_consumer(hosted, request, fetch_partition, max_bytes, data)
         except KafkaError as error:
             data.error_code = error.code
@@ -566,7 +564,7 @@ class DataPlaneApis:
 
     @staticmethod
     def _read_for_consumer(hosted: HostedPartition, request: Any, fetch_partition: Any, max_bytes: int, data: Any) -> None:
-        isolation = IsolationLevel(request.isolation_level) if request.isolation_level in (0, 1) else IsolationLevel.READ_UNCOMMITTED
+        isolation = _isolation(request)
         # Records stay file slices of the log (sent by os.sendfile at a plaintext edge): never copied here. A
         # follower serves only what the caller allowed (KIP-392, a replica selector).
         result = hosted.replica.read_for_consumer(

@@ -171,7 +171,7 @@ class LocalCluster:
             config_file.write("\n".join(lines) + "\n")
 
     def _rack_line(self, node_id: int) -> list[str]:
-        return [f"rack = {json.dumps(self.racks[node_id])}"] if node_id in self.racks else []
+        return [f"rack = {_toml_value(self.racks[node_id])}"] if node_id in self.racks else []
 
     def _security_lines(self) -> list[str]:
         settings = {

@@ -648,10 +648,24 @@ class Partition:
             records = data if zero_copy and data.sendable else data.records
         return ConsumerFetchResult(records, high_watermark, self.log.log_start_offset, last_stable_offset)
 
+    def consumer_read_finds_nothing(self, fetch_offset: int, isolation: IsolationLevel,
+                                    current_leader_epoch: int | None) -> bool:
+        """True when `read_for_consumer` here, as leader, would raise nothing and return no records: this replica
+        leads at the epoch the request names, `fetch_offset` lies within the log and at or past what the
+        isolation level may read (Kafka's DelayedFetch.tryComplete asks this of a parked fetch)."""
+        if not self.is_leader or self._names_other_epoch(current_leader_epoch):
+            return False
+        bound = self._high_watermark if isolation == IsolationLevel.READ_UNCOMMITTED else self.last_stable_offset
+        return bound <= fetch_offset and self.log.log_start_offset <= fetch_offset <= self.log.log_end_offset
+
+    def _names_other_epoch(self, current_leader_epoch: int | None) -> bool:
+        return (current_leader_epoch is not None and current_leader_epoch >= 0
+                and current_leader_epoch != self.leader_epoch)
+
     def require_epoch(self, current_leader_epoch: int | None) -> None:
         """Raises FencedLeaderEpochError or UnknownLeaderEpochError when a request names another leader epoch
         than ours (-1 or None names none)."""
-        if current_leader_epoch is not None and current_leader_epoch >= 0:
+        if self._names_other_epoch(current_leader_epoch):
             if current_leader_epoch < self.leader_epoch:
                 raise FencedLeaderEpochError(f"request epoch {current_leader_epoch} < ours {self.leader_epoch}")
             if current_leader_epoch > self.leader_epoch:
