@@ -83,6 +83,10 @@ class BrokerMetrics:
         # (authentication | reauthentication, success | failure) -> SASL exchanges ended so
         self.authentications: dict[tuple[str, str], int] = defaultdict(int)
         self.expired_sessions = 0  # connections closed for a request after their SASL session expired (KIP-368)
+        # where -> exceptions a bug raised that the node survived: "request" (a handler: that connection
+        # closed), "answer" (building a deferred answer: that connection closed), "encode" (a response its
+        # version cannot carry), "poll" (a handler group's poll: the others were polled, the node went on)
+        self.internal_errors: dict[str, int] = defaultdict(int)
 
     def record_produce(self, topic: str, records: int, size: int) -> None:
         if not self.enabled:
@@ -114,6 +118,9 @@ class BrokerMetrics:
     def record_expired_session(self) -> None:
         if self.enabled:
             self.expired_sessions += 1
+
+    def record_internal_error(self, where: str) -> None:
+        self.internal_errors[where] += 1  # counted with metrics off too: rare, and what a test or operator asks
 
     def record_isr_change(self, before: int, after: int) -> None:
         if not self.enabled:

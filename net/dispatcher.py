@@ -134,6 +134,7 @@ class KafkaDispatcher:
         try:
             result = self.apis.handle(header, request, self.now_ms())
         except Exception:  # a handler's bug: that connection closes, the node and its other clients go on
+            self.apis.broker.metrics.record_internal_error("request")
             self.log.error("request_failed", connection_id=connection_id, api_key=header.api_key,
                            api_version=header.api_version, exc_info=True)
             raise CloseConnection(f"api_key={header.api_key}: the broker failed handling the request") from None
@@ -152,6 +153,7 @@ class KafkaDispatcher:
         try:
             return encode_reply(header, result)
         except KafkaError as error:
+            self.apis.broker.metrics.record_internal_error("encode")
             self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
                            error=error.message)
             raise CloseConnection(error.message) from None
@@ -209,6 +211,7 @@ class KafkaDispatcher:
             entry = self._pending.pop(request_id, None)
             if isinstance(response, RequestFailed):  # building the answer raised: that connection closes
                 error = response.error
+                self.apis.broker.metrics.record_internal_error("answer")
                 self.log.error("request_failed", api_key=header.api_key, api_version=header.api_version,
                                exc_info=(type(error), error, error.__traceback__))
                 if entry is not None and not entry[0].done:
@@ -220,6 +223,7 @@ class KafkaDispatcher:
             try:
                 entry[0].set(encode_reply(header, response))
             except KafkaError as error:  # a response this version cannot carry: a bug, but one connection's
+                self.apis.broker.metrics.record_internal_error("encode")
                 self.log.error("response_encode_failed", api_key=header.api_key, api_version=header.api_version,
                                error=error.message)
                 entry[0].set(CLOSE_REPLY)

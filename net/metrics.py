@@ -138,6 +138,12 @@ class NodeCollector:
         yield CounterMetricFamily("flotilla_expired_sessions_closed", "Connections closed because a request "
                                   "arrived after their SASL session expired without re-authentication",
                                   value=metrics.expired_sessions)
+        internal_errors = CounterMetricFamily("flotilla_internal_errors", "Exceptions out of the broker's own code "
+                                              "that the node survived (each logged with its traceback), by where "
+                                              "they were caught", labels=["where"])
+        for where in ("request", "answer", "encode", "poll"):
+            internal_errors.add_metric([where], metrics.internal_errors.get(where, 0))
+        yield internal_errors
 
 
 class MetricsServer:

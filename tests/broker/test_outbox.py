@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import trio
 
-from broker.config import parse_config
 from broker.core import OUTBOX_REQUESTS_MAX
-from cli.local_cluster import free_ports
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError
 from simulations import cluster_sim
 from simulations.run import RunConfig
 from tests.broker.test_broker_sans_io import Cluster
+from tests.net.cluster_helpers import in_process_node
 
 
 def api_versions_request():
@@ -65,22 +64,8 @@ def test_the_simulator_delivers_outbox_requests_over_its_network():
     assert isinstance(answers[9], KafkaError) and answers[9].code == ErrorCode.NETWORK_EXCEPTION
 
 
-def _single_node(tmp_path):
-    """A one-node cluster's node (broker and controller) on free ports, not started."""
-    from net.node import Node
-
-    kafka_port, controller_port = free_ports(2)
-    config = parse_config({
-        "cluster_id": "outbox",
-        "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": kafka_port, "controller_port": controller_port,
-                   "roles": ["broker", "controller"], "data_dir": "node-1"}],
-        "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
-    }, "<test>", str(tmp_path))
-    return Node(config, 1)
-
-
 async def test_a_real_node_delivers_outbox_requests_over_a_kafka_connection(tmp_path):
-    node = _single_node(tmp_path)
+    node = in_process_node(tmp_path, "outbox")
     answers: list = []
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
@@ -109,7 +94,7 @@ async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_pat
     from metadata.requests import CreatableTopic, CreateTopicsRequest
     from tests.broker.test_broker_sans_io import fetch_request, produce_request
 
-    node = _single_node(tmp_path)
+    node = in_process_node(tmp_path, "outbox")
     fetched: list = []
     produced: list = []
     async with trio.open_nursery() as nursery:

@@ -12,6 +12,23 @@ from typing import Any, Callable
 FAST_BROKER_SETTINGS = {"broker_session_timeout_ms": 3000, "broker_heartbeat_interval_ms": 500}
 
 
+def in_process_node(tmp_path, cluster_id: str = "single") -> Any:
+    """A one-node cluster's node (broker and controller) on free 127.0.0.1 ports, in this process (net.node.Node,
+    to run in a trio nursery: `await nursery.start(node.run)`), not started."""
+    from broker.config import parse_config
+    from cli.local_cluster import free_ports
+    from net.node import Node
+
+    kafka_port, controller_port = free_ports(2)
+    config = parse_config({
+        "cluster_id": cluster_id,
+        "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": kafka_port, "controller_port": controller_port,
+                   "roles": ["broker", "controller"], "data_dir": "node-1"}],
+        "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+    }, "<test>", str(tmp_path))
+    return Node(config, 1)
+
+
 def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout)
 

@@ -1,0 +1,100 @@
+"""A handler group whose poll raises (a bug) does not end the node: KafkaApis.poll polls the other groups all the
+same and hands the failure over; the node counts it (`flotilla_internal_errors_total{where="poll"}`) and logs it,
+and goes on serving. Before, the exception left the node's loop and the whole node ended with it."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from metadata.requests import CreatableTopic, CreateTopicsRequest
+from partitions.errors import ErrorCode
+from broker.apis import Deferred
+from net.protocol.codec import ApiKey
+from partitions.records import decode_batches
+from tests.broker.test_broker_sans_io import Cluster, fetch_request, produce_request
+from tests.net.cluster_helpers import in_process_node
+
+
+class FailingGroup:
+    """A handler group with no APIs whose poll raises every time."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def api_handlers(self):
+        return []
+
+    def poll(self, now_ms, changed) -> None:
+        self.polls += 1
+        raise RuntimeError("planted: this group's poll fails")
+
+    def next_deadline_ms(self):
+        return None
+
+
+def test_the_other_groups_are_polled_and_the_failure_handed_over():
+    cluster = Cluster()
+    created = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=1,
+                                                                          replication_factor=3),)))
+    assert created.topics[0].error_code == ErrorCode.NONE
+    leader = cluster.images[1].topics.by_name["t"].partitions[0].leader
+    apis = cluster.apis[leader]
+    failing = FailingGroup()
+    apis._groups.insert(0, failing)  # polled before the data plane, whose parked fetch must still complete
+    pending = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, max_wait_ms=5_000))
+    assert isinstance(pending, Deferred)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"late"], acks=1))
+    cluster.replicate()
+    completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
+    records = completed[pending.request_id].responses[0].partitions[0].records
+    assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"late"]
+    failures = apis.take_failures()
+    assert failing.polls >= 1 and [f.group for f in failures] == ["FailingGroup"] * failing.polls
+    assert str(failures[0].error) == "planted: this group's poll fails"
+    assert apis.take_failures() == []  # taken once
+
+
+def _produce_and_consume(bootstrap: str) -> list[bytes]:
+    """With confluent-kafka: a consumer long-polls the empty partition (its fetch parks, to be completed by the
+    data plane's poll), then ten records are produced with acks=all; what the consumer read."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 5_000})
+    consumer.assign([TopicPartition("t", 0, 0)])
+    consumer.poll(1.0)  # connected; its fetch parks at the broker
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(10):
+        producer.produce("t", value=b"r%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    values: list[bytes] = []
+    until = time.monotonic() + 30
+    while len(values) < 10 and time.monotonic() < until:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            values.append(message.value())
+    consumer.close()
+    return values
+
+
+async def test_a_real_node_survives_a_failing_poll_and_serves_clients(tmp_path):
+    node = in_process_node(tmp_path, "pollfail")
+    failing = FailingGroup()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(60):
+            while not node.broker.image.cluster.is_active(1):
+                await trio.sleep(0.05)
+            created = await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
+                name="t", num_partitions=1, replication_factor=1),)), 10_000)
+            assert created.topics[0].error_code == ErrorCode.NONE, created
+            while node.broker.hosted("t", 0) is None or not node.broker.hosted("t", 0).replica.is_leader:
+                await trio.sleep(0.05)
+            node.state.apis._groups.insert(0, failing)  # from now on every poll of the node raises first
+            values = await trio.to_thread.run_sync(_produce_and_consume, f"127.0.0.1:{node.node_config.kafka_port}")
+        nursery.cancel_scope.cancel()
+    assert values == [b"r%d" % i for i in range(10)]
+    assert failing.polls > 0
+    assert node.broker.metrics.internal_errors["poll"] == failing.polls
