@@ -3,9 +3,9 @@
 Theory of operation: every call goes through `net.client.sync.SyncKafkaClient`. `client_for(servers)` keeps
 one client per bootstrap string per process, opened lazily on first use, so a Spark Python worker that runs
 many tasks reuses its connections, and nothing unpicklable ever sits in a reader, a writer or a partition.
-`fetch_raw` sends a Fetch request itself (through the client's `send()` to the partition leader) because the
-source wants the records field as bytes, to decode it straight into Arrow columns (spark/columns.py), not
-as one Record object per record.
+`fetch_raw` sends a Fetch request itself (through the client's `send()` to the partition leader, or to the
+replica the leader named for the reader's rack) because the source wants the records field as bytes, to decode
+it straight into Arrow columns (spark/columns.py), not as one Record object per record.
 """
 
 from __future__ import annotations
@@ -96,13 +96,19 @@ class RawFetch:
     log_start_offset: int
     error: KafkaError | None  # OFFSET_OUT_OF_RANGE and other errors new metadata cannot fix
     aborted: tuple[tuple[int, int], ...] = ()  # read_committed: (first_offset, producer_id), sorted
+    preferred_read_replica: int = -1  # KIP-392: the replica the leader sends this reader to, -1 for none
 
 
 def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, bytes_max: int,
-              isolation_level: int = 0) -> RawFetch:
+              isolation_level: int = 0, rack_id: str = "", replica: int | None = None) -> RawFetch:
     """Fetch `topic`-`partition` from `offset` (read_uncommitted, or read_committed with isolation_level 1:
     up to the last stable offset, with the aborted transactions of the range), routed to the leader, retried
-    over leader changes. Raises NetworkError, the partition's error once FETCH_ATTEMPTS_MAX attempts fail."""
+    over leader changes. Raises NetworkError, the partition's error once FETCH_ATTEMPTS_MAX attempts fail.
+
+    `rack_id` is the reader's rack (KIP-392, `kafka.client.rack`): a leader whose cluster has a replica selector
+    may answer with no records and the replica to read from in `preferred_read_replica`. `replica` sends the
+    fetch to that replica instead of the leader, once: whatever fails there (an error code, the connection)
+    comes back in `error`, for the caller to go back to the leader."""
     request_class = messages.FetchRequest
     for attempt in range(FETCH_ATTEMPTS_MAX):
         leader = client.leader_for(topic, partition)
@@ -111,17 +117,26 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
             log_start_offset=-1, partition_max_bytes=bytes_max)
         request = request_class(
             replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=bytes_max, isolation_level=isolation_level,
-            session_id=0, session_epoch=-1, topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])])
-        response = client.send(leader.leader, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
+            session_id=0, session_epoch=-1, topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])],
+            rack_id=rack_id)
+        context = f"fetch {topic}-{partition} at offset {offset}"
+        if replica is not None:
+            try:
+                response = client.send(replica, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
+            except KafkaError as error:  # the replica is gone or unreachable: back to the leader
+                return RawFetch(b"", -1, -1, error)
+        else:
+            response = client.send(leader.leader, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
         code = response.error_code
         data = response.responses[0].partitions[0] if code == ErrorCode.NONE else None
         if data is not None:
             code = data.error_code
         if code == ErrorCode.NONE:
             aborted = tuple(sorted((a.first_offset, a.producer_id) for a in (data.aborted_transactions or ())))
-            return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, aborted)
-        context = f"fetch {topic}-{partition} at offset {offset}"
-        if code not in LEADER_CHANGE_CODES:
+            preferred = data.preferred_read_replica if data.preferred_read_replica is not None else -1
+            return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, aborted,
+                            preferred)
+        if replica is not None or code not in LEADER_CHANGE_CODES:
             return RawFetch(b"", -1, -1, error_from_code(code, context))
         if attempt == FETCH_ATTEMPTS_MAX - 1:
             raise error_from_code(code, context)

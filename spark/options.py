@@ -44,6 +44,7 @@ class SourceOptions:
     arrow_batch_rows_max: int = ARROW_BATCH_ROWS_MAX_DEFAULT
     request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT
     isolation_level: int = 0  # 1: read_committed (up to the last stable offset, aborted records dropped)
+    client_rack: str = ""  # kafka.client.rack: read from a replica in this rack where the cluster allows (KIP-392)
 
     def matches(self, topic: str) -> bool:
         """Whether the subscription covers `topic` (for subscribe and subscribePattern)."""
@@ -205,6 +206,7 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
         arrow_batch_rows_max=_positive_int(lowered, "arrow.batch.rows.max", ARROW_BATCH_ROWS_MAX_DEFAULT),
         request_timeout_ms=_positive_int(lowered, "kafka.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
         isolation_level=1 if isolation == "read_committed" else 0,
+        client_rack=lowered.get("kafka.client.rack", "").strip(),
     )
 
 

@@ -19,6 +19,7 @@ offset (records deleted by retention or DeleteRecords) or a partition that vanis
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
@@ -53,6 +54,7 @@ from spark.options import (
     parse_source_options,
 )
 
+READ_REPLICA_BACKOFF_S = 10.0  # after the replica a leader named failed, read from the leader this long
 EMPTY_FETCHES_MAX = 50  # fetches that return nothing below the planned end before the read gives up
 ARROW_BATCH_BYTES_MAX = 64 * 1024 * 1024  # keys and values in one Arrow batch (binary columns stop at 2 GiB)
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -140,6 +142,7 @@ class FlotillaInputPartition(InputPartition):
     request_timeout_ms: int
     start_is_earliest: bool = False  # a partition found after the query started: its log start is not loss
     isolation_level: int = 0  # 1: read_committed
+    client_rack: str = ""  # kafka.client.rack (KIP-392): the leader may send the reads to a replica in this rack
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ class _Planner:
         return FlotillaInputPartition(topic, partition, begin, stop, options.bootstrap_servers,
                                       options.fail_on_data_loss, options.include_headers, options.fetch_bytes_max,
                                       options.arrow_batch_rows_max, options.request_timeout_ms, is_new,
-                                      options.isolation_level)
+                                      options.isolation_level, options.client_rack)
 
     def data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:
@@ -433,13 +436,19 @@ def _read_with(fetcher: "_Fetcher", client, split: FlotillaInputPartition, schem
 
 class _Fetcher:
     """The fetches of one split, with the next one in flight (on a helper thread) while the current one is
-    decoded. A fetch for another offset than the one in flight is made directly."""
+    decoded. A fetch for another offset than the one in flight is made directly.
+
+    With `kafka.client.rack`, the leader may name a replica in the reader's rack (KIP-392): the fetches go there
+    from then on, and back to the leader (which may name one again) when that replica answers an error or cannot
+    be reached, as Kafka's consumer does. Fetches are made one at a time, so `_read_replica` needs no lock."""
 
     def __init__(self, client, split: FlotillaInputPartition) -> None:
         self._client = client
         self._split = split
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flotilla-prefetch")
         self._pending: tuple[int, Future] | None = None
+        self._read_replica: int | None = None
+        self._leader_only_until = 0.0  # time.monotonic(): after a replica failed, the leader serves until then
 
     def __enter__(self) -> "_Fetcher":
         return self
@@ -449,8 +458,26 @@ class _Fetcher:
 
     def _fetch_now(self, offset: int) -> cluster.RawFetch:
         split = self._split
-        return cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max,
-                                 split.isolation_level)
+        if self._read_replica is not None:
+            answer = cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max,
+                                       split.isolation_level, split.client_rack, self._read_replica)
+            if answer.error is None:
+                return answer
+            self._read_replica = None  # the leader reads for us a while (asked without the rack, it names none)
+            self._leader_only_until = time.monotonic() + READ_REPLICA_BACKOFF_S
+        rack = split.client_rack if time.monotonic() >= self._leader_only_until else ""
+        answer = cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max,
+                                   split.isolation_level, rack)
+        if answer.error is None and answer.preferred_read_replica >= 0:
+            self._read_replica = answer.preferred_read_replica
+            if not answer.records:  # the leader named the replica instead of answering: ask it now (once: if
+                return self._fetch_now(offset)  # it fails, the leader is asked without the rack)
+        return answer
+
+    @property
+    def read_replica(self) -> int | None:
+        """The replica the fetches go to instead of the leader (KIP-392), None for the leader."""
+        return self._read_replica
 
     def fetch(self, offset: int) -> cluster.RawFetch:
         pending, self._pending = self._pending, None

@@ -14,7 +14,10 @@ pyspark = pytest.importorskip("pyspark")
 def flotilla_cluster(tmp_path_factory):
     from cli.local_cluster import LocalCluster
 
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("spark-cluster")), nodes=3)
+    # Racked, with replica_selector "rack": `kafka.client.rack` reads from the replica in the reader's rack
+    # (KIP-392); a reader without a rack reads from the leader, as on any cluster. Metrics tell who served.
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("spark-cluster")), nodes=3, metrics=True,
+                           racks={1: "rack-a", 2: "rack-b", 3: "rack-c"}, broker={"replica_selector": "rack"})
     cluster.start()
     yield cluster
     from spark.cluster import close_clients

@@ -149,6 +149,33 @@ def test_batch_read_returns_exactly_the_offset_range_with_timestamps_and_headers
         assert [(h.key, h.value) for h in row.headers] == [("seq", b"%d" % i), ("empty", None)]
 
 
+def test_kafka_client_rack_reads_from_the_replica_in_that_rack(spark_session, flotilla_cluster, admin):  # KIP-392
+    from tests.net.test_metrics_endpoint import scrape
+
+    topic, count = "near-spark", 20_000
+    create_topic(admin, topic, 1)
+    produce_values(admin, topic, 0, count)  # acks=all: every replica in the ISR has them
+    leader = admin.leader_for(topic, 0).leader
+    follower = min(n for n in flotilla_cluster.kafka_ports if n != leader)
+
+    def bytes_out() -> dict[int, float]:
+        return {n: scrape(flotilla_cluster, n).get("flotilla_bytes_out_total", {}).get((("topic", topic),), 0.0)
+                for n in flotilla_cluster.kafka_ports}
+
+    expected = sorted(b"v%d" % i for i in range(count))
+    before = bytes_out()
+    near = reader(spark_session, flotilla_cluster, subscribe=topic,
+                  **{"kafka.client.rack": flotilla_cluster.racks[follower]}).load()
+    assert sorted(r.value for r in near.select("value").collect()) == expected
+    middle = bytes_out()
+    assert middle[leader] == before[leader]  # the leader named the follower instead of answering records
+    assert middle[follower] - before[follower] >= sum(len(v) for v in expected)
+    anywhere = reader(spark_session, flotilla_cluster, subscribe=topic).load()  # no rack: the leader reads
+    assert sorted(r.value for r in anywhere.select("value").collect()) == expected
+    after = bytes_out()
+    assert after[follower] == middle[follower] and after[leader] - middle[leader] >= sum(len(v) for v in expected)
+
+
 def test_starting_timestamp_and_min_partitions_split_the_read(spark_session, flotilla_cluster, admin):
     topic = "by-time"
     create_topic(admin, topic, 1)
