@@ -26,7 +26,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from broker.core import BrokerCore, TopicPartition
+from broker.core import BrokerCore, InternalFailure, TopicPartition
 from broker.quotas import ClientQuotas, quota_user
 from net.protocol.codec import SUPPORTED, RequestHeader
 from security.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
@@ -47,15 +47,6 @@ class RequestFailed:
     """In place of a deferred request's answer: building it raised (a bug). The listener closes that request's
     connection and logs the error; the simulator reports it as a node error."""
 
-    error: BaseException
-
-
-@dataclass(frozen=True)
-class PollFailed:
-    """A handler group's `poll` raised (a bug). The other groups were polled all the same; the node logs and
-    counts it and goes on (the simulator reports it as a node error)."""
-
-    group: str
     error: BaseException
 
 
@@ -99,7 +90,6 @@ class KafkaApis:
         self.controller_id = controller_id
         self.auto_create_topics_enable = auto_create_topics_enable
         self.completed: list[tuple[int, RequestHeader, Any]] = []
-        self.failures: list[PollFailed] = []  # what `poll` caught, taken by `take_failures`
         # The address of the client whose request is being handled ("/127.0.0.1", as Kafka writes it), set
         # by the runtime that knows the connection; coordinators record it as a member's client host.
         self.client_host = ""
@@ -258,15 +248,11 @@ class KafkaApis:
                 try:
                     group.poll(now_ms, changed)
                 except Exception as error:  # one group's bug must not end the node or starve the other groups
-                    self.failures.append(PollFailed(type(group).__name__, error))
+                    broker.failures.append(InternalFailure("poll", type(group).__name__, error))
             if not broker.dirty_partitions:
                 break
         completed, self.completed = self.completed, []
         return completed
-
-    def take_failures(self) -> list[PollFailed]:
-        failures, self.failures = self.failures, []
-        return failures
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (group.next_deadline_ms() for group in self._groups) if d is not None]

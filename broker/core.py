@@ -106,8 +106,22 @@ class BrokerRequest:
     on_response: Callable[[Any, int], None]  # (response or KafkaError, now_ms)
 
 
+@dataclass(frozen=True)
+class InternalFailure:
+    """An exception out of the broker's own code that it survived (a bug): where it was caught ("poll": a
+    handler group's poll, the other groups were polled; "replica": applying a leader's answer for one partition,
+    which stops replicating until its leadership changes, as Kafka's fetcher marks a partition failed), what it
+    concerned (the group, the partition) and the exception. The runtime counts and logs it; the simulator reports
+    it as a node error."""
+
+    where: str
+    subject: str
+    error: BaseException
+
+
 LeadershipListener = Callable[[str, int, int, bool, int], None]
 OUTBOX_REQUESTS_MAX = 10_000
+REPLICA_FAILED_BACKOFF_MS = 2**62  # a replica whose fetch answer could not be applied: no fetch until re-followed
 INTER_BROKER_TIMEOUT_MS_DEFAULT = 30_000
 
 
@@ -153,6 +167,7 @@ class BrokerCore:
         self.image = MetadataImage()
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
+        self.failures: list[InternalFailure] = []  # survived exceptions, taken by the runtime (take_failures)
         # Moves on whenever partitions may have changed (dirty partitions polled, metadata applied, a replica
         # removed): a follower's fetch session found quiet at one generation stays quiet while it holds.
         self.partition_generation = 0
@@ -578,6 +593,17 @@ class BrokerCore:
             return
         self._outbox.append(BrokerRequest(next(self._outbox_ids), destination, api_key, api_version, request,
                                           now_ms + timeout_ms, on_response))
+
+    def replica_failed(self, key: TopicPartition, hosted: HostedPartition, error: BaseException) -> None:
+        """Applying a leader's answer for `key` raised (a bug): the replica stops fetching until its leadership
+        changes (become_follower with a new epoch clears the backoff), as Kafka's fetcher marks the partition
+        failed; the other partitions replicate on."""
+        hosted.fetch_backoff_until_ms = REPLICA_FAILED_BACKOFF_MS
+        self.failures.append(InternalFailure("replica", f"{key[0]}-{key[1]}", error))
+
+    def take_failures(self) -> list[InternalFailure]:
+        failures, self.failures = self.failures, []
+        return failures
 
     def take_broker_requests(self) -> list[BrokerRequest]:
         requests, self._outbox = self._outbox, []

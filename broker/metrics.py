@@ -85,7 +85,8 @@ class BrokerMetrics:
         self.expired_sessions = 0  # connections closed for a request after their SASL session expired (KIP-368)
         # where -> exceptions a bug raised that the node survived: "request" (a handler: that connection
         # closed), "answer" (building a deferred answer: that connection closed), "encode" (a response its
-        # version cannot carry), "poll" (a handler group's poll: the others were polled, the node went on)
+        # version cannot carry), "poll" (a handler group's poll: the others were polled, the node went on),
+        # "replica" (applying a leader's answer for one partition: that replica stops fetching until re-followed)
         self.internal_errors: dict[str, int] = defaultdict(int)
 
     def record_produce(self, topic: str, records: int, size: int) -> None:

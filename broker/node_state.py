@@ -27,10 +27,10 @@ from security.acl import Authorizer, AuthorizerSettings
 import dataclasses
 
 from metadata.records import UserScramCredentialRecord
-from broker.core import BrokerCore, BrokerRequest, ControllerCall
+from broker.core import BrokerCore, BrokerRequest, ControllerCall, InternalFailure
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome
-from broker.apis import KafkaApis, PollFailed
+from broker.apis import KafkaApis
 from broker.coordinators import (
     COORDINATOR_KEY_TYPE_GROUP,
     COORDINATOR_KEY_TYPE_TRANSACTION,
@@ -66,7 +66,7 @@ class StepOutput:
     kafka_completions: list[tuple[int, Any, Any]] = field(default_factory=list)
     controller_calls: list[ControllerCall] = field(default_factory=list)
     broker_requests: list[BrokerRequest] = field(default_factory=list)  # the outbox, for other brokers
-    poll_failures: list[PollFailed] = field(default_factory=list)  # handler groups whose poll raised (bugs)
+    failures: list[InternalFailure] = field(default_factory=list)  # exceptions the broker survived (bugs)
 
 
 class NodeState:
@@ -293,7 +293,7 @@ class NodeState:
             broker_now_ms = self.broker_clock_ms()
             self.broker.tick(broker_now_ms)
             output.kafka_completions = self.apis.poll(broker_now_ms)
-            output.poll_failures = self.apis.take_failures()
+            output.failures = self.broker.take_failures()
             output.controller_calls = self.broker.take_controller_requests()
             output.broker_requests = self.broker.take_broker_requests()
         return output
@@ -304,7 +304,7 @@ class NodeState:
         output = StepOutput()
         if self.broker is not None:
             output.kafka_completions = self.apis.poll(now_ms)
-            output.poll_failures = self.apis.take_failures()
+            output.failures = self.broker.take_failures()
             output.controller_calls = self.broker.take_controller_requests()
             output.broker_requests = self.broker.take_broker_requests()
         return output

@@ -228,19 +228,27 @@ class ReplicaFetcher:
     def _apply_epoch_answers(self, leader_id: int, response: Any, now_ms: int) -> None:
         for topic_result in response.topics:
             for result in topic_result.partitions:
-                hosted = self._follower(leader_id, topic_result.topic, result.partition)
+                key = (topic_result.topic, result.partition)
+                hosted = self._follower(leader_id, *key)
                 if hosted is None or not hosted.needs_epoch_check:
                     continue
                 if result.error_code != ErrorCode.NONE:
                     hosted.fetch_backoff_until_ms = now_ms + REPLICA_FETCH_BACKOFF_MS
                     continue
-                log_end_offset = hosted.log.log_end_offset
-                complete = hosted.replica.follower_truncate_with_epoch_end_offset(
-                    EpochEndOffset(result.leader_epoch, result.end_offset)
-                )
-                after_follower_truncation(hosted, log_end_offset, now_ms)
-                hosted.needs_epoch_check = not complete
-                self.core.dirty_partitions.add((topic_result.topic, result.partition))
+                try:
+                    self._apply_epoch_answer(hosted, result, now_ms)
+                except Exception as error:  # a bug: this partition stops replicating, the others go on
+                    self.core.replica_failed(key, hosted, error)
+                self.core.dirty_partitions.add(key)
+
+    @staticmethod
+    def _apply_epoch_answer(hosted: HostedPartition, result: Any, now_ms: int) -> None:
+        log_end_offset = hosted.log.log_end_offset
+        complete = hosted.replica.follower_truncate_with_epoch_end_offset(
+            EpochEndOffset(result.leader_epoch, result.end_offset)
+        )
+        after_follower_truncation(hosted, log_end_offset, now_ms)
+        hosted.needs_epoch_check = not complete
 
     def _apply_fetch_response(self, sent: ReplicaRequest, response: Any, now_ms: int) -> None:
         if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
@@ -255,7 +263,11 @@ class ReplicaFetcher:
                 hosted = self._follower(sent.leader_id, *key)
                 if hosted is None:
                     continue
-                self._apply_fetched_partition(hosted, key, data, sent.fetch_offsets.get(key), now_ms)
+                try:
+                    self._apply_fetched_partition(hosted, key, data, sent.fetch_offsets.get(key), now_ms)
+                except Exception as error:  # a bug: this partition stops replicating, the others go on
+                    self.core.replica_failed(key, hosted, error)
+                    self.core.dirty_partitions.add(key)
 
     def _apply_fetched_partition(self, hosted: HostedPartition, key: TopicPartition, data: Any,
                                  fetch_offset: int | None, now_ms: int) -> None:

@@ -65,7 +65,7 @@ CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
 RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's poll of the metadata log when nothing is new
 OBSERVER_FETCH_TIMEOUT_MS = 5_000
-POLL_FAILURE_LOG_INTERVAL_MS = 60_000  # a handler group's poll that keeps raising is logged once a minute
+FAILURE_LOG_INTERVAL_MS = 60_000  # an internal error that repeats (a poll that keeps raising): logged once a minute
 
 
 def _registration_state(registration: Any) -> str:
@@ -104,9 +104,9 @@ class Node:
         self._logged_quorum_leader: int | None = None  # _log_cluster_changes: what the log last said
         self._logged_image: Any = None
         self._logged_replicas = (0, 0)
-        # (handler group, error) -> (when last logged, times since): a poll that keeps failing is logged once a
-        # minute, not on every request.
-        self._logged_poll_failures: dict[tuple[str, str], tuple[int, int]] = {}
+        # (where, subject, error) -> (when last logged, times since): a failure that repeats (a poll that keeps
+        # raising) is logged once a minute, not on every request.
+        self._logged_failures: dict[tuple[str, str, str], tuple[int, int]] = {}
         # Remote controller attempts in flight -> the controller asked (see submit_to_controller).
         self._controller_attempts: dict[trio.CancelScope, int] = {}
         self._nursery: trio.Nursery | None = None
@@ -166,8 +166,8 @@ class Node:
         self._deliver(self.state.after_kafka_event(wall_clock_ms()))
 
     def _deliver(self, output) -> None:
-        if output.poll_failures:
-            self._report_poll_failures(output.poll_failures)
+        if output.failures:
+            self._report_failures(output.failures)
         for outcome in output.controller_outcomes:
             waiter = self._operation_waiters.pop(outcome.operation_id, None)
             if waiter is not None:
@@ -182,20 +182,20 @@ class Node:
         if output.proposed and self.raft_shell is not None:
             self.raft_shell.wake()  # ship the new entry now, not at the next heartbeat
 
-    def _report_poll_failures(self, failures: list) -> None:
-        """A handler group's poll raised (KafkaApis.poll went on with the others): count it and log it with its
-        traceback, once a minute per group and error."""
+    def _report_failures(self, failures: list) -> None:
+        """Exceptions the broker survived (BrokerCore.failures: a handler group's poll, applying a leader's answer
+        for one partition): count each and log it with its traceback, once a minute per kind while it repeats."""
         now_ms = monotonic_ms()
         for failure in failures:
-            self.broker.metrics.record_internal_error("poll")
-            key = (failure.group, repr(failure.error))
-            logged_ms, since = self._logged_poll_failures.get(key, (None, 0))
-            if logged_ms is not None and now_ms - logged_ms < POLL_FAILURE_LOG_INTERVAL_MS:
-                self._logged_poll_failures[key] = (logged_ms, since + 1)
+            self.broker.metrics.record_internal_error(failure.where)
+            key = (failure.where, failure.subject, repr(failure.error))
+            logged_ms, since = self._logged_failures.get(key, (None, 0))
+            if logged_ms is not None and now_ms - logged_ms < FAILURE_LOG_INTERVAL_MS:
+                self._logged_failures[key] = (logged_ms, since + 1)
                 continue
-            self._logged_poll_failures[key] = (now_ms, 0)
+            self._logged_failures[key] = (now_ms, 0)
             error = failure.error
-            self.log.error("poll_failed", group=failure.group, repeated=since,
+            self.log.error("internal_error", where=failure.where, subject=failure.subject, repeated=since,
                            exc_info=(type(error), error, error.__traceback__))
 
     def handle_admin(self, request: dict) -> dict:

@@ -420,8 +420,8 @@ class NodeProcess:
         self._raft_timer = loop.call_at(deadline_us, self._event, self._raft_tick)
 
     def _deliver(self, output: StepOutput) -> None:
-        if output.poll_failures:  # a handler group's poll raised: the real node survives it, but it is a bug
-            self.sim.node_error(self.node_id, self, _describe(output.poll_failures[0].error))
+        if output.failures:  # an exception the real node survives (BrokerCore.failures), but a bug all the same
+            self.sim.node_error(self.node_id, self, _describe(output.failures[0].error))
             raise _NodeDied()
         now_ms = self.sim.loop.now_ms
         for outcome in output.controller_outcomes:

@@ -1,6 +1,8 @@
-"""A handler group whose poll raises (a bug) does not end the node: KafkaApis.poll polls the other groups all the
-same and hands the failure over; the node counts it (`flotilla_internal_errors_total{where="poll"}`) and logs it,
-and goes on serving. Before, the exception left the node's loop and the whole node ended with it."""
+"""Exceptions out of the broker's own code (bugs) that do not end the node. A handler group whose poll raises:
+KafkaApis.poll polls the other groups all the same and hands the failure over (BrokerCore.failures); the node
+counts it (`flotilla_internal_errors_total{where="poll"}`), logs it, and goes on serving. A follower that cannot
+apply a leader's answer for one partition stops fetching that partition (Kafka's failed partitions) and the others
+replicate on (`where="replica"`). Before, either exception left the node's loop and the whole node ended."""
 
 from __future__ import annotations
 
@@ -50,10 +52,37 @@ def test_the_other_groups_are_polled_and_the_failure_handed_over():
     completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
     records = completed[pending.request_id].responses[0].partitions[0].records
     assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"late"]
-    failures = apis.take_failures()
-    assert failing.polls >= 1 and [f.group for f in failures] == ["FailingGroup"] * failing.polls
+    failures = cluster.brokers[leader].take_failures()
+    assert failing.polls >= 1 and [(f.where, f.subject) for f in failures] == [("poll", "FailingGroup")] * failing.polls
     assert str(failures[0].error) == "planted: this group's poll fails"
-    assert apis.take_failures() == []  # taken once
+    assert cluster.brokers[leader].take_failures() == []  # taken once
+
+
+def test_a_partition_whose_fetched_data_cannot_be_applied_stops_replicating_and_the_others_go_on():
+    """Kafka's fetcher marks such a partition failed: it is fetched no more until its leadership changes."""
+    cluster = Cluster()
+    created = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=2,
+                                                                          replication_factor=3),)))
+    assert created.topics[0].error_code == ErrorCode.NONE
+    leaders = {p: cluster.images[1].topics.by_name["t"].partitions[p].leader for p in (0, 1)}
+    follower = next(b for b in sorted(cluster.brokers) if b not in leaders.values())  # follows both
+    broken = cluster.brokers[follower].partitions[("t", 0)]
+
+    def update(*args, **kwargs):
+        raise RuntimeError("planted: producer state update fails")
+
+    broken.producer_state.update = update
+    for partition in (0, 1):
+        cluster.call(leaders[partition], ApiKey.PRODUCE, 7, produce_request("t", partition, [b"a", b"b"], acks=1))
+    cluster.replicate()
+    healthy = cluster.brokers[follower].partitions[("t", 1)]
+    assert healthy.log.log_end_offset == 2  # the other partition replicated on
+    failures = cluster.brokers[follower].take_failures()
+    assert [(f.where, f.subject) for f in failures] == [("replica", "t-0")]
+    assert broken.fetch_backoff_until_ms > cluster.now_ms + 10**12  # fetched no more
+    sent = cluster.brokers[follower].next_replica_request(leaders[0], cluster.now_ms)
+    asked = set() if sent is None else {(t.topic, p.partition) for t in sent.request.topics for p in t.partitions}
+    assert ("t", 0) not in asked
 
 
 def _produce_and_consume(bootstrap: str) -> list[bytes]:
