@@ -10,7 +10,7 @@ import time
 
 import trio
 
-from metadata.requests import CreatableTopic, CreateTopicsRequest
+from metadata.requests import BrokerHeartbeatRequest, CreatableTopic, CreateTopicsRequest
 from partitions.errors import ErrorCode
 from broker.apis import Deferred
 from net.protocol.codec import ApiKey
@@ -61,28 +61,41 @@ def test_the_other_groups_are_polled_and_the_failure_handed_over():
 def test_a_partition_whose_fetched_data_cannot_be_applied_stops_replicating_and_the_others_go_on():
     """Kafka's fetcher marks such a partition failed: it is fetched no more until its leadership changes."""
     cluster = Cluster()
-    created = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=2,
+    created = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=3,
                                                                           replication_factor=3),)))
     assert created.topics[0].error_code == ErrorCode.NONE
-    leaders = {p: cluster.images[1].topics.by_name["t"].partitions[p].leader for p in (0, 1)}
-    follower = next(b for b in sorted(cluster.brokers) if b not in leaders.values())  # follows both
+    states = cluster.images[1].topics.by_name["t"].partitions
+    # The last replica of partition 0: it follows it now and, when its leader leaves, the replica before it leads.
+    follower = states[0].replicas[-1]
+    assert states[0].leader != follower
+    other = next(p for p in (1, 2) if states[p].leader != follower)  # a partition it follows too
     broken = cluster.brokers[follower].partitions[("t", 0)]
 
     def update(*args, **kwargs):
         raise RuntimeError("planted: producer state update fails")
 
     broken.producer_state.update = update
-    for partition in (0, 1):
-        cluster.call(leaders[partition], ApiKey.PRODUCE, 7, produce_request("t", partition, [b"a", b"b"], acks=1))
+    for partition in (0, other):
+        cluster.call(states[partition].leader, ApiKey.PRODUCE, 7, produce_request("t", partition, [b"a", b"b"], acks=1))
     cluster.replicate()
-    healthy = cluster.brokers[follower].partitions[("t", 1)]
-    assert healthy.log.log_end_offset == 2  # the other partition replicated on
+    assert cluster.brokers[follower].partitions[("t", other)].log.log_end_offset == 2  # it replicated on
     failures = cluster.brokers[follower].take_failures()
     assert [(f.where, f.subject) for f in failures] == [("replica", "t-0")]
     assert broken.fetch_backoff_until_ms > cluster.now_ms + 10**12  # fetched no more
-    sent = cluster.brokers[follower].next_replica_request(leaders[0], cluster.now_ms)
+    sent = cluster.brokers[follower].next_replica_request(states[0].leader, cluster.now_ms)
     asked = set() if sent is None else {(t.topic, p.partition) for t in sent.request.topics for p in t.partitions}
     assert ("t", 0) not in asked
+    # Its leadership changes (the leader shuts down; the middle replica leads): it is followed again, from a new
+    # epoch, as Kafka re-adds a failed partition to its fetcher.
+    old_leader = states[0].leader
+    cluster.commit(BrokerHeartbeatRequest(broker_id=old_leader, broker_epoch=cluster.brokers[old_leader].broker_epoch,
+                                          current_metadata_offset=cluster.raft_index, want_shutdown=True))
+    new_leader = cluster.images[1].topics.by_name["t"].partitions[0].leader
+    assert new_leader not in (old_leader, follower) and not broken.replica.is_leader
+    assert broken.fetch_backoff_until_ms == 0
+    del broken.producer_state.update  # the bug gone: it catches up with the new leader
+    cluster.replicate()
+    assert broken.log.log_end_offset == 2 and cluster.brokers[follower].take_failures() == []
 
 
 def _produce_and_consume(bootstrap: str) -> list[bytes]:
