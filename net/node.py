@@ -104,8 +104,8 @@ class Node:
         self._logged_quorum_leader: int | None = None  # _log_cluster_changes: what the log last said
         self._logged_image: Any = None
         self._logged_replicas = (0, 0)
-        # (where, subject, error) -> (when last logged, times since): a failure that repeats (a poll that keeps
-        # raising) is logged once a minute, not on every request.
+        # (where, subject, exception type) -> (when last logged, times since): a failure that repeats (a poll that
+        # keeps raising) is logged once a minute, not on every request; keyed by type, not message, to stay bounded.
         self._logged_failures: dict[tuple[str, str, str], tuple[int, int]] = {}
         # Remote controller attempts in flight -> the controller asked (see submit_to_controller).
         self._controller_attempts: dict[trio.CancelScope, int] = {}
@@ -188,7 +188,7 @@ class Node:
         now_ms = monotonic_ms()
         for failure in failures:
             self.broker.metrics.record_internal_error(failure.where)
-            key = (failure.where, failure.subject, repr(failure.error))
+            key = (failure.where, failure.subject, type(failure.error).__name__)
             logged_ms, since = self._logged_failures.get(key, (None, 0))
             if logged_ms is not None and now_ms - logged_ms < FAILURE_LOG_INTERVAL_MS:
                 self._logged_failures[key] = (logged_ms, since + 1)
