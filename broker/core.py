@@ -110,9 +110,10 @@ class BrokerRequest:
 class InternalFailure:
     """An exception out of the broker's own code that it survived (a bug): where it was caught ("poll": a
     handler group's poll, the other groups were polled; "replica": applying a leader's answer for one partition,
-    which stops replicating until its leadership changes, as Kafka's fetcher marks a partition failed), what it
-    concerned (the group, the partition) and the exception. The runtime counts and logs it; the simulator reports
-    it as a node error."""
+    which stops replicating until its leadership changes, as Kafka's fetcher marks a partition failed;
+    "controller_call" and "outbox": the callback given a controller's or another broker's answer), what it
+    concerned (the group, the partition, the request) and the exception. The runtime counts and logs it; the
+    simulator reports it as a node error."""
 
     where: str
     subject: str
@@ -708,7 +709,20 @@ class BrokerCore:
                        if broker_id != self.node_id and "broker" in registration.roles)
 
     def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int) -> None:
-        call.on_response(response, now_ms)
+        """Hand a controller call its answer (or KafkaError). A callback that raises (a bug) is a failure the
+        node survives (`failures`), as Kafka's network client logs an uncaught error in a completion handler."""
+        try:
+            call.on_response(response, now_ms)
+        except Exception as error:
+            self.failures.append(InternalFailure("controller_call", type(call.request).__name__, error))
+
+    def on_broker_response(self, sent: BrokerRequest, answer: Any, now_ms: int) -> None:
+        """Hand an outbox request its answer (the response, or KafkaError); a callback that raises (a bug) is a
+        failure the node survives, as in `on_controller_response`."""
+        try:
+            sent.on_response(answer, now_ms)
+        except Exception as error:
+            self.failures.append(InternalFailure("outbox", f"api {sent.api_key} to broker {sent.destination}", error))
 
     # ------------------------------------------------------------------ replica fetcher (broker/replica_fetcher.py)
 

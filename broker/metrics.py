@@ -86,7 +86,8 @@ class BrokerMetrics:
         # where -> exceptions a bug raised that the node survived: "request" (a handler: that connection
         # closed), "answer" (building a deferred answer: that connection closed), "encode" (a response its
         # version cannot carry), "poll" (a handler group's poll: the others were polled, the node went on),
-        # "replica" (applying a leader's answer for one partition: that replica stops fetching until re-followed)
+        # "replica" (applying a leader's answer for one partition: that replica stops fetching until re-followed),
+        # "controller_call" and "outbox" (the callback given a controller's or another broker's answer)
         self.internal_errors: dict[str, int] = defaultdict(int)
 
     def record_produce(self, topic: str, records: int, size: int) -> None:

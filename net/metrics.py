@@ -141,7 +141,7 @@ class NodeCollector:
         internal_errors = CounterMetricFamily("flotilla_internal_errors", "Exceptions out of the broker's own code "
                                               "that the node survived (each logged with its traceback), by where "
                                               "they were caught", labels=["where"])
-        for where in ("request", "answer", "encode", "poll", "replica"):
+        for where in ("request", "answer", "encode", "poll", "replica", "controller_call", "outbox"):
             internal_errors.add_metric([where], metrics.internal_errors.get(where, 0))
         yield internal_errors
 

@@ -372,7 +372,7 @@ class Node:
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
             answer = KafkaError(f"broker {sent.destination}: {error}", ErrorCode.NETWORK_EXCEPTION)
             await self._drop_broker_connection(key, connection)
-        sent.on_response(answer, wall_clock_ms())
+        self.broker.on_broker_response(sent, answer, wall_clock_ms())
         self._after_kafka_event()
 
     async def _broker_connection(self, key: tuple[int, int]) -> "KafkaConnection | None":

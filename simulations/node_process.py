@@ -677,8 +677,16 @@ class NodeProcess:
                 self._finish_broker_request(sent, KafkaError("connection lost", ErrorCode.NETWORK_EXCEPTION))
 
     def _finish_broker_request(self, sent: Any, answer: Any) -> None:
-        self._guard(sent.on_response, answer, self.sim.loop.now_ms)
+        self._guard(self.broker.on_broker_response, sent, answer, self.sim.loop.now_ms)
+        self._end_on_failure()
         self._schedule_process_soon()
+
+    def _end_on_failure(self) -> None:
+        """A callback's exception the broker survived (BrokerCore.failures) is a bug all the same: the process
+        ends now, as when it raised out of the core."""
+        if self.broker.failures:
+            self.sim.node_error(self.node_id, self, _describe(self.broker.failures[0].error))
+            raise _NodeDied()
 
     # --- controller calls -------------------------------------------------------------------------------
 
@@ -739,6 +747,7 @@ class NodeProcess:
 
     def _finish_controller_call(self, call_state: _ControllerCallState, response: Any) -> None:
         self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms)
+        self._end_on_failure()
         self._schedule_process_soon()
 
     def _schedule_process_soon(self) -> None:

@@ -140,3 +140,47 @@ async def test_a_real_node_survives_a_failing_poll_and_serves_clients(tmp_path):
     assert values == [b"r%d" % i for i in range(10)]
     assert failing.polls > 0
     assert node.broker.metrics.internal_errors["poll"] == failing.polls
+
+
+async def test_a_real_node_survives_a_raising_outbox_callback_and_answers_the_next_request(tmp_path):
+    """The callback given another broker's answer (here the node's own, over a real Kafka connection) raises:
+    the node counts it (`where="outbox"`) and its next outbox request is answered as usual."""
+    from tests.broker.test_outbox import api_versions_request
+
+    node = in_process_node(tmp_path, "outboxfail")
+    answers: list = []
+
+    def raising(answer, now_ms):
+        raise RuntimeError("planted: this answer's callback fails")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(30):
+            while node.broker.broker_endpoint(1) is None:
+                await trio.sleep(0.05)
+            node.broker.send_to_broker(1, ApiKey.API_VERSIONS, 3, api_versions_request(), raising,
+                                       node.state.broker_clock_ms())
+            node._process()
+            while not node.broker.metrics.internal_errors["outbox"]:
+                await trio.sleep(0.05)
+            node.broker.send_to_broker(1, ApiKey.API_VERSIONS, 3, api_versions_request(),
+                                       lambda answer, now_ms: answers.append(answer), node.state.broker_clock_ms())
+            node._process()
+            while not answers:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert answers[0].error_code == ErrorCode.NONE
+    assert node.broker.metrics.internal_errors["outbox"] == 1
+
+
+def test_a_raising_controller_call_callback_is_a_failure_the_broker_survives():
+    from broker.core import ControllerCall
+
+    cluster = Cluster()
+    broker = cluster.brokers[1]
+
+    def raising(response, now_ms):
+        raise RuntimeError("planted: this controller answer's callback fails")
+
+    broker.on_controller_response(ControllerCall(1, CreateTopicsRequest(topics=()), raising), object(), cluster.now_ms)
+    assert [(f.where, f.subject) for f in broker.take_failures()] == [("controller_call", "CreateTopicsRequest")]

@@ -83,7 +83,8 @@ def test_messages_and_bytes_in_are_exact_and_requests_are_counted(cluster):
     assert total(cluster, "flotilla_leader_partitions") >= 3
     assert total(cluster, "flotilla_raft_is_leader") == 1
     internal = scrape(cluster, 1)["flotilla_internal_errors_total"]  # every kind exported, none happened
-    assert internal == {(("where", w),): 0.0 for w in ("request", "answer", "encode", "poll", "replica")}
+    kinds = ("request", "answer", "encode", "poll", "replica", "controller_call", "outbox")
+    assert internal == {(("where", w),): 0.0 for w in kinds}
 
 
 def test_a_killed_follower_makes_partitions_under_replicated_until_it_returns(cluster):
