@@ -77,6 +77,8 @@ def add_parser(subparsers) -> None:
                          help="kcat -f style: %%k %%v %%o %%p %%t %%T %%K %%S %%h, \\n \\t (default '%%v\\n')")
     consume.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
                          default="read_uncommitted")
+    consume.add_argument("--rack", default="", help="this client's rack (client.rack): read from the in-sync "
+                         "replica in it where the cluster has replica_selector = \"rack\" (KIP-392)")
     consume.set_defaults(run=run_consume)
 
 

@@ -94,7 +94,8 @@ def run_with_client(args: argparse.Namespace,
     async def main() -> int:
         client = KafkaClient(servers, "flotilla-cli", args.request_timeout_ms,
                              connect_timeout_ms=CLI_CONNECT_TIMEOUT_MS,
-                             first_contact_retries_max=CLI_FIRST_CONTACT_RETRIES_MAX, security=security)
+                             first_contact_retries_max=CLI_FIRST_CONTACT_RETRIES_MAX, security=security,
+                             client_rack=getattr(args, "rack", ""))
         async with client:
             return await body(client, config)
 

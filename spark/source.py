@@ -19,7 +19,6 @@ offset (records deleted by retention or DeleteRecords) or a partition that vanis
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
@@ -38,6 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from net.client.read_replica import ReadReplicas
 from net.client.results import EARLIEST_TIMESTAMP
 from partitions.errors import OffsetOutOfRangeError
 from spark import cluster
@@ -54,7 +54,6 @@ from spark.options import (
     parse_source_options,
 )
 
-READ_REPLICA_BACKOFF_S = 10.0  # after the replica a leader named failed, read from the leader this long
 EMPTY_FETCHES_MAX = 50  # fetches that return nothing below the planned end before the read gives up
 ARROW_BATCH_BYTES_MAX = 64 * 1024 * 1024  # keys and values in one Arrow batch (binary columns stop at 2 GiB)
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -447,8 +446,7 @@ class _Fetcher:
         self._split = split
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flotilla-prefetch")
         self._pending: tuple[int, Future] | None = None
-        self._read_replica: int | None = None
-        self._leader_only_until = 0.0  # time.monotonic(): after a replica failed, the leader serves until then
+        self._read_replicas = ReadReplicas(split.client_rack)
 
     def __enter__(self) -> "_Fetcher":
         return self
@@ -457,27 +455,24 @@ class _Fetcher:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _fetch_now(self, offset: int) -> cluster.RawFetch:
-        split = self._split
-        if self._read_replica is not None:
+        split, routes = self._split, self._read_replicas
+        replica = routes.replica(0)
+        if replica is not None:
             answer = cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max,
-                                       split.isolation_level, split.client_rack, self._read_replica)
+                                       split.isolation_level, split.client_rack, replica)
             if answer.error is None:
                 return answer
-            self._read_replica = None  # the leader reads for us a while (asked without the rack, it names none)
-            self._leader_only_until = time.monotonic() + READ_REPLICA_BACKOFF_S
-        rack = split.client_rack if time.monotonic() >= self._leader_only_until else ""
+            routes.failed(0)
         answer = cluster.fetch_raw(self._client, split.topic, split.partition, offset, split.fetch_bytes_max,
-                                   split.isolation_level, rack)
-        if answer.error is None and answer.preferred_read_replica >= 0:
-            self._read_replica = answer.preferred_read_replica
-            if not answer.records:  # the leader named the replica instead of answering: ask it now (once: if
-                return self._fetch_now(offset)  # it fails, the leader is asked without the rack)
-        return answer
+                                   split.isolation_level, routes.rack_for_leader(0))
+        if answer.error is None and routes.named(0, answer.preferred_read_replica, -1) and not answer.records:
+            return self._fetch_now(offset)  # the leader named the replica instead of answering: ask it now (once:
+        return answer  # if it fails, the leader is asked without the rack)
 
     @property
     def read_replica(self) -> int | None:
         """The replica the fetches go to instead of the leader (KIP-392), None for the leader."""
-        return self._read_replica
+        return self._read_replicas.replica(0)
 
     def fetch(self, offset: int) -> cluster.RawFetch:
         pending, self._pending = self._pending, None

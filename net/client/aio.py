@@ -32,6 +32,7 @@ import trio
 
 from net.client import results
 from net.client.errors import ConnectError, NetworkError, NoBrokersAvailableError, error_from_code, raise_for_code
+from net.client.read_replica import ReadReplicas
 from net.client.results import (
     AlterConfigOp,
     BrokerMetadata,
@@ -114,6 +115,7 @@ class KafkaClient:
         inflight_requests_max: int = INFLIGHT_REQUESTS_MAX_DEFAULT,
         rng: random.Random | None = None,
         security: ClientSecurity | None = None,
+        client_rack: str = "",
     ) -> None:
         assert request_timeout_ms > 0 and connect_timeout_ms > 0, (request_timeout_ms, connect_timeout_ms)
         assert retries_max >= 0 and 0 < retry_backoff_ms <= retry_backoff_ms_max, (retries_max, retry_backoff_ms)
@@ -128,6 +130,8 @@ class KafkaClient:
         self.retry_backoff_ms_max = retry_backoff_ms_max
         self.inflight_requests_max = inflight_requests_max
         self.security = security  # TLS and SASL (net/client/security.py); None: plaintext
+        # client.rack (KIP-392): fetches go to the replica a leader names in this rack (net/client/read_replica.py)
+        self.read_replicas = ReadReplicas(client_rack)
         self._rng = rng or random.Random()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
@@ -410,16 +414,36 @@ class KafkaClient:
         leader changes are retried. Raises NetworkError, RequestTimedOutError, CorruptRecordError for a
         batch that fails its CRC, and the partition's error once retries run out."""
 
+        key = (topic, partition)
+        routes = self.read_replicas
+        context = f"fetch {topic}-{partition}"
+
         async def attempt() -> FetchResult:
             leader = await self.leader_for(topic, partition)
+            replica = routes.replica(key)
+            if replica is not None:  # KIP-392: the replica the leader named; any failure there: back to the leader
+                request = _fetch_request(topic, partition, offset, max_bytes, max_wait_ms, isolation_level,
+                                         min_bytes, leader.leader_epoch, routes.rack)
+                try:
+                    response = await self._request(replica, ApiKey.FETCH, request, max_wait_ms)
+                except KafkaError:
+                    response = None
+                data = response.responses[0].partitions[0] if response is not None and \
+                    response.error_code == ErrorCode.NONE else None
+                if data is not None and data.error_code == ErrorCode.NONE:
+                    return _fetch_result(data, offset, isolation_level, f"{context} at {offset}")
+                routes.failed(key)
             request = _fetch_request(topic, partition, offset, max_bytes, max_wait_ms, isolation_level, min_bytes,
-                                     leader.leader_epoch)
+                                     leader.leader_epoch, routes.rack_for_leader(key))
             response = await self._request(leader.leader, ApiKey.FETCH, request, max_wait_ms)
-            raise_for_code(response.error_code, None, f"fetch {topic}-{partition}")
+            raise_for_code(response.error_code, None, context)
             data = response.responses[0].partitions[0]
             if data.error_code in METADATA_REFRESH_CODES:
-                raise error_from_code(data.error_code, f"fetch {topic}-{partition}")
-            return _fetch_result(data, offset, isolation_level, f"fetch {topic}-{partition} at {offset}")
+                raise error_from_code(data.error_code, context)
+            if data.error_code == ErrorCode.NONE and routes.named(key, data.preferred_read_replica, leader.leader) \
+                    and not data.records:
+                return await attempt()  # named instead of answered: ask the replica now (once: if it fails, the
+            return _fetch_result(data, offset, isolation_level, f"{context} at {offset}")  # leader, rackless)
 
         return await self._retrying(attempt, METADATA_REFRESH_CODES)
 
@@ -669,7 +693,7 @@ def _chunks_by_size(items: list[tuple], bytes_max: int) -> Iterable[list[tuple]]
 
 
 def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
-                   isolation_level: int, min_bytes: int, leader_epoch: int) -> Message:
+                   isolation_level: int, min_bytes: int, leader_epoch: int, rack_id: str = "") -> Message:
     request_class = messages.FetchRequest
     fetch_partition = request_class.FetchPartition(
         partition=partition, current_leader_epoch=leader_epoch, fetch_offset=offset, log_start_offset=-1,
@@ -677,7 +701,7 @@ def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int, max_
     return request_class(
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=isolation_level, session_id=0, session_epoch=-1,  # sessionless fetch (KIP-227)
-        topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])])
+        topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])], rack_id=rack_id)
 
 
 def _fetch_result(data: Message, offset: int, isolation_level: int, context: str) -> FetchResult:

@@ -38,6 +38,21 @@ def bytes_out(cluster: LocalCluster, node_id: int, topic: str) -> float:
     return scrape(cluster, node_id).get("flotilla_bytes_out_total", {}).get((("topic", topic),), 0.0)
 
 
+def produce_to_new_topic(cluster: LocalCluster, topic: str, values: list[str]) -> int:
+    """Create `topic` (one partition, three replicas), write `values` to it with acks=all and wait until all
+    three replicas are in sync; its leader."""
+    from confluent_kafka import Producer
+
+    create_topic(cluster, topic, 1, 3, min_insync_replicas="2")
+    leader = eventually(lambda: topic_of(metadata(cluster), topic)["partitions"][0]["leader"])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5})
+    for value in values:
+        producer.produce(topic, value=value.encode(), partition=0)
+    assert producer.flush(30) == 0
+    eventually(lambda: len(topic_of(metadata(cluster), topic)["partitions"][0]["isr"]) == 3, what="ISR of 3")
+    return leader
+
+
 def consume_all(cluster: LocalCluster, topic: str, group: str, rack: str | None) -> list[bytes]:
     from confluent_kafka import Consumer
 
@@ -97,17 +112,33 @@ def test_a_consumer_reads_from_the_follower_in_its_rack_and_others_from_the_lead
         assert all(after[node] == before[node] for node in RACKS if node != leader), group
 
 
-def test_kafkajs_with_a_rack_id_reads_from_the_follower_in_its_rack(cluster, node_path):  # noqa: F811
-    from confluent_kafka import Producer
+def test_flotilla_consume_with_a_rack_reads_from_the_follower_in_it(cluster):
+    """Flotilla's own client (net/client/aio.py, through `flotilla consume --rack`) follows the leader's
+    preferred_read_replica as librdkafka does; without --rack it reads from the leader."""
+    sent = [f"cli-{i:05d}" for i in range(RECORDS)]
+    leader = produce_to_new_topic(cluster, "near-cli", sent)
+    follower = max(node for node in RACKS if node != leader)
 
-    create_topic(cluster, "near-js", 1, 3, min_insync_replicas="2")
-    leader = eventually(lambda: topic_of(metadata(cluster), "near-js")["partitions"][0]["leader"])
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5})
+    def consume(*rack: str) -> list[str]:
+        result = cli("consume", "near-cli", "-b", cluster.bootstrap_servers, "--from-beginning",
+                     "--count", str(RECORDS), *rack, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    before = {node: bytes_out(cluster, node, "near-cli") for node in RACKS}
+    assert consume("--rack", RACKS[follower]) == sent
+    after = {node: bytes_out(cluster, node, "near-cli") for node in RACKS}
+    assert after[follower] - before[follower] >= RECORDS * len(sent[0])  # the records came from the follower
+    assert after[leader] == before[leader]  # the leader only pointed there
+    before = after
+    assert consume() == sent
+    after = {node: bytes_out(cluster, node, "near-cli") for node in RACKS}
+    assert after[leader] - before[leader] >= RECORDS * len(sent[0]) and after[follower] == before[follower]
+
+
+def test_kafkajs_with_a_rack_id_reads_from_the_follower_in_its_rack(cluster, node_path):  # noqa: F811
     sent = [f"js-{i:05d}" for i in range(RECORDS)]
-    for value in sent:
-        producer.produce("near-js", value=value.encode(), partition=0)
-    assert producer.flush(30) == 0
-    eventually(lambda: len(topic_of(metadata(cluster), "near-js")["partitions"][0]["isr"]) == 3, what="ISR of 3")
+    leader = produce_to_new_topic(cluster, "near-js", sent)
     follower = max(node for node in RACKS if node != leader)
     before = bytes_out(cluster, follower, "near-js")
     run = subprocess.run(["node", os.path.join(ROOT, "tests", "clients", "kafkajs_rack.js"), cluster.bootstrap_servers,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from net.client import read_replica
 from partitions.errors import ErrorCode, KafkaError
 from spark import cluster, source
 from spark.cluster import RawFetch
@@ -56,7 +57,7 @@ def test_the_fetches_follow_the_leaders_pointer_to_the_replica(scripted):
 
 def test_a_failed_replica_sends_the_reads_to_the_leader_without_the_rack_for_a_while(scripted, monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(source.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(read_replica.time, "monotonic", lambda: now[0])
     with source._Fetcher(None, _split()) as fetcher:
         fetcher.fetch(0)
         scripted.follower_down = True
@@ -64,7 +65,7 @@ def test_a_failed_replica_sends_the_reads_to_the_leader_without_the_rack_for_a_w
         assert fetcher.fetch(10).records == b"records"  # answered by the leader, not an empty read
         assert scripted.calls == [("follower", "rack-b"), ("leader", "")] and fetcher.read_replica is None
         scripted.follower_down = False
-        now[0] += source.READ_REPLICA_BACKOFF_S - 1
+        now[0] += read_replica.READ_REPLICA_BACKOFF_S - 1
         fetcher.fetch(20)
         assert scripted.calls[-1] == ("leader", "")  # still backing off
         now[0] += 2
