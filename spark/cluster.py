@@ -133,9 +133,8 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
             code = data.error_code
         if code == ErrorCode.NONE:
             aborted = tuple(sorted((a.first_offset, a.producer_id) for a in (data.aborted_transactions or ())))
-            preferred = data.preferred_read_replica if data.preferred_read_replica is not None else -1
             return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, aborted,
-                            preferred)
+                            data.preferred_read_replica)  # -1 below Fetch v11, as the codec defaults it
         if replica is not None or code not in LEADER_CHANGE_CODES:
             return RawFetch(b"", -1, -1, error_from_code(code, context))
         if attempt == FETCH_ATTEMPTS_MAX - 1:

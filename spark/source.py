@@ -439,7 +439,8 @@ class _Fetcher:
 
     With `kafka.client.rack`, the leader may name a replica in the reader's rack (KIP-392): the fetches go there
     from then on, and back to the leader (which may name one again) when that replica answers an error or cannot
-    be reached, as Kafka's consumer does. Fetches are made one at a time, so `_read_replica` needs no lock."""
+    be reached, as Kafka's consumer does (net/client/read_replica.py, keyed 0: a fetcher reads one partition).
+    Fetches are made one at a time, so `_read_replicas` needs no lock."""
 
     def __init__(self, client, split: FlotillaInputPartition) -> None:
         self._client = client

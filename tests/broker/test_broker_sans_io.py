@@ -214,15 +214,20 @@ def test_consumers_never_read_above_the_high_watermark(cluster):
     assert fetched.responses[0].partitions[0].high_watermark == 1 and fetched.responses[0].partitions[0].records
 
 
-def test_long_poll_fetch_completes_when_data_arrives(cluster):
-    leader = leader_of(cluster, 0)
+def long_poll_then_produce(cluster, leader, value):
+    """A consumer's fetch of t-0 parks at `leader`; `value` is produced (acks=1) and replicated; the values the
+    parked fetch was answered with."""
     pending = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, max_wait_ms=5_000))
     assert isinstance(pending, Deferred)
-    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"late"], acks=1))
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [value], acks=1))
     cluster.replicate()
     completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
     records = completed[pending.request_id].responses[0].partitions[0].records
-    assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"late"]
+    return [r.value for b in decode_batches(bytes(records)) for r in b.records]
+
+
+def test_long_poll_fetch_completes_when_data_arrives(cluster):
+    assert long_poll_then_produce(cluster, leader_of(cluster, 0), b"late") == [b"late"]
 
 
 def test_a_parked_consumer_fetch_is_read_again_only_once_its_partition_has_records_to_give(cluster, monkeypatch):

@@ -13,7 +13,7 @@ from partitions.errors import ErrorCode, KafkaError
 from simulations import cluster_sim
 from simulations.run import RunConfig
 from tests.broker.test_broker_sans_io import Cluster
-from tests.net.cluster_helpers import in_process_node
+from tests.net.cluster_helpers import create_led_topic, in_process_node
 
 
 def api_versions_request():
@@ -91,7 +91,6 @@ async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_pat
     ten long-poll fetches wait at the destination together, and one produce answers all of them. A node that
     sent them one at a time (each after the previous answer) never has more than one waiting there."""
     from broker.handlers_data import DataPlaneApis
-    from metadata.requests import CreatableTopic, CreateTopicsRequest
     from tests.broker.test_broker_sans_io import fetch_request, produce_request
 
     node = in_process_node(tmp_path, "outbox")
@@ -100,13 +99,7 @@ async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_pat
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         with trio.fail_after(30):
-            while not node.broker.image.cluster.is_active(1):  # a fenced broker is given no replica
-                await trio.sleep(0.05)
-            created = await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
-                name="held", num_partitions=1, replication_factor=1),)), 10_000)
-            assert created.topics[0].error_code == ErrorCode.NONE, created
-            while node.broker.hosted("held", 0) is None or not node.broker.hosted("held", 0).replica.is_leader:
-                await trio.sleep(0.05)
+            await create_led_topic(node, "held")
             data_plane = next(g for g in node.state.apis._groups if isinstance(g, DataPlaneApis))
             for _ in range(10):
                 node.broker.send_to_broker(1, ApiKey.FETCH, 11, fetch_request("held", 0, 0, max_wait_ms=20_000),

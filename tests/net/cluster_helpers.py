@@ -29,6 +29,23 @@ def in_process_node(tmp_path, cluster_id: str = "single") -> Any:
     return Node(config, 1)
 
 
+async def create_led_topic(node: Any, name: str) -> None:
+    """On a started `in_process_node`: wait until its broker is active (a fenced broker is given no replica),
+    create `name` (one partition, one replica) through its controller, and wait until the node leads it."""
+    import trio
+
+    from metadata.requests import CreatableTopic, CreateTopicsRequest
+    from partitions.errors import ErrorCode
+
+    while not node.broker.image.cluster.is_active(1):
+        await trio.sleep(0.05)
+    created = await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1),)), 10_000)
+    assert created.topics[0].error_code == ErrorCode.NONE, created
+    while node.broker.hosted(name, 0) is None or not node.broker.hosted(name, 0).replica.is_leader:
+        await trio.sleep(0.05)
+
+
 def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout)
 

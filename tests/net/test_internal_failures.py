@@ -12,11 +12,9 @@ import trio
 
 from metadata.requests import BrokerHeartbeatRequest, CreatableTopic, CreateTopicsRequest
 from partitions.errors import ErrorCode
-from broker.apis import Deferred
 from net.protocol.codec import ApiKey
-from partitions.records import decode_batches
-from tests.broker.test_broker_sans_io import Cluster, fetch_request, produce_request
-from tests.net.cluster_helpers import in_process_node
+from tests.broker.test_broker_sans_io import Cluster, long_poll_then_produce, produce_request
+from tests.net.cluster_helpers import create_led_topic, in_process_node
 
 
 class FailingGroup:
@@ -45,13 +43,7 @@ def test_the_other_groups_are_polled_and_the_failure_handed_over():
     apis = cluster.apis[leader]
     failing = FailingGroup()
     apis._groups.insert(0, failing)  # polled before the data plane, whose parked fetch must still complete
-    pending = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0, max_wait_ms=5_000))
-    assert isinstance(pending, Deferred)
-    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"late"], acks=1))
-    cluster.replicate()
-    completed = {request_id: response for request_id, _, response in cluster.completed[leader]}
-    records = completed[pending.request_id].responses[0].partitions[0].records
-    assert [r.value for b in decode_batches(bytes(records)) for r in b.records] == [b"late"]
+    assert long_poll_then_produce(cluster, leader, b"late") == [b"late"]
     failures = cluster.brokers[leader].take_failures()
     assert failing.polls >= 1 and [(f.where, f.subject) for f in failures] == [("poll", "FailingGroup")] * failing.polls
     assert str(failures[0].error) == "planted: this group's poll fails"
@@ -127,13 +119,7 @@ async def test_a_real_node_survives_a_failing_poll_and_serves_clients(tmp_path):
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         with trio.fail_after(60):
-            while not node.broker.image.cluster.is_active(1):
-                await trio.sleep(0.05)
-            created = await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
-                name="t", num_partitions=1, replication_factor=1),)), 10_000)
-            assert created.topics[0].error_code == ErrorCode.NONE, created
-            while node.broker.hosted("t", 0) is None or not node.broker.hosted("t", 0).replica.is_leader:
-                await trio.sleep(0.05)
+            await create_led_topic(node, "t")
             node.state.apis._groups.insert(0, failing)  # from now on every poll of the node raises first
             values = await trio.to_thread.run_sync(_produce_and_consume, f"127.0.0.1:{node.node_config.kafka_port}")
         nursery.cancel_scope.cancel()
