@@ -420,9 +420,7 @@ class NodeProcess:
         self._raft_timer = loop.call_at(deadline_us, self._event, self._raft_tick)
 
     def _deliver(self, output: StepOutput) -> None:
-        if output.failures:  # an exception the real node survives (BrokerCore.failures), but a bug all the same
-            self.sim.node_error(self.node_id, self, _describe(output.failures[0].error))
-            raise _NodeDied()
+        self._end_on_failure(output.failures)
         now_ms = self.sim.loop.now_ms
         for outcome in output.controller_outcomes:
             self._on_controller_outcome(outcome)
@@ -678,14 +676,14 @@ class NodeProcess:
 
     def _finish_broker_request(self, sent: Any, answer: Any) -> None:
         self._guard(self.broker.on_broker_response, sent, answer, self.sim.loop.now_ms)
-        self._end_on_failure()
+        self._end_on_failure(self.broker.failures)
         self._schedule_process_soon()
 
-    def _end_on_failure(self) -> None:
-        """A callback's exception the broker survived (BrokerCore.failures) is a bug all the same: the process
-        ends now, as when it raised out of the core."""
-        if self.broker.failures:
-            self.sim.node_error(self.node_id, self, _describe(self.broker.failures[0].error))
+    def _end_on_failure(self, failures: list) -> None:
+        """An exception the real node survives (BrokerCore.failures, taken into a step's output or still held)
+        is a bug all the same: the process ends now, as when it raised out of the core."""
+        if failures:
+            self.sim.node_error(self.node_id, self, _describe(failures[0].error))
             raise _NodeDied()
 
     # --- controller calls -------------------------------------------------------------------------------
@@ -747,7 +745,7 @@ class NodeProcess:
 
     def _finish_controller_call(self, call_state: _ControllerCallState, response: Any) -> None:
         self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms)
-        self._end_on_failure()
+        self._end_on_failure(self.broker.failures)
         self._schedule_process_soon()
 
     def _schedule_process_soon(self) -> None:
