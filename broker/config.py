@@ -83,6 +83,11 @@ class BrokerSettings:
     replica_lag_time_max_ms: int = 30000
     request_bytes_max: int = 100 * 1024 * 1024
     connections_idle_ms_max: int = 600_000
+    # Kafka's max.connections over the node's Kafka listeners (None: half the process's file descriptor limit)
+    # and max.connections.per.ip with its overrides ("host:count,host:count"); net/connections.py.
+    connections_max: int | None = None
+    connections_per_ip_max: int | None = None
+    connections_per_ip_overrides: str = ""
     inflight_requests_max: int = 64
     log_flush_messages: int | None = None
     log_flush_ms: int | None = None
@@ -181,6 +186,15 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
                           f"got {broker.replica_selector!r}")
     if not 0 <= broker.leader_imbalance_per_broker_percentage <= 100:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_per_broker_percentage' must be between 0 and 100")
+    for key in ("connections_max", "connections_per_ip_max"):
+        if getattr(broker, key) is not None and getattr(broker, key) < (1 if key == "connections_max" else 0):
+            raise ConfigError(f"{source}: key 'broker.{key}' must be >= {1 if key == 'connections_max' else 0}, "
+                              f"got {getattr(broker, key)}")
+    try:
+        parse_connection_overrides(broker.connections_per_ip_overrides)
+    except ValueError as error:
+        raise ConfigError(f"{source}: key 'broker.connections_per_ip_overrides': {error} "
+                          f"(write \"host:count,host:count\")") from None
     if not 0 <= broker.transaction_version <= 2:
         raise ConfigError(f"{source}: key 'broker.transaction_version' must be 0, 1 or 2")
     if broker.leader_imbalance_check_interval_seconds < 1:
@@ -297,6 +311,18 @@ def _parse_section(document: dict[str, Any], name: str, cls: type, source: str) 
             raise ConfigError(f"{source}: key '{name}.{key}' must be a string, got {value!r}")
         values[key] = value
     return cls(**values)
+
+
+def parse_connection_overrides(text: str) -> dict[str, int]:
+    """Kafka's max.connections.per.ip.overrides: "host:count,host:count" (hosts as the peer address reads).
+    Raises ValueError naming the bad entry."""
+    overrides: dict[str, int] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        host, separator, count = entry.rpartition(":")
+        if not separator or not host or not count.isdigit():
+            raise ValueError(f"{entry!r} is not host:count")
+        overrides[host] = int(count)
+    return overrides
 
 
 def _reject_unknown(table: dict[str, Any], allowed: set[str], source: str, where: str) -> None:

@@ -6,6 +6,7 @@ restart any node. Nothing here is a stand-in: the children are the very `flotill
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -56,6 +57,15 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _prepare_child(descriptor_limit: int | None) -> None:
+    """In a node's process, before exec: die with the parent, and take `descriptor_limit` when given."""
+    _die_with_parent()
+    if descriptor_limit is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (descriptor_limit, descriptor_limit))
+
+
 @dataclass
 class LocalCluster:
     """A cluster of `nodes` broker+controller nodes under `directory`."""
@@ -76,6 +86,7 @@ class LocalCluster:
     metrics: bool = False  # serve Prometheus metrics on `metrics_ports`
     broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers; not secure
     racks: dict = field(default_factory=dict)  # node id -> its `rack` (Kafka's broker.rack)
+    descriptor_limit: int | None = None  # the nodes' RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
@@ -227,7 +238,7 @@ class LocalCluster:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(_prepare_child, self.descriptor_limit),
             )
         if wait:
             self.wait_listening(node_id)

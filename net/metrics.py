@@ -18,6 +18,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.metrics import BrokerMetrics, Histogram, gauges
+from net.connections import ConnectionLimits
 from net.heap import GC_PAUSES
 from net.logs import get_logger
 from net.server import SENDFILE_STATS
@@ -56,15 +57,19 @@ def _buckets(histogram: Histogram) -> list[tuple[str, int]]:
 class NodeCollector:
     """prometheus_client collector over one node's counters and state."""
 
-    def __init__(self, node_id: int, metrics: BrokerMetrics | None, state: Any, now_ms: Callable[[], int]) -> None:
+    def __init__(self, node_id: int, metrics: BrokerMetrics | None, state: Any, now_ms: Callable[[], int],
+                 connections: dict[str, ConnectionLimits | None] | None = None) -> None:
         self.node_id = node_id
         self.metrics = metrics
         self.state = state
         self.now_ms = now_ms
+        # "kafka" and "controller" -> the node's connection limits there (net/connections.py)
+        self.connections = {port: limits for port, limits in (connections or {}).items() if limits is not None}
 
     def collect(self) -> Iterator[Any]:
         if self.metrics is not None:
             yield from self._counters(self.metrics)
+        yield from self._connections(self.connections)
         families: dict[str, GaugeMetricFamily] = {}
         for sample in gauges(self.state, self.now_ms()):
             family = families.get(sample.name)
@@ -75,6 +80,29 @@ class NodeCollector:
             family.add_metric([value for _, value in sample.labels], sample.value)
         yield from families.values()
         yield from self._garbage_collector()
+
+    @staticmethod
+    def _connections(limits: dict[str, ConnectionLimits]) -> Iterator[Any]:
+        """Per port kind ("kafka": the Kafka listeners together; "controller": the Raft port)."""
+        open_now = GaugeMetricFamily("flotilla_connections", "Open connections, by listener", labels=["listener"])
+        maxima = GaugeMetricFamily("flotilla_connections_max", "Connections the node admits at once (Kafka's "
+                                   "max.connections; the inter-broker listener exempt when there are others)",
+                                   labels=["port"])
+        refused = CounterMetricFamily("flotilla_connections_refused", "Connections closed as soon as accepted "
+                                      "because their address had max.connections.per.ip open", labels=["port"])
+        waits = CounterMetricFamily("flotilla_connection_accept_waits", "Times a listener stopped accepting because "
+                                    "the node had its maximum open (the new ones wait in the kernel's queue)",
+                                    labels=["port"])
+        failures = CounterMetricFamily("flotilla_connection_accept_failures", "accept() calls that failed for want "
+                                       "of file descriptors or memory (retried after 100 ms)", labels=["port"])
+        for port, connections in sorted(limits.items()):
+            for listener, count in sorted(connections.open_by_listener.items()):
+                open_now.add_metric([listener], count)
+            maxima.add_metric([port], connections.total_max)
+            refused.add_metric([port], connections.refused_per_ip)
+            waits.add_metric([port], connections.accept_waits)
+            failures.add_metric([port], connections.accept_failures)
+        yield from (open_now, maxima, refused, waits, failures)
 
     @staticmethod
     def _garbage_collector() -> Iterator[Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import math
 import os
 import random
@@ -40,8 +41,10 @@ from metadata.requests import (
     encode_response as encode_controller_response,
 )
 from broker.core import BrokerRequest, ControllerCall
-from broker.config import ClusterConfig, NodeConfig
+from broker.config import ClusterConfig, NodeConfig, parse_connection_overrides
 from broker.controller_core import ControllerOutcome
+from net.connections import (DESCRIPTORS_FOR_CONTROLLER, ConnectionLimits, default_total_max,
+                             raise_descriptor_limit, serve_listeners)
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
 from net import plainsocket
@@ -118,6 +121,9 @@ class Node:
         self._broker_opening: dict[tuple[int, int], trio.Lock] = {}
         self.kafka_port: int | None = None
         self.metrics_port: int | None = None
+        # The Kafka listeners' and the controller port's connection counts and limits, set as they start
+        self.connections: ConnectionLimits | None = None
+        self.controller_connections: ConnectionLimits | None = None
         self.raft_shell: RaftShell | None = None
 
     # ------------------------------------------------------------------ the event step
@@ -398,15 +404,30 @@ class Node:
 
     # ------------------------------------------------------------------ running
 
+    def _connection_limits(self) -> ConnectionLimits:
+        """The node's max.connections (by default half its descriptor limit) and max.connections.per.ip; the
+        inter-broker listener is exempt from the first when the node has other listeners (net/connections.py)."""
+        settings = self.config.broker
+        total_max = settings.connections_max if settings.connections_max is not None else default_total_max()
+        listeners = self.node_config.listeners
+        exempt = self.node_config.inter_broker_listener.name if len(listeners) > 1 else None
+        limits = ConnectionLimits(total_max, settings.connections_per_ip_max,
+                                  parse_connection_overrides(settings.connections_per_ip_overrides), exempt)
+        self.log.info("connection_limits", connections_max=total_max,
+                      connections_per_ip_max=settings.connections_per_ip_max, exempt_listener=exempt)
+        return limits
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.raft is not None:
                 peers = {n.id: (n.host, n.controller_port) for n in self.config.controllers if n.id != self.node_id}
+                self.controller_connections = ConnectionLimits(default_total_max(DESCRIPTORS_FOR_CONTROLLER))
                 self.raft_shell = RaftShell(
                     self.raft, self.node_id, self.node_config.host, self.node_config.controller_port, peers,
                     self.config.cluster_id, self.config.secret, rpc_handler=self.handle_rpc, on_step=self._process,
-                    tls=self.controller_tls,
+                    tls=self.controller_tls, serve_listeners=functools.partial(
+                        serve_listeners, limits=self.controller_connections, name="CONTROLLER", log=self.log),
                 )
                 await nursery.start(self.raft_shell.run)
             else:
@@ -417,10 +438,11 @@ class Node:
                     inflight_requests_max=self.config.broker.inflight_requests_max,
                     idle_ms_max=self.config.broker.connections_idle_ms_max,
                 )
+                self.connections = self._connection_limits()
                 for listener in self.node_config.listeners:
                     context = server_ssl_context(self.config, self.node_id) if listener.uses_tls else None
                     server = FrameServer(listener.host, listener.port, self.dispatcher, limits, name=listener.name,
-                                         ssl_context=context, listener=listener)
+                                         ssl_context=context, listener=listener, connections=self.connections)
                     bound = await nursery.start(server.run)
                     if listener.port == self.node_config.kafka_port:
                         self.kafka_port = bound
@@ -428,7 +450,8 @@ class Node:
                 from net.metrics import MetricsServer, NodeCollector
 
                 collector = NodeCollector(self.node_id, self.broker.metrics if self.broker is not None else None,
-                                          self.state, wall_clock_ms)
+                                          self.state, wall_clock_ms,
+                                          {"kafka": self.connections, "controller": self.controller_connections})
                 self.metrics_port = await nursery.start(
                     MetricsServer(self.node_config.host, self.node_config.metrics_port, collector).run)
             nursery.start_soon(self._ticker)
@@ -708,6 +731,7 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
               "node; stop it first", file=sys.stderr)
         return EXIT_CONFIG
     failure: OSError | None = None
+    raise_descriptor_limit()
     keep_heap_pages()
     time_collections()
     try:

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import trio
 
 from net import plainsocket
+from net.connections import ConnectionLimits, serve_listeners
 from net.logs import get_logger
 from partitions.storage import StorageError
 from net.tls import receive_available
@@ -146,29 +147,31 @@ class FrameServer:
     """Serves length-framed requests on host:port with `dispatcher`."""
 
     def __init__(self, host: str, port: int, dispatcher: Dispatcher, limits: ServerLimits, name: str = "kafka",
-                 ssl_context: ssl.SSLContext | None = None, listener: Any = None):
+                 ssl_context: ssl.SSLContext | None = None, listener: Any = None,
+                 connections: ConnectionLimits | None = None):
         self.host = host
         self.port = port
         self.dispatcher = dispatcher
         self.limits = limits
+        self.name = name
         self.log = get_logger(listener=name)
         self.ssl_context = ssl_context
         self.listener = listener  # handed to the dispatcher with each connection (broker.config.Listener)
+        self.connections = connections  # the node's connection counts and limits (net/connections.py)
         self.bound_port: int | None = None
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.bound_port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(self.bound_port)
-            await trio.serve_listeners(self._serve_connection, listeners, handler_nursery=nursery)
+        task_status.started(self.bound_port)
+        await serve_listeners(self._serve_connection, listeners, self.connections, self.name, self.log)
 
     async def _serve_connection(self, socket_stream: trio.SocketStream) -> None:
-        connection_id = next(_CONNECTION_IDS)
         try:
             peer_host = socket_stream.socket.getpeername()[0]
         except OSError:
             peer_host = ""
+        connection_id = next(_CONNECTION_IDS)
         stream: Any = socket_stream
         certificate = None
         if self.ssl_context is not None:

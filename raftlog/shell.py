@@ -192,11 +192,13 @@ class RaftShell:
                  rpc_handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
                  on_committed: Callable[[int, bytes], None] | None = None,
                  on_step: Callable[[], None] | None = None,
-                 tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None) -> None:
+                 tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+                 serve_listeners: Callable[..., Awaitable[None]] = trio.serve_listeners) -> None:
         """`on_step`, when given, makes the caller the owner of the driver's completions and committed
         entries: after every driver step the shell only ships the outbox and then calls `on_step()`, which
         must drain `take_completions`/`take_committed` itself (the node's ControllerCore does). `propose`
-        and `committed_feed` are then unavailable."""
+        and `committed_feed` are then unavailable. `serve_listeners(handler, listeners)` accepts the inbound
+        connections (the node's bounds them, net/connections.py)."""
         assert driver.node_id == node_id, f"driver is node {driver.node_id}, shell is node {node_id}"
         assert sorted(peers) == driver.peer_ids, f"peers {sorted(peers)} != driver peers {driver.peer_ids}"
         assert len(cluster_id.encode()) <= cluster_id_bytes_max, f"cluster_id longer than {cluster_id_bytes_max}"
@@ -209,6 +211,7 @@ class RaftShell:
         self.secret = secret
         # (server context, client context): the controller port over TLS, under the HMAC handshake.
         self.tls = tls
+        self._serve_listeners = serve_listeners
         self.rpc_handler = rpc_handler
         self._on_committed = on_committed
         self._on_step = on_step
@@ -250,7 +253,7 @@ class RaftShell:
         self.listen_port = listeners[0].socket.getsockname()[1]
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(trio.serve_listeners, self._handle_inbound, listeners)
+                nursery.start_soon(self._serve_listeners, self._handle_inbound, listeners)
                 for peer_id in sorted(self.peers):
                     nursery.start_soon(self._peer_sender, peer_id)
                 nursery.start_soon(self._tick_loop)

@@ -12,9 +12,9 @@ from typing import Any, Callable
 FAST_BROKER_SETTINGS = {"broker_session_timeout_ms": 3000, "broker_heartbeat_interval_ms": 500}
 
 
-def in_process_node(tmp_path, cluster_id: str = "single") -> Any:
+def in_process_node(tmp_path, cluster_id: str = "single", broker: dict | None = None) -> Any:
     """A one-node cluster's node (broker and controller) on free 127.0.0.1 ports, in this process (net.node.Node,
-    to run in a trio nursery: `await nursery.start(node.run)`), not started."""
+    to run in a trio nursery: `await nursery.start(node.run)`), not started; `broker`: [broker] settings."""
     from broker.config import parse_config
     from cli.local_cluster import free_ports
     from net.node import Node
@@ -25,6 +25,7 @@ def in_process_node(tmp_path, cluster_id: str = "single") -> Any:
         "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": kafka_port, "controller_port": controller_port,
                    "roles": ["broker", "controller"], "data_dir": "node-1"}],
         "topic_defaults": {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+        "broker": broker or {},
     }, "<test>", str(tmp_path))
     return Node(config, 1)
 

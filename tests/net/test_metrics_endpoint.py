@@ -82,9 +82,17 @@ def test_messages_and_bytes_in_are_exact_and_requests_are_counted(cluster):
         total(cluster, "flotilla_requests_total", api="produce", acks="-1")
     assert total(cluster, "flotilla_leader_partitions") >= 3
     assert total(cluster, "flotilla_raft_is_leader") == 1
-    internal = scrape(cluster, 1)["flotilla_internal_errors_total"]  # every kind exported, none happened
+    samples = scrape(cluster, 1)
+    internal = samples["flotilla_internal_errors_total"]  # every kind exported, none happened
     kinds = ("request", "answer", "encode", "poll", "replica", "controller_call", "outbox")
     assert internal == {(("where", w),): 0.0 for w in kinds}
+    # The other nodes' followers and Raft peers are connected; no limit was reached
+    connections = samples["flotilla_connections"]
+    assert connections[(("listener", "PLAINTEXT"),)] >= 2 and connections[(("listener", "CONTROLLER"),)] >= 2
+    for name in ("flotilla_connections_refused_total", "flotilla_connection_accept_waits_total",
+                 "flotilla_connection_accept_failures_total"):
+        assert samples[name] == {(("port", "controller"),): 0.0, (("port", "kafka"),): 0.0}, name
+    assert samples["flotilla_connections_max"][(("port", "kafka"),)] > 16
 
 
 def test_a_killed_follower_makes_partitions_under_replicated_until_it_returns(cluster):

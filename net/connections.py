@@ -1,0 +1,175 @@
+"""How many connections a node's Kafka listeners admit: Kafka's max.connections and max.connections.per.ip.
+
+Theory of operation: every accepted connection costs the process a file descriptor, and so does every segment
+file, index and checkpoint the node's logs open. Without a bound, a client that opens connections without end
+takes the node's last descriptor, and the next segment roll or checkpoint write fails. So a node admits:
+- at most `total_max` connections over all its Kafka listeners. At that limit a listener stops accepting
+  until a connection closes: the new connections wait in the kernel's accept queue and are served in turn,
+  as Kafka's acceptor waits at max.connections (KIP-402). By default `total_max` is half of the process's
+  descriptor limit, which the node first raises to its hard limit (`raise_descriptor_limit`, as the JVM does
+  for Kafka), so the other half is the logs'.
+- at most `per_ip_max` connections from one address (`per_ip_overrides` for named ones). One over is
+  accepted and closed at once, as Kafka closes it (TooManyConnectionsException).
+- the inter-broker listener is exempt from `total_max` when it is not the only listener: followers and the
+  coordinators' marker requests reach their leaders even while clients hold every other connection, the room
+  KIP-402 keeps for that listener. A node with one listener shares it with its clients.
+- accept() failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) waits
+  `ACCEPT_RETRY_S` and tries again; the failures are counted and logged once a minute, not once a try.
+
+The counts are per node (one `ConnectionLimits` shared by its listeners) and exported by net/metrics.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import resource
+import math
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import trio
+
+ACCEPT_RETRY_S = 0.1
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+DESCRIPTORS_FOR_CONNECTIONS = 0.5  # of the process's descriptor limit, when max.connections is not set
+DESCRIPTORS_FOR_CONTROLLER = 0.125  # for the controller listener (Raft peers, brokers' RPCs, handshakes)
+LOG_INTERVAL_S = 60.0
+
+
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files to its hard limit; returns (soft, hard) after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # a hard limit the kernel's nr_open caps: keep the soft one
+            pass
+    return soft, hard
+
+
+def default_total_max(share: float = DESCRIPTORS_FOR_CONNECTIONS) -> int:
+    """max.connections when the config does not set it: `share` of the descriptor limit (at least 16)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, int(soft * share))
+
+
+@dataclass
+class ConnectionLimits:
+    """The connection counts and limits of one node's Kafka listeners (see the module docstring)."""
+
+    total_max: int
+    per_ip_max: int | None = None
+    per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    exempt_listener: str | None = None  # the inter-broker listener's name, when the node has several
+    open_total: int = 0  # connections counted against total_max (not the exempt listener's)
+    open_by_listener: dict[str, int] = field(default_factory=dict)
+    open_by_host: dict[str, int] = field(default_factory=dict)
+    refused_per_ip: int = 0
+    accept_waits: int = 0  # times a listener stopped accepting at total_max
+    accept_failures: int = 0  # accept() calls that failed for want of descriptors or memory
+    _room: trio.Event = field(default_factory=trio.Event)
+    _logged_at: dict[str, float] = field(default_factory=dict)  # event -> trio time it was last logged
+
+    def __post_init__(self) -> None:
+        assert self.total_max > 0 and (self.per_ip_max is None or self.per_ip_max >= 0), self
+
+    def is_full(self, listener: str) -> bool:
+        return listener != self.exempt_listener and self.open_total >= self.total_max
+
+    async def reserve(self, listener: str) -> None:
+        """Wait until `listener` may accept one more connection, and count it against the total: call before
+        accept(), then `admit` the accepted connection or `unreserve` if none came."""
+        if self.is_full(listener):
+            self.accept_waits += 1
+            while self.is_full(listener):
+                await self._room.wait()
+        if listener != self.exempt_listener:
+            self.open_total += 1
+
+    def unreserve(self, listener: str) -> None:
+        if listener != self.exempt_listener:
+            self.open_total -= 1
+            if self.open_total == self.total_max - 1:  # a listener may be waiting for this room
+                self._room.set()
+                self._room = trio.Event()
+
+    def admit(self, listener: str, host: str) -> bool:
+        """Count a connection accepted after `reserve`; False when its address is over its limit: close it
+        (it is no longer counted, so `closed` must not be called for it)."""
+        limit = self.per_ip_overrides.get(host, self.per_ip_max)
+        if limit is not None and self.open_by_host.get(host, 0) >= limit:
+            self.refused_per_ip += 1
+            self.unreserve(listener)
+            return False
+        self.open_by_host[host] = self.open_by_host.get(host, 0) + 1
+        self.open_by_listener[listener] = self.open_by_listener.get(listener, 0) + 1
+        return True
+
+    def closed(self, listener: str, host: str) -> None:
+        """Forget a connection `admit` counted."""
+        remaining = self.open_by_host[host] - 1
+        if remaining:
+            self.open_by_host[host] = remaining
+        else:
+            del self.open_by_host[host]
+        self.open_by_listener[listener] -= 1
+        self.unreserve(listener)
+
+    def log_now_and_then(self, log: Any, event: str, **fields: Any) -> None:
+        """Log `event` at most once a LOG_INTERVAL_S: a flood must not flood the log too."""
+        now = trio.current_time()
+        if now - self._logged_at.get(event, -math.inf) >= LOG_INTERVAL_S:
+            self._logged_at[event] = now
+            log.warning(event, **fields)
+
+
+Handler = Callable[[trio.SocketStream], Awaitable[None]]
+
+
+async def serve_listeners(handler: Handler, listeners: list[trio.SocketListener], limits: ConnectionLimits | None,
+                          name: str, log: Any) -> None:
+    """trio.serve_listeners within `limits` (counted as listener `name`): at the node-wide limit a listener
+    waits for a connection to close before it accepts again; an address over its own is closed at once;
+    accept() failing for want of descriptors waits ACCEPT_RETRY_S. `limits` None: no limit, the same waits."""
+    limits = limits if limits is not None else ConnectionLimits(total_max=1 << 62)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept, handler, listener, limits, name, log, nursery)
+
+
+async def _accept(handler: Handler, listener: Any, limits: ConnectionLimits, name: str, log: Any,
+                  nursery: trio.Nursery) -> None:
+    async with listener:
+        while True:
+            await limits.reserve(name)
+            try:
+                stream = await listener.accept()
+            except BaseException as error:
+                limits.unreserve(name)
+                if not isinstance(error, OSError) or error.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                limits.accept_failures += 1
+                limits.log_now_and_then(log, "accept_failed", error=error.strerror, open_connections=limits.open_total,
+                                        failures_so_far=limits.accept_failures)
+                await trio.sleep(ACCEPT_RETRY_S)
+                continue
+            nursery.start_soon(_serve, handler, stream, limits, name, log)
+
+
+async def _serve(handler: Handler, stream: trio.SocketStream, limits: ConnectionLimits, name: str, log: Any) -> None:
+    try:
+        host = stream.socket.getpeername()[0]
+    except OSError:
+        host = ""
+    if not limits.admit(name, host):
+        limits.log_now_and_then(log, "connection_refused", reason="max.connections.per.ip", peer=host,
+                                refused_so_far=limits.refused_per_ip)
+        await trio.aclose_forcefully(stream)
+        return
+    try:
+        await handler(stream)
+    finally:
+        limits.closed(name, host)

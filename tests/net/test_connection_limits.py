@@ -1,0 +1,267 @@
+"""Connection limits of the Kafka listeners (net/connections.py): max.connections, max.connections.per.ip, the
+inter-broker listener's exemption, accept() failures for want of descriptors, and a node that a flood of
+connections cannot end."""
+
+from __future__ import annotations
+
+import errno
+import re
+import socket
+import time
+import urllib.request
+
+import pytest
+import trio
+import trio.testing
+
+from broker.config import ConfigError, parse_config
+from cli.local_cluster import LocalCluster
+from net.connections import ConnectionLimits, _accept, serve_listeners
+from net.logs import get_logger
+from net.protocol import messages
+from net.protocol.codec import ApiKey, FrameReader, RequestHeader, decode_response, encode_request
+from tests.net.cluster_helpers import in_process_node
+
+
+# ----------------------------------------------------------------------------------------------- the counts alone
+
+
+async def test_a_full_node_accepts_again_when_a_connection_closes():
+    limits = ConnectionLimits(total_max=2)
+    for host in ("10.0.0.1", "10.0.0.2"):
+        await limits.reserve("PLAINTEXT")
+        assert limits.admit("PLAINTEXT", host)
+    reserved = []
+
+    async def third() -> None:
+        await limits.reserve("PLAINTEXT")
+        reserved.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(third)
+        await trio.testing.wait_all_tasks_blocked()
+        assert reserved == [] and limits.accept_waits == 1  # waits: the node holds max.connections
+        limits.closed("PLAINTEXT", "10.0.0.1")
+    assert reserved == [True]
+    assert limits.open_total == 2 and limits.open_by_host == {"10.0.0.2": 1}
+
+
+async def test_an_address_over_its_limit_is_refused_and_its_room_given_back():
+    limits = ConnectionLimits(total_max=10, per_ip_max=2, per_ip_overrides={"10.0.0.9": 0, "10.0.0.8": 3})
+    for _ in range(2):
+        await limits.reserve("PLAINTEXT")
+        assert limits.admit("PLAINTEXT", "10.0.0.1")
+    await limits.reserve("PLAINTEXT")
+    assert not limits.admit("PLAINTEXT", "10.0.0.1")
+    await limits.reserve("PLAINTEXT")
+    assert not limits.admit("PLAINTEXT", "10.0.0.9")  # an override of 0: never
+    for _ in range(3):
+        await limits.reserve("PLAINTEXT")
+        assert limits.admit("PLAINTEXT", "10.0.0.8")  # an override above the default
+    assert limits.refused_per_ip == 2
+    assert limits.open_total == 5 and limits.open_by_listener == {"PLAINTEXT": 5}
+
+
+async def test_the_inter_broker_listener_is_not_held_back_by_client_connections():
+    limits = ConnectionLimits(total_max=1, exempt_listener="INTERNAL")
+    await limits.reserve("CLIENTS")
+    assert limits.admit("CLIENTS", "10.0.0.1")
+    assert limits.is_full("CLIENTS") and not limits.is_full("INTERNAL")
+    for _ in range(3):
+        with trio.fail_after(1):
+            await limits.reserve("INTERNAL")
+        assert limits.admit("INTERNAL", "10.0.0.2")
+    assert limits.open_total == 1 and limits.open_by_listener == {"CLIENTS": 1, "INTERNAL": 3}
+
+
+class FailingListener:
+    """A listener whose accept() fails with each of `errors` in turn, then waits forever."""
+
+    def __init__(self, *errors: OSError) -> None:
+        self.errors = list(errors)
+        self.accepts = 0
+
+    async def accept(self):
+        self.accepts += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        await trio.sleep_forever()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        pass
+
+
+async def test_accept_without_descriptors_waits_and_tries_again(autojump_clock):
+    limits = ConnectionLimits(total_max=5)
+    listener = FailingListener(OSError(errno.EMFILE, "Too many open files"), OSError(errno.ENFILE, "File table full"))
+    with trio.move_on_after(1):
+        await serve_listeners(handler=None, listeners=[listener], limits=limits, name="PLAINTEXT", log=get_logger())
+    assert listener.accepts == 3  # two failures, each followed by a wait, then a third try
+    assert limits.accept_failures == 2
+    assert limits.open_total == 0  # every reservation was given back, the cancelled one too
+
+
+async def test_an_accept_error_of_another_kind_is_not_swallowed():
+    limits = ConnectionLimits(total_max=5)
+    with pytest.raises(OSError) as raised:
+        await _accept(None, FailingListener(OSError(errno.EBADF, "Bad file descriptor")), limits, "PLAINTEXT",
+                      get_logger(), nursery=None)
+    assert raised.value.errno == errno.EBADF
+    assert limits.open_total == 0
+
+
+@pytest.mark.parametrize("broker, complaint", [
+    ({"connections_max": 0}, "key 'broker.connections_max' must be >= 1, got 0"),
+    ({"connections_per_ip_max": -1}, "key 'broker.connections_per_ip_max' must be >= 0, got -1"),
+    ({"connections_per_ip_overrides": "10.0.0.1=5"}, "key 'broker.connections_per_ip_overrides': '10.0.0.1=5' is "
+                                                     "not host:count"),
+    ({"connections_max": "many"}, "key 'broker.connections_max' must be an integer, got 'many'"),
+])
+def test_bad_connection_limits_name_the_key(tmp_path, broker, complaint):
+    with pytest.raises(ConfigError) as raised:
+        parse_config({"cluster_id": "c", "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": 9092,
+                                                     "controller_port": 9192, "roles": ["broker", "controller"],
+                                                     "data_dir": "d"}], "broker": broker}, "cluster.toml", str(tmp_path))
+    assert str(raised.value).startswith("cluster.toml: " + complaint), raised.value
+
+
+# --------------------------------------------------------------------------------------------- a node's listeners
+
+
+async def _api_versions(stream: trio.SocketStream, correlation_id: int) -> int:
+    """Send ApiVersions and return the correlation id of the answer."""
+    header = RequestHeader(ApiKey.API_VERSIONS, 3, correlation_id, "limits-test")
+    await stream.send_all(encode_request(header, messages.ApiVersionsRequest(
+        client_software_name="limits-test", client_software_version="1")))
+    reader = FrameReader()
+    while (frame := reader.next_frame()) is None:
+        data = await stream.receive_some(65536)
+        assert data, "the node closed the connection"
+        reader.receive_data(data)
+    answered_id, response = decode_response(ApiKey.API_VERSIONS, 3, frame)
+    assert response.error_code == 0
+    return answered_id
+
+
+async def test_a_node_at_max_connections_serves_a_waiting_client_once_another_leaves(tmp_path):
+    node = in_process_node(tmp_path, "maxconn", broker={"connections_max": 2})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        port = node.node_config.kafka_port
+        with trio.fail_after(30):
+            first = await trio.open_tcp_stream("127.0.0.1", port)
+            second = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await _api_versions(first, 1) == 1 and await _api_versions(second, 2) == 2
+            waiting = await trio.open_tcp_stream("127.0.0.1", port)  # the kernel's queue takes it
+            answer: list[int] = []
+
+            async def ask() -> None:
+                answer.append(await _api_versions(waiting, 3))
+
+            nursery.start_soon(ask)
+            await trio.sleep(1)
+            assert answer == [] and node.connections.accept_waits == 1  # not accepted while two are open
+            assert node.connections.open_by_listener == {"PLAINTEXT": 2}
+            await first.aclose()
+            while not answer:
+                await trio.sleep(0.01)
+            assert answer == [3]
+            assert await _api_versions(second, 4) == 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_node_closes_a_connection_over_max_connections_per_ip(tmp_path):
+    node = in_process_node(tmp_path, "perip", broker={"connections_per_ip_max": 3})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        port = node.node_config.kafka_port
+        with trio.fail_after(30):
+            streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+            for index, stream in enumerate(streams):
+                assert await _api_versions(stream, index) == index
+            refused = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await refused.receive_some(100) == b""  # closed at once, without a word
+            assert node.connections.refused_per_ip == 1
+            await streams[0].aclose()
+            while node.connections.open_by_host.get("127.0.0.1") != 2:
+                await trio.sleep(0.01)
+            again = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await _api_versions(again, 9) == 9  # room again for that address
+        nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------------------------------------ a flood of them
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
+
+
+def _metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert match, f"{name} not in the metrics"
+    return float(match.group(1))
+
+
+@pytest.mark.slow
+def test_a_flood_of_connections_does_not_take_the_descriptors_the_logs_need(tmp_path):
+    """A node limited to 256 descriptors, so admitting 128 Kafka connections and 32 on its controller port, and
+    600 connections opened at each: before the limits its listeners took every descriptor and the node ended
+    at its next checkpoint write."""
+    from confluent_kafka import Producer
+
+    cluster = LocalCluster(str(tmp_path), nodes=1, metrics=True, descriptor_limit=256,
+                           topic_defaults={"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1})
+    cluster.start()
+    flood: list[socket.socket] = []
+    try:
+        bootstrap = cluster.bootstrap_servers
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+        producer.produce("before", b"0")
+        assert producer.flush(30) == 0
+        for port in (cluster.kafka_ports[1], cluster.controller_ports[1]):
+            for _ in range(600):
+                flood.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        metrics_port = cluster.metrics_ports[1]
+        deadline = time.monotonic() + 30
+        while _metric(_scrape(metrics_port), 'flotilla_connections{listener="PLAINTEXT"}') < 128:
+            assert time.monotonic() < deadline, "the node did not accept up to its limit"
+            time.sleep(0.2)
+        time.sleep(6)  # past a high-watermark checkpoint (every 5 s), the write that ended the node before
+        for index in range(50):  # a new topic: new segment files, through the connection opened before
+            producer.produce("during", str(index).encode())
+        assert producer.flush(30) == 0
+        assert cluster.processes[1].poll() is None
+        text = _scrape(metrics_port)
+        assert _metric(text, 'flotilla_connections{listener="PLAINTEXT"}') == 128
+        assert _metric(text, 'flotilla_connections_max{port="kafka"}') == 128
+        assert _metric(text, 'flotilla_connections_max{port="controller"}') == 32
+        assert _metric(text, 'flotilla_connection_accept_waits_total{port="kafka"}') >= 1
+        # The controller port drops a connection that has not shaken hands within 5 s, so the flood's turn over
+        # there: some are open, never more than 32, and the port waited at its limit.
+        assert 0 < _metric(text, 'flotilla_connections{listener="CONTROLLER"}') <= 32
+        assert _metric(text, 'flotilla_connection_accept_waits_total{port="controller"}') >= 1
+        for connection in flood:
+            connection.close()
+        flood.clear()
+        consumed = subprocess_kcat(bootstrap, "during", 50)
+        assert consumed == [str(index) for index in range(50)]
+        assert cluster.processes[1].poll() is None
+    finally:
+        for connection in flood:
+            connection.close()
+        cluster.stop()
+
+
+def subprocess_kcat(bootstrap: str, topic: str, count: int) -> list[str]:
+    """The values of the first `count` records of `topic`, read by kcat on a new connection."""
+    import subprocess
+
+    result = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-o", "beginning", "-c", str(count), "-e",
+                             "-q", "-f", "%s\\n"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
