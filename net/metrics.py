@@ -18,13 +18,14 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.metrics import BrokerMetrics, Histogram, gauges
-from net.connections import ConnectionLimits
+from net.connections import ConnectionLimits, serve_listeners
 from net.heap import GC_PAUSES
 from net.logs import get_logger
 from net.server import SENDFILE_STATS
 
 REQUEST_BYTES_MAX = 8 * 1024
 REQUEST_TIMEOUT_S = 5.0
+CONNECTIONS_MAX = 32
 
 GAUGE_HELP = {
     "flotilla_under_replicated_partitions": "Partitions this broker leads whose ISR is smaller than the replica set",
@@ -83,7 +84,7 @@ class NodeCollector:
 
     @staticmethod
     def _connections(limits: dict[str, ConnectionLimits]) -> Iterator[Any]:
-        """Per port kind ("kafka": the Kafka listeners together; "controller": the Raft port)."""
+        """Per port kind ("kafka": the Kafka listeners together; "controller": the Raft port; "metrics")."""
         open_now = GaugeMetricFamily("flotilla_connections", "Open connections, by listener", labels=["listener"])
         maxima = GaugeMetricFamily("flotilla_connections_max", "Connections the node admits at once (Kafka's "
                                    "max.connections; the inter-broker listener exempt when there are others)",
@@ -184,13 +185,15 @@ class MetricsServer:
         self.registry.register(collector)
         self.log = get_logger(component="metrics")
         self.bound_port: int | None = None
+        # Scrapes are short: a few at once is plenty, and a flood waits in the kernel's queue
+        self.connections = ConnectionLimits(CONNECTIONS_MAX)
+        collector.connections["metrics"] = self.connections
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.bound_port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(self.bound_port)
-            await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
+        task_status.started(self.bound_port)
+        await serve_listeners(self._serve, listeners, self.connections, "METRICS", self.log)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         async with stream:
