@@ -31,6 +31,7 @@ from broker.quotas import ClientQuotas, quota_user
 from net.protocol.codec import SUPPORTED, RequestHeader
 from security.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from security.session import Session, anonymous_session
+from partitions.storage import StorageError
 
 Handler = Callable[[RequestHeader, Any, int], Any]
 
@@ -232,6 +233,8 @@ class KafkaApis:
         the node's loop."""
         try:
             response = build()
+        except StorageError:
+            raise  # the disk failed: not a bug to survive; the node stops (net/node.py)
         except Exception as error:  # a handler's bug: this request's connection closes, the node goes on
             response = RequestFailed(error)
         if response is not None and not isinstance(response, Deferred):
@@ -247,6 +250,8 @@ class KafkaApis:
             for group in self._groups:
                 try:
                     group.poll(now_ms, changed)
+                except StorageError:
+                    raise
                 except Exception as error:  # one group's bug must not end the node or starve the other groups
                     broker.failures.append(InternalFailure("poll", type(group).__name__, error))
             if not broker.dirty_partitions:

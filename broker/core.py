@@ -49,7 +49,7 @@ from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, U
 from partitions.log import AppendOrigin, LogClock, PartitionLog
 from partitions.log_config import LogConfig
 from partitions.replica import Partition
-from partitions.storage import Storage, read_file, write_file_atomically
+from partitions.storage import Storage, StorageError, read_file, write_file_atomically
 from partitions.records import ABORT, COMMIT, build_control_batch
 from txn.producer_ids import ProducerIdManager
 from txn.producer_state import ProducerStateManager
@@ -713,6 +713,8 @@ class BrokerCore:
         node survives (`failures`), as Kafka's network client logs an uncaught error in a completion handler."""
         try:
             call.on_response(response, now_ms)
+        except StorageError:
+            raise  # the disk failed: not a bug to survive; the node stops (net/node.py)
         except Exception as error:
             self.failures.append(InternalFailure("controller_call", type(call.request).__name__, error))
 
@@ -721,6 +723,8 @@ class BrokerCore:
         failure the node survives, as in `on_controller_response`."""
         try:
             sent.on_response(answer, now_ms)
+        except StorageError:
+            raise
         except Exception as error:
             self.failures.append(InternalFailure("outbox", f"api {sent.api_key} to broker {sent.destination}", error))
 

@@ -25,6 +25,7 @@ from net.protocol.codec import ApiKey
 from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.replica import EpochEndOffset
+from partitions.storage import StorageError
 from txn.producer_state import markers_in
 
 if TYPE_CHECKING:
@@ -237,6 +238,8 @@ class ReplicaFetcher:
                     continue
                 try:
                     self._apply_epoch_answer(hosted, result, now_ms)
+                except StorageError:
+                    raise  # the disk failed: not a bug to survive; the node stops (net/node.py)
                 except Exception as error:  # a bug: this partition stops replicating, the others go on
                     self.core.replica_failed(key, hosted, error)
                 self.core.dirty_partitions.add(key)
@@ -265,6 +268,8 @@ class ReplicaFetcher:
                     continue
                 try:
                     self._apply_fetched_partition(hosted, key, data, sent.fetch_offsets.get(key), now_ms)
+                except StorageError:
+                    raise
                 except Exception as error:  # a bug: this partition stops replicating, the others go on
                     self.core.replica_failed(key, hosted, error)
                     self.core.dirty_partitions.add(key)

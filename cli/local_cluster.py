@@ -57,13 +57,14 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _prepare_child(descriptor_limit: int | None) -> None:
-    """In a node's process, before exec: die with the parent, and take `descriptor_limit` when given."""
-    _die_with_parent()
-    if descriptor_limit is not None:
-        import resource
+def _prepare_child(descriptor_limit: int | None, file_size_limit: int | None) -> None:
+    """In a node's process, before exec: die with the parent, and take the limits given."""
+    import resource
 
-        resource.setrlimit(resource.RLIMIT_NOFILE, (descriptor_limit, descriptor_limit))
+    _die_with_parent()
+    for limit, value in ((resource.RLIMIT_NOFILE, descriptor_limit), (resource.RLIMIT_FSIZE, file_size_limit)):
+        if value is not None:
+            resource.setrlimit(limit, (value, value))
 
 
 @dataclass
@@ -87,6 +88,7 @@ class LocalCluster:
     broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers; not secure
     racks: dict = field(default_factory=dict)  # node id -> its `rack` (Kafka's broker.rack)
     descriptor_limit: int | None = None  # the nodes' RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it
+    file_size_limit: int | None = None  # the nodes' RLIMIT_FSIZE in bytes: a write past it fails as on a full disk
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
@@ -238,7 +240,7 @@ class LocalCluster:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                preexec_fn=functools.partial(_prepare_child, self.descriptor_limit),
+                preexec_fn=functools.partial(_prepare_child, self.descriptor_limit, self.file_size_limit),
             )
         if wait:
             self.wait_listening(node_id)

@@ -45,6 +45,7 @@ from net.server import (
     PendingReply,
 )
 from partitions.errors import ErrorCode, KafkaError
+from partitions.storage import StorageError
 from security.acl import AclOperation
 from security.session import Session, anonymous_session
 
@@ -133,6 +134,8 @@ class KafkaDispatcher:
         acks = str(request.acks) if header.api_key == ApiKey.PRODUCE else ""
         try:
             result = self.apis.handle(header, request, self.now_ms())
+        except StorageError:
+            raise  # the disk failed: the node stops (net/node.py), it is no handler's bug
         except Exception:  # a handler's bug: that connection closes, the node and its other clients go on
             self.apis.broker.metrics.record_internal_error("request")
             self.log.error("request_failed", connection_id=connection_id, api_key=header.api_key,

@@ -57,6 +57,7 @@ from net.client.security import ClientSecurity, reauthenticate_at, sasl_authenti
 from net.server import FrameServer, ServerLimits, keep_deadline_ahead
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
+from partitions.storage import StorageError
 from raftlog.port import RaftError
 from raftlog.shell import RaftShell, call_rpc, monotonic_ms
 
@@ -700,6 +701,7 @@ def inter_broker_security(config: ClusterConfig, node_id: int) -> ClientSecurity
 
 
 EXIT_CONFIG = 2
+EXIT_STORAGE = 1  # the data directory failed (net/node.py run_node_forever)
 LOCK_FILE = ".lock"
 LISTEN_ERRNOS = (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
 
@@ -731,6 +733,7 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
               "node; stop it first", file=sys.stderr)
         return EXIT_CONFIG
     failure: OSError | None = None
+    storage_failure: StorageError | None = None
     raise_descriptor_limit()
     keep_heap_pages()
     time_collections()
@@ -742,6 +745,14 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
             if not cannot_listen:
                 raise
             failure = cannot_listen[0]
+        except* StorageError as group:
+            # The disk failed (full, read-only, gone): Kafka halts a broker whose log directories all failed. The
+            # node stops at once, without writing more; its leaderships move to other replicas, and a restart
+            # recovers its logs.
+            storage_failure = _leaves(group)[0]
+            get_logger(node_id=node_id).error("storage_failed", error=str(storage_failure),
+                                              exc_info=(type(storage_failure), storage_failure,
+                                                        storage_failure.__traceback__))
     except KeyboardInterrupt:
         pass
     finally:
@@ -750,4 +761,9 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
         print(f"flotilla: node {node_id}: cannot listen on {node_config.host} (kafka_port {node_config.kafka_port}, "
               f"controller_port {node_config.controller_port}): {failure.strerror or failure}", file=sys.stderr)
         return EXIT_CONFIG
+    if storage_failure is not None:
+        print(f"flotilla: node {node_id}: stopped: its data directory {node_config.data_dir} failed: {storage_failure}. "
+              "Fix the disk (free space, permissions) and start the node again: it recovers its logs from what is on "
+              "disk.", file=sys.stderr)
+        return EXIT_STORAGE
     return 0
