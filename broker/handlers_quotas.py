@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.handlers_security import CLUSTER_DENIED
 from metadata.image import QuotaEntity
-from metadata.quota_control import CLIENT_ID, USER
+from metadata.quota_control import CLIENT_ID, IP, USER
 from metadata.records import QuotaEntityPart
 from metadata.requests import AlterClientQuotasRequest as ControllerAlterQuotas, QuotaAlteration, QuotaOp
 from net.protocol import messages
@@ -111,7 +111,7 @@ def _wire_entity(response_class: Any, parts: tuple[QuotaEntityPart, ...]) -> lis
 def _component_error(component: Any, seen: dict) -> str | None:
     if component.entity_type in seen:
         return f"Duplicate entity type {component.entity_type} in the filter"
-    if component.entity_type not in (USER, CLIENT_ID):
+    if component.entity_type not in (USER, CLIENT_ID, IP):
         return f"Custom entity type {component.entity_type} not supported"
     if component.match_type == MATCH_EXACT and component.match is None:
         return f"An exact match of {component.entity_type} needs a name"

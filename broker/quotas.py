@@ -57,6 +57,16 @@ ANONYMOUS = "ANONYMOUS"
 SENSORS_MAX = 100_000  # (quota type, user, client id) rates kept; the least recently used go beyond it
 
 
+def ip_connection_rate(quotas: ClientQuotasImage, host: str) -> float | None:
+    """KIP-612: the connection_creation_rate quota of connections from `host` (its own ip entity, else the
+    default one), or None; enforced by net/connections.py as each listener accepts."""
+    for entity in ((("ip", host),), (("ip", None),)):
+        value = quotas.value(entity, "connection_creation_rate")
+        if value is not None:
+            return value
+    return None
+
+
 def quota_user(session) -> str:
     """The session principal's name, as Kafka's quota entities name users ("User:alice" -> "alice")."""
     principal = session.principal

@@ -4,7 +4,9 @@
 An entity is a user (`--user NAME`, or `--user-default` for every user without its own), a client id
 (`--client-id ID` / `--client-default`) or both. Keys: producer_byte_rate and consumer_byte_rate (bytes per
 second), request_percentage (percent of one thread's time) and controller_mutation_rate (partitions created,
-added or deleted per second), each enforced by each broker on its own traffic. `describe` without an entity
+added or deleted per second), each enforced by each broker on its own traffic. An IP address (`--ip ADDRESS`
+/ `--ip-default`, alone: kafka-configs.sh --entity-type ips) takes connection_creation_rate, the new
+connections per second each broker accepts from it (KIP-612). `describe` without an entity
 lists every entity with quotas; with one, exactly that entity.
 Exit codes as every client command: 0, 1 a failed operation, 2 bad usage, 3 the cluster cannot be reached.
 """
@@ -46,6 +48,9 @@ def _entity_options(parser: argparse.ArgumentParser) -> None:
     client = parser.add_mutually_exclusive_group()
     client.add_argument("--client-id", help="a client id")
     client.add_argument("--client-default", action="store_true", help="the default client-id entity")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", help="an IP address (its connection_creation_rate)")
+    ip.add_argument("--ip-default", action="store_true", help="the default ip entity")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +63,8 @@ def _entity(args: argparse.Namespace) -> tuple[tuple[str, str | None], ...]:
         parts.append(("user", None if args.user_default else args.user))
     if args.client_id is not None or args.client_default:
         parts.append(("client-id", None if args.client_default else args.client_id))
+    if args.ip is not None or args.ip_default:
+        parts.append(("ip", None if args.ip_default else args.ip))
     return tuple(parts)
 
 
@@ -77,8 +84,8 @@ def _values(pairs: list[str]) -> dict[str, float]:
 def run_alter(args: argparse.Namespace) -> int:
     entity = _entity(args)
     if not entity:
-        return fail("name an entity: --user NAME / --user-default and/or --client-id ID / --client-default",
-                    EXIT_USAGE)
+        return fail("name an entity: --user NAME / --user-default and/or --client-id ID / --client-default, "
+                    "or --ip ADDRESS / --ip-default", EXIT_USAGE)
     try:
         values = _values(args.add)
     except UsageError as error:

@@ -8,13 +8,15 @@ the records to commit and the per-entity results. Kafka's rules:
 - a value is for a known key, above 0, and integral for the byte rates (Kafka's LONG quota configs;
   request_percentage and controller_mutation_rate are DOUBLEs);
 - only what changes is written: setting the current value or removing a quota that is not there writes nothing.
-Entities of type `ip` (Kafka's connection_creation_rate) are refused with INVALID_REQUEST and a message that
-says so: this broker does not enforce connection rates (broker/quotas.py enforces the others), and a quota
-stored but never enforced would mislead.
+Entities of type `ip` (KIP-612) stand alone (never with `user` or `client-id`), name an IP address in its
+canonical form (Kafka also takes a host name it can resolve; a controller here does no lookups) or none for
+the default, and take one key, `connection_creation_rate` (an INT), which user and client-id entities do not
+take; net/connections.py enforces it on each broker's listeners, broker/quotas.py the others.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 
 from metadata.image import MetadataImage, QuotaEntity, quota_entity
@@ -29,10 +31,12 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
 ENFORCED_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
-NOT_ENFORCED_KEYS = ("connection_creation_rate",)
+IP_KEYS = (CONNECTION_CREATION_RATE,)
 DOUBLE_KEYS = (REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE)
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
 entity_name_chars_max = 1024
 
 
@@ -66,15 +70,28 @@ def _entity_error(parts: tuple[QuotaEntityPart, ...]) -> str | None:
         if part.entity_type in types:
             return f"Invalid client quota entity, duplicate entity entry {part.entity_type}"
         types.add(part.entity_type)
-        if part.entity_type == IP:
-            return "Quotas of ip entities (connection_creation_rate) are not enforced by this broker"
-        if part.entity_type not in (USER, CLIENT_ID):
+        if part.entity_type not in (USER, CLIENT_ID, IP):
             return f"Unhandled client quota entity type: {part.entity_type}"
         if part.entity_name is not None and not part.entity_name:
             return f"Empty {part.entity_type} not supported"
         if part.entity_name is not None and len(part.entity_name) > entity_name_chars_max:
             return f"{part.entity_type} name longer than {entity_name_chars_max} characters"
+    if IP in types:
+        if types != {IP}:
+            return "Invalid quota entity combination, IP entity should not be combined with User or ClientId"
+        name = parts[0].entity_name
+        if name is not None and _canonical_ip(name) != name:
+            canonical = _canonical_ip(name)
+            return (f"{name} is not a valid IP" if canonical is None else
+                    f"{name} is not an IP in its canonical form (write {canonical})")
     return None
+
+
+def _canonical_ip(name: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return None
 
 
 def _changes(image: MetadataImage, entity: QuotaEntity, entry: QuotaAlteration, out: list[MetadataRecord]) -> str | None:
@@ -89,7 +106,7 @@ def _changes(image: MetadataImage, entity: QuotaEntity, entry: QuotaAlteration, 
             if op.key in current:
                 out.append(ClientQuotaRecord(parts, op.key, 0.0, remove=True))
             continue
-        error = _value_error(op.key, op.value)
+        error = _value_error(op.key, op.value, is_ip=any(entity_type == IP for entity_type, _ in entity))
         if error is not None:
             return error
         if current.get(op.key) != op.value:
@@ -97,15 +114,15 @@ def _changes(image: MetadataImage, entity: QuotaEntity, entry: QuotaAlteration, 
     return None
 
 
-def _value_error(key: str, value: float) -> str | None:
-    if key in NOT_ENFORCED_KEYS:
-        return f"Quota {key} is not enforced by this broker (only {', '.join(ENFORCED_KEYS)} are)"
-    if key not in ENFORCED_KEYS:
+def _value_error(key: str, value: float, is_ip: bool) -> str | None:
+    if key not in (IP_KEYS if is_ip else ENFORCED_KEYS):
         return f"Invalid configuration key {key}"
     if not math.isfinite(value) or value <= 0.0:
         return f"Quota {key} must be greater than 0"
     if key in DOUBLE_KEYS:
         return None
+    if key in IP_KEYS and value > INT_MAX:
+        return f"Proposed value for {key} is too large for an INT."
     if value > LONG_MAX:
         return f"Proposed value for {key} is too large for a LONG."
     if value != math.floor(value):

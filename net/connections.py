@@ -13,6 +13,10 @@ takes the node's last descriptor, and the next segment roll or checkpoint write 
 - the inter-broker listener is exempt from `total_max` when it is not the only listener: followers and the
   coordinators' marker requests reach their leaders even while clients hold every other connection, the room
   KIP-402 keeps for that listener. A node with one listener shares it with its clients.
+- an address over its `connection_creation_rate` quota (KIP-612: an ip entity of AlterClientQuotas, or the
+  default ip entity) has the new connection held unanswered, then closed, after the time that brings its rate
+  back to the quota (at most one quota window), as Kafka's acceptor delays the close of a throttled
+  connection. The rate is Kafka's sampled rate (broker/quotas.py SampledRate: 11 windows of 1 s).
 - accept() failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) waits
   `ACCEPT_RETRY_S` and tries again; the failures are counted and logged once a minute, not once a try.
 
@@ -29,11 +33,14 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
+from broker.quotas import WINDOW_MS_DEFAULT, WINDOW_NUM_DEFAULT, SampledRate
+
 ACCEPT_RETRY_S = 0.1
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 DESCRIPTORS_FOR_CONNECTIONS = 0.5  # of the process's descriptor limit, when max.connections is not set
 DESCRIPTORS_FOR_CONTROLLER = 0.125  # for the controller listener (Raft peers, brokers' RPCs, handshakes)
 LOG_INTERVAL_S = 60.0
+IP_RATES_MAX = 100_000  # addresses whose connection rates are kept; the least recently seen go beyond it
 
 
 def raise_descriptor_limit() -> tuple[int, int]:
@@ -70,6 +77,9 @@ class ConnectionLimits:
     refused_per_ip: int = 0
     accept_waits: int = 0  # times a listener stopped accepting at total_max
     accept_failures: int = 0  # accept() calls that failed for want of descriptors or memory
+    throttled: int = 0  # connections closed unanswered for their address's connection_creation_rate
+    ip_rate_quota: Callable[[str], float | None] | None = None  # an address -> its connection_creation_rate
+    _ip_rates: dict[str, SampledRate] = field(default_factory=dict)
     _room: trio.Event = field(default_factory=trio.Event)
     _logged_at: dict[str, float] = field(default_factory=dict)  # event -> trio time it was last logged
 
@@ -96,17 +106,37 @@ class ConnectionLimits:
                 self._room.set()
                 self._room = trio.Event()
 
-    def admit(self, listener: str, host: str) -> bool:
-        """Count a connection accepted after `reserve`; False when its address is over its limit: close it
-        (it is no longer counted, so `closed` must not be called for it)."""
+    def admit(self, listener: str, host: str, now_ms: int) -> float | None:
+        """Count a connection accepted after `reserve`; None when admitted. Otherwise the seconds after which
+        to close it unanswered (0: at once, its address holds max.connections.per.ip; more: its address is
+        over its connection_creation_rate), then `unreserve`; `closed` is not called for it."""
+        quota = self.ip_rate_quota(host) if self.ip_rate_quota is not None else None
+        if quota is not None:
+            throttle_ms = self._record_ip_connection(host, quota, now_ms)
+            if throttle_ms:
+                self.throttled += 1
+                return throttle_ms / 1000
         limit = self.per_ip_overrides.get(host, self.per_ip_max)
         if limit is not None and self.open_by_host.get(host, 0) >= limit:
             self.refused_per_ip += 1
-            self.unreserve(listener)
-            return False
+            return 0.0
         self.open_by_host[host] = self.open_by_host.get(host, 0) + 1
         self.open_by_listener[listener] = self.open_by_listener.get(listener, 0) + 1
-        return True
+        return None
+
+    def _record_ip_connection(self, host: str, quota: float, now_ms: int) -> int:
+        """Kafka's recordIpConnectionMaybeThrottle: record one connection; over the quota, take it back and
+        return the throttle time (ms, at most one window), else 0."""
+        rate = self._ip_rates.pop(host, None) or SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT)
+        if len(self._ip_rates) >= IP_RATES_MAX:
+            del self._ip_rates[next(iter(self._ip_rates))]  # the least recently seen address
+        self._ip_rates[host] = rate
+        rate.record(1.0, now_ms)
+        observed = rate.rate(now_ms)
+        if observed <= quota:
+            return 0
+        rate.record(-1.0, now_ms)
+        return min(WINDOW_MS_DEFAULT, max(1, round((observed - quota) / quota * rate.window_size_ms(now_ms))))
 
     def closed(self, listener: str, host: str) -> None:
         """Forget a connection `admit` counted."""
@@ -164,10 +194,19 @@ async def _serve(handler: Handler, stream: trio.SocketStream, limits: Connection
         host = stream.socket.getpeername()[0]
     except OSError:
         host = ""
-    if not limits.admit(name, host):
-        limits.log_now_and_then(log, "connection_refused", reason="max.connections.per.ip", peer=host,
-                                refused_so_far=limits.refused_per_ip)
-        await trio.aclose_forcefully(stream)
+    close_after_s = limits.admit(name, host, int(trio.current_time() * 1000))
+    if close_after_s is not None:
+        if close_after_s:
+            limits.log_now_and_then(log, "connection_throttled", reason="connection_creation_rate", peer=host,
+                                    throttled_so_far=limits.throttled)
+        else:
+            limits.log_now_and_then(log, "connection_refused", reason="max.connections.per.ip", peer=host,
+                                    refused_so_far=limits.refused_per_ip)
+        try:
+            await trio.sleep(close_after_s)  # held unanswered meanwhile, and still counted
+            await trio.aclose_forcefully(stream)
+        finally:
+            limits.unreserve(name)
         return
     try:
         await handler(stream)

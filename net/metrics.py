@@ -96,6 +96,9 @@ class NodeCollector:
                                     labels=["port"])
         failures = CounterMetricFamily("flotilla_connection_accept_failures", "accept() calls that failed for want "
                                        "of file descriptors or memory (retried after 100 ms)", labels=["port"])
+        throttled = CounterMetricFamily("flotilla_connections_throttled", "Connections held unanswered, then "
+                                        "closed, because their address was over its connection_creation_rate "
+                                        "quota (KIP-612)", labels=["port"])
         for port, connections in sorted(limits.items()):
             for listener, count in sorted(connections.open_by_listener.items()):
                 open_now.add_metric([listener], count)
@@ -103,7 +106,8 @@ class NodeCollector:
             refused.add_metric([port], connections.refused_per_ip)
             waits.add_metric([port], connections.accept_waits)
             failures.add_metric([port], connections.accept_failures)
-        yield from (open_now, maxima, refused, waits, failures)
+            throttled.add_metric([port], connections.throttled)
+        yield from (open_now, maxima, refused, waits, failures, throttled)
 
     @staticmethod
     def _garbage_collector() -> Iterator[Any]:

@@ -41,6 +41,7 @@ from metadata.requests import (
     encode_response as encode_controller_response,
 )
 from broker.core import BrokerRequest, ControllerCall
+from broker.quotas import ip_connection_rate
 from broker.config import ClusterConfig, NodeConfig, parse_connection_overrides
 from broker.controller_core import ControllerOutcome
 from net.connections import (DESCRIPTORS_FOR_CONTROLLER, ConnectionLimits, default_total_max,
@@ -414,6 +415,8 @@ class Node:
         exempt = self.node_config.inter_broker_listener.name if len(listeners) > 1 else None
         limits = ConnectionLimits(total_max, settings.connections_per_ip_max,
                                   parse_connection_overrides(settings.connections_per_ip_overrides), exempt)
+        broker = self.broker
+        limits.ip_rate_quota = lambda host: ip_connection_rate(broker.image.quotas, host)  # KIP-612
         self.log.info("connection_limits", connections_max=total_max,
                       connections_per_ip_max=settings.connections_per_ip_max, exempt_listener=exempt)
         return limits

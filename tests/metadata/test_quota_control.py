@@ -46,14 +46,19 @@ def test_set_change_and_remove_quotas_of_several_entities():
     ((), {"producer_byte_rate": 1.0}, "Invalid empty client quota entity"),
     ((("user", "a"), ("user", "b")), {"producer_byte_rate": 1.0}, "duplicate entity entry user"),
     ((("group", "g"),), {"producer_byte_rate": 1.0}, "Unhandled client quota entity type: group"),
-    ((("ip", "127.0.0.1"),), {"connection_creation_rate": 1.0}, "ip entities"),
+    ((("ip", "127.0.0.1"), ("user", "a")), {"connection_creation_rate": 1.0}, "IP entity should not be combined"),
+    ((("ip", "not-an-ip"),), {"connection_creation_rate": 1.0}, "not-an-ip is not a valid IP"),
+    ((("ip", "0:0::1"),), {"connection_creation_rate": 1.0}, "not an IP in its canonical form (write ::1)"),
+    ((("ip", "10.0.0.1"),), {"producer_byte_rate": 1.0}, "Invalid configuration key producer_byte_rate"),
+    ((("ip", None),), {"connection_creation_rate": 2.5}, "must be an integer"),
+    ((("ip", None),), {"connection_creation_rate": 2.0**31}, "too large for an INT"),
     ((("user", ""),), {"producer_byte_rate": 1.0}, "Empty user not supported"),
     (ALICE, {"producer_byte_rate": 0.0}, "must be greater than 0"),
     (ALICE, {"producer_byte_rate": -5.0}, "must be greater than 0"),
     (ALICE, {"producer_byte_rate": 1.5}, "must be an integer"),
     (ALICE, {"consumer_byte_rate": 2.0**64}, "too large for a LONG"),
     (ALICE, {"fetch_rate": 1.0}, "Invalid configuration key fetch_rate"),
-    (ALICE, {"connection_creation_rate": 10.0}, "not enforced by this broker"),
+    (ALICE, {"connection_creation_rate": 10.0}, "Invalid configuration key connection_creation_rate"),
     (ALICE, {"request_percentage": 0.0}, "must be greater than 0"),
 ])
 def test_invalid_entries_fail_alone_with_invalid_request(entity, ops, message):
@@ -104,3 +109,13 @@ def test_a_record_with_a_value_that_is_not_a_finite_float_is_refused():
         data = encode_record(ClientQuotaRecord((Part("user", "a"),), "producer_byte_rate", value))
         with pytest.raises(CorruptRecordError):
             decode_record(data)
+
+
+def test_ip_entities_take_a_connection_creation_rate():
+    ctl = controller()
+    result = commit(ctl, alter(((("ip", "10.0.0.7"),), {"connection_creation_rate": 5.0}),
+                               ((("ip", None),), {"connection_creation_rate": 100.0})))
+    assert [r.error_code for r in result.response.results] == [ErrorCode.NONE, ErrorCode.NONE]
+    quotas = ctl.image().quotas
+    assert quotas.value((("ip", "10.0.0.7"),), "connection_creation_rate") == 5.0
+    assert quotas.value((("ip", None),), "connection_creation_rate") == 100.0

@@ -20,7 +20,7 @@ from net.connections import ConnectionLimits, _accept, serve_listeners
 from net.logs import get_logger
 from net.protocol import messages
 from net.protocol.codec import ApiKey, FrameReader, RequestHeader, decode_response, encode_request
-from tests.net.cluster_helpers import in_process_node
+from tests.net.cluster_helpers import cli, cli_json, in_process_node
 
 
 # ----------------------------------------------------------------------------------------------- the counts alone
@@ -30,7 +30,7 @@ async def test_a_full_node_accepts_again_when_a_connection_closes():
     limits = ConnectionLimits(total_max=2)
     for host in ("10.0.0.1", "10.0.0.2"):
         await limits.reserve("PLAINTEXT")
-        assert limits.admit("PLAINTEXT", host)
+        assert limits.admit("PLAINTEXT", host, 0) is None
     reserved = []
 
     async def third() -> None:
@@ -50,27 +50,48 @@ async def test_an_address_over_its_limit_is_refused_and_its_room_given_back():
     limits = ConnectionLimits(total_max=10, per_ip_max=2, per_ip_overrides={"10.0.0.9": 0, "10.0.0.8": 3})
     for _ in range(2):
         await limits.reserve("PLAINTEXT")
-        assert limits.admit("PLAINTEXT", "10.0.0.1")
+        assert limits.admit("PLAINTEXT", "10.0.0.1", 0) is None
     await limits.reserve("PLAINTEXT")
-    assert not limits.admit("PLAINTEXT", "10.0.0.1")
+    assert limits.admit("PLAINTEXT", "10.0.0.1", 0) == 0.0  # close at once, then give its room back
+    limits.unreserve("PLAINTEXT")
     await limits.reserve("PLAINTEXT")
-    assert not limits.admit("PLAINTEXT", "10.0.0.9")  # an override of 0: never
+    assert limits.admit("PLAINTEXT", "10.0.0.9", 0) == 0.0  # an override of 0: never
+    limits.unreserve("PLAINTEXT")
     for _ in range(3):
         await limits.reserve("PLAINTEXT")
-        assert limits.admit("PLAINTEXT", "10.0.0.8")  # an override above the default
+        assert limits.admit("PLAINTEXT", "10.0.0.8", 0) is None  # an override above the default
     assert limits.refused_per_ip == 2
     assert limits.open_total == 5 and limits.open_by_listener == {"PLAINTEXT": 5}
+
+
+async def test_an_address_over_its_connection_creation_rate_is_held_then_closed():
+    quotas = {"10.0.0.1": 2.0}
+    limits = ConnectionLimits(total_max=100, ip_rate_quota=quotas.get)
+    verdicts = []
+    for _ in range(25):  # within one second: 2 per second over 11 windows of 1 s (10 elapsed at least) is 22
+        await limits.reserve("PLAINTEXT")
+        verdicts.append(limits.admit("PLAINTEXT", "10.0.0.1", 500))
+        if verdicts[-1] is not None:
+            limits.unreserve("PLAINTEXT")
+    assert verdicts[:20] == [None] * 20
+    # The 21st makes 21 per 10 s, 2.1 a second: held for the time that brings it back to 2, (2.1 - 2) / 2 * 10 s,
+    # bounded by one window; a throttled connection is taken back out of the rate, so each next one is the same.
+    assert verdicts[20:] == [0.5] * 5, verdicts
+    await limits.reserve("PLAINTEXT")
+    assert limits.admit("PLAINTEXT", "10.0.0.2", 500) is None  # another address: no quota
+    assert limits.throttled == 5 and limits.open_by_host == {"10.0.0.1": 20, "10.0.0.2": 1}
+    assert limits.admit("PLAINTEXT", "10.0.0.1", 12_000) is None  # the windows have moved on
 
 
 async def test_the_inter_broker_listener_is_not_held_back_by_client_connections():
     limits = ConnectionLimits(total_max=1, exempt_listener="INTERNAL")
     await limits.reserve("CLIENTS")
-    assert limits.admit("CLIENTS", "10.0.0.1")
+    assert limits.admit("CLIENTS", "10.0.0.1", 0) is None
     assert limits.is_full("CLIENTS") and not limits.is_full("INTERNAL")
     for _ in range(3):
         with trio.fail_after(1):
             await limits.reserve("INTERNAL")
-        assert limits.admit("INTERNAL", "10.0.0.2")
+        assert limits.admit("INTERNAL", "10.0.0.2", 0) is None
     assert limits.open_total == 1 and limits.open_by_listener == {"CLIENTS": 1, "INTERNAL": 3}
 
 
@@ -190,6 +211,39 @@ async def test_a_node_closes_a_connection_over_max_connections_per_ip(tmp_path):
                 await trio.sleep(0.01)
             again = await trio.open_tcp_stream("127.0.0.1", port)
             assert await _api_versions(again, 9) == 9  # room again for that address
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_node_holds_then_closes_connections_over_an_ip_connection_creation_rate(tmp_path):
+    node = in_process_node(tmp_path, "iprate")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        port = node.node_config.kafka_port
+        with trio.fail_after(60):
+            bootstrap = f"127.0.0.1:{port}"
+            result = await trio.to_thread.run_sync(lambda: cli(
+                "quotas", "alter", "-b", bootstrap, "--ip", "127.0.0.1", "--add", "connection_creation_rate=2"))
+            assert result.returncode == 0, result.stderr
+            while node.broker.image.quotas.value((("ip", "127.0.0.1"),), "connection_creation_rate") != 2.0:
+                await trio.sleep(0.05)
+            described = await trio.to_thread.run_sync(lambda: cli_json("quotas", "describe", "-b", bootstrap,
+                                                                       "--ip", "127.0.0.1", "--json"))
+            assert described == [{"entity": {"ip": "127.0.0.1"}, "quotas": {"connection_creation_rate": 2.0}}]
+            throttled_before = node.connections.throttled  # the describe above may have been one of them
+            answered, held_s = 0, []
+            for index in range(25):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                started = trio.current_time()
+                try:
+                    answered += await _api_versions(stream, index) == index
+                except (AssertionError, trio.BrokenResourceError):  # closed without an answer (EOF, or a reset
+                    # since the request it sent was never read)
+                    held_s.append(trio.current_time() - started)
+                await stream.aclose()
+            throttled = node.connections.throttled - throttled_before
+            assert answered + len(held_s) == 25 and len(held_s) == throttled >= 3
+            # Each held for its throttle time, which is at most one quota window (1 s), then closed
+            assert all(held <= 1.5 for held in held_s) and max(held_s) >= 0.9, held_s
         nursery.cancel_scope.cancel()
 
 
