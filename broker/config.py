@@ -88,6 +88,7 @@ class BrokerSettings:
     connections_max: int | None = None
     connections_per_ip_max: int | None = None
     connections_per_ip_overrides: str = ""
+    connection_creation_rate_max: int | None = None  # Kafka's max.connection.creation.rate (None: no limit)
     inflight_requests_max: int = 64
     log_flush_messages: int | None = None
     log_flush_ms: int | None = None
@@ -186,10 +187,9 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
                           f"got {broker.replica_selector!r}")
     if not 0 <= broker.leader_imbalance_per_broker_percentage <= 100:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_per_broker_percentage' must be between 0 and 100")
-    for key in ("connections_max", "connections_per_ip_max"):
-        if getattr(broker, key) is not None and getattr(broker, key) < (1 if key == "connections_max" else 0):
-            raise ConfigError(f"{source}: key 'broker.{key}' must be >= {1 if key == 'connections_max' else 0}, "
-                              f"got {getattr(broker, key)}")
+    for key, lowest in (("connections_max", 1), ("connections_per_ip_max", 0), ("connection_creation_rate_max", 1)):
+        if getattr(broker, key) is not None and getattr(broker, key) < lowest:
+            raise ConfigError(f"{source}: key 'broker.{key}' must be >= {lowest}, got {getattr(broker, key)}")
     try:
         parse_connection_overrides(broker.connections_per_ip_overrides)
     except ValueError as error:

@@ -13,6 +13,10 @@ takes the node's last descriptor, and the next segment roll or checkpoint write 
 - the inter-broker listener is exempt from `total_max` when it is not the only listener: followers and the
   coordinators' marker requests reach their leaders even while clients hold every other connection, the room
   KIP-402 keeps for that listener. A node with one listener shares it with its clients.
+- over `rate_max` new connections a second (Kafka's max.connection.creation.rate, broker-wide; the exempt
+  inter-broker listener aside) a listener pauses after an accept, for the time that brings the node's rate
+  back to it (at most one quota window), before it serves that connection and accepts the next, as Kafka's
+  acceptor waits.
 - an address over its `connection_creation_rate` quota (KIP-612: an ip entity of AlterClientQuotas, or the
   default ip entity) has the new connection held unanswered, then closed, after the time that brings its rate
   back to the quota (at most one quota window), as Kafka's acceptor delays the close of a throttled
@@ -75,11 +79,14 @@ class ConnectionLimits:
     open_by_listener: dict[str, int] = field(default_factory=dict)
     open_by_host: dict[str, int] = field(default_factory=dict)
     refused_per_ip: int = 0
+    rate_max: float | None = None  # new connections a second over the node's listeners (the exempt one aside)
     accept_waits: int = 0  # times a listener stopped accepting at total_max
+    rate_waits: int = 0  # times a listener paused for rate_max
     accept_failures: int = 0  # accept() calls that failed for want of descriptors or memory
     throttled: int = 0  # connections closed unanswered for their address's connection_creation_rate
     ip_rate_quota: Callable[[str], float | None] | None = None  # an address -> its connection_creation_rate
     _ip_rates: dict[str, SampledRate] = field(default_factory=dict)
+    _rate: SampledRate = field(default_factory=lambda: SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT))
     _room: trio.Event = field(default_factory=trio.Event)
     _logged_at: dict[str, float] = field(default_factory=dict)  # event -> trio time it was last logged
 
@@ -106,6 +113,19 @@ class ConnectionLimits:
                 self._room.set()
                 self._room = trio.Event()
 
+    def record_accept(self, listener: str, now_ms: int) -> float:
+        """Record a connection just accepted in the node's rate; the seconds the listener must pause before
+        serving it (0 within `rate_max`). Kafka's recordConnectionAndGetThrottleTimeMs, broker-wide."""
+        if self.rate_max is None or listener == self.exempt_listener:
+            return 0.0
+        self._rate.record(1.0, now_ms)
+        observed = self._rate.rate(now_ms)
+        if observed <= self.rate_max:
+            return 0.0
+        self.rate_waits += 1
+        return min(WINDOW_MS_DEFAULT, max(1, round((observed - self.rate_max) / self.rate_max
+                                                   * self._rate.window_size_ms(now_ms)))) / 1000
+
     def admit(self, listener: str, host: str, now_ms: int) -> float | None:
         """Count a connection accepted after `reserve`; None when admitted. Otherwise the seconds after which
         to close it unanswered (0: at once, its address holds max.connections.per.ip; more: its address is
@@ -115,6 +135,8 @@ class ConnectionLimits:
             throttle_ms = self._record_ip_connection(host, quota, now_ms)
             if throttle_ms:
                 self.throttled += 1
+                if self.rate_max is not None and listener != self.exempt_listener:
+                    self._rate.record(-1.0, now_ms)  # not a connection the node took (Kafka un-records it too)
                 return throttle_ms / 1000
         limit = self.per_ip_overrides.get(host, self.per_ip_max)
         if limit is not None and self.open_by_host.get(host, 0) >= limit:
@@ -186,6 +208,11 @@ async def _accept(handler: Handler, listener: Any, limits: ConnectionLimits, nam
                                         failures_so_far=limits.accept_failures)
                 await trio.sleep(ACCEPT_RETRY_S)
                 continue
+            pause_s = limits.record_accept(name, int(trio.current_time() * 1000))
+            if pause_s:
+                limits.log_now_and_then(log, "accept_paused", reason="max.connection.creation.rate",
+                                        pauses_so_far=limits.rate_waits)
+                await trio.sleep(pause_s)
             nursery.start_soon(_serve, handler, stream, limits, name, log)
 
 

@@ -91,9 +91,10 @@ class NodeCollector:
                                    labels=["port"])
         refused = CounterMetricFamily("flotilla_connections_refused", "Connections closed as soon as accepted "
                                       "because their address had max.connections.per.ip open", labels=["port"])
-        waits = CounterMetricFamily("flotilla_connection_accept_waits", "Times a listener stopped accepting because "
-                                    "the node had its maximum open (the new ones wait in the kernel's queue)",
-                                    labels=["port"])
+        waits = CounterMetricFamily("flotilla_connection_accept_waits", "Times a listener stopped accepting: the node "
+                                    "had its maximum open (max_connections), or its new connections a second were "
+                                    "over max.connection.creation.rate (creation_rate); the new ones wait in the "
+                                    "kernel's queue", labels=["port", "reason"])
         failures = CounterMetricFamily("flotilla_connection_accept_failures", "accept() calls that failed for want "
                                        "of file descriptors or memory (retried after 100 ms)", labels=["port"])
         throttled = CounterMetricFamily("flotilla_connections_throttled", "Connections held unanswered, then "
@@ -104,7 +105,8 @@ class NodeCollector:
                 open_now.add_metric([listener], count)
             maxima.add_metric([port], connections.total_max)
             refused.add_metric([port], connections.refused_per_ip)
-            waits.add_metric([port], connections.accept_waits)
+            waits.add_metric([port, "max_connections"], connections.accept_waits)
+            waits.add_metric([port, "creation_rate"], connections.rate_waits)
             failures.add_metric([port], connections.accept_failures)
             throttled.add_metric([port], connections.throttled)
         yield from (open_now, maxima, refused, waits, failures, throttled)

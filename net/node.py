@@ -417,6 +417,7 @@ class Node:
                                   parse_connection_overrides(settings.connections_per_ip_overrides), exempt)
         broker = self.broker
         limits.ip_rate_quota = lambda host: ip_connection_rate(broker.image.quotas, host)  # KIP-612
+        limits.rate_max = settings.connection_creation_rate_max
         self.log.info("connection_limits", connections_max=total_max,
                       connections_per_ip_max=settings.connections_per_ip_max, exempt_listener=exempt)
         return limits

@@ -83,6 +83,16 @@ async def test_an_address_over_its_connection_creation_rate_is_held_then_closed(
     assert limits.admit("PLAINTEXT", "10.0.0.1", 12_000) is None  # the windows have moved on
 
 
+def test_over_the_node_connection_creation_rate_a_listener_pauses():
+    limits = ConnectionLimits(total_max=100, rate_max=2.0, exempt_listener="INTERNAL")
+    # 2 a second over 11 windows of 1 s (counted as 10 at least): 20 in the first second pass, the 21st is 2.1 a
+    # second, and the listener pauses (2.1 - 2) / 2 * 10 s before serving it and accepting the next.
+    assert [limits.record_accept("CLIENTS", 500) for _ in range(21)] == [0.0] * 20 + [0.5]
+    assert limits.record_accept("INTERNAL", 500) == 0.0  # the inter-broker listener is not held back
+    assert limits.record_accept("CLIENTS", 500) == 1.0  # at most one window
+    assert limits.rate_waits == 2
+
+
 async def test_the_inter_broker_listener_is_not_held_back_by_client_connections():
     limits = ConnectionLimits(total_max=1, exempt_listener="INTERNAL")
     await limits.reserve("CLIENTS")
@@ -140,6 +150,7 @@ async def test_an_accept_error_of_another_kind_is_not_swallowed():
     ({"connections_per_ip_overrides": "10.0.0.1=5"}, "key 'broker.connections_per_ip_overrides': '10.0.0.1=5' is "
                                                      "not host:count"),
     ({"connections_max": "many"}, "key 'broker.connections_max' must be an integer, got 'many'"),
+    ({"connection_creation_rate_max": 0}, "key 'broker.connection_creation_rate_max' must be >= 1, got 0"),
 ])
 def test_bad_connection_limits_name_the_key(tmp_path, broker, complaint):
     with pytest.raises(ConfigError) as raised:
@@ -247,6 +258,25 @@ async def test_a_node_holds_then_closes_connections_over_an_ip_connection_creati
         nursery.cancel_scope.cancel()
 
 
+async def test_a_node_over_its_connection_creation_rate_serves_new_connections_late(tmp_path):
+    node = in_process_node(tmp_path, "noderate", broker={"connection_creation_rate_max": 2})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        port = node.node_config.kafka_port
+        with trio.fail_after(60):
+            waited = []
+            for index in range(24):
+                started = trio.current_time()
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                assert await _api_versions(stream, index) == index  # every one served, the late ones later
+                waited.append(trio.current_time() - started)
+                await stream.aclose()
+            assert node.connections.rate_waits >= 3
+            assert sum(late >= 0.2 for late in waited) >= 3, waited
+            assert max(waited) <= 1.5, waited  # a pause is at most one quota window
+        nursery.cancel_scope.cancel()
+
+
 # ------------------------------------------------------------------------------------------------ a flood of them
 
 
@@ -294,11 +324,11 @@ def test_a_flood_of_connections_does_not_take_the_descriptors_the_logs_need(tmp_
         assert _metric(text, 'flotilla_connections{listener="PLAINTEXT"}') == 128
         assert _metric(text, 'flotilla_connections_max{port="kafka"}') == 128
         assert _metric(text, 'flotilla_connections_max{port="controller"}') == 32
-        assert _metric(text, 'flotilla_connection_accept_waits_total{port="kafka"}') >= 1
+        assert _metric(text, 'flotilla_connection_accept_waits_total{port="kafka",reason="max_connections"}') >= 1
         # The controller port drops a connection that has not shaken hands within 5 s, so the flood's turn over
         # there: some are open, never more than 32, and the port waited at its limit.
         assert 0 < _metric(text, 'flotilla_connections{listener="CONTROLLER"}') <= 32
-        assert _metric(text, 'flotilla_connection_accept_waits_total{port="controller"}') >= 1
+        assert _metric(text, 'flotilla_connection_accept_waits_total{port="controller",reason="max_connections"}') >= 1
         for connection in flood:
             connection.close()
         flood.clear()

@@ -89,9 +89,12 @@ def test_messages_and_bytes_in_are_exact_and_requests_are_counted(cluster):
     # The other nodes' followers and Raft peers are connected; no limit was reached
     connections = samples["flotilla_connections"]
     assert connections[(("listener", "PLAINTEXT"),)] >= 2 and connections[(("listener", "CONTROLLER"),)] >= 2
-    for name in ("flotilla_connections_refused_total", "flotilla_connection_accept_waits_total",
-                 "flotilla_connection_accept_failures_total", "flotilla_connections_throttled_total"):
+    for name in ("flotilla_connections_refused_total", "flotilla_connection_accept_failures_total",
+                 "flotilla_connections_throttled_total"):
         assert samples[name] == {(("port", p),): 0.0 for p in ("controller", "kafka", "metrics")}, name
+    assert samples["flotilla_connection_accept_waits_total"] == {
+        (("port", p), ("reason", r)): 0.0 for p in ("controller", "kafka", "metrics")
+        for r in ("creation_rate", "max_connections")}
     assert samples["flotilla_connections_max"][(("port", "kafka"),)] > 16
 
 
