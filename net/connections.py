@@ -30,8 +30,8 @@ The counts are per node (one `ConnectionLimits` shared by its listeners) and exp
 from __future__ import annotations
 
 import errno
-import resource
 import math
+import resource
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -183,9 +183,10 @@ Handler = Callable[[trio.SocketStream], Awaitable[None]]
 
 async def serve_listeners(handler: Handler, listeners: list[trio.SocketListener], limits: ConnectionLimits | None,
                           name: str, log: Any) -> None:
-    """trio.serve_listeners within `limits` (counted as listener `name`): at the node-wide limit a listener
-    waits for a connection to close before it accepts again; an address over its own is closed at once;
-    accept() failing for want of descriptors waits ACCEPT_RETRY_S. `limits` None: no limit, the same waits."""
+    """trio.serve_listeners within `limits` (counted as listener `name`), as the module docstring says: waits
+    at the node-wide maximum and over its connection rate, a close at once over an address's maximum and a
+    held close over its rate quota, a retry after ACCEPT_RETRY_S when accept() finds no descriptor. `limits`
+    None: no limit, the same retries."""
     limits = limits if limits is not None else ConnectionLimits(total_max=1 << 62)
     async with trio.open_nursery() as nursery:
         for listener in listeners:
@@ -212,7 +213,12 @@ async def _accept(handler: Handler, listener: Any, limits: ConnectionLimits, nam
             if pause_s:
                 limits.log_now_and_then(log, "accept_paused", reason="max.connection.creation.rate",
                                         pauses_so_far=limits.rate_waits)
-                await trio.sleep(pause_s)
+                try:
+                    await trio.sleep(pause_s)
+                except BaseException:  # the server stops meanwhile
+                    limits.unreserve(name)
+                    await trio.aclose_forcefully(stream)
+                    raise
             nursery.start_soon(_serve, handler, stream, limits, name, log)
 
 
