@@ -241,20 +241,17 @@ async def test_a_node_holds_then_closes_connections_over_an_ip_connection_creati
                                                                        "--ip", "127.0.0.1", "--json"))
             assert described == [{"entity": {"ip": "127.0.0.1"}, "quotas": {"connection_creation_rate": 2.0}}]
             throttled_before = node.connections.throttled  # the describe above may have been one of them
-            answered, held_s = 0, []
+            answered = unanswered = 0
             for index in range(25):
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
-                started = trio.current_time()
                 try:
                     answered += await _api_versions(stream, index) == index
                 except (AssertionError, trio.BrokenResourceError):  # closed without an answer (EOF, or a reset
-                    # since the request it sent was never read)
-                    held_s.append(trio.current_time() - started)
+                    unanswered += 1  # since the request it sent was never read), after its throttle time
                 await stream.aclose()
-            throttled = node.connections.throttled - throttled_before
-            assert answered + len(held_s) == 25 and len(held_s) == throttled >= 3
-            # Each held for its throttle time, which is at most one quota window (1 s), then closed
-            assert all(held <= 1.5 for held in held_s) and max(held_s) >= 0.9, held_s
+            # 2 a second over at least 10 s of windows: about 20 pass, the others are held and closed (how long
+            # each is held is checked without a clock in the unit test above)
+            assert answered + unanswered == 25 and unanswered == node.connections.throttled - throttled_before >= 3
         nursery.cancel_scope.cancel()
 
 
@@ -264,16 +261,11 @@ async def test_a_node_over_its_connection_creation_rate_serves_new_connections_l
         await nursery.start(node.run)
         port = node.node_config.kafka_port
         with trio.fail_after(60):
-            waited = []
             for index in range(24):
-                started = trio.current_time()
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
                 assert await _api_versions(stream, index) == index  # every one served, the late ones later
-                waited.append(trio.current_time() - started)
                 await stream.aclose()
-            assert node.connections.rate_waits >= 3
-            assert sum(late >= 0.2 for late in waited) >= 3, waited
-            assert max(waited) <= 1.5, waited  # a pause is at most one quota window
+            assert node.connections.rate_waits >= 3  # the listener paused (for how long: the unit test above)
         nursery.cancel_scope.cancel()
 
 
