@@ -4,6 +4,7 @@ connections cannot end."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
 import socket
@@ -163,6 +164,16 @@ def test_bad_connection_limits_name_the_key(tmp_path, broker, complaint):
 # --------------------------------------------------------------------------------------------- a node's listeners
 
 
+@contextlib.asynccontextmanager
+async def _serving(tmp_path, cluster_id: str, broker: dict | None = None):
+    """An in-process node, started: (the node, its Kafka port); stopped on leaving."""
+    node = in_process_node(tmp_path, cluster_id, broker)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        yield node, node.node_config.kafka_port
+        nursery.cancel_scope.cancel()
+
+
 async def _api_versions(stream: trio.SocketStream, correlation_id: int) -> int:
     """Send ApiVersions and return the correlation id of the answer."""
     header = RequestHeader(ApiKey.API_VERSIONS, 3, correlation_id, "limits-test")
@@ -179,10 +190,7 @@ async def _api_versions(stream: trio.SocketStream, correlation_id: int) -> int:
 
 
 async def test_a_node_at_max_connections_serves_a_waiting_client_once_another_leaves(tmp_path):
-    node = in_process_node(tmp_path, "maxconn", broker={"connections_max": 2})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        port = node.node_config.kafka_port
+    async with _serving(tmp_path, "maxconn", {"connections_max": 2}) as (node, port), trio.open_nursery() as nursery:
         with trio.fail_after(30):
             first = await trio.open_tcp_stream("127.0.0.1", port)
             second = await trio.open_tcp_stream("127.0.0.1", port)
@@ -202,14 +210,10 @@ async def test_a_node_at_max_connections_serves_a_waiting_client_once_another_le
                 await trio.sleep(0.01)
             assert answer == [3]
             assert await _api_versions(second, 4) == 4
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_node_closes_a_connection_over_max_connections_per_ip(tmp_path):
-    node = in_process_node(tmp_path, "perip", broker={"connections_per_ip_max": 3})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        port = node.node_config.kafka_port
+    async with _serving(tmp_path, "perip", {"connections_per_ip_max": 3}) as (node, port):
         with trio.fail_after(30):
             streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
             for index, stream in enumerate(streams):
@@ -222,14 +226,10 @@ async def test_a_node_closes_a_connection_over_max_connections_per_ip(tmp_path):
                 await trio.sleep(0.01)
             again = await trio.open_tcp_stream("127.0.0.1", port)
             assert await _api_versions(again, 9) == 9  # room again for that address
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_node_holds_then_closes_connections_over_an_ip_connection_creation_rate(tmp_path):
-    node = in_process_node(tmp_path, "iprate")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        port = node.node_config.kafka_port
+    async with _serving(tmp_path, "iprate") as (node, port):
         with trio.fail_after(60):
             bootstrap = f"127.0.0.1:{port}"
             result = await trio.to_thread.run_sync(lambda: cli(
@@ -252,21 +252,16 @@ async def test_a_node_holds_then_closes_connections_over_an_ip_connection_creati
             # 2 a second over at least 10 s of windows: about 20 pass, the others are held and closed (how long
             # each is held is checked without a clock in the unit test above)
             assert answered + unanswered == 25 and unanswered == node.connections.throttled - throttled_before >= 3
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_node_over_its_connection_creation_rate_serves_new_connections_late(tmp_path):
-    node = in_process_node(tmp_path, "noderate", broker={"connection_creation_rate_max": 2})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        port = node.node_config.kafka_port
+    async with _serving(tmp_path, "noderate", {"connection_creation_rate_max": 2}) as (node, port):
         with trio.fail_after(60):
             for index in range(24):
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
                 assert await _api_versions(stream, index) == index  # every one served, the late ones later
                 await stream.aclose()
             assert node.connections.rate_waits >= 3  # the listener paused (for how long: the unit test above)
-        nursery.cancel_scope.cancel()
 
 
 # ------------------------------------------------------------------------------------------------ a flood of them
