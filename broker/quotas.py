@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from metadata.image import ClientQuotasImage, QuotaEntity
+from metadata.quota_control import CONNECTION_CREATION_RATE, IP
 
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
@@ -60,8 +61,8 @@ SENSORS_MAX = 100_000  # (quota type, user, client id) rates kept; the least rec
 def ip_connection_rate(quotas: ClientQuotasImage, host: str) -> float | None:
     """KIP-612: the connection_creation_rate quota of connections from `host` (its own ip entity, else the
     default one), or None; enforced by net/connections.py as each listener accepts."""
-    for entity in ((("ip", host),), (("ip", None),)):
-        value = quotas.value(entity, "connection_creation_rate")
+    for entity in (((IP, host),), ((IP, None),)):
+        value = quotas.value(entity, CONNECTION_CREATION_RATE)
         if value is not None:
             return value
     return None
@@ -122,6 +123,14 @@ class SampledRate:
         """Per second."""
         self._purge(now_ms)
         return sum(self.sums) * 1000.0 / self.window_size_ms(now_ms)
+
+    def throttle_ms(self, quota: float, now_ms: int) -> int:
+        """0 within `quota`; above it, the time after which, with nothing more recorded, the rate is back at the
+        quota: (rate - quota) / quota * the elapsed window (KIP-13), at least 1 ms."""
+        observed = self.rate(now_ms)
+        if observed <= quota:
+            return 0
+        return max(1, round((observed - quota) / quota * self.window_size_ms(now_ms)))
 
 
 @dataclass
@@ -189,10 +198,7 @@ class ClientQuotas:
             return self._record_mutations(limit, sharing, value, now_ms)
         rate = self._rate(quota_type, sharing)
         rate.record(value, now_ms)
-        observed = rate.rate(now_ms)
-        if observed <= limit:
-            return 0
-        throttle_ms = max(1, round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+        throttle_ms = rate.throttle_ms(limit, now_ms)
         # A request quota's throttle is at most one window (Kafka's ClientRequestQuotaManager); a byte rate's is
         # not bounded.
         return min(throttle_ms, self.window_ms) if quota_type == REQUEST else throttle_ms

@@ -80,8 +80,8 @@ def _entity_error(parts: tuple[QuotaEntityPart, ...]) -> str | None:
         if types != {IP}:
             return "Invalid quota entity combination, IP entity should not be combined with User or ClientId"
         name = parts[0].entity_name
-        if name is not None and _canonical_ip(name) != name:
-            canonical = _canonical_ip(name)
+        canonical = None if name is None else _canonical_ip(name)
+        if name is not None and canonical != name:
             return (f"{name} is not a valid IP" if canonical is None else
                     f"{name} is not an IP in its canonical form (write {canonical})")
     return None

@@ -69,7 +69,8 @@ def default_total_max(share: float = DESCRIPTORS_FOR_CONNECTIONS) -> int:
 
 @dataclass
 class ConnectionLimits:
-    """The connection counts and limits of one node's Kafka listeners (see the module docstring)."""
+    """The connection counts and limits of one node's Kafka listeners, or of its controller or metrics port
+    (see the module docstring)."""
 
     total_max: int
     per_ip_max: int | None = None
@@ -119,12 +120,11 @@ class ConnectionLimits:
         if self.rate_max is None or listener == self.exempt_listener:
             return 0.0
         self._rate.record(1.0, now_ms)
-        observed = self._rate.rate(now_ms)
-        if observed <= self.rate_max:
+        throttle_ms = self._rate.throttle_ms(self.rate_max, now_ms)
+        if not throttle_ms:
             return 0.0
         self.rate_waits += 1
-        return min(WINDOW_MS_DEFAULT, max(1, round((observed - self.rate_max) / self.rate_max
-                                                   * self._rate.window_size_ms(now_ms)))) / 1000
+        return min(WINDOW_MS_DEFAULT, throttle_ms) / 1000
 
     def admit(self, listener: str, host: str, now_ms: int) -> float | None:
         """Count a connection accepted after `reserve`; None when admitted. Otherwise the seconds after which
@@ -154,11 +154,10 @@ class ConnectionLimits:
             del self._ip_rates[next(iter(self._ip_rates))]  # the least recently seen address
         self._ip_rates[host] = rate
         rate.record(1.0, now_ms)
-        observed = rate.rate(now_ms)
-        if observed <= quota:
-            return 0
-        rate.record(-1.0, now_ms)
-        return min(WINDOW_MS_DEFAULT, max(1, round((observed - quota) / quota * rate.window_size_ms(now_ms))))
+        throttle_ms = rate.throttle_ms(quota, now_ms)
+        if throttle_ms:
+            rate.record(-1.0, now_ms)
+        return min(WINDOW_MS_DEFAULT, throttle_ms)
 
     def closed(self, listener: str, host: str) -> None:
         """Forget a connection `admit` counted."""

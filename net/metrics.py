@@ -64,7 +64,7 @@ class NodeCollector:
         self.metrics = metrics
         self.state = state
         self.now_ms = now_ms
-        # "kafka" and "controller" -> the node's connection limits there (net/connections.py)
+        # "kafka", "controller" and (added by MetricsServer) "metrics" -> the connection limits there
         self.connections = {port: limits for port, limits in (connections or {}).items() if limits is not None}
 
     def collect(self) -> Iterator[Any]:
