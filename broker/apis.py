@@ -214,13 +214,17 @@ class KafkaApis:
             return None
         return quotas.max_bytes(quota_type, quota_user(session), client_id or "")
 
-    def _client_quotas(self) -> ClientQuotas | None:
-        """The quota manager over the current image's quotas, None when there are none."""
+    def client_quotas_enabled(self) -> bool:
+        """The current image has a user or client-id quota: requests are counted against client quotas."""
         image_quotas = self.broker.image.quotas
         if not image_quotas.entities:
-            return None
-        self.quotas.update(image_quotas)
-        return self.quotas
+            return False
+        self.quotas.update(image_quotas)  # (the same image: one identity test)
+        return self.quotas.enabled
+
+    def _client_quotas(self) -> ClientQuotas | None:
+        """The quota manager over the current image's quotas, None when no request is counted."""
+        return self.quotas if self.client_quotas_enabled() else None
 
     def defer(self) -> int:
         """A request id for a Deferred answer."""

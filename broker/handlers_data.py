@@ -133,7 +133,7 @@ class DataPlaneApis:
     def _produce(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         request_id = self.apis.defer()
         throttle_ms = 0
-        if self.broker.image.quotas.entities:
+        if self.apis.client_quotas_enabled():
             size = sum(len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None)
             throttle_ms = self.apis.client_throttle_ms(PRODUCE, self.apis.session, header.client_id, size, now_ms)
         denied = self._produce_denied(request)
@@ -332,7 +332,7 @@ class DataPlaneApis:
 
     def _answer_fetch(self, header: RequestHeader, request: Any, context: FetchContext, response: Any, session: Any,
                       now_ms: int) -> Any:
-        if request.replica_id < 0 and self.broker.image.quotas.entities and response.responses:
+        if request.replica_id < 0 and self.apis.client_quotas_enabled() and response.responses:
             size = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
             throttle_ms = self.apis.client_throttle_ms(FETCH, session, header.client_id, size, now_ms)
             if throttle_ms:
@@ -415,7 +415,7 @@ class DataPlaneApis:
         quota reads no more than one response may carry without being throttled for sure."""
         response_class = messages.FetchResponse
         remaining = request.max_bytes if header.api_version >= 3 else 2**31 - 1
-        if request.replica_id < 0 and self.broker.image.quotas.entities:
+        if request.replica_id < 0 and self.apis.client_quotas_enabled():
             quota_bytes = self.apis.client_max_bytes(FETCH, session, header.client_id)
             if quota_bytes is not None:
                 remaining = min(remaining, quota_bytes)

@@ -152,23 +152,27 @@ class ClientQuotas:
         self.window_num = window_num
         self.window_ms = window_ms
         self._image = ClientQuotasImage()
+        self._enabled = False  # the image has a user or client-id quota (ip entities are the listeners' affair)
         self._found: dict[tuple[str, str, str], tuple[float, tuple[str, str]] | None] = {}  # quota() of this image
         self._rates: dict[tuple[str, str, str], SampledRate] = {}  # (quota type, user, client id), LRU order
         self._buckets: dict[tuple[str, str, str], TokenBucket] = {}  # controller mutations, the same keys
 
     @property
     def enabled(self) -> bool:
-        return bool(self._image.entities)
+        """Some user or client-id entity has a quota: requests are counted. Only ip entities (KIP-612's
+        connection rates, net/connections.py) leave requests uncounted."""
+        return self._enabled
 
     def update(self, image: ClientQuotasImage) -> None:
         """A new metadata image's quotas. A client's rate carries over when its quota changes."""
         if image is not self._image:
             self._image = image
             self._found.clear()
+            self._enabled = any(part[0] != IP for entity in image.entities for part in entity)
 
     def quota(self, quota_type: str, user: str, client_id: str) -> tuple[float, tuple[str, str]] | None:
         """(the quota's value, the (user, client id) that shares the rate) of the quota that applies, or None."""
-        if not self._image.entities:
+        if not self._enabled:
             return None
         key = (quota_type, user, client_id)
         if key in self._found:

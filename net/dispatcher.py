@@ -141,7 +141,7 @@ class KafkaDispatcher:
             self.log.error("request_failed", connection_id=connection_id, api_key=header.api_key,
                            api_version=header.api_version, exc_info=True)
             raise CloseConnection(f"api_key={header.api_key}: the broker failed handling the request") from None
-        if self.apis.broker.image.quotas.entities and result is not None:
+        if result is not None and self.apis.client_quotas_enabled():
             self._request_quota(header, request, session, started, result)
         if isinstance(result, Deferred):
             pending = PendingReply()

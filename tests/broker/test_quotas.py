@@ -91,3 +91,16 @@ def test_controller_mutations_take_tokens_from_a_bucket_with_a_burst_of_num_wind
     assert manager.record(CONTROLLER_MUTATION, "u", "c", 1, 100_000) == 500
     assert manager.record(CONTROLLER_MUTATION, "u", "other", 22, 0) == 0  # each client id its own bucket
     assert manager.record(PRODUCE, "u", "c", 10**9, 0) == 0  # no byte-rate quota
+
+
+def test_ip_quotas_alone_leave_requests_uncounted():
+    # An ip entity's connection_creation_rate is the listeners' (net/connections.py): with no user or client-id
+    # quota, no request is counted, rated or throttled.
+    manager = quotas(((("ip", "10.0.0.1"),), {"connection_creation_rate": 5.0}),
+                     ((("ip", None),), {"connection_creation_rate": 50.0}))
+    assert not manager.enabled
+    assert manager.record(PRODUCE, "alice", "c", 10**9, 0) == 0 and manager._rates == {}
+    manager.update(image(ip=((("ip", None),), {"connection_creation_rate": 50.0}),
+                         client=((("client-id", "c"),), {PRODUCE: 1000.0})))
+    assert manager.enabled
+    assert manager.record(PRODUCE, "alice", "c", 10**6, 0) > 0
