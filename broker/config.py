@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from broker.security_config import ConfigError, Listener, SecuritySettings, parse_listeners, parse_security
 
@@ -89,6 +89,10 @@ class BrokerSettings:
     connections_per_ip_max: int | None = None
     connections_per_ip_overrides: str = ""
     connection_creation_rate_max: int | None = None  # Kafka's max.connection.creation.rate (None: no limit)
+    # Per listener, by name (a TOML table such as { EXTERNAL = 1000 }): Kafka's listener.name.<name>.max.connections
+    # and listener.name.<name>.max.connection.creation.rate; a listener not named has no limit of its own.
+    listener_connections_max: Mapping[str, int] = field(default_factory=dict)
+    listener_connection_creation_rate_max: Mapping[str, int] = field(default_factory=dict)
     inflight_requests_max: int = 64
     log_flush_messages: int | None = None
     log_flush_ms: int | None = None
@@ -190,6 +194,7 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
     for key, lowest in (("connections_max", 1), ("connections_per_ip_max", 0), ("connection_creation_rate_max", 1)):
         if getattr(broker, key) is not None and getattr(broker, key) < lowest:
             raise ConfigError(f"{source}: key 'broker.{key}' must be >= {lowest}, got {getattr(broker, key)}")
+    _check_listener_limits(broker, nodes, source)
     try:
         parse_connection_overrides(broker.connections_per_ip_overrides)
     except ValueError as error:
@@ -309,8 +314,27 @@ def _parse_section(document: dict[str, Any], name: str, cls: type, source: str) 
             raise ConfigError(f"{source}: key '{name}.{key}' must be true or false, got {value!r}")
         if expected is str and not isinstance(value, str):
             raise ConfigError(f"{source}: key '{name}.{key}' must be a string, got {value!r}")
+        if expected is dict:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: key '{name}.{key}' must be a table of names to integers "
+                                  f"(such as {{ EXTERNAL = 100 }}), got {value!r}")
+            for entry, count in value.items():
+                if isinstance(count, bool) or not isinstance(count, int):
+                    raise ConfigError(f"{source}: key '{name}.{key}.{entry}' must be an integer, got {count!r}")
         values[key] = value
     return cls(**values)
+
+
+def _check_listener_limits(broker: BrokerSettings, nodes: tuple[NodeConfig, ...], source: str) -> None:
+    """Each per-listener limit names a listener some node has, and is at least 1."""
+    names = {listener.name for node in nodes for listener in node.listeners}
+    for key in ("listener_connections_max", "listener_connection_creation_rate_max"):
+        for name, value in getattr(broker, key).items():
+            if name not in names:
+                raise ConfigError(f"{source}: key 'broker.{key}.{name}': no node has a listener named {name!r} "
+                                  f"(listeners: {', '.join(sorted(names))})")
+            if value < 1:
+                raise ConfigError(f"{source}: key 'broker.{key}.{name}' must be >= 1, got {value}")
 
 
 def parse_connection_overrides(text: str) -> dict[str, int]:

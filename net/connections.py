@@ -13,9 +13,13 @@ takes the node's last descriptor, and the next segment roll or checkpoint write 
 - the inter-broker listener is exempt from `total_max` when it is not the only listener: followers and the
   coordinators' marker requests reach their leaders even while clients hold every other connection, the room
   KIP-402 keeps for that listener. A node with one listener shares it with its clients.
+- at most `listener_max[name]` connections on listener `name` (Kafka's listener.name.<name>.max.connections),
+  the inter-broker listener included: at its limit that listener alone stops accepting, as at `total_max`.
 - over `rate_max` new connections a second (Kafka's max.connection.creation.rate, broker-wide; the exempt
-  inter-broker listener aside) a listener pauses after an accept, for the time that brings the node's rate
-  back to it (at most one quota window), before it serves that connection and accepts the next, as Kafka's
+  inter-broker listener aside), or over `listener_rate_max[name]` on listener `name` (Kafka's
+  listener.name.<name>.max.connection.creation.rate, the inter-broker listener included), a listener pauses
+  after an accept, for the longer of the times that bring the node's and the listener's rates back to their
+  limits (at most one quota window), before it serves that connection and accepts the next, as Kafka's
   acceptor waits.
 - an address over its `connection_creation_rate` quota (KIP-612: an ip entity of AlterClientQuotas, or the
   default ip entity) has the new connection held unanswered, then closed, after the time that brings its rate
@@ -76,51 +80,81 @@ class ConnectionLimits:
     per_ip_max: int | None = None
     per_ip_overrides: dict[str, int] = field(default_factory=dict)
     exempt_listener: str | None = None  # the inter-broker listener's name, when the node has several
+    listener_max: dict[str, int] = field(default_factory=dict)  # listener name -> its max.connections
+    listener_rate_max: dict[str, float] = field(default_factory=dict)  # -> its max.connection.creation.rate
     open_total: int = 0  # connections counted against total_max (not the exempt listener's)
     open_by_listener: dict[str, int] = field(default_factory=dict)
     open_by_host: dict[str, int] = field(default_factory=dict)
     refused_per_ip: int = 0
     rate_max: float | None = None  # new connections a second over the node's listeners (the exempt one aside)
     accept_waits: int = 0  # times a listener stopped accepting at total_max
-    rate_waits: int = 0  # times a listener paused for rate_max
+    listener_waits: int = 0  # times a listener stopped accepting at its own listener_max
+    rate_waits: int = 0  # times a listener paused for rate_max or its listener_rate_max
     accept_failures: int = 0  # accept() calls that failed for want of descriptors or memory
     throttled: int = 0  # connections closed unanswered for their address's connection_creation_rate
     ip_rate_quota: Callable[[str], float | None] | None = None  # an address -> its connection_creation_rate
     _ip_rates: dict[str, SampledRate] = field(default_factory=dict)
     _rate: SampledRate = field(default_factory=lambda: SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT))
+    _listener_rates: dict[str, SampledRate] = field(default_factory=dict)
+    _reserved_by_listener: dict[str, int] = field(default_factory=dict)  # what listener_max counts
     _room: trio.Event = field(default_factory=trio.Event)
+    _waiting: int = 0  # listeners waiting in `reserve` for room
     _logged_at: dict[str, float] = field(default_factory=dict)  # event -> trio time it was last logged
 
     def __post_init__(self) -> None:
         assert self.total_max > 0 and (self.per_ip_max is None or self.per_ip_max >= 0), self
+        assert all(count > 0 for count in self.listener_max.values()), self.listener_max
+        assert all(rate > 0 for rate in self.listener_rate_max.values()), self.listener_rate_max
 
     def is_full(self, listener: str) -> bool:
-        return listener != self.exempt_listener and self.open_total >= self.total_max
+        return self._listener_full(listener) or (listener != self.exempt_listener and self.open_total >= self.total_max)
+
+    def _listener_full(self, listener: str) -> bool:
+        limit = self.listener_max.get(listener)
+        return limit is not None and self._reserved_by_listener.get(listener, 0) >= limit
 
     async def reserve(self, listener: str) -> None:
-        """Wait until `listener` may accept one more connection, and count it against the total: call before
-        accept(), then `admit` the accepted connection or `unreserve` if none came."""
+        """Wait until `listener` may accept one more connection, and count it against the total and the
+        listener's own limit: call before accept(), then `admit` the accepted connection or `unreserve` if none
+        came."""
         if self.is_full(listener):
-            self.accept_waits += 1
-            while self.is_full(listener):
-                await self._room.wait()
+            if self._listener_full(listener):  # Kafka checks the listener's limit first too
+                self.listener_waits += 1
+            else:
+                self.accept_waits += 1
+            self._waiting += 1
+            try:
+                while self.is_full(listener):
+                    await self._room.wait()
+            finally:
+                self._waiting -= 1
+        self._reserved_by_listener[listener] = self._reserved_by_listener.get(listener, 0) + 1
         if listener != self.exempt_listener:
             self.open_total += 1
 
     def unreserve(self, listener: str) -> None:
+        self._reserved_by_listener[listener] -= 1
         if listener != self.exempt_listener:
             self.open_total -= 1
-            if self.open_total == self.total_max - 1:  # a listener may be waiting for this room
-                self._room.set()
-                self._room = trio.Event()
+        if self._waiting:  # a listener may be waiting for this room
+            self._room.set()
+            self._room = trio.Event()
 
     def record_accept(self, listener: str, now_ms: int) -> float:
-        """Record a connection just accepted in the node's rate; the seconds the listener must pause before
-        serving it (0 within `rate_max`). Kafka's recordConnectionAndGetThrottleTimeMs, broker-wide."""
-        if self.rate_max is None or listener == self.exempt_listener:
-            return 0.0
-        self._rate.record(1.0, now_ms)
-        throttle_ms = self._rate.throttle_ms(self.rate_max, now_ms)
+        """Record a connection just accepted in the node's rate and its listener's; the seconds the listener
+        must pause before serving it: the longer of the two throttle times (0 within `rate_max` and the
+        listener's rate). Kafka's recordConnectionAndGetThrottleTimeMs."""
+        throttle_ms = 0
+        if self.rate_max is not None and listener != self.exempt_listener:
+            self._rate.record(1.0, now_ms)
+            throttle_ms = self._rate.throttle_ms(self.rate_max, now_ms)
+        listener_rate_max = self.listener_rate_max.get(listener)
+        if listener_rate_max is not None:
+            rate = self._listener_rates.get(listener)
+            if rate is None:
+                rate = self._listener_rates[listener] = SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT)
+            rate.record(1.0, now_ms)
+            throttle_ms = max(throttle_ms, rate.throttle_ms(listener_rate_max, now_ms))
         if not throttle_ms:
             return 0.0
         self.rate_waits += 1
@@ -135,8 +169,11 @@ class ConnectionLimits:
             throttle_ms = self._record_ip_connection(host, quota, now_ms)
             if throttle_ms:
                 self.throttled += 1
+                # Not a connection the node or the listener took: Kafka un-records it from both rates too.
                 if self.rate_max is not None and listener != self.exempt_listener:
-                    self._rate.record(-1.0, now_ms)  # not a connection the node took (Kafka un-records it too)
+                    self._rate.record(-1.0, now_ms)
+                if listener in self._listener_rates:
+                    self._listener_rates[listener].record(-1.0, now_ms)
                 return throttle_ms / 1000
         limit = self.per_ip_overrides.get(host, self.per_ip_max)
         if limit is not None and self.open_by_host.get(host, 0) >= limit:

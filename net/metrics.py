@@ -91,10 +91,14 @@ class NodeCollector:
                                    labels=["port"])
         refused = CounterMetricFamily("flotilla_connections_refused", "Connections closed as soon as accepted "
                                       "because their address had max.connections.per.ip open", labels=["port"])
+        listener_maxima = GaugeMetricFamily("flotilla_listener_connections_max", "Connections a listener admits at "
+                                            "once (Kafka's listener.name.<name>.max.connections), for the listeners "
+                                            "that have such a limit", labels=["listener"])
         waits = CounterMetricFamily("flotilla_connection_accept_waits", "Times a listener stopped accepting: the node "
-                                    "had its maximum open (max_connections), or its new connections a second were "
-                                    "over max.connection.creation.rate (creation_rate); the new ones wait in the "
-                                    "kernel's queue", labels=["port", "reason"])
+                                    "had its maximum open (max_connections), or the listener its own "
+                                    "(listener_max_connections), or its new connections a second were over "
+                                    "max.connection.creation.rate or the listener's (creation_rate); the new ones "
+                                    "wait in the kernel's queue", labels=["port", "reason"])
         failures = CounterMetricFamily("flotilla_connection_accept_failures", "accept() calls that failed for want "
                                        "of file descriptors or memory (retried after 100 ms)", labels=["port"])
         throttled = CounterMetricFamily("flotilla_connections_throttled", "Connections held unanswered, then "
@@ -104,12 +108,15 @@ class NodeCollector:
             for listener, count in sorted(connections.open_by_listener.items()):
                 open_now.add_metric([listener], count)
             maxima.add_metric([port], connections.total_max)
+            for listener, count in sorted(connections.listener_max.items()):
+                listener_maxima.add_metric([listener], count)
             refused.add_metric([port], connections.refused_per_ip)
             waits.add_metric([port, "max_connections"], connections.accept_waits)
+            waits.add_metric([port, "listener_max_connections"], connections.listener_waits)
             waits.add_metric([port, "creation_rate"], connections.rate_waits)
             failures.add_metric([port], connections.accept_failures)
             throttled.add_metric([port], connections.throttled)
-        yield from (open_now, maxima, refused, waits, failures, throttled)
+        yield from (open_now, maxima, listener_maxima, refused, waits, failures, throttled)
 
     @staticmethod
     def _garbage_collector() -> Iterator[Any]:

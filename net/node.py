@@ -418,8 +418,15 @@ class Node:
         broker = self.broker
         limits.ip_rate_quota = lambda host: ip_connection_rate(broker.image.quotas, host)  # KIP-612
         limits.rate_max = settings.connection_creation_rate_max
+        names = {listener.name for listener in listeners}  # the cluster's file may name other nodes' listeners
+        limits.listener_max = {name: count for name, count in settings.listener_connections_max.items()
+                               if name in names}
+        limits.listener_rate_max = {name: float(rate) for name, rate in
+                                    settings.listener_connection_creation_rate_max.items() if name in names}
         self.log.info("connection_limits", connections_max=total_max,
-                      connections_per_ip_max=settings.connections_per_ip_max, exempt_listener=exempt)
+                      connections_per_ip_max=settings.connections_per_ip_max, exempt_listener=exempt,
+                      listener_connections_max=limits.listener_max or None,
+                      listener_connection_creation_rate_max=limits.listener_rate_max or None)
         return limits
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -19,6 +19,7 @@ from broker.config import ConfigError, parse_config
 from cli.local_cluster import LocalCluster
 from net.connections import ConnectionLimits, _accept, raise_descriptor_limit, serve_listeners
 from net.logs import get_logger
+from net.metrics import NodeCollector
 from net.protocol import messages
 from net.protocol.codec import ApiKey, FrameReader, RequestHeader, decode_response, encode_request
 from tests.net.cluster_helpers import cli, cli_json, in_process_node
@@ -106,6 +107,77 @@ async def test_the_inter_broker_listener_is_not_held_back_by_client_connections(
     assert limits.open_total == 1 and limits.open_by_listener == {"CLIENTS": 1, "INTERNAL": 3}
 
 
+async def test_a_listener_at_its_own_limit_waits_while_the_others_accept():
+    limits = ConnectionLimits(total_max=10, exempt_listener="INTERNAL", listener_max={"CLIENTS": 2, "INTERNAL": 1})
+    for host in ("10.0.0.1", "10.0.0.2"):
+        await limits.reserve("CLIENTS")
+        assert limits.admit("CLIENTS", host, 0) is None
+    assert limits.is_full("CLIENTS") and not limits.is_full("ADMIN")
+    await limits.reserve("INTERNAL")  # the inter-broker listener is held to its own limit, exempt or not
+    assert limits.admit("INTERNAL", "10.0.0.3", 0) is None and limits.is_full("INTERNAL")
+    reserved = []
+
+    async def reserve(listener: str) -> None:
+        await limits.reserve(listener)
+        reserved.append(listener)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reserve, "CLIENTS")
+        nursery.start_soon(reserve, "INTERNAL")
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(1):
+            await limits.reserve("ADMIN")  # a listener without a limit of its own is not held back
+        assert reserved == [] and limits.listener_waits == 2 and limits.accept_waits == 0
+        limits.closed("INTERNAL", "10.0.0.3")  # room on INTERNAL wakes its acceptor, not the full CLIENTS one
+        await trio.testing.wait_all_tasks_blocked()
+        assert reserved == ["INTERNAL"]
+        limits.closed("CLIENTS", "10.0.0.1")
+    assert reserved == ["INTERNAL", "CLIENTS"]
+    assert limits.open_total == 3  # CLIENTS 2 (one reserved) and the reserved ADMIN; INTERNAL is exempt
+
+
+async def test_a_listener_held_at_the_node_limit_also_counts_against_its_own():
+    limits = ConnectionLimits(total_max=1, listener_max={"CLIENTS": 5})
+    await limits.reserve("ADMIN")
+    assert limits.is_full("CLIENTS")  # the node's limit still holds for a listener with a higher one
+    limits.unreserve("ADMIN")
+    await limits.reserve("CLIENTS")
+    assert limits.admit("CLIENTS", "10.0.0.1", 0) is None
+    assert limits.accept_waits == 0 and limits.listener_waits == 0
+
+
+def test_over_a_listener_connection_creation_rate_that_listener_pauses():
+    limits = ConnectionLimits(total_max=100, rate_max=4.0, exempt_listener="INTERNAL",
+                              listener_rate_max={"CLIENTS": 2.0, "INTERNAL": 1.0})
+    # CLIENTS at 2 a second (20 within the first second over 11 windows of 1 s counted as 10), the node at 4:
+    # the 21st is over the listener's rate alone, and pauses (2.1 - 2) / 2 * 10 s.
+    assert [limits.record_accept("CLIENTS", 500) for _ in range(21)] == [0.0] * 20 + [0.5]
+    assert [limits.record_accept("ADMIN", 500) for _ in range(19)] == [0.0] * 19  # the node's 40th
+    # The node's 41st is over both rates: the longer pause wins (the listener's, (2.2 - 2) / 2 * 10 s = 1 s,
+    # against the node's (4.1 - 4) / 4 * 10 s = 0.25 s).
+    assert limits.record_accept("CLIENTS", 500) == 1.0
+    assert limits.record_accept("ADMIN", 500) == pytest.approx(0.5)  # the node's 42nd: (4.2 - 4) / 4 * 10 s
+    # The inter-broker listener is exempt from the node's rate, not from its own.
+    assert [limits.record_accept("INTERNAL", 500) for _ in range(11)] == [0.0] * 10 + [1.0]
+    assert limits.rate_waits == 4
+
+
+async def test_an_address_throttled_by_its_quota_is_taken_out_of_its_listener_rate():
+    quotas = {"10.0.0.1": 1.0}
+    limits = ConnectionLimits(total_max=100, ip_rate_quota=quotas.get, listener_rate_max={"CLIENTS": 2.0})
+    for _ in range(10):  # the address's 10 within its quota, the listener's first 10
+        assert limits.record_accept("CLIENTS", 500) == 0.0
+        await limits.reserve("CLIENTS")
+        assert limits.admit("CLIENTS", "10.0.0.1", 500) is None
+    for _ in range(15):  # throttled by the address's quota: not counted as the listener's connections
+        assert limits.record_accept("CLIENTS", 500) == 0.0
+        await limits.reserve("CLIENTS")
+        assert limits.admit("CLIENTS", "10.0.0.1", 500) == pytest.approx(1.0)
+        limits.unreserve("CLIENTS")
+    # So the listener has taken 10 and has room for 10 more before it pauses.
+    assert [limits.record_accept("CLIENTS", 500) for _ in range(11)] == [0.0] * 10 + [0.5]
+
+
 class FailingListener:
     """A listener whose accept() fails with each of `errors` in turn, then waits forever."""
 
@@ -152,6 +224,12 @@ async def test_an_accept_error_of_another_kind_is_not_swallowed():
                                                      "not host:count"),
     ({"connections_max": "many"}, "key 'broker.connections_max' must be an integer, got 'many'"),
     ({"connection_creation_rate_max": 0}, "key 'broker.connection_creation_rate_max' must be >= 1, got 0"),
+    ({"listener_connections_max": {"EXTERNAL": 5}}, "key 'broker.listener_connections_max.EXTERNAL': no node has a "
+                                                    "listener named 'EXTERNAL' (listeners: PLAINTEXT)"),
+    ({"listener_connections_max": {"PLAINTEXT": 0}}, "key 'broker.listener_connections_max.PLAINTEXT' must be >= 1"),
+    ({"listener_connections_max": 5}, "key 'broker.listener_connections_max' must be a table of names to integers"),
+    ({"listener_connection_creation_rate_max": {"PLAINTEXT": "fast"}},
+     "key 'broker.listener_connection_creation_rate_max.PLAINTEXT' must be an integer, got 'fast'"),
 ])
 def test_bad_connection_limits_name_the_key(tmp_path, broker, complaint):
     with pytest.raises(ConfigError) as raised:
@@ -210,6 +288,51 @@ async def test_a_node_at_max_connections_serves_a_waiting_client_once_another_le
                 await trio.sleep(0.01)
             assert answer == [3]
             assert await _api_versions(second, 4) == 4
+
+
+async def test_a_listener_at_its_own_max_connections_waits_while_the_other_serves(tmp_path):
+    from cli.local_cluster import free_ports
+    from net.node import Node
+
+    clients_port, internal_port, controller_port = free_ports(3)
+    config = parse_config({
+        "cluster_id": "listenermax",
+        "nodes": [{"id": 1, "host": "127.0.0.1", "controller_port": controller_port, "roles": ["broker", "controller"],
+                   "listeners": [f"CLIENTS://127.0.0.1:{clients_port}", f"INTERNAL://127.0.0.1:{internal_port}"],
+                   "data_dir": "node-1"}],
+        "security": {"listener_security_protocol_map": {"CLIENTS": "PLAINTEXT", "INTERNAL": "PLAINTEXT"},
+                     "inter_broker_listener_name": "INTERNAL"},
+        "broker": {"listener_connections_max": {"CLIENTS": 2}},
+    }, "<test>", str(tmp_path))
+    node = Node(config, 1)
+    async with trio.open_nursery() as nursery, trio.open_nursery() as clients:
+        await nursery.start(node.run)
+        with trio.fail_after(30):
+            first = await trio.open_tcp_stream("127.0.0.1", clients_port)
+            second = await trio.open_tcp_stream("127.0.0.1", clients_port)
+            assert await _api_versions(first, 1) == 1 and await _api_versions(second, 2) == 2
+            waiting = await trio.open_tcp_stream("127.0.0.1", clients_port)  # the kernel's queue takes it
+            answer: list[int] = []
+
+            async def ask() -> None:
+                answer.append(await _api_versions(waiting, 3))
+
+            clients.start_soon(ask)
+            internal = [await trio.open_tcp_stream("127.0.0.1", internal_port) for _ in range(3)]
+            for index, stream in enumerate(internal):  # the other listener is not held back
+                assert await _api_versions(stream, 10 + index) == 10 + index
+            assert answer == [] and node.connections.listener_waits == 1 and node.connections.accept_waits == 0
+            assert node.connections.open_by_listener == {"CLIENTS": 2, "INTERNAL": 3}
+            await first.aclose()
+            while not answer:
+                await trio.sleep(0.01)
+            assert answer == [3]  # and CLIENTS is full again: its acceptor waits a second time
+        exported = {family.name: {tuple(sample.labels.items()): sample.value for sample in family.samples}
+                    for family in NodeCollector._connections({"kafka": node.connections})}
+        assert exported["flotilla_listener_connections_max"] == {(("listener", "CLIENTS"),): 2}
+        waits = exported["flotilla_connection_accept_waits"]
+        assert waits[(("port", "kafka"), ("reason", "listener_max_connections"))] == node.connections.listener_waits >= 2
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_node_closes_a_connection_over_max_connections_per_ip(tmp_path):

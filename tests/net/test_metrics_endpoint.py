@@ -94,7 +94,7 @@ def test_messages_and_bytes_in_are_exact_and_requests_are_counted(cluster):
         assert samples[name] == {(("port", p),): 0.0 for p in ("controller", "kafka", "metrics")}, name
     assert samples["flotilla_connection_accept_waits_total"] == {
         (("port", p), ("reason", r)): 0.0 for p in ("controller", "kafka", "metrics")
-        for r in ("creation_rate", "max_connections")}
+        for r in ("creation_rate", "listener_max_connections", "max_connections")}
     assert samples["flotilla_connections_max"][(("port", "kafka"),)] > 16
 
 
