@@ -267,19 +267,26 @@ async def _api_versions(stream: trio.SocketStream, correlation_id: int) -> int:
     return answered_id
 
 
+async def _two_answered_and_a_third_asking(port: int, nursery: trio.Nursery):
+    """Open two connections to `port`, each answered; then a third, which asks in the background: (the first, the
+    second, the correlation ids answered on the third so far)."""
+    first = await trio.open_tcp_stream("127.0.0.1", port)
+    second = await trio.open_tcp_stream("127.0.0.1", port)
+    assert await _api_versions(first, 1) == 1 and await _api_versions(second, 2) == 2
+    waiting = await trio.open_tcp_stream("127.0.0.1", port)  # the kernel's queue takes it
+    answer: list[int] = []
+
+    async def ask() -> None:
+        answer.append(await _api_versions(waiting, 3))
+
+    nursery.start_soon(ask)
+    return first, second, answer
+
+
 async def test_a_node_at_max_connections_serves_a_waiting_client_once_another_leaves(tmp_path):
     async with _serving(tmp_path, "maxconn", {"connections_max": 2}) as (node, port), trio.open_nursery() as nursery:
         with trio.fail_after(30):
-            first = await trio.open_tcp_stream("127.0.0.1", port)
-            second = await trio.open_tcp_stream("127.0.0.1", port)
-            assert await _api_versions(first, 1) == 1 and await _api_versions(second, 2) == 2
-            waiting = await trio.open_tcp_stream("127.0.0.1", port)  # the kernel's queue takes it
-            answer: list[int] = []
-
-            async def ask() -> None:
-                answer.append(await _api_versions(waiting, 3))
-
-            nursery.start_soon(ask)
+            first, second, answer = await _two_answered_and_a_third_asking(port, nursery)
             await trio.sleep(1)
             assert answer == [] and node.connections.accept_waits == 1  # not accepted while two are open
             assert node.connections.open_by_listener == {"PLAINTEXT": 2}
@@ -308,16 +315,7 @@ async def test_a_listener_at_its_own_max_connections_waits_while_the_other_serve
     async with trio.open_nursery() as nursery, trio.open_nursery() as clients:
         await nursery.start(node.run)
         with trio.fail_after(30):
-            first = await trio.open_tcp_stream("127.0.0.1", clients_port)
-            second = await trio.open_tcp_stream("127.0.0.1", clients_port)
-            assert await _api_versions(first, 1) == 1 and await _api_versions(second, 2) == 2
-            waiting = await trio.open_tcp_stream("127.0.0.1", clients_port)  # the kernel's queue takes it
-            answer: list[int] = []
-
-            async def ask() -> None:
-                answer.append(await _api_versions(waiting, 3))
-
-            clients.start_soon(ask)
+            first, _, answer = await _two_answered_and_a_third_asking(clients_port, clients)
             internal = [await trio.open_tcp_stream("127.0.0.1", internal_port) for _ in range(3)]
             for index, stream in enumerate(internal):  # the other listener is not held back
                 assert await _api_versions(stream, 10 + index) == 10 + index
