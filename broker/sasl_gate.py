@@ -37,6 +37,8 @@ from net.protocol.codec import (
     encode_response,
 )
 from partitions.errors import ErrorCode, KafkaError
+from broker.security_config import JwksFile
+from security.oauthbearer import OAUTHBEARER, OAuthBearerSettings
 from security.sasl import ScramCredential, ScramMechanism
 from security.session import SaslAnswer, Session
 
@@ -71,6 +73,9 @@ class SaslGate:
     def __init__(self, apis: "KafkaApis", security: Any) -> None:
         self.apis = apis
         self.security = security
+        # OAUTHBEARER's keys: the JWKS file, read again when it changes (the only I/O here, and only when set)
+        jwks_path = getattr(security, "sasl_oauthbearer_jwks_file", None)
+        self._jwks_file = JwksFile(jwks_path) if jwks_path and OAUTHBEARER in security.sasl_enabled_mechanisms else None
         self.bug_expired_sessions_served = False
         self.bug_principal_may_change = False
 
@@ -129,7 +134,7 @@ class SaslGate:
     def _step(self, session: Session, auth_bytes: bytes, now_ms: int) -> SaslAnswer:
         session.bug_principal_may_change = self.bug_principal_may_change
         return session.sasl_authenticate(auth_bytes, self.security.plain_users, self._scram_lookup, now_ms,
-                                         self.security.connections_max_reauth_ms)
+                                         self.security.connections_max_reauth_ms, self.oauthbearer)
 
     def _outcome(self, session: Session, answer: SaslAnswer, reauthenticating: bool, reply: bytes) -> SaslOutcome:
         """Count the end of an exchange; a failure is answered, then the connection closes after the
@@ -148,6 +153,14 @@ class SaslGate:
             return SaslOutcome(reply, 0, f"{kind}_failed", fields)
         metrics.record_authentication(kind, False)
         return SaslOutcome(reply, self.security.connection_failed_authentication_delay_ms, f"{kind}_failed", fields)
+
+    @property
+    def oauthbearer(self) -> OAuthBearerSettings | None:
+        """How OAUTHBEARER tokens are checked now (None: the mechanism is not enabled)."""
+        oauthbearer = getattr(self.security, "oauthbearer", None)
+        if oauthbearer is None:
+            return None
+        return oauthbearer(self._jwks_file.current() if self._jwks_file is not None else None)
 
     def _scram_lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         record = self.apis.broker.image.scram.credentials.get((user, int(mechanism)))

@@ -20,6 +20,12 @@ Layout (Kafka's names in snake case; every key optional; no `[security]` table =
     connection_failed_authentication_delay_ms = 100
     connections_max_reauth_ms = 0                            # > 0: SASL sessions last this long (KIP-368)
     controller_tls = false                                   # the controller port over mutual TLS too
+    sasl_oauthbearer_jwks_file = "oidc/jwks.json"            # OAUTHBEARER: the issuer's public keys (JWKS)
+    sasl_oauthbearer_unsecured = false                       # OAUTHBEARER: unsigned tokens (development only)
+    sasl_oauthbearer_expected_audience = ["kafka"]           # tokens must name one of these in `aud`
+    sasl_oauthbearer_expected_issuer = "https://idp.example" # tokens' `iss` must be this
+    sasl_oauthbearer_sub_claim_name = "sub"                  # the claim naming the principal
+    sasl_oauthbearer_clock_skew_seconds = 30
     [security.plain_users]                                   # SASL/PLAIN users (development)
     admin = "admin-secret"
     [security.inter_broker]                                  # how brokers authenticate to each other
@@ -32,12 +38,14 @@ Every problem raises ConfigError naming the file and the key (see broker/config.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from security.sasl import MECHANISMS, PLAIN
+from security.oauthbearer import OAUTHBEARER, KeySet, OAuthBearerSettings, load_jwks
+from security.sasl import MECHANISMS, PLAIN, SERVER_MECHANISMS
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 CLIENT_AUTH_MODES = ("none", "requested", "required")
@@ -91,6 +99,21 @@ class SecuritySettings:
     controller_tls: bool = False
     plain_users: dict[str, str] = field(default_factory=dict)
     inter_broker: InterBrokerCredentials = InterBrokerCredentials()
+    sasl_oauthbearer_jwks_file: str | None = None  # absolute
+    sasl_oauthbearer_unsecured: bool = False
+    sasl_oauthbearer_expected_audience: tuple[str, ...] = ()
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+
+    def oauthbearer(self, jwks: KeySet | None) -> OAuthBearerSettings | None:
+        """How tokens are checked (with the keys of the JWKS file, read by the caller), None without
+        OAUTHBEARER."""
+        if OAUTHBEARER not in self.sasl_enabled_mechanisms:
+            return None
+        return OAuthBearerSettings(self.sasl_oauthbearer_unsecured, jwks, self.sasl_oauthbearer_expected_audience,
+                                   self.sasl_oauthbearer_expected_issuer, self.sasl_oauthbearer_sub_claim_name,
+                                   self.sasl_oauthbearer_clock_skew_seconds)
 
     def protocol_of(self, listener_name: str) -> str | None:
         if listener_name in self.listener_security_protocol_map:
@@ -108,7 +131,8 @@ _KEYS = {
     "listener_security_protocol_map", "inter_broker_listener_name", "sasl_enabled_mechanisms", "ssl_certfile",
     "ssl_keyfile", "ssl_cafile", "ssl_client_auth", "authorizer", "super_users", "allow_everyone_if_no_acl_found",
     "connection_failed_authentication_delay_ms", "connections_max_reauth_ms", "plain_users", "inter_broker",
-    "controller_tls",
+    "controller_tls", "sasl_oauthbearer_jwks_file", "sasl_oauthbearer_unsecured", "sasl_oauthbearer_expected_audience",
+    "sasl_oauthbearer_expected_issuer", "sasl_oauthbearer_sub_claim_name", "sasl_oauthbearer_clock_skew_seconds",
 }
 
 
@@ -138,10 +162,10 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
         raise ConfigError(f"{source}: key 'security.ssl_client_auth' must be one of {list(CLIENT_AUTH_MODES)}")
     mechanisms = _strings(raw, "sasl_enabled_mechanisms", source)
     if mechanisms is not None:
-        unknown = [m for m in mechanisms if m not in MECHANISMS]
+        unknown = [m for m in mechanisms if m not in SERVER_MECHANISMS]
         if unknown or not mechanisms:
-            raise ConfigError(f"{source}: key 'security.sasl_enabled_mechanisms' must list some of {list(MECHANISMS)}, "
-                              f"got {mechanisms!r}")
+            raise ConfigError(f"{source}: key 'security.sasl_enabled_mechanisms' must list some of "
+                              f"{list(SERVER_MECHANISMS)}, got {mechanisms!r}")
         values["sasl_enabled_mechanisms"] = tuple(mechanisms)
     super_users = _strings(raw, "super_users", source)
     if super_users is not None:
@@ -149,6 +173,7 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
         if bad:
             raise ConfigError(f"{source}: key 'security.super_users' entries are principals like 'User:admin', got {bad}")
         values["super_users"] = tuple(super_users)
+    values.update(_oauthbearer(raw, source, base_dir, values.get("sasl_enabled_mechanisms", MECHANISMS)))
     for key in ("authorizer", "allow_everyone_if_no_acl_found", "controller_tls"):
         if key in raw:
             if not isinstance(raw[key], bool):
@@ -183,6 +208,94 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
         raise ConfigError(f"{source}: key 'security.ssl_cafile' is needed to verify client certificates "
                           f"(ssl_client_auth = {settings.ssl_client_auth!r})")
     return settings
+
+
+def _oauthbearer(raw: dict[str, Any], source: str, base_dir: str, mechanisms: tuple[str, ...]) -> dict[str, Any]:
+    """The sasl_oauthbearer_* keys: with OAUTHBEARER enabled, exactly one way to check tokens (a JWKS file, read
+    here so that a bad one stops the node before it starts, or unsecured tokens)."""
+    values: dict[str, Any] = {}
+    for key in ("sasl_oauthbearer_jwks_file", "sasl_oauthbearer_expected_issuer", "sasl_oauthbearer_sub_claim_name"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise ConfigError(f"{source}: key 'security.{key}' must be a non-empty string, got {raw[key]!r}")
+            values[key] = raw[key]
+    if "sasl_oauthbearer_unsecured" in raw:
+        if not isinstance(raw["sasl_oauthbearer_unsecured"], bool):
+            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_unsecured' must be true or false")
+        values["sasl_oauthbearer_unsecured"] = raw["sasl_oauthbearer_unsecured"]
+    audience = _strings(raw, "sasl_oauthbearer_expected_audience", source)
+    if audience is not None:
+        values["sasl_oauthbearer_expected_audience"] = tuple(audience)
+    skew = raw.get("sasl_oauthbearer_clock_skew_seconds")
+    if skew is not None:
+        if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 3600:
+            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_clock_skew_seconds' must be an integer "
+                              f"between 0 and 3600, got {skew!r}")
+        values["sasl_oauthbearer_clock_skew_seconds"] = skew
+    if OAUTHBEARER not in mechanisms:
+        if values:
+            raise ConfigError(f"{source}: key 'security.{next(iter(values))}' is set but OAUTHBEARER is not in "
+                              f"'security.sasl_enabled_mechanisms'")
+        return values
+    has_jwks, unsecured = "sasl_oauthbearer_jwks_file" in values, values.get("sasl_oauthbearer_unsecured", False)
+    if has_jwks == unsecured:
+        raise ConfigError(f"{source}: key 'security.sasl_enabled_mechanisms' lists OAUTHBEARER: set either "
+                          f"'security.sasl_oauthbearer_jwks_file' (the token issuer's public keys) or "
+                          f"'security.sasl_oauthbearer_unsecured = true' (unsigned tokens, development only)"
+                          + (", not both" if has_jwks else ""))
+    if has_jwks:
+        path = values["sasl_oauthbearer_jwks_file"] = os.path.normpath(
+            os.path.join(base_dir, values["sasl_oauthbearer_jwks_file"]))
+        try:
+            read_jwks_file(path)
+        except ValueError as error:
+            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_jwks_file': {error}") from None
+    return values
+
+
+def read_jwks_file(path: str) -> KeySet:
+    """The keys of a JWKS file; raises ValueError naming the file and what is wrong."""
+    try:
+        with open(path, "rb") as jwks_file:
+            document = json.load(jwks_file)
+    except OSError as error:
+        raise ValueError(f"{path}: {error.strerror}") from None
+    except ValueError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    try:
+        return load_jwks(document)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+class JwksFile:
+    """A node's JWKS file, read again when it changes (a key rotation), at most once a second; a copy that no
+    longer reads keeps the keys read before (`last_error` says why)."""
+
+    def __init__(self, path: str, clock_s: Any = None) -> None:
+        import time
+
+        self.path = path
+        self._clock_s = clock_s or time.monotonic
+        self._checked_s = -1.0
+        self._stamp: tuple[int, int] | None = None
+        self.keys: KeySet | None = None
+        self.last_error: str | None = None
+        self.current()
+
+    def current(self) -> KeySet | None:
+        now = self._clock_s()
+        if now - self._checked_s < 1.0 and self.keys is not None:
+            return self.keys
+        self._checked_s = now
+        try:
+            status = os.stat(self.path)
+            stamp = (status.st_mtime_ns, status.st_size)
+            if stamp != self._stamp:
+                self.keys, self._stamp, self.last_error = read_jwks_file(self.path), stamp, None
+        except (OSError, ValueError) as error:
+            self.last_error = str(error)
+        return self.keys
 
 
 def _inter_broker(raw: dict[str, Any], source: str) -> InterBrokerCredentials:

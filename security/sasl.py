@@ -1,4 +1,4 @@
-"""SASL server mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and SCRAM credentials, sans-IO.
+"""SASL server mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) and SCRAM credentials, sans-IO.
 
 Theory of operation: a `SaslExchange` is one authentication on one connection: the dispatcher feeds it the
 client's SaslAuthenticate bytes (`step`) and sends back what it returns, until `principal` is set (success)
@@ -6,7 +6,10 @@ or `step` raises `AuthenticationFailed` (the connection answers SASL_AUTHENTICAT
 - PLAIN (RFC 4616: `authzid NUL authcid NUL password`) checks a password from the node's config file: for
   development, as Kafka's PlainLoginModule with users in the JAAS file;
 - SCRAM (RFC 5802, through the `scramp` library) checks against credentials stored in the metadata log as
-  Kafka stores them: salt, StoredKey, ServerKey and iteration count, never the password.
+  Kafka stores them: salt, StoredKey, ServerKey and iteration count, never the password;
+- OAUTHBEARER (RFC 7628, KIP-255) checks a JWT (security/oauthbearer.py); a token that fails is answered with
+  RFC 7628's JSON error, and the authentication fails at the client's next message (a lone ^A), as Kafka's
+  OAuthBearerSaslServer does. `credential_expires_at_ms` is the token's expiry, which bounds the session.
 `scram_credential` turns what AlterUserScramCredentials carries (salt, SaltedPassword, iterations) into the
 stored form, and `salted_password` computes SaltedPassword on the client side (net/client/acls.py draws the
 salt).
@@ -24,10 +27,22 @@ from typing import Callable
 
 import scramp
 
+from security.oauthbearer import (
+    OAUTHBEARER,
+    SEPARATOR,
+    InvalidClientMessage,
+    InvalidToken,
+    OAuthBearerSettings,
+    error_message,
+    parse_client_first,
+    validate_token,
+)
+
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
-MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)  # the ones clients of this package speak, and the default
+SERVER_MECHANISMS = MECHANISMS + (OAUTHBEARER,)  # OAUTHBEARER when a node's config says how tokens are checked
 SCRAM_ITERATIONS_MIN = 4096  # Kafka's ScramMechanism.minIterations
 SCRAM_ITERATIONS_MAX = 16384  # Kafka's ScramMechanism.maxIterations
 SCRAM_ITERATIONS_DEFAULT = 8192
@@ -87,10 +102,14 @@ class SaslExchange:
     """One SASL authentication (see the module docstring)."""
 
     def __init__(self, mechanism: str, plain_users: dict[str, str],
-                 scram_lookup: Callable[[str, ScramMechanism], ScramCredential | None]) -> None:
-        assert mechanism in MECHANISMS, mechanism
+                 scram_lookup: Callable[[str, ScramMechanism], ScramCredential | None],
+                 oauthbearer: OAuthBearerSettings | None = None) -> None:
+        assert mechanism in SERVER_MECHANISMS, mechanism
         self.mechanism = mechanism
         self.principal: str | None = None
+        self.credential_expires_at_ms: int | None = None  # OAUTHBEARER: the token's expiry
+        self._oauthbearer = oauthbearer
+        self._token_error: bytes | None = None  # OAUTHBEARER: the error answered, awaiting the client's ^A
         self._plain_users = plain_users
         self._scram_lookup = scram_lookup
         self._scram: scramp.core.ScramServer | None = None
@@ -98,14 +117,45 @@ class SaslExchange:
         self._credential: ScramCredential | None = None
         self.failure_detail = ""  # why an exchange failed, for the server's log only (never sent)
 
-    def step(self, client_bytes: bytes) -> bytes:
-        """The server's answer to the client's next message. Raises AuthenticationFailed."""
+    def step(self, client_bytes: bytes, now_ms: int = 0) -> bytes:
+        """The server's answer to the client's next message (`now_ms`: milliseconds since the epoch, which
+        tokens are checked against). Raises AuthenticationFailed."""
         assert self.principal is None, "the exchange is complete"
         if len(client_bytes) > SASL_MESSAGE_BYTES_MAX:
             raise AuthenticationFailed("SASL message too large")
         if self.mechanism == PLAIN:
             return self._plain(client_bytes)
+        if self.mechanism == OAUTHBEARER:
+            return self._oauthbearer_step(client_bytes, now_ms)
         return self._scram_step(client_bytes)
+
+    def _oauthbearer_step(self, client_bytes: bytes, now_ms: int) -> bytes:
+        if self._token_error is not None:
+            if client_bytes == SEPARATOR:  # the client took the error in: the authentication fails with it
+                raise AuthenticationFailed(self._token_error.decode())
+            self._token_error = None  # (Kafka's server forgets the error and reads a new first message)
+        settings = self._oauthbearer
+        if settings is None:
+            raise AuthenticationFailed("Authentication failed: OAUTHBEARER tokens are not configured")
+        try:
+            first = parse_client_first(client_bytes)
+        except InvalidClientMessage as error:
+            self.failure_detail = f"invalid OAUTHBEARER client first message: {error}"
+            raise AuthenticationFailed("Authentication failed during authentication due to invalid credentials "
+                                       "with SASL mechanism OAUTHBEARER") from None
+        try:
+            token = validate_token(first.token, settings, now_ms)
+        except InvalidToken as error:
+            self.failure_detail = str(error)
+            self._token_error = error_message()
+            return self._token_error
+        if first.authorization_id and first.authorization_id != token.principal_name:
+            raise AuthenticationFailed(f"Authentication failed: Client requested an authorization id "
+                                       f"({first.authorization_id}) that is different from the token's principal "
+                                       f"name ({token.principal_name})")
+        self.principal = f"User:{token.principal_name}"
+        self.credential_expires_at_ms = token.expires_at_ms
+        return b""
 
     def _plain(self, client_bytes: bytes) -> bytes:
         parts = client_bytes.split(b"\x00")

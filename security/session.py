@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from partitions.errors import ErrorCode
+from security.oauthbearer import OAuthBearerSettings
 from security.sasl import AuthenticationFailed, SaslExchange, ScramCredential, ScramMechanism
 
 ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
@@ -101,18 +102,21 @@ class Session:
 
     def sasl_authenticate(self, auth_bytes: bytes, plain_users: dict[str, str],
                           scram_lookup: Callable[[str, ScramMechanism], ScramCredential | None],
-                          now_ms: int = 0, max_reauth_ms: int = 0) -> SaslAnswer:
-        """One SaslAuthenticate of the exchange. `max_reauth_ms` (the listener's connections_max_reauth_ms,
-        0 = off) becomes the session's lifetime when the exchange completes."""
+                          now_ms: int = 0, max_reauth_ms: int = 0,
+                          oauthbearer: OAuthBearerSettings | None = None) -> SaslAnswer:
+        """One SaslAuthenticate of the exchange (`now_ms`: milliseconds since the epoch). When the exchange
+        completes, the session's lifetime is `max_reauth_ms` (the listener's connections_max_reauth_ms, 0 =
+        off), or the credential's remaining lifetime (an OAUTHBEARER token's) if that is shorter, as Kafka's
+        SaslServerAuthenticator computes it."""
         if not self.in_exchange or self.mechanism is None:
             return SaslAnswer(ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request", close=True)
         if self._bad_mechanism is not None:
             self.failure_detail = self._bad_mechanism
             return SaslAnswer(ErrorCode.SASL_AUTHENTICATION_FAILED, self._bad_mechanism, close=True)
         if self._exchange is None:
-            self._exchange = SaslExchange(self.mechanism, plain_users, scram_lookup)
+            self._exchange = SaslExchange(self.mechanism, plain_users, scram_lookup, oauthbearer)
         try:
-            answer = self._exchange.step(auth_bytes)
+            answer = self._exchange.step(auth_bytes, now_ms)
         except AuthenticationFailed as error:
             self.failure_detail = self._exchange.failure_detail
             message = str(error)
@@ -122,6 +126,7 @@ class Session:
         principal = self._exchange.principal
         if principal is None:
             return SaslAnswer(ErrorCode.NONE, None, answer)
+        credential_expires_at_ms = self._exchange.credential_expires_at_ms
         self._exchange = None
         if self.reauthenticating and principal != self.principal and not self.bug_principal_may_change:
             message = f"Cannot change principals during re-authentication from {self.principal}: {principal}"
@@ -130,8 +135,19 @@ class Session:
         self.principal = principal
         self.authenticated = True
         self.reauthenticating = False
-        self.expires_at_ms = now_ms + max_reauth_ms if max_reauth_ms > 0 else None
-        return SaslAnswer(ErrorCode.NONE, None, answer, completed=True, session_lifetime_ms=max(0, max_reauth_ms))
+        lifetime_ms = session_lifetime_ms(now_ms, max_reauth_ms, credential_expires_at_ms)
+        self.expires_at_ms = None if lifetime_ms is None else now_ms + lifetime_ms
+        return SaslAnswer(ErrorCode.NONE, None, answer, completed=True, session_lifetime_ms=lifetime_ms or 0)
+
+
+def session_lifetime_ms(now_ms: int, max_reauth_ms: int, credential_expires_at_ms: int | None) -> int | None:
+    """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs: the shorter of connections_max_reauth_ms (when
+    set) and the credential's remaining lifetime (when it has one), never negative; None: the session does not
+    expire."""
+    remaining = None if credential_expires_at_ms is None else max(0, credential_expires_at_ms - now_ms)
+    if max_reauth_ms <= 0:
+        return remaining
+    return max_reauth_ms if remaining is None else min(remaining, max_reauth_ms)
 
 
 # The session of requests that reach the broker without a connection (tests, the simulator): an anonymous,

@@ -3,9 +3,13 @@
 `ClientSecurity.from_properties` reads what Kafka's tools read from `--command-config` (security.protocol,
 sasl.mechanism, sasl.username / sasl.password, ssl.ca.location or ssl.truststore-free `ssl.cafile`,
 ssl.certificate.location / ssl.key.location for a client certificate, ssl.endpoint.identification.algorithm),
-so one file serves kcat, confluent-kafka and the `flotilla` command. `sasl_authenticate(call, security)` runs
-SaslHandshake v1 and SaslAuthenticate (KIP-152) over any connection through `call(api_key, request,
-api_version)`: PLAIN in one message, SCRAM in two (RFC 5802, the `scramp` library's client). It returns the
+so one file serves kcat, confluent-kafka and the `flotilla` command. For OAUTHBEARER: librdkafka's
+`enable.sasl.oauthbearer.unsecure.jwt=true` with `sasl.oauthbearer.config=principal=NAME [lifeSeconds=N]
+[scope=S]` (an unsigned token, for development clusters), or `sasl.oauthbearer.token.file` (Flotilla's own: a
+file holding a signed JWT, read at each authentication so that whatever renews it can rewrite it).
+`sasl_authenticate(call, security)` runs SaslHandshake v1 and SaslAuthenticate (KIP-152) over any connection
+through `call(api_key, request, api_version)`: PLAIN in one message, SCRAM in two (RFC 5802, the `scramp`
+library's client), OAUTHBEARER in one (RFC 7628; a refused token is acknowledged with ^A, then fails). It returns the
 session lifetime the broker announced (KIP-368; 0 when sessions do not expire), before which the connection
 runs the same exchange again (net/client/transport.py).
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import random
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -22,7 +27,10 @@ import scramp
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError
+from security.oauthbearer import OAUTHBEARER, SEPARATOR, client_first, unsecured_token
 from security.sasl import MECHANISMS, PLAIN
+
+CLIENT_MECHANISMS = MECHANISMS + (OAUTHBEARER,)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -37,6 +45,21 @@ class ClientSecurity:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     check_hostname: bool = True
+    oauthbearer_token_file: str | None = None  # OAUTHBEARER: a file holding the token
+    oauthbearer_unsecured: dict[str, str] | None = None  # OAUTHBEARER: sasl.oauthbearer.config, for unsigned ones
+
+    def oauthbearer_token(self) -> str:
+        """The token to authenticate with now. Raises ValueError when there is none to give."""
+        if self.oauthbearer_token_file is not None:
+            try:
+                with open(self.oauthbearer_token_file) as token_file:
+                    return token_file.read().strip()
+            except OSError as error:
+                raise ValueError(f"{self.oauthbearer_token_file}: cannot read the token: {error.strerror}") from None
+        assert self.oauthbearer_unsecured is not None, "from_properties checks that one way is given"
+        config = self.oauthbearer_unsecured
+        return unsecured_token(config["principal"], int(time.time() * 1000), int(config.get("lifeSeconds", 3600)),
+                               config.get("scope", ""))
 
     @property
     def uses_tls(self) -> bool:
@@ -64,8 +87,11 @@ class ClientSecurity:
         if protocol not in SECURITY_PROTOCOLS:
             raise ValueError(f"{source}: security.protocol must be one of {list(SECURITY_PROTOCOLS)}, got {protocol!r}")
         mechanism = properties.get("sasl.mechanism", properties.get("sasl.mechanisms", PLAIN)).upper()
-        if protocol.startswith("SASL") and mechanism not in MECHANISMS:
-            raise ValueError(f"{source}: sasl.mechanism must be one of {list(MECHANISMS)}, got {mechanism!r}")
+        if protocol.startswith("SASL") and mechanism not in CLIENT_MECHANISMS:
+            raise ValueError(f"{source}: sasl.mechanism must be one of {list(CLIENT_MECHANISMS)}, got {mechanism!r}")
+        token_file, unsecured = None, None
+        if protocol.startswith("SASL") and mechanism == OAUTHBEARER:
+            token_file, unsecured = _oauthbearer_properties(properties, source)
         identification = properties.get("ssl.endpoint.identification.algorithm", "https").lower()
         return cls(
             security_protocol=protocol,
@@ -76,7 +102,28 @@ class ClientSecurity:
             ssl_certfile=properties.get("ssl.certificate.location") or properties.get("ssl.certfile"),
             ssl_keyfile=properties.get("ssl.key.location") or properties.get("ssl.keyfile"),
             check_hostname=identification not in ("", "none"),
+            oauthbearer_token_file=token_file,
+            oauthbearer_unsecured=unsecured,
         )
+
+
+def _oauthbearer_properties(properties: dict[str, str], source: str) -> tuple[str | None, dict[str, str] | None]:
+    """(the token file, or the unsecured token's sasl.oauthbearer.config). Raises ValueError naming the property."""
+    token_file = properties.get("sasl.oauthbearer.token.file")
+    unsecure = properties.get("enable.sasl.oauthbearer.unsecure.jwt", "false").lower() == "true"
+    if (token_file is not None) == unsecure:
+        raise ValueError(f"{source}: sasl.mechanism=OAUTHBEARER needs either sasl.oauthbearer.token.file (a file "
+                         f"holding the token) or enable.sasl.oauthbearer.unsecure.jwt=true with "
+                         f"sasl.oauthbearer.config=principal=NAME" + (", not both" if unsecure else ""))
+    if token_file is not None:
+        return token_file, None
+    config = dict(item.partition("=")[::2] for item in properties.get("sasl.oauthbearer.config", "").split())
+    if not config.get("principal"):
+        raise ValueError(f"{source}: sasl.oauthbearer.config must name the principal (principal=NAME) of the "
+                         f"unsecured token")
+    if not config.get("lifeSeconds", "3600").isdigit():
+        raise ValueError(f"{source}: sasl.oauthbearer.config: lifeSeconds must be a number of seconds")
+    return None, config
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -122,6 +169,17 @@ async def sasl_authenticate(call: Call, security: ClientSecurity) -> int:
                          f"{', '.join(handshake.mechanisms)})", ErrorCode(handshake.error_code))
     if security.sasl_mechanism == PLAIN:
         return (await _step(call, f"\x00{security.username}\x00{security.password}".encode())).session_lifetime_ms
+    if security.sasl_mechanism == OAUTHBEARER:
+        try:
+            token = security.oauthbearer_token()
+        except ValueError as error:
+            raise KafkaError(str(error), ErrorCode.SASL_AUTHENTICATION_FAILED) from None
+        answer = await _step(call, client_first(token))
+        if answer.auth_bytes:  # the server's error (RFC 7628): acknowledge it, and the authentication fails
+            await _step(call, SEPARATOR)
+            raise KafkaError(f"the broker refused the token: {bytes(answer.auth_bytes).decode(errors='replace')}",
+                             ErrorCode.SASL_AUTHENTICATION_FAILED)
+        return answer.session_lifetime_ms
     client = scramp.ScramClient([security.sasl_mechanism], security.username, security.password)
     server_first = await _step(call, client.get_client_first().encode())
     try:
