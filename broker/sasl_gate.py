@@ -18,7 +18,9 @@ the answer's bytes, whether the connection then closes (and after how long), and
 
 Planted bugs for the simulator (simulations/sasl_sim.py), never configured: `bug_expired_sessions_served`
 (the expiry is never checked, so a client that stops re-authenticating keeps being served as the principal it
-once was) and `bug_principal_may_change` (a re-authentication may end with another principal).
+once was), `bug_principal_may_change` (a re-authentication may end with another principal) and
+`bug_token_expiry_ignored` (an OAUTHBEARER session lasts connections_max_reauth_ms even when its token expires
+sooner, so a connection is served on an expired token).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class SaslGate:
         self._jwks_file = JwksFile(jwks_path) if jwks_path and OAUTHBEARER in security.sasl_enabled_mechanisms else None
         self.bug_expired_sessions_served = False
         self.bug_principal_may_change = False
+        self.bug_token_expiry_ignored = False
 
     def screen(self, session: Session, frame: Any, now_ms: int) -> SaslOutcome | None:
         if not session.in_exchange:
@@ -133,6 +136,7 @@ class SaslGate:
 
     def _step(self, session: Session, auth_bytes: bytes, now_ms: int) -> SaslAnswer:
         session.bug_principal_may_change = self.bug_principal_may_change
+        session.bug_token_expiry_ignored = self.bug_token_expiry_ignored
         return session.sasl_authenticate(auth_bytes, self.security.plain_users, self._scram_lookup, now_ms,
                                          self.security.connections_max_reauth_ms, self.oauthbearer)
 

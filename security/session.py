@@ -58,6 +58,7 @@ class Session:
     _bad_mechanism: str | None = field(default=None, repr=False)  # the failure the next SaslAuthenticate gets
     _exchange: SaslExchange | None = field(default=None, repr=False)
     bug_principal_may_change: bool = field(default=False, repr=False)  # planted (broker/sasl_gate.py)
+    bug_token_expiry_ignored: bool = field(default=False, repr=False)  # planted (broker/sasl_gate.py)
 
     @classmethod
     def open(cls, listener_name: str, security_protocol: str, host: str, certificate_subject: str | None) -> "Session":
@@ -126,7 +127,7 @@ class Session:
         principal = self._exchange.principal
         if principal is None:
             return SaslAnswer(ErrorCode.NONE, None, answer)
-        credential_expires_at_ms = self._exchange.credential_expires_at_ms
+        credential_expires_at_ms = None if self.bug_token_expiry_ignored else self._exchange.credential_expires_at_ms
         self._exchange = None
         if self.reauthenticating and principal != self.principal and not self.bug_principal_may_change:
             message = f"Cannot change principals during re-authentication from {self.principal}: {principal}"

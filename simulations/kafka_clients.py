@@ -22,7 +22,8 @@ watermark), checks every batch's CRC-32C (a corrupt batch is counted and fetched
 and reports every record it consumes with the high watermark of the response that carried it.
 
 SASL (the sasl workload): a client with a `sasl_user` authenticates every connection with SaslHandshake and
-SaslAuthenticate v1 (PLAIN) before anything else is sent on it (`send` returns False until then, as for a
+SaslAuthenticate v1 (PLAIN, or OAUTHBEARER with an unsecured token that lives `token_life_ms` from the moment
+it is made) before anything else is sent on it (`send` returns False until then, as for a
 broker it is not connected to). When the broker announces a session lifetime, a client that `reauthenticates`
 (KIP-368) starts the exchange again at a random 85-95% of it, once the requests in flight on that connection
 have been answered, sending nothing else meanwhile (Kafka's clients do the same); one that does not is an old
@@ -46,6 +47,7 @@ from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.murmur2 import murmur2
 from partitions.records import build_batch, decode_batch
+from security.oauthbearer import OAUTHBEARER, client_first, unsecured_token
 from simulations.loop import US_PER_MS, EventLoop
 from simulations.network import Network
 
@@ -131,6 +133,8 @@ class KafkaClientBase:
         # SASL (see the module docstring): set by a workload before the client starts
         self.sasl_user: str | None = None
         self.sasl_password = ""
+        self.sasl_mechanism = "PLAIN"
+        self.token_life_ms = 0  # OAUTHBEARER: the lifetime of each token the client makes
         self.reauth_user: str | None = None  # re-authenticate as someone else (an impostor; refused)
         self.reauthenticates = True
         self._sasl_state: dict[int, str] = {}  # broker -> "exchange", "ready" or "draining" (re-auth due)
@@ -176,7 +180,7 @@ class KafkaClientBase:
         self._sasl_state[broker_id] = "exchange"
         connection = self._connection_number[broker_id]
         self._transmit(broker_id, ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
-                       messages.SaslHandshakeRequest(mechanism="PLAIN"),
+                       messages.SaslHandshakeRequest(mechanism=self.sasl_mechanism),
                        lambda response: self._on_handshake(broker_id, connection, user, response))
 
     def _on_handshake(self, broker_id: int, connection: int, user: str, response: Any) -> None:
@@ -185,7 +189,10 @@ class KafkaClientBase:
         if response is None or response.error_code != ErrorCode.NONE:
             self._sasl_failed(broker_id)
             return
-        token = f"\x00{user}\x00{self.sasl_password}".encode()
+        if self.sasl_mechanism == OAUTHBEARER:
+            token = client_first(unsecured_token(user, self.loop.now_ms, self.token_life_ms / 1000))
+        else:
+            token = f"\x00{user}\x00{self.sasl_password}".encode()
         self._transmit(broker_id, ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
                        messages.SaslAuthenticateRequest(auth_bytes=token),
                        lambda answer: self._on_authenticate(broker_id, connection, answer))
@@ -193,8 +200,8 @@ class KafkaClientBase:
     def _on_authenticate(self, broker_id: int, connection: int, response: Any) -> None:
         if self._connection_number.get(broker_id) != connection or broker_id not in self.connected:
             return
-        if response is None or response.error_code != ErrorCode.NONE:
-            self._sasl_failed(broker_id)
+        if response is None or response.error_code != ErrorCode.NONE or response.auth_bytes:
+            self._sasl_failed(broker_id)  # (auth bytes: OAUTHBEARER's error for a refused token)
             return
         again = broker_id in self._reauthenticating
         self._reauthenticating.discard(broker_id)

@@ -176,9 +176,12 @@ async def sasl_authenticate(call: Call, security: ClientSecurity) -> int:
             raise KafkaError(str(error), ErrorCode.SASL_AUTHENTICATION_FAILED) from None
         answer = await _step(call, client_first(token))
         if answer.auth_bytes:  # the server's error (RFC 7628): acknowledge it, and the authentication fails
-            await _step(call, SEPARATOR)
-            raise KafkaError(f"the broker refused the token: {bytes(answer.auth_bytes).decode(errors='replace')}",
-                             ErrorCode.SASL_AUTHENTICATION_FAILED)
+            refusal = bytes(answer.auth_bytes).decode(errors="replace")
+            try:
+                await _step(call, SEPARATOR)
+            except KafkaError:
+                pass  # the failure the acknowledgement brings: the same error
+            raise KafkaError(f"the broker refused the token: {refusal}", ErrorCode.SASL_AUTHENTICATION_FAILED)
         return answer.session_lifetime_ms
     client = scramp.ScramClient([security.sasl_mechanism], security.username, security.password)
     server_first = await _step(call, client.get_client_first().encode())

@@ -23,8 +23,8 @@ PREFIX = os.path.join(ROOT, "build", "js")
 SCRIPT = os.path.join(ROOT, "tests", "clients", "kafkajs_check.js")
 
 
-@pytest.fixture(scope="module")
-def node_path():
+def kafkajs_modules() -> str:
+    """The node_modules directory holding kafkajs (installed from npm on first use); skips without node and npm."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("kafkajs needs node and npm")
     modules = os.path.join(PREFIX, "node_modules")
@@ -33,6 +33,11 @@ def node_path():
                                    capture_output=True, text=True, timeout=300)
         assert installed.returncode == 0, f"npm install {KAFKAJS}: {installed.stderr[-2000:]}"
     return modules
+
+
+@pytest.fixture(scope="module")
+def node_path():
+    return kafkajs_modules()
 
 
 @pytest.fixture(scope="module")

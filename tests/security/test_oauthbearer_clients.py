@@ -1,0 +1,245 @@
+"""SASL/OAUTHBEARER on real nodes with real clients: confluent-kafka (librdkafka's oauth_cb, and its unsecured
+JWTs), kafka-python's token provider, kafkajs's oauthBearerProvider and the flotilla command. Tokens are signed
+by a test issuer whose public key is the node's JWKS file; ACLs name the tokens' subjects; a session lasts its
+token's lifetime, so the clients re-authenticate with fresh tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from security.oauthbearer import unsecured_token
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, eventually
+from tests.net.test_metrics_endpoint import total
+from tests.security.test_oauthbearer import Issuer
+from tests.security.test_secured_cluster import flotilla, ok, wait_ready
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOPIC = "oidc"
+
+
+def signed(issuer: Issuer, sub: str, life_s: int = 300, **claims) -> str:
+    """A token `issuer` signs now (wall clock) for `sub`, with the audience and issuer the node expects."""
+    import jwt
+
+    now = int(time.time())
+    payload = {"sub": sub, "iat": now, "exp": now + life_s, "iss": "https://idp.test", "aud": "kafka", **claims}
+    return jwt.encode(payload, issuer.private, algorithm=issuer.algorithm, headers={"kid": issuer.kid})
+
+
+def _start(cluster: LocalCluster) -> LocalCluster:
+    cluster.start()
+    wait_ready(cluster)
+    ok(flotilla(cluster, "topics", "create", TOPIC, "--partitions", "1", "--replication-factor", "1"))
+    for operation in ("Write", "Read", "Describe"):
+        ok(flotilla(cluster, "acls", "add", "--allow-principal", "User:alice", "--operation", operation,
+                    "--topic", TOPIC))
+    ok(flotilla(cluster, "acls", "add", "--allow-principal", "User:alice", "--operation", "Read", "--group", "og"))
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Issuer:
+    return Issuer("idp-1")
+
+
+@pytest.fixture(scope="module")
+def oidc(tmp_path_factory, issuer):
+    """One node whose SASL_SSL listener takes tokens signed by `issuer` (and PLAIN for its admin)."""
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("oidc")), nodes=1, secure=True, metrics=True,
+                           broker=FAST_BROKER_SETTINGS, security={
+                               "sasl_enabled_mechanisms": '["PLAIN", "OAUTHBEARER"]',
+                               "sasl_oauthbearer_jwks_file": '"jwks.json"',
+                               "sasl_oauthbearer_expected_audience": '["kafka"]',
+                               "sasl_oauthbearer_expected_issuer": '"https://idp.test"'})
+    with open(os.path.join(cluster.directory, "jwks.json"), "w") as jwks:
+        json.dump({"keys": [issuer.jwk]}, jwks)
+    try:
+        yield _start(cluster)
+    finally:
+        cluster.stop()
+
+
+def oauth_config(cluster: LocalCluster, **extra) -> dict:
+    return {"bootstrap.servers": cluster.bootstrap_servers, "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER", "ssl.ca.location": os.path.join(cluster.certs_dir, "ca.pem"), **extra}
+
+
+def test_confluent_kafka_produces_and_consumes_with_signed_tokens_and_renews_them(oidc, issuer):
+    from confluent_kafka import Consumer, Producer
+
+    tokens = []
+
+    def oauth_cb(_config):
+        tokens.append(signed(issuer, "alice", life_s=6))
+        return tokens[-1], time.time() + 6
+
+    reauthenticated = total(oidc, "flotilla_sasl_authentications_total", kind="reauthentication", result="success")
+    delivered = []
+    producer = Producer(oauth_config(oidc, oauth_cb=oauth_cb, acks="all"))
+    started = time.monotonic()
+    index = 0
+    while time.monotonic() - started < 12:  # two token lifetimes: the session expires and is renewed
+        producer.produce(TOPIC, value=b"r%d" % index, on_delivery=lambda error, m: delivered.append(error))
+        producer.poll(0.1)
+        index += 1
+    assert producer.flush(30) == 0
+    assert delivered == [None] * index
+    assert len(tokens) >= 2  # librdkafka fetched a new token before the first expired
+    # The broker gave the session the token's lifetime, and the producer re-authenticated on its connection
+    assert total(oidc, "flotilla_sasl_authentications_total", kind="reauthentication",
+                 result="success") > reauthenticated
+    consumer = Consumer(oauth_config(oidc, oauth_cb=oauth_cb, **{"group.id": "og", "auto.offset.reset": "earliest"}))
+    consumer.subscribe([TOPIC])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(values) < index and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    assert values[:index] == [b"r%d" % i for i in range(index)]
+
+
+@pytest.mark.parametrize("case", ["another issuer's key", "expired", "another audience"])
+def test_confluent_kafka_is_refused_a_bad_token(oidc, issuer, case):
+    from confluent_kafka import Producer
+
+    token = {"another issuer's key": lambda: signed(Issuer("idp-1"), "alice"),
+             "expired": lambda: signed(issuer, "alice", life_s=-120),
+             "another audience": lambda: signed(issuer, "alice", aud="billing")}[case]()
+    failures = total(oidc, "flotilla_sasl_authentications_total", kind="authentication", result="failure")
+    errors: list[str] = []
+    producer = Producer(oauth_config(oidc, oauth_cb=lambda _config: (token, time.time() + 300),
+                                     error_cb=lambda error: errors.append(str(error)),
+                                     **{"message.timeout.ms": 3000}))
+    delivered = []
+    producer.produce(TOPIC, value=b"x", on_delivery=lambda error, m: delivered.append(error))
+    producer.flush(10)
+    assert delivered and delivered[0] is not None  # never written
+    assert any("invalid_token" in error for error in errors), errors  # the broker's RFC 7628 answer, passed on
+    assert total(oidc, "flotilla_sasl_authentications_total", kind="authentication", result="failure") > failures
+
+
+def test_a_good_token_for_a_principal_without_acls_is_denied_the_topic(oidc, issuer):
+    from confluent_kafka import KafkaError, Producer
+
+    producer = Producer(oauth_config(oidc, oauth_cb=lambda _config: (signed(issuer, "mallory"), time.time() + 300),
+                                     **{"message.timeout.ms": 10000}))
+    delivered = []
+    producer.produce(TOPIC, value=b"x", on_delivery=lambda error, m: delivered.append(error))
+    producer.flush(15)
+    assert [error.code() for error in delivered] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_kafka_python_authenticates_with_its_token_provider(oidc, issuer):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    try:
+        from kafka.net.sasl.oauth import AbstractTokenProvider  # kafka-python 3
+    except ImportError:
+        from kafka.sasl.oauth import AbstractTokenProvider  # kafka-python 2
+
+    class Provider(AbstractTokenProvider):
+        def token(self):
+            return signed(issuer, "alice")
+
+    config = {"bootstrap_servers": oidc.bootstrap_servers, "security_protocol": "SASL_SSL",
+              "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": Provider(),
+              "ssl_cafile": os.path.join(oidc.certs_dir, "ca.pem")}
+    producer = eventually(lambda: KafkaProducer(**config, acks="all"), 60, what="a kafka-python connection")
+    metadata = producer.send(TOPIC, b"from-kafka-python").get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(**config, auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+    partition = TopicPartition(TOPIC, 0)
+    consumer.assign([partition])
+    consumer.seek(partition, metadata.offset)
+    assert next(iter(consumer)).value == b"from-kafka-python"
+    consumer.close()
+
+
+def test_kafkajs_authenticates_with_its_oauth_bearer_provider(oidc, issuer):
+    from tests.net.test_kafkajs import kafkajs_modules
+
+    modules = kafkajs_modules()
+    script = os.path.join(ROOT, "tests", "clients", "kafkajs_oauthbearer.js")
+    env = {**os.environ, "NODE_PATH": modules, "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
+    run = subprocess.run(["node", script, oidc.bootstrap_servers, os.path.join(oidc.certs_dir, "ca.pem"), TOPIC,
+                          signed(issuer, "alice")], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout)
+    assert [(p["topicName"], p["errorCode"]) for p in result["produced"]] == [(TOPIC, 0)]
+
+
+def test_the_flotilla_command_reads_its_token_from_a_file(oidc, issuer, tmp_path):
+    token_file = tmp_path / "token"
+    properties = tmp_path / "oauth.properties"
+    properties.write_text("security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+                          f"sasl.oauthbearer.token.file={token_file}\n"
+                          f"ssl.ca.location={os.path.join(oidc.certs_dir, 'ca.pem')}\n")
+    token_file.write_text(signed(issuer, "admin") + "\n")  # the cluster's super user
+    described = json.loads(ok(flotilla(oidc, "topics", "describe", TOPIC, "--json", properties=str(properties))))
+    assert json.dumps(described).count(TOPIC) >= 1
+    token_file.write_text(signed(Issuer("idp-1"), "admin"))
+    refused = flotilla(oidc, "topics", "list", properties=str(properties), timeout=60)
+    assert refused.returncode != 0 and "refused the token" in refused.stderr and "invalid_token" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def unsecured(tmp_path_factory):
+    """One node taking unsecured tokens (development), as librdkafka's enable.sasl.oauthbearer.unsecure.jwt makes."""
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("unsecured-jwt")), nodes=1, secure=True,
+                           broker=FAST_BROKER_SETTINGS, security={
+                               "sasl_enabled_mechanisms": '["PLAIN", "OAUTHBEARER"]',
+                               "sasl_oauthbearer_unsecured": "true"})
+    try:
+        yield _start(cluster)
+    finally:
+        cluster.stop()
+
+
+def test_librdkafkas_unsecured_tokens_and_the_flotilla_command_on_a_development_cluster(unsecured, tmp_path):
+    from confluent_kafka import Producer
+
+    producer = Producer(oauth_config(unsecured, **{"enable.sasl.oauthbearer.unsecure.jwt": True,
+                                                  "sasl.oauthbearer.config": "principal=alice", "acks": "all"}))
+    delivered = []
+    for index in range(10):
+        producer.produce(TOPIC, value=b"u%d" % index, on_delivery=lambda error, m: delivered.append(error))
+    assert producer.flush(30) == 0 and delivered == [None] * 10
+    properties = tmp_path / "dev.properties"
+    properties.write_text("security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+                          "enable.sasl.oauthbearer.unsecure.jwt=true\nsasl.oauthbearer.config=principal=admin\n"
+                          f"ssl.ca.location={os.path.join(unsecured.certs_dir, 'ca.pem')}\n")
+    offsets = ok(flotilla(unsecured, "topics", "describe", TOPIC, "--json", properties=str(properties)))
+    assert TOPIC in offsets
+    # An unsecured token names whoever it likes: only a development cluster takes them, and the ACLs still hold
+    assert unsecured_token("mallory", int(time.time() * 1000)).endswith(".")
+    denied = Producer(oauth_config(unsecured, **{"enable.sasl.oauthbearer.unsecure.jwt": True,
+                                                "sasl.oauthbearer.config": "principal=mallory",
+                                                "message.timeout.ms": 10000}))
+    refused = []
+    denied.produce(TOPIC, value=b"x", on_delivery=lambda error, m: refused.append(error))
+    denied.flush(15)
+    assert [error.name() for error in refused] == ["TOPIC_AUTHORIZATION_FAILED"]
+
+
+def test_a_node_refuses_to_start_with_a_jwks_file_holding_a_private_key(tmp_path, issuer):
+    import jwt
+
+    cluster = LocalCluster(str(tmp_path), nodes=1, secure=True, security={
+        "sasl_enabled_mechanisms": '["PLAIN", "OAUTHBEARER"]', "sasl_oauthbearer_jwks_file": '"jwks.json"'})
+    private = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(issuer.private))
+    with open(os.path.join(cluster.directory, "jwks.json"), "w") as jwks:
+        json.dump({"keys": [{**private, "kid": "idp-1"}]}, jwks)
+    run = subprocess.run([sys.executable, "-m", "cli.main", "node", "--config", cluster.config_path, "--id", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "key 'security.sasl_oauthbearer_jwks_file'" in run.stderr and "private key" in run.stderr
