@@ -75,9 +75,11 @@ class SaslGate:
     def __init__(self, apis: "KafkaApis", security: Any) -> None:
         self.apis = apis
         self.security = security
-        # OAUTHBEARER's keys: the JWKS file, read again when it changes (the only I/O here, and only when set)
+        # OAUTHBEARER's keys: the JWKS file, read again when it changes (the only I/O here, and only when set),
+        # or what the node fetches from a JWKS endpoint (net/jwks_endpoint.py sets itself here)
         jwks_path = getattr(security, "sasl_oauthbearer_jwks_file", None)
-        self._jwks_file = JwksFile(jwks_path) if jwks_path and OAUTHBEARER in security.sasl_enabled_mechanisms else None
+        self.jwks_source: Any = (JwksFile(jwks_path) if jwks_path and OAUTHBEARER in security.sasl_enabled_mechanisms
+                                 else None)
         self.bug_expired_sessions_served = False
         self.bug_principal_may_change = False
         self.bug_token_expiry_ignored = False
@@ -164,7 +166,10 @@ class SaslGate:
         oauthbearer = getattr(self.security, "oauthbearer", None)
         if oauthbearer is None:
             return None
-        return oauthbearer(self._jwks_file.current() if self._jwks_file is not None else None)
+        source = self.jwks_source
+        if source is None:
+            return oauthbearer(None)
+        return oauthbearer(source.current(), getattr(source, "unknown_key", None))
 
     def _scram_lookup(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         record = self.apis.broker.image.scram.credentials.get((user, int(mechanism)))

@@ -21,6 +21,9 @@ Layout (Kafka's names in snake case; every key optional; no `[security]` table =
     connections_max_reauth_ms = 0                            # > 0: SASL sessions last this long (KIP-368)
     controller_tls = false                                   # the controller port over mutual TLS too
     sasl_oauthbearer_jwks_file = "oidc/jwks.json"            # OAUTHBEARER: the issuer's public keys (JWKS)
+    sasl_oauthbearer_jwks_endpoint_url = "https://idp.example/jwks"   # or fetched from the issuer
+    sasl_oauthbearer_jwks_endpoint_refresh_ms = 3600000      # and fetched again this often (and on an unknown kid)
+    sasl_oauthbearer_jwks_endpoint_cafile = "idp-ca.pem"     # the endpoint's CA (default: the system's)
     sasl_oauthbearer_unsecured = false                       # OAUTHBEARER: unsigned tokens (development only)
     sasl_oauthbearer_expected_audience = ["kafka"]           # tokens must name one of these in `aud`
     sasl_oauthbearer_expected_issuer = "https://idp.example" # tokens' `iss` must be this
@@ -100,20 +103,23 @@ class SecuritySettings:
     plain_users: dict[str, str] = field(default_factory=dict)
     inter_broker: InterBrokerCredentials = InterBrokerCredentials()
     sasl_oauthbearer_jwks_file: str | None = None  # absolute
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None  # https:// (a file: URL is read as jwks_file)
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int = 3_600_000  # Kafka's default: an hour
+    sasl_oauthbearer_jwks_endpoint_cafile: str | None = None  # absolute
     sasl_oauthbearer_unsecured: bool = False
     sasl_oauthbearer_expected_audience: tuple[str, ...] = ()
     sasl_oauthbearer_expected_issuer: str | None = None
     sasl_oauthbearer_sub_claim_name: str = "sub"
     sasl_oauthbearer_clock_skew_seconds: int = 30
 
-    def oauthbearer(self, jwks: KeySet | None) -> OAuthBearerSettings | None:
-        """How tokens are checked (with the keys of the JWKS file, read by the caller), None without
+    def oauthbearer(self, jwks: KeySet | None, on_unknown_key: Any = None) -> OAuthBearerSettings | None:
+        """How tokens are checked (with the keys of the JWKS file or endpoint, read by the caller), None without
         OAUTHBEARER."""
         if OAUTHBEARER not in self.sasl_enabled_mechanisms:
             return None
         return OAuthBearerSettings(self.sasl_oauthbearer_unsecured, jwks, self.sasl_oauthbearer_expected_audience,
                                    self.sasl_oauthbearer_expected_issuer, self.sasl_oauthbearer_sub_claim_name,
-                                   self.sasl_oauthbearer_clock_skew_seconds)
+                                   self.sasl_oauthbearer_clock_skew_seconds, on_unknown_key)
 
     def protocol_of(self, listener_name: str) -> str | None:
         if listener_name in self.listener_security_protocol_map:
@@ -133,6 +139,8 @@ _KEYS = {
     "connection_failed_authentication_delay_ms", "connections_max_reauth_ms", "plain_users", "inter_broker",
     "controller_tls", "sasl_oauthbearer_jwks_file", "sasl_oauthbearer_unsecured", "sasl_oauthbearer_expected_audience",
     "sasl_oauthbearer_expected_issuer", "sasl_oauthbearer_sub_claim_name", "sasl_oauthbearer_clock_skew_seconds",
+    "sasl_oauthbearer_jwks_endpoint_url", "sasl_oauthbearer_jwks_endpoint_refresh_ms",
+    "sasl_oauthbearer_jwks_endpoint_cafile",
 }
 
 
@@ -214,7 +222,8 @@ def _oauthbearer(raw: dict[str, Any], source: str, base_dir: str, mechanisms: tu
     """The sasl_oauthbearer_* keys: with OAUTHBEARER enabled, exactly one way to check tokens (a JWKS file, read
     here so that a bad one stops the node before it starts, or unsecured tokens)."""
     values: dict[str, Any] = {}
-    for key in ("sasl_oauthbearer_jwks_file", "sasl_oauthbearer_expected_issuer", "sasl_oauthbearer_sub_claim_name"):
+    for key in ("sasl_oauthbearer_jwks_file", "sasl_oauthbearer_expected_issuer", "sasl_oauthbearer_sub_claim_name",
+                "sasl_oauthbearer_jwks_endpoint_url", "sasl_oauthbearer_jwks_endpoint_cafile"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key]:
                 raise ConfigError(f"{source}: key 'security.{key}' must be a non-empty string, got {raw[key]!r}")
@@ -226,6 +235,26 @@ def _oauthbearer(raw: dict[str, Any], source: str, base_dir: str, mechanisms: tu
     audience = _strings(raw, "sasl_oauthbearer_expected_audience", source)
     if audience is not None:
         values["sasl_oauthbearer_expected_audience"] = tuple(audience)
+    refresh = raw.get("sasl_oauthbearer_jwks_endpoint_refresh_ms")
+    if refresh is not None:
+        if isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1000:
+            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_jwks_endpoint_refresh_ms' must be an integer "
+                              f"of at least 1000, got {refresh!r}")
+        values["sasl_oauthbearer_jwks_endpoint_refresh_ms"] = refresh
+    url = values.get("sasl_oauthbearer_jwks_endpoint_url")
+    if url is not None:
+        if url.startswith("file:"):  # as Kafka takes it: the file at that path
+            if "sasl_oauthbearer_jwks_file" in values:
+                raise ConfigError(f"{source}: keys 'security.sasl_oauthbearer_jwks_endpoint_url' and "
+                                  f"'security.sasl_oauthbearer_jwks_file' exclude each other")
+            values["sasl_oauthbearer_jwks_file"] = url[len("file://"):] if url.startswith("file://") else url[5:]
+            del values["sasl_oauthbearer_jwks_endpoint_url"]
+        elif not url.startswith("https://"):
+            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_jwks_endpoint_url' must be an https:// or "
+                              f"file: URL, got {url!r}")
+    if "sasl_oauthbearer_jwks_endpoint_cafile" in values:
+        values["sasl_oauthbearer_jwks_endpoint_cafile"] = os.path.normpath(
+            os.path.join(base_dir, values["sasl_oauthbearer_jwks_endpoint_cafile"]))
     skew = raw.get("sasl_oauthbearer_clock_skew_seconds")
     if skew is not None:
         if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 3600:
@@ -237,12 +266,15 @@ def _oauthbearer(raw: dict[str, Any], source: str, base_dir: str, mechanisms: tu
             raise ConfigError(f"{source}: key 'security.{next(iter(values))}' is set but OAUTHBEARER is not in "
                               f"'security.sasl_enabled_mechanisms'")
         return values
-    has_jwks, unsecured = "sasl_oauthbearer_jwks_file" in values, values.get("sasl_oauthbearer_unsecured", False)
-    if has_jwks == unsecured:
-        raise ConfigError(f"{source}: key 'security.sasl_enabled_mechanisms' lists OAUTHBEARER: set either "
-                          f"'security.sasl_oauthbearer_jwks_file' (the token issuer's public keys) or "
-                          f"'security.sasl_oauthbearer_unsecured = true' (unsigned tokens, development only)"
-                          + (", not both" if has_jwks else ""))
+    ways = [key for key in ("sasl_oauthbearer_jwks_file", "sasl_oauthbearer_jwks_endpoint_url") if key in values]
+    if values.get("sasl_oauthbearer_unsecured", False):
+        ways.append("sasl_oauthbearer_unsecured")
+    if len(ways) != 1:
+        raise ConfigError(f"{source}: key 'security.sasl_enabled_mechanisms' lists OAUTHBEARER: set one of "
+                          f"'security.sasl_oauthbearer_jwks_file' or 'security.sasl_oauthbearer_jwks_endpoint_url' "
+                          f"(the token issuer's public keys) or 'security.sasl_oauthbearer_unsecured = true' "
+                          f"(unsigned tokens, development only)" + (f", not {' and '.join(ways)}" if ways else ""))
+    has_jwks = "sasl_oauthbearer_jwks_file" in values
     if has_jwks:
         path = values["sasl_oauthbearer_jwks_file"] = os.path.normpath(
             os.path.join(base_dir, values["sasl_oauthbearer_jwks_file"]))

@@ -48,6 +48,7 @@ from net.connections import (DESCRIPTORS_FOR_CONTROLLER, ConnectionLimits, defau
                              raise_descriptor_limit, serve_listeners)
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
+from net.jwks_endpoint import JwksEndpoint
 from net import plainsocket
 from net.logs import get_logger
 from net.malloc import keep_heap_pages
@@ -104,6 +105,13 @@ class Node:
         self.inter_broker_security = inter_broker_security(config, node_id)
         if self.broker is not None:
             self.broker.metrics.enabled = self.node_config.metrics_port is not None
+        self.jwks_endpoint: JwksEndpoint | None = None  # OAUTHBEARER's keys from the issuer (net/jwks_endpoint.py)
+        security = config.security
+        if self.dispatcher is not None and security.sasl_oauthbearer_jwks_endpoint_url and security.oauthbearer(None):
+            self.jwks_endpoint = JwksEndpoint(security.sasl_oauthbearer_jwks_endpoint_url,
+                                              security.sasl_oauthbearer_jwks_endpoint_refresh_ms,
+                                              security.sasl_oauthbearer_jwks_endpoint_cafile, self.log)
+            self.dispatcher.sasl_gate.jwks_source = self.jwks_endpoint
         self.controller_tls = controller_tls_contexts(config, node_id) if config.security.controller_tls else None
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._logged_quorum_leader: int | None = None  # _log_cluster_changes: what the log last said
@@ -444,6 +452,8 @@ class Node:
                 await nursery.start(self.raft_shell.run)
             else:
                 nursery.start_soon(self._observe_metadata)
+            if self.jwks_endpoint is not None:
+                nursery.start_soon(self.jwks_endpoint.run)
             if self.broker is not None:
                 limits = ServerLimits(
                     request_bytes_max=self.config.broker.request_bytes_max,

@@ -71,6 +71,8 @@ class OAuthBearerSettings:
     expected_issuer: str | None = None
     sub_claim_name: str = "sub"
     clock_skew_s: int = 30
+    # Told the key id of a token no key of `jwks` has (a JWKS endpoint then fetches the keys again: a rotation)
+    on_unknown_key: Any = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,12 @@ def _verified_claims(token: str, settings: OAuthBearerSettings) -> dict[str, Any
         header = jwt.get_unverified_header(token)
     except jwt.InvalidTokenError as error:
         raise InvalidToken(f"the token is not a JWS: {error}") from None
-    key = _key_for(header, settings.jwks)
+    try:
+        key = _key_for(header, settings.jwks)
+    except InvalidToken:
+        if settings.on_unknown_key is not None and header.get("kid") is not None:
+            settings.on_unknown_key(header["kid"])
+        raise
     algorithm = header.get("alg")
     allowed = (key.algorithm,) if key.algorithm else ALGORITHMS_BY_KEY_TYPE[key.key_type]
     if algorithm not in allowed:

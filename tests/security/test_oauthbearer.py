@@ -221,13 +221,27 @@ def test_the_config_takes_a_jwks_file_or_unsecured_tokens(tmp_path, issuer):
     assert config.security.sasl_oauthbearer_jwks_file == str(tmp_path / "jwks.json")
     assert _config(tmp_path, sasl_enabled_mechanisms=["OAUTHBEARER"], sasl_oauthbearer_unsecured=True).security.oauthbearer(
         None).unsecured
+    by_url = _config(tmp_path, sasl_enabled_mechanisms=["OAUTHBEARER"],
+                     sasl_oauthbearer_jwks_endpoint_url=f"file://{tmp_path}/jwks.json").security
+    assert by_url.sasl_oauthbearer_jwks_file == str(tmp_path / "jwks.json") and not by_url.sasl_oauthbearer_jwks_endpoint_url
+    endpoint = _config(tmp_path, sasl_enabled_mechanisms=["OAUTHBEARER"], sasl_oauthbearer_jwks_endpoint_cafile="ca.pem",
+                       sasl_oauthbearer_jwks_endpoint_url="https://idp.test/jwks").security
+    assert endpoint.sasl_oauthbearer_jwks_endpoint_cafile == str(tmp_path / "ca.pem")
+    assert endpoint.sasl_oauthbearer_jwks_endpoint_refresh_ms == 3_600_000
 
 
 @pytest.mark.parametrize("security, complaint", [
     ({"sasl_enabled_mechanisms": ["OAUTHBEARER"]}, "key 'security.sasl_enabled_mechanisms' lists OAUTHBEARER: set "
-                                                   "either 'security.sasl_oauthbearer_jwks_file'"),
+                                                   "one of 'security.sasl_oauthbearer_jwks_file'"),
     ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
-      "sasl_oauthbearer_jwks_file": "jwks.json"}, ", not both"),
+      "sasl_oauthbearer_jwks_file": "jwks.json"}, ", not sasl_oauthbearer_jwks_file and sasl_oauthbearer_unsecured"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_jwks_endpoint_url": "http://idp/jwks"},
+     "key 'security.sasl_oauthbearer_jwks_endpoint_url' must be an https:// or file: URL"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_jwks_endpoint_url": "https://idp/jwks",
+      "sasl_oauthbearer_jwks_endpoint_refresh_ms": 10}, "'security.sasl_oauthbearer_jwks_endpoint_refresh_ms' must"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_jwks_endpoint_url": "https://idp/jwks",
+      "sasl_oauthbearer_jwks_file": "jwks.json"}, ", not sasl_oauthbearer_jwks_file and "
+                                                  "sasl_oauthbearer_jwks_endpoint_url"),
     ({"sasl_oauthbearer_unsecured": True}, "key 'security.sasl_oauthbearer_unsecured' is set but OAUTHBEARER is not"),
     ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_jwks_file": "missing.json"},
      "key 'security.sasl_oauthbearer_jwks_file': {tmp}/missing.json: No such file"),

@@ -243,3 +243,82 @@ def test_a_node_refuses_to_start_with_a_jwks_file_holding_a_private_key(tmp_path
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "key 'security.sasl_oauthbearer_jwks_file'" in run.stderr and "private key" in run.stderr
+
+
+class JwksServer:
+    """An identity provider's JWKS endpoint on 127.0.0.1 over HTTPS (a trustme CA), serving `document` (None:
+    answering 503) and counting the GETs."""
+
+    def __init__(self, directory: str) -> None:
+        import http.server
+        import ssl
+        import threading
+
+        import trustme
+
+        authority = trustme.CA()
+        authority.cert_pem.write_to_path(os.path.join(directory, "idp-ca.pem"))
+        self.document: dict | None = None
+        self.gets = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                server.gets += 1
+                body = json.dumps(server.document).encode() if server.document is not None else b"down"
+                self.send_response(200 if server.document is not None else 503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        authority.issue_cert("127.0.0.1").configure_cert(context)
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}/jwks"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _produce_one(cluster: LocalCluster, token_of, timeout_s: float) -> list:
+    """Produce one record with confluent-kafka authenticating with `token_of()` (asked again at each attempt);
+    the delivery errors (None: delivered)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(oauth_config(cluster, oauth_cb=lambda _config: (token_of(), time.time() + 300),
+                                     **{"message.timeout.ms": int(timeout_s * 1000), "reconnect.backoff.max.ms": 1000}))
+    delivered: list = []
+    producer.produce(TOPIC, value=b"k", on_delivery=lambda error, m: delivered.append(error))
+    producer.flush(timeout_s + 5)
+    return delivered
+
+
+def test_keys_from_a_jwks_endpoint_that_starts_late_and_rotates(tmp_path, issuer):
+    directory = str(tmp_path / "cluster")
+    os.makedirs(directory)
+    idp = JwksServer(directory)  # down at first: the node serves, and takes no token until it has the keys
+    cluster = LocalCluster(directory, nodes=1, secure=True, broker=FAST_BROKER_SETTINGS, security={
+        "sasl_enabled_mechanisms": '["PLAIN", "OAUTHBEARER"]', "sasl_oauthbearer_jwks_endpoint_url": f'"{idp.url}"',
+        "sasl_oauthbearer_jwks_endpoint_cafile": '"idp-ca.pem"', "sasl_oauthbearer_expected_audience": '["kafka"]'})
+    try:
+        _start(cluster)
+        assert idp.gets >= 1
+        assert _produce_one(cluster, lambda: signed(issuer, "alice"), 3) != [None]  # no keys yet: refused
+        idp.document = {"keys": [issuer.jwk]}  # the provider comes up: fetched again within the retry backoff
+        assert _produce_one(cluster, lambda: signed(issuer, "alice"), 30) == [None]
+        rotated = Issuer("idp-2")
+        idp.document = {"keys": [issuer.jwk, rotated.jwk]}  # a new signing key: the node learns it when a token
+        gets = idp.gets  # names it (a fetch at most every 10 s), long before the hourly refresh
+        assert _produce_one(cluster, lambda: signed(rotated, "alice"), 40) == [None]
+        assert idp.gets > gets
+    finally:
+        cluster.stop()
+        idp.close()
