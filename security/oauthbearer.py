@@ -194,6 +194,8 @@ def _verified_claims(token: str, settings: OAuthBearerSettings) -> dict[str, Any
         header = jwt.get_unverified_header(token)
     except jwt.InvalidTokenError as error:
         raise InvalidToken(f"the token is not a JWS: {error}") from None
+    except RecursionError:
+        raise InvalidToken("the token's header is JSON nested too deep") from None
     try:
         key = _key_for(header, settings.jwks)
     except InvalidToken:
@@ -211,6 +213,8 @@ def _verified_claims(token: str, settings: OAuthBearerSettings) -> dict[str, Any
                                    "verify_aud": False, "verify_iss": False})
     except jwt.InvalidTokenError as error:
         raise InvalidToken(f"the token's signature does not verify: {error}") from None
+    except RecursionError:  # a signed payload nested too deep: its issuer's bug, still a refusal
+        raise InvalidToken("the token's claims are JSON nested too deep") from None
 
 
 def _key_for(header: dict[str, Any], jwks: "KeySet | None") -> "VerificationKey":
@@ -229,7 +233,7 @@ def _key_for(header: dict[str, Any], jwks: "KeySet | None") -> "VerificationKey"
 def _json_part(part: str) -> dict[str, Any]:
     try:
         decoded = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error, RecursionError):  # (RecursionError: JSON nested thousands deep)
         raise InvalidToken("a part of the token is not base64url JSON") from None
     if not isinstance(decoded, dict):
         raise InvalidToken("a part of the token is not a JSON object")

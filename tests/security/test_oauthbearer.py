@@ -11,6 +11,9 @@ import os
 
 import jwt
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_hypothesis
+from hypothesis import strategies as st
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -276,3 +279,34 @@ def test_a_rotated_jwks_file_is_read_again_and_a_broken_copy_keeps_the_keys_befo
     os.utime(path, ns=(1, 2 * 10**18))
     clock[0] = 3.0
     assert len(jwks.current().keys) == 2 and "not JSON" in jwks.last_error
+
+
+# ------------------------------------------------------------------------------------------------ hostile input
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children,
+                                                                                          max_size=4), max_leaves=20)
+
+
+def _part(value) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+@settings_hypothesis(max_examples=300, deadline=None)
+@given(message=st.binary(max_size=600) | st.builds(
+    lambda header, claims, signature: client_first(f"{_part(header)}.{_part(claims)}.{signature}"),
+    _JSON, _JSON, st.sampled_from(["", "c2ln", "!!"])), unsecured_mode=st.booleans())
+def test_any_client_message_is_answered_or_refused_never_raised(issuer, message, unsecured_mode):
+    mode = OAuthBearerSettings(unsecured=True) if unsecured_mode else settings(issuer)
+    exchange = SaslExchange("OAUTHBEARER", {}, lambda user, mechanism: None, mode)
+    try:
+        answer = exchange.step(message, NOW_MS)
+    except AuthenticationFailed:
+        return
+    assert answer == error_message() and exchange.principal is None or answer == b"" and exchange.principal
+
+
+def test_json_nested_thousands_deep_is_refused_not_raised():
+    deep = base64.urlsafe_b64encode(b"[" * 20000 + b"]" * 20000).rstrip(b"=").decode()
+    with pytest.raises(InvalidToken, match="not base64url JSON"):
+        validate_token(f"e30.{deep}.", OAuthBearerSettings(unsecured=True), NOW_MS)
