@@ -240,7 +240,14 @@ class AuthorizerSettings:
 
 
 class Authorizer:
-    """Kafka's standard authorizer over the ACLs of the current metadata image (see the module docstring)."""
+    """Kafka's standard authorizer over the ACLs of the current metadata image (see the module docstring).
+
+    Planted bugs for the simulator (simulations/acl_sim.py), never configured: `bug_index_kept_on_delete` (the
+    index is rebuilt only when ACLs were added, so a deleted binding still applies) and `bug_allow_before_deny`
+    (the first matching binding decides, so an ALLOW met before a DENY wins)."""
+
+    bug_index_kept_on_delete = False
+    bug_allow_before_deny = False
 
     def __init__(self, settings: AuthorizerSettings) -> None:
         self.settings = settings
@@ -252,6 +259,8 @@ class Authorizer:
         if acls_by_id is self._source:
             return
         self._source = acls_by_id
+        if self.bug_index_kept_on_delete and len(acls_by_id) < self._index.count:
+            return
         self._index = _Index(binding_of(entry) for entry in acls_by_id.values())
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
@@ -273,6 +282,8 @@ class Authorizer:
             elif not allowed:
                 allowed = (binding.operation in (operation, AclOperation.ALL)
                            or binding.operation in _IMPLIED_BY.get(operation, ()))
+                if allowed and self.bug_allow_before_deny:
+                    return True
         return allowed
 
     def authorize_any(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType) -> bool:

@@ -103,10 +103,11 @@ def simulation_raft_config() -> RaftConfig:
 
 
 def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
-                   observer_ids: tuple[int, ...] = (), racks: bool = False) -> ClusterConfig:
+                   observer_ids: tuple[int, ...] = (), racks: bool = False,
+                   security: dict | None = None) -> ClusterConfig:
     """The cluster every node runs: nodes broker+controller, `observer_ids` broker-only (KRaft observers);
     hosts and ports are labels only. `broker_extra` adds [broker] settings (a workload's coordinator settings);
-    with `racks` node n is in rack "rack-n"."""
+    with `racks` node n is in rack "rack-n"; `security` is a [security] table (the authorizer's settings)."""
     document = {
         "cluster_id": "sim-cluster",
         "nodes": [{"id": n, "host": f"node-{n}", "kafka_port": 9000 + n, "controller_port": 9100 + n,
@@ -119,6 +120,8 @@ def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
         "broker": {"broker_session_timeout_ms": 3_000, "broker_heartbeat_interval_ms": 500,
                    "replica_lag_time_max_ms": 3_000, "log_flush_messages": 1, **(broker_extra or {})},
     }
+    if security:
+        document["security"] = security
     if racks:
         for node in document["nodes"]:
             node["rack"] = f"rack-{node['id']}"
@@ -145,6 +148,7 @@ class ClusterSimulation(NodeFaultsMixin):
     checkers_class = ClusterCheckers
     extra_bugs: dict[str, str] = {}
     broker_settings_extra: dict[str, int] = {}
+    security_settings_extra: dict[str, Any] = {}  # a [security] table for the nodes (the acls workload's authorizer)
     replication_factor = REPLICATION_FACTOR  # of the workload's topic (capped at the number of nodes)
     idle_phase_ms = IDLE_PHASE_MS  # after the final checks; 0: none (the other workloads)
     observers = 0  # broker-only nodes after the `--nodes` broker+controller ones
@@ -175,7 +179,8 @@ class ClusterSimulation(NodeFaultsMixin):
         self.shape = shape
         self.trace("swarm", shape.records_per_s, int(shape.keyed), f"{shape.read_corruption_probability:g}",
                    ",".join(sorted(config.bugs_live)) or "-")
-        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra, self.observer_ids, self.racks)
+        self.cluster = cluster_config(self.node_ids, self.broker_settings_extra, self.observer_ids, self.racks,
+                                      self.security_settings_extra)
         self.raft_config = simulation_raft_config()
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}

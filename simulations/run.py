@@ -38,6 +38,7 @@ WORKLOADS: dict[str, str] = {
     "reassign": "simulations.reassign_sim",
     "quotas": "simulations.quota_sim",
     "sasl": "simulations.sasl_sim",
+    "acls": "simulations.acl_sim",
     "fuzz": "simulations.fuzz_sim",
     "follower-fetch": "simulations.follower_fetch_sim",
 }

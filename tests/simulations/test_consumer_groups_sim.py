@@ -14,8 +14,8 @@ import pytest
 from groupcoord.consumer import ConsumerGroup, ConsumerMember
 from simulations.consumer_groups_sim import ConsumerGroupCheckers
 from simulations.faults import DEFAULT_FAULTS
-from simulations.run import run_one, sweep
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
+from simulations.run import run_one
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 
 ASSIGN_UNRELEASED_SEED = 1
 # poll_ignores_changes (the coordinator runtimes are told nothing changed): the members heartbeat often, so a
@@ -63,5 +63,4 @@ def test_poll_ignores_changes_fails_coordinator_answers_prompt_at_its_known_seed
 
 @pytest.mark.slow
 def test_consumer_groups_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(workload_config("consumer-groups", 1, 20.0, DEFAULT_FAULTS), list(range(1, 31)), jobs=2)
-    assert not summary.failed_seeds, summary.format()
+    assert_sweep_passes("consumer-groups", 30, 20.0)

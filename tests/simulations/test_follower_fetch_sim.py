@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulations.faults import DEFAULT_FAULTS
-from simulations.run import run_one, sweep
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
+from simulations.run import run_one
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 
 FOLLOWER_READS_PAST_HW_SEED = 1
 
@@ -30,5 +29,4 @@ def test_follower_reads_past_hw_fails_reads_committed_at_its_known_seed():
 
 @pytest.mark.slow
 def test_follower_fetch_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(workload_config("follower-fetch", 1, 20.0, DEFAULT_FAULTS), list(range(1, 13)), jobs=2)
-    assert summary.runs == 12 and not summary.failed_seeds, summary.format()
+    assert_sweep_passes("follower-fetch", 12, 20.0)

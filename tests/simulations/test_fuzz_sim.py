@@ -17,8 +17,8 @@ from net.protocol.codec import SUPPORTED, ApiKey, RequestHeader, decode_request,
 from simulations.cluster_checkers import ClusterCheckers
 from simulations.fuzz_requests import EXCLUDED_APIS, RequestFuzzer
 from simulations.faults import DEFAULT_FAULTS
-from simulations.run import RunConfig, run_one, sweep
-from tests.simulations.workloads import failed_checkers, workload_config
+from simulations.run import RunConfig, run_one
+from tests.simulations.workloads import assert_sweep_passes, failed_checkers, workload_config
 
 CREATE_TOPICS_FORWARD_NOTHING_SEED = 1
 DUPLICATE_PRODUCE_PARTITION_SEED = 6  # a Produce naming a partition twice raised out of the handler (fixed)
@@ -106,5 +106,4 @@ def test_the_seed_that_found_the_duplicate_produce_partition_passes():
 
 @pytest.mark.slow
 def test_fuzz_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(workload_config("fuzz", 1, 20.0, DEFAULT_FAULTS), list(range(1, 13)), jobs=2)
-    assert summary.runs == 12 and not summary.failed_seeds, summary.format()
+    assert_sweep_passes("fuzz", 12, 20.0)

@@ -12,8 +12,8 @@ from net.protocol.codec import ApiKey
 from simulations.faults import DEFAULT_FAULTS
 from simulations.group_checkers import ANSWER_MS_MAX, SETTLE_MS, FaultWindows, GroupCheckers
 from simulations.group_clients import decode_assignment, encode_assignment, range_assignment
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
-from simulations.run import RunConfig, run_one, sweep
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
+from simulations.run import RunConfig, run_one
 
 TEETH_DURATION_S = 30.0
 # commit_before_hw answers group writes before they are committed: a failover loses an acknowledged write
@@ -150,8 +150,7 @@ def test_poll_ignores_changes_fails_coordinator_answers_prompt_at_its_known_seed
 
 @pytest.mark.slow
 def test_groups_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 31)), jobs=2)
-    assert not summary.failed_seeds, summary.format()
+    assert_sweep_passes("groups", 30, 20.0)
 
 
 @pytest.mark.slow

@@ -15,10 +15,9 @@ import pytest
 from metadata.image import ClientQuotasImage, FrozenMap
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
-from simulations.faults import DEFAULT_FAULTS
 from simulations.quota_sim import QuotaCheckers
-from simulations.run import run_one, sweep
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
+from simulations.run import run_one
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 
 THROTTLE_NOT_MUTED_SEED = 1
 DELETIONS_NOT_COUNTED_SEED = 1
@@ -123,5 +122,4 @@ def test_throttle_not_muted_fails_quota_respected_at_its_known_seed():
 
 @pytest.mark.slow
 def test_quotas_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(workload_config("quotas", 1, 30.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
-    assert summary.runs == 20 and not summary.failed_seeds, summary.format()
+    assert_sweep_passes("quotas", 20, 30.0)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import pytest
 
 from metadata.image import PartitionRegistration
-from simulations.faults import DEFAULT_FAULTS
 from simulations.reassign_sim import assignment_problem
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
-from simulations.run import RunConfig, run_one, sweep
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
+from simulations.run import RunConfig, run_one
 
 REASSIGN_WITHOUT_CATCH_UP_SEED = 1
 # Of `--duration 20`; both seeds moved from 23 to 11 when a broker's controller calls began to follow a change of
@@ -67,5 +66,4 @@ def test_a_parked_fetch_that_drops_its_news_fails_liveness_at_its_known_seed():
 
 @pytest.mark.slow
 def test_reassign_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
-    assert summary.runs == 20 and not summary.failed_seeds, summary.format()
+    assert_sweep_passes("reassign", 20, 20.0)

@@ -16,12 +16,11 @@ import pytest
 from broker.sasl_gate import SaslOutcome
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, encode_request, encode_response
-from simulations.faults import DEFAULT_FAULTS
-from simulations.run import run_one, sweep
+from simulations.run import run_one
 from simulations.sasl_sim import SaslCheckers
 from security.oauthbearer import client_first, unsecured_token
 from security.session import Session
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 
 EXPIRED_SESSION_SERVED_SEED = 1
 REAUTH_PRINCIPAL_CHANGE_SEED = 1
@@ -126,5 +125,4 @@ def test_token_expiry_ignored_fails_token_expiry_kept_at_its_known_seed():
 
 @pytest.mark.slow
 def test_sasl_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(workload_config("sasl", 1, 30.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
-    assert summary.runs == 20 and not summary.failed_seeds, summary.format()
+    assert_sweep_passes("sasl", 20, 30.0)

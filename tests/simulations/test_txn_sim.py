@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from simulations.faults import DEFAULT_FAULTS
-from tests.simulations.workloads import assert_teeth, failed_checkers, workload_config
-from simulations.run import RunConfig, run_one, sweep
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
+from simulations.run import RunConfig, run_one
 from simulations.txn_checkers import TxnCheckers, parse_output
 
 TEETH_DURATION_S = 20.0
@@ -141,8 +141,7 @@ def test_a_broker_fenced_during_a_long_partition_is_not_a_live_broker_lost():
 
 
 def test_transactions_sweep_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(1, 20.0, DEFAULT_FAULTS), list(range(1, 21)), jobs=2)
-    assert not summary.failed_seeds, summary.format()
+    assert_sweep_passes("transactions", 20, 20.0)
 
 
 @pytest.mark.slow

@@ -28,3 +28,11 @@ def assert_teeth(workload: str, bug: str, seed: int, duration_s: float, checkers
     assert run_one(buggy).trace_sha256 == first.trace_sha256
     fixed = run_one(workload_config(workload, seed, duration_s, DEFAULT_FAULTS))
     assert fixed.ok, failed_checkers(fixed)
+
+
+def assert_sweep_passes(workload: str, seeds: int, duration_s: float) -> None:
+    """Seeds 1..`seeds` of `workload` under the default faults, every fix on: each run passes every checker."""
+    from simulations.run import sweep
+
+    summary = sweep(workload_config(workload, 1, duration_s, DEFAULT_FAULTS), list(range(1, seeds + 1)), jobs=2)
+    assert summary.runs == seeds and not summary.failed_seeds, summary.format()
