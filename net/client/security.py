@@ -3,10 +3,16 @@
 `ClientSecurity.from_properties` reads what Kafka's tools read from `--command-config` (security.protocol,
 sasl.mechanism, sasl.username / sasl.password, ssl.ca.location or ssl.truststore-free `ssl.cafile`,
 ssl.certificate.location / ssl.key.location for a client certificate, ssl.endpoint.identification.algorithm),
-so one file serves kcat, confluent-kafka and the `flotilla` command. For OAUTHBEARER: librdkafka's
-`enable.sasl.oauthbearer.unsecure.jwt=true` with `sasl.oauthbearer.config=principal=NAME [lifeSeconds=N]
-[scope=S]` (an unsigned token, for development clusters), or `sasl.oauthbearer.token.file` (Flotilla's own: a
-file holding a signed JWT, read at each authentication so that whatever renews it can rewrite it).
+so one file serves kcat, confluent-kafka and the `flotilla` command. For OAUTHBEARER, one of:
+- librdkafka's OIDC client-credentials flow (KIP-768): `sasl.oauthbearer.method=oidc` with
+  `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.id`, `sasl.oauthbearer.client.secret`,
+  optionally `sasl.oauthbearer.scope` and `https.ca.location` (the provider's CA). The token is fetched with
+  HTTP Basic credentials (`grant_type=client_credentials`, RFC 6749 section 4.4) and used until 80% of its
+  `expires_in`, as librdkafka refreshes it;
+- librdkafka's `enable.sasl.oauthbearer.unsecure.jwt=true` with `sasl.oauthbearer.config=principal=NAME
+  [lifeSeconds=N] [scope=S]` (an unsigned token, for development clusters);
+- `sasl.oauthbearer.token.file` (Flotilla's own: a file holding a signed JWT, read at each authentication so
+  that whatever renews it can rewrite it).
 `sasl_authenticate(call, security)` runs SaslHandshake v1 and SaslAuthenticate (KIP-152) over any connection
 through `call(api_key, request, api_version)`: PLAIN in one message, SCRAM in two (RFC 5802, the `scramp`
 library's client), OAUTHBEARER in one (RFC 7628; a refused token is acknowledged with ^A, then fails). It returns the
@@ -47,9 +53,12 @@ class ClientSecurity:
     check_hostname: bool = True
     oauthbearer_token_file: str | None = None  # OAUTHBEARER: a file holding the token
     oauthbearer_unsecured: dict[str, str] | None = None  # OAUTHBEARER: sasl.oauthbearer.config, for unsigned ones
+    oauthbearer_oidc: "OidcClientCredentials | None" = None  # OAUTHBEARER: a token from the provider
 
-    def oauthbearer_token(self) -> str:
+    async def oauthbearer_token(self) -> str:
         """The token to authenticate with now. Raises ValueError when there is none to give."""
+        if self.oauthbearer_oidc is not None:
+            return await self.oauthbearer_oidc.token()
         if self.oauthbearer_token_file is not None:
             try:
                 with open(self.oauthbearer_token_file) as token_file:
@@ -89,9 +98,9 @@ class ClientSecurity:
         mechanism = properties.get("sasl.mechanism", properties.get("sasl.mechanisms", PLAIN)).upper()
         if protocol.startswith("SASL") and mechanism not in CLIENT_MECHANISMS:
             raise ValueError(f"{source}: sasl.mechanism must be one of {list(CLIENT_MECHANISMS)}, got {mechanism!r}")
-        token_file, unsecured = None, None
+        token_file, unsecured, oidc = None, None, None
         if protocol.startswith("SASL") and mechanism == OAUTHBEARER:
-            token_file, unsecured = _oauthbearer_properties(properties, source)
+            token_file, unsecured, oidc = _oauthbearer_properties(properties, source)
         identification = properties.get("ssl.endpoint.identification.algorithm", "https").lower()
         return cls(
             security_protocol=protocol,
@@ -104,26 +113,91 @@ class ClientSecurity:
             check_hostname=identification not in ("", "none"),
             oauthbearer_token_file=token_file,
             oauthbearer_unsecured=unsecured,
+            oauthbearer_oidc=oidc,
         )
 
 
-def _oauthbearer_properties(properties: dict[str, str], source: str) -> tuple[str | None, dict[str, str] | None]:
-    """(the token file, or the unsecured token's sasl.oauthbearer.config). Raises ValueError naming the property."""
+def _oauthbearer_properties(properties: dict[str, str], source: str) -> tuple[
+        str | None, dict[str, str] | None, "OidcClientCredentials | None"]:
+    """(the token file, the unsecured token's sasl.oauthbearer.config, or the OIDC provider's client). Raises
+    ValueError naming the property."""
     token_file = properties.get("sasl.oauthbearer.token.file")
     unsecure = properties.get("enable.sasl.oauthbearer.unsecure.jwt", "false").lower() == "true"
-    if (token_file is not None) == unsecure:
-        raise ValueError(f"{source}: sasl.mechanism=OAUTHBEARER needs either sasl.oauthbearer.token.file (a file "
-                         f"holding the token) or enable.sasl.oauthbearer.unsecure.jwt=true with "
-                         f"sasl.oauthbearer.config=principal=NAME" + (", not both" if unsecure else ""))
+    oidc = properties.get("sasl.oauthbearer.method", "default").lower() == "oidc"
+    if (token_file is not None) + unsecure + oidc != 1:
+        raise ValueError(f"{source}: sasl.mechanism=OAUTHBEARER needs one of sasl.oauthbearer.method=oidc (with "
+                         f"sasl.oauthbearer.token.endpoint.url, .client.id and .client.secret), "
+                         f"sasl.oauthbearer.token.file (a file holding the token) or "
+                         f"enable.sasl.oauthbearer.unsecure.jwt=true with sasl.oauthbearer.config=principal=NAME")
+    if oidc:
+        missing = [key for key in ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
+                                   "sasl.oauthbearer.client.secret") if not properties.get(key)]
+        if missing:
+            raise ValueError(f"{source}: sasl.oauthbearer.method=oidc needs {', '.join(missing)}")
+        url = properties["sasl.oauthbearer.token.endpoint.url"]
+        if not url.startswith(("https://", "http://")):
+            raise ValueError(f"{source}: sasl.oauthbearer.token.endpoint.url must be an http(s) URL, got {url!r}")
+        return None, None, OidcClientCredentials(url, properties["sasl.oauthbearer.client.id"],
+                                                 properties["sasl.oauthbearer.client.secret"],
+                                                 properties.get("sasl.oauthbearer.scope", ""),
+                                                 properties.get("https.ca.location"))
     if token_file is not None:
-        return token_file, None
+        return token_file, None, None
     config = dict(item.partition("=")[::2] for item in properties.get("sasl.oauthbearer.config", "").split())
     if not config.get("principal"):
         raise ValueError(f"{source}: sasl.oauthbearer.config must name the principal (principal=NAME) of the "
                          f"unsecured token")
     if not config.get("lifeSeconds", "3600").isdigit():
         raise ValueError(f"{source}: sasl.oauthbearer.config: lifeSeconds must be a number of seconds")
-    return None, config
+    return None, config, None
+
+
+TOKEN_REFRESH_SHARE = 0.8  # of a fetched token's expires_in: librdkafka's refresh point
+TOKEN_RESPONSE_BYTES_MAX = 1 << 20
+
+
+class OidcClientCredentials:
+    """A token from an OIDC provider's token endpoint by the client-credentials grant, kept until
+    TOKEN_REFRESH_SHARE of its lifetime (see the module docstring)."""
+
+    def __init__(self, url: str, client_id: str, client_secret: str, scope: str, cafile: str | None) -> None:
+        self.url, self.client_id, self.client_secret, self.scope, self.cafile = url, client_id, client_secret, scope, cafile
+        self._token: str | None = None
+        self._refresh_at = 0.0  # time.monotonic()
+        self.fetches = 0
+
+    async def token(self) -> str:
+        """The current token, fetched again when due. Raises ValueError saying why none could be had."""
+        if self._token is None or time.monotonic() >= self._refresh_at:
+            self._token, expires_in = await self._fetch()
+            self._refresh_at = time.monotonic() + expires_in * TOKEN_REFRESH_SHARE
+            self.fetches += 1
+        return self._token
+
+    async def _fetch(self) -> tuple[str, float]:
+        import httpx
+
+        form = {"grant_type": "client_credentials", **({"scope": self.scope} if self.scope else {})}
+        verify: Any = ssl.create_default_context(cafile=self.cafile) if self.url.startswith("https://") else True
+        try:
+            async with httpx.AsyncClient(verify=verify, timeout=30) as client:
+                response = await client.post(self.url, data=form, auth=(self.client_id, self.client_secret),
+                                             headers={"Accept": "application/json"})
+        except httpx.HTTPError as error:
+            raise ValueError(f"{self.url}: the token endpoint did not answer: {error}") from None
+        if response.status_code != 200:
+            raise ValueError(f"{self.url}: the token endpoint answered HTTP {response.status_code}: "
+                             f"{response.text[:200]}")
+        if len(response.content) > TOKEN_RESPONSE_BYTES_MAX:
+            raise ValueError(f"{self.url}: the token endpoint's answer is over {TOKEN_RESPONSE_BYTES_MAX} bytes")
+        try:
+            body = response.json()
+            token, expires_in = body["access_token"], float(body.get("expires_in", 3600))
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{self.url}: the token endpoint's answer has no access_token") from None
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"{self.url}: the token endpoint's access_token is not a string")
+        return token, expires_in
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -171,7 +245,7 @@ async def sasl_authenticate(call: Call, security: ClientSecurity) -> int:
         return (await _step(call, f"\x00{security.username}\x00{security.password}".encode())).session_lifetime_ms
     if security.sasl_mechanism == OAUTHBEARER:
         try:
-            token = security.oauthbearer_token()
+            token = await security.oauthbearer_token()
         except ValueError as error:
             raise KafkaError(str(error), ErrorCode.SASL_AUTHENTICATION_FAILED) from None
         answer = await _step(call, client_first(token))
