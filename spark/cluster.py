@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from net.client.errors import error_from_code
 from net.client.results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from net.client.security import ClientSecurity
 from net.client.sync import SyncKafkaClient
 from net.protocol import messages
 from net.protocol.codec import ApiKey
@@ -29,18 +30,21 @@ LEADER_CHANGE_CODES = frozenset({
     ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 })
 
-_clients: dict[tuple[str, int], SyncKafkaClient] = {}
+_clients: dict[tuple, SyncKafkaClient] = {}
 _clients_lock = threading.Lock()
 
 
-def client_for(bootstrap_servers: str, request_timeout_ms: int = 30_000) -> SyncKafkaClient:
-    """This process's client for `bootstrap_servers` (made on first use, kept for the process's life)."""
-    key = (bootstrap_servers, request_timeout_ms)
+def client_for(bootstrap_servers: str, request_timeout_ms: int = 30_000,
+               security: tuple[tuple[str, str], ...] = ()) -> SyncKafkaClient:
+    """This process's client for `bootstrap_servers` with the client security properties `security` (made on
+    first use, kept for the process's life)."""
+    key = (bootstrap_servers, request_timeout_ms, security)
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
+            extra = {"security": ClientSecurity.from_properties(dict(security))} if security else {}
             client = SyncKafkaClient(bootstrap_servers, client_id="flotilla-spark",
-                                     request_timeout_ms=request_timeout_ms)
+                                     request_timeout_ms=request_timeout_ms, **extra)
             _clients[key] = client
         return client
 

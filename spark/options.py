@@ -5,6 +5,12 @@ carries into a frozen `SourceOptions`, or raises `FlotillaOptionError` naming th
 connection is made. `parse_sink_options` does the same for writers. Offsets are Kafka's JSON layout
 (`{"topic": {"0": 23, "1": -2}}`, -2 earliest, -1 latest); the offset dicts handed to Spark are rebuilt with
 sorted topics and numerically sorted partitions, because Spark compares offsets by their JSON text.
+
+Security: the `kafka.`-prefixed client properties of net/client/security.py (librdkafka's names:
+`kafka.security.protocol`, `kafka.sasl.mechanism`, `kafka.sasl.username`, `kafka.sasl.password`,
+`kafka.ssl.ca.location`, `kafka.ssl.certificate.location`, `kafka.ssl.key.location`, the OAUTHBEARER ones such
+as `kafka.sasl.oauthbearer.method=oidc`) are checked here and kept as `security`, plain (name, value) pairs, so
+that a task's partition stays picklable; each process builds its client's ClientSecurity from them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ ARROW_BATCH_ROWS_MAX_DEFAULT = 200_000
 REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 
 SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
+# kafka.* options that are not client security properties (the rest are handed to ClientSecurity)
+_NOT_SECURITY = frozenset({"bootstrap.servers", "request.timeout.ms", "client.rack", "isolation.level"})
+_SECURITY_PREFIXES = ("security.", "sasl.", "ssl.", "enable.sasl.", "https.")
 
 
 class FlotillaOptionError(ValueError):
@@ -45,6 +54,7 @@ class SourceOptions:
     request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT
     isolation_level: int = 0  # 1: read_committed (up to the last stable offset, aborted records dropped)
     client_rack: str = ""  # kafka.client.rack: read from a replica in this rack where the cluster allows (KIP-392)
+    security: tuple[tuple[str, str], ...] = ()  # client security properties (see the module docstring)
 
     def matches(self, topic: str) -> bool:
         """Whether the subscription covers `topic` (for subscribe and subscribePattern)."""
@@ -58,6 +68,29 @@ class SinkOptions:
     bootstrap_servers: str
     topic: str | None
     request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT
+    security: tuple[tuple[str, str], ...] = ()
+
+
+def _security(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The kafka.* client security properties, checked (see the module docstring). Raises FlotillaOptionError
+    naming the option."""
+    from net.client.security import ClientSecurity
+
+    properties: dict[str, str] = {}
+    for key, value in options.items():
+        if not key.startswith("kafka.") or key[len("kafka."):] in _NOT_SECURITY:
+            continue
+        name = key[len("kafka."):]
+        if name.startswith(_SECURITY_PREFIXES):  # (other kafka.* options are left alone, as before)
+            properties[name] = value
+    if not properties:
+        return ()
+    try:
+        ClientSecurity.from_properties(properties, source="options")
+    except ValueError as error:
+        raise FlotillaOptionError(f"the kafka.* security options: {str(error).removeprefix('options: ')} (each "
+                                  f"as option 'kafka.<name>')") from None
+    return tuple(sorted(properties.items()))
 
 
 def _lower(options) -> dict[str, str]:
@@ -207,6 +240,7 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
         request_timeout_ms=_positive_int(lowered, "kafka.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
         isolation_level=1 if isolation == "read_committed" else 0,
         client_rack=lowered.get("kafka.client.rack", "").strip(),
+        security=_security(lowered),
     )
 
 
@@ -223,7 +257,8 @@ def parse_sink_options(options) -> SinkOptions:
             raise FlotillaOptionError(f"option '{name}' is for reading; a writer takes 'topic' or a topic column")
     topic = lowered.get("topic", "").strip() or None
     return SinkOptions(_bootstrap(lowered), topic,
-                       _positive_int(lowered, "kafka.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT))
+                       _positive_int(lowered, "kafka.request.timeout.ms", REQUEST_TIMEOUT_MS_DEFAULT),
+                       _security(lowered))
 
 
 def offsets_json_dict(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:

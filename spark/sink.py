@@ -67,7 +67,7 @@ def _as_binary(column: pa.Array | None) -> list | None:
 def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     """Produce every row of `batches`; returns the number of rows. Raises the client's typed errors
     (UnknownTopicOrPartitionError, RecordTooLargeError, NotEnoughReplicasError, NetworkError...)."""
-    client = cluster.client_for(options.bootstrap_servers, options.request_timeout_ms)
+    client = cluster.client_for(options.bootstrap_servers, options.request_timeout_ms, options.security)
     rows = 0
     pending: dict[tuple[str, int | None], list[tuple]] = {}
     pending_rows = 0

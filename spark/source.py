@@ -142,6 +142,7 @@ class FlotillaInputPartition(InputPartition):
     start_is_earliest: bool = False  # a partition found after the query started: its log start is not loss
     isolation_level: int = 0  # 1: read_committed
     client_rack: str = ""  # kafka.client.rack (KIP-392): the leader may send the reads to a replica in this rack
+    security: tuple[tuple[str, str], ...] = ()  # client security properties (spark/options.py)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -157,7 +158,8 @@ class _Planner:
 
     @property
     def client(self):
-        return cluster.client_for(self.options.bootstrap_servers, self.options.request_timeout_ms)
+        return cluster.client_for(self.options.bootstrap_servers, self.options.request_timeout_ms,
+                                  self.options.security)
 
     def subscribed_partitions(self, strict: bool) -> dict[str, list[int]]:
         """topic -> partitions the subscription covers now. With `strict`, topics named by subscribe or
@@ -254,7 +256,7 @@ class _Planner:
         return FlotillaInputPartition(topic, partition, begin, stop, options.bootstrap_servers,
                                       options.fail_on_data_loss, options.include_headers, options.fetch_bytes_max,
                                       options.arrow_batch_rows_max, options.request_timeout_ms, is_new,
-                                      options.isolation_level, options.client_rack)
+                                      options.isolation_level, options.client_rack, options.security)
 
     def data_loss(self, message: str) -> None:
         if self.options.fail_on_data_loss:
@@ -395,7 +397,7 @@ def read_partition(split: FlotillaInputPartition, schema: pa.Schema) -> Iterator
     """The records of `split` as Arrow record batches of `schema` (at most arrow_batch_rows_max rows each, and
     about ARROW_BATCH_BYTES_MAX bytes of keys and values).
     Raises FlotillaDataLossError when failOnDataLoss and records in the range were deleted; NetworkError."""
-    client = cluster.client_for(split.bootstrap_servers, split.request_timeout_ms)
+    client = cluster.client_for(split.bootstrap_servers, split.request_timeout_ms, split.security)
     with _Fetcher(client, split) as fetcher:
         yield from _read_with(fetcher, client, split, schema)
 

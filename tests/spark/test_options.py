@@ -102,3 +102,18 @@ def test_min_partitions_splits_ranges_without_gaps_or_overlap():
         assert mine[0][0] == begin and mine[-1][1] == stop
         assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
     assert all(new == (p == 1) for t, p, b, s, new in pieces)  # every piece of a new partition may start early
+
+
+def test_security_options_reach_the_client_and_bad_ones_name_the_property():
+    security = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                "kafka.sasl.username": "alice", "kafka.sasl.password": "s", "kafka.ssl.ca.location": "/ca.pem",
+                "kafka.max.poll.records": "10"}  # (a Kafka consumer option the source has no use for: left alone)
+    source = parse_source_options({**BOOTSTRAP, "subscribe": "t", **security}, streaming=True)
+    assert dict(source.security) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                     "sasl.username": "alice", "sasl.password": "s", "ssl.ca.location": "/ca.pem"}
+    assert parse_sink_options({**BOOTSTRAP, **security}).security == source.security
+    assert parse_source_options({**BOOTSTRAP, "subscribe": "t"}, streaming=True).security == ()
+    with pytest.raises(FlotillaOptionError, match="security.protocol must be one of"):
+        parse_source_options({**BOOTSTRAP, "subscribe": "t", "kafka.security.protocol": "TLS"}, streaming=True)
+    with pytest.raises(FlotillaOptionError, match="OAUTHBEARER needs one of sasl.oauthbearer.method=oidc"):
+        parse_sink_options({**BOOTSTRAP, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER"})
