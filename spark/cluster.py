@@ -61,7 +61,10 @@ def close_clients() -> None:
 def topic_partitions(client: SyncKafkaClient, topics: list[str] | None) -> dict[str, list[int]]:
     """topic -> sorted partition ids, for `topics` (None: every non-internal topic). Topics the cluster does
     not know are left out. Raises NetworkError, NoBrokersAvailableError."""
-    cluster = client.metadata(topics)
+    return _partitions_of(client.metadata(topics))
+
+
+def _partitions_of(cluster) -> dict[str, list[int]]:
     found = {}
     for name, topic in cluster.topics.items():
         if topic.error_code == ErrorCode.NONE and not topic.is_internal and topic.partitions:
@@ -149,8 +152,15 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
 
 
 def require_topics(client: SyncKafkaClient, topics: list[str], option: str) -> dict[str, list[int]]:
-    """The partitions of `topics`; raises UnknownTopicOrPartitionError naming `option` when one is missing."""
-    found = topic_partitions(client, topics)
+    """The partitions of `topics`; raises TopicAuthorizationFailedError naming `option` when the principal may not
+    describe one, UnknownTopicOrPartitionError when one is missing."""
+    cluster = client.metadata(topics)
+    denied = sorted(name for name in topics if name in cluster.topics
+                    and cluster.topics[name].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    if denied:
+        raise error_from_code(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                              f"option '{option}': not authorized to describe topic(s) {denied}")
+    found = _partitions_of(cluster)
     missing = sorted(set(topics) - set(found))
     if missing:
         raise UnknownTopicOrPartitionError(f"option '{option}': unknown topic(s) {missing} on the cluster")
