@@ -39,8 +39,7 @@ from net.protocol.codec import (
     encode_response,
 )
 from partitions.errors import ErrorCode, KafkaError
-from broker.security_config import JwksFile
-from security.oauthbearer import OAUTHBEARER, OAuthBearerSettings
+from security.oauthbearer import OAuthBearerSettings
 from security.sasl import ScramCredential, ScramMechanism
 from security.session import SaslAnswer, Session
 
@@ -75,11 +74,8 @@ class SaslGate:
     def __init__(self, apis: "KafkaApis", security: Any) -> None:
         self.apis = apis
         self.security = security
-        # OAUTHBEARER's keys: the JWKS file, read again when it changes (the only I/O here, and only when set),
-        # or what the node fetches from a JWKS endpoint (net/jwks_endpoint.py sets itself here)
-        jwks_path = getattr(security, "sasl_oauthbearer_jwks_file", None)
-        self.jwks_source: Any = (JwksFile(jwks_path) if jwks_path and OAUTHBEARER in security.sasl_enabled_mechanisms
-                                 else None)
+        # OAUTHBEARER's keys: a source with current() (and unknown_key()) the node sets, net/jwks_endpoint.py
+        self.jwks_source: Any = None
         self.bug_expired_sessions_served = False
         self.bug_principal_may_change = False
         self.bug_token_expiry_ignored = False

@@ -45,7 +45,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from security.oauthbearer import OAUTHBEARER, KeySet, OAuthBearerSettings, load_jwks
 from security.sasl import MECHANISMS, PLAIN, SERVER_MECHANISMS
@@ -187,19 +187,11 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
             if not isinstance(raw[key], bool):
                 raise ConfigError(f"{source}: key 'security.{key}' must be true or false, got {raw[key]!r}")
             values[key] = raw[key]
-    delay = raw.get("connection_failed_authentication_delay_ms")
-    if delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 60_000:
-            raise ConfigError(f"{source}: key 'security.connection_failed_authentication_delay_ms' must be an "
-                              f"integer between 0 and 60000, got {delay!r}")
-        values["connection_failed_authentication_delay_ms"] = delay
-    reauth = raw.get("connections_max_reauth_ms")
-    if reauth is not None:
-        # Kafka's is a long; at least a second here, since a connection re-authenticates at most once a second
-        if isinstance(reauth, bool) or not isinstance(reauth, int) or not (reauth == 0 or 1000 <= reauth <= 2**62):
-            raise ConfigError(f"{source}: key 'security.connections_max_reauth_ms' must be 0 (off) or an integer "
-                              f"of at least 1000, got {reauth!r}")
-        values["connections_max_reauth_ms"] = reauth
+    _integer(raw, values, "connection_failed_authentication_delay_ms", source, lambda delay: 0 <= delay <= 60_000,
+             "an integer between 0 and 60000")
+    # Kafka's is a long; at least a second here, since a connection re-authenticates at most once a second
+    _integer(raw, values, "connections_max_reauth_ms", source, lambda reauth: reauth == 0 or 1000 <= reauth <= 2**62,
+             "0 (off) or an integer of at least 1000")
     users = _table(raw, "plain_users", source)
     for user, password in users.items():
         if not isinstance(password, str) or not password:
@@ -235,12 +227,8 @@ def _oauthbearer(raw: dict[str, Any], source: str, base_dir: str, mechanisms: tu
     audience = _strings(raw, "sasl_oauthbearer_expected_audience", source)
     if audience is not None:
         values["sasl_oauthbearer_expected_audience"] = tuple(audience)
-    refresh = raw.get("sasl_oauthbearer_jwks_endpoint_refresh_ms")
-    if refresh is not None:
-        if isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1000:
-            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_jwks_endpoint_refresh_ms' must be an integer "
-                              f"of at least 1000, got {refresh!r}")
-        values["sasl_oauthbearer_jwks_endpoint_refresh_ms"] = refresh
+    _integer(raw, values, "sasl_oauthbearer_jwks_endpoint_refresh_ms", source, lambda refresh: refresh >= 1000,
+             "an integer of at least 1000")
     url = values.get("sasl_oauthbearer_jwks_endpoint_url")
     if url is not None:
         if url.startswith("file:"):  # as Kafka takes it: the file at that path
@@ -255,12 +243,8 @@ def _oauthbearer(raw: dict[str, Any], source: str, base_dir: str, mechanisms: tu
     if "sasl_oauthbearer_jwks_endpoint_cafile" in values:
         values["sasl_oauthbearer_jwks_endpoint_cafile"] = os.path.normpath(
             os.path.join(base_dir, values["sasl_oauthbearer_jwks_endpoint_cafile"]))
-    skew = raw.get("sasl_oauthbearer_clock_skew_seconds")
-    if skew is not None:
-        if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 3600:
-            raise ConfigError(f"{source}: key 'security.sasl_oauthbearer_clock_skew_seconds' must be an integer "
-                              f"between 0 and 3600, got {skew!r}")
-        values["sasl_oauthbearer_clock_skew_seconds"] = skew
+    _integer(raw, values, "sasl_oauthbearer_clock_skew_seconds", source, lambda skew: 0 <= skew <= 3600,
+             "an integer between 0 and 3600")
     if OAUTHBEARER not in mechanisms:
         if values:
             raise ConfigError(f"{source}: key 'security.{next(iter(values))}' is set but OAUTHBEARER is not in "
@@ -298,36 +282,6 @@ def read_jwks_file(path: str) -> KeySet:
         return load_jwks(document)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
-
-
-class JwksFile:
-    """A node's JWKS file, read again when it changes (a key rotation), at most once a second; a copy that no
-    longer reads keeps the keys read before (`last_error` says why)."""
-
-    def __init__(self, path: str, clock_s: Any = None) -> None:
-        import time
-
-        self.path = path
-        self._clock_s = clock_s or time.monotonic
-        self._checked_s = -1.0
-        self._stamp: tuple[int, int] | None = None
-        self.keys: KeySet | None = None
-        self.last_error: str | None = None
-        self.current()
-
-    def current(self) -> KeySet | None:
-        now = self._clock_s()
-        if now - self._checked_s < 1.0 and self.keys is not None:
-            return self.keys
-        self._checked_s = now
-        try:
-            status = os.stat(self.path)
-            stamp = (status.st_mtime_ns, status.st_size)
-            if stamp != self._stamp:
-                self.keys, self._stamp, self.last_error = read_jwks_file(self.path), stamp, None
-        except (OSError, ValueError) as error:
-            self.last_error = str(error)
-        return self.keys
 
 
 def _inter_broker(raw: dict[str, Any], source: str) -> InterBrokerCredentials:
@@ -369,6 +323,17 @@ def parse_listeners(raw: Any, host: str, security: SecuritySettings, source: str
             raise ConfigError(f"{source}: key '{where}listeners': {listener} uses TLS but 'security.ssl_certfile' and "
                               f"'security.ssl_keyfile' are not set")
     return tuple(listeners)
+
+
+def _integer(raw: dict[str, Any], values: dict[str, Any], key: str, source: str, valid: Callable[[int], bool],
+             expected: str) -> None:
+    """Copy `key` to `values` when set: an integer (not a boolean) for which `valid` holds, else ConfigError."""
+    value = raw.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not valid(value):
+        raise ConfigError(f"{source}: key 'security.{key}' must be {expected}, got {value!r}")
+    values[key] = value
 
 
 def _table(raw: dict[str, Any], key: str, source: str) -> dict[str, Any]:

@@ -95,7 +95,7 @@ class ConnectionLimits:
     ip_rate_quota: Callable[[str], float | None] | None = None  # an address -> its connection_creation_rate
     _ip_rates: dict[str, SampledRate] = field(default_factory=dict)
     _rate: SampledRate = field(default_factory=lambda: SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT))
-    _listener_rates: dict[str, SampledRate] = field(default_factory=dict)
+    _listener_rates: dict[str, SampledRate] = field(default_factory=dict)  # one per listener_rate_max entry
     _reserved_by_listener: dict[str, int] = field(default_factory=dict)  # what listener_max counts
     _room: trio.Event = field(default_factory=trio.Event)
     _waiting: int = 0  # listeners waiting in `reserve` for room
@@ -105,6 +105,8 @@ class ConnectionLimits:
         assert self.total_max > 0 and (self.per_ip_max is None or self.per_ip_max >= 0), self
         assert all(count > 0 for count in self.listener_max.values()), self.listener_max
         assert all(rate > 0 for rate in self.listener_rate_max.values()), self.listener_rate_max
+        self._listener_rates = {name: SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT)
+                                for name in self.listener_rate_max}
 
     def is_full(self, listener: str) -> bool:
         return self._listener_full(listener) or (listener != self.exempt_listener and self.open_total >= self.total_max)
@@ -148,13 +150,10 @@ class ConnectionLimits:
         if self.rate_max is not None and listener != self.exempt_listener:
             self._rate.record(1.0, now_ms)
             throttle_ms = self._rate.throttle_ms(self.rate_max, now_ms)
-        listener_rate_max = self.listener_rate_max.get(listener)
-        if listener_rate_max is not None:
-            rate = self._listener_rates.get(listener)
-            if rate is None:
-                rate = self._listener_rates[listener] = SampledRate(WINDOW_NUM_DEFAULT, WINDOW_MS_DEFAULT)
+        rate = self._listener_rates.get(listener)
+        if rate is not None:
             rate.record(1.0, now_ms)
-            throttle_ms = max(throttle_ms, rate.throttle_ms(listener_rate_max, now_ms))
+            throttle_ms = max(throttle_ms, rate.throttle_ms(self.listener_rate_max[listener], now_ms))
         if not throttle_ms:
             return 0.0
         self.rate_waits += 1

@@ -1,5 +1,8 @@
-"""The public keys of an OAUTHBEARER token issuer, fetched from its JWKS endpoint (Kafka's
-sasl.oauthbearer.jwks.endpoint.url, RefreshingHttpsJwks).
+"""The public keys of an OAUTHBEARER token issuer, from its JWKS endpoint (Kafka's
+sasl.oauthbearer.jwks.endpoint.url, RefreshingHttpsJwks) or from a file: the node's I/O for the SASL gate,
+which only reads `current()` (and tells `unknown_key`) of the source the node gives it.
+
+`JwksFile` reads the file again when it changes (a key rotation), at most once a second.
 
 Theory of operation: a node whose config names `sasl_oauthbearer_jwks_endpoint_url` runs one `JwksEndpoint`
 task. It GETs the document over HTTPS (httpx; the system's CAs or `sasl_oauthbearer_jwks_endpoint_cafile`),
@@ -15,12 +18,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import ssl
+import time
 from typing import Any
 
 import httpx
 import trio
 
+from broker.security_config import read_jwks_file
 from security.oauthbearer import KeySet, load_jwks
 
 UNKNOWN_KEY_REFRESH_S = 10.0
@@ -37,7 +43,6 @@ class JwksEndpoint:
         self.cafile = cafile
         self.log = log
         self.keys: KeySet | None = None
-        self.fetches = 0  # successful ones
         self.failures = 0
         self.last_error: str | None = None
         self._wake = trio.Event()
@@ -69,7 +74,6 @@ class JwksEndpoint:
                                          failures_so_far=self.failures, keys_kept=self.keys is not None)
                     wait_s, backoff = backoff, min(RETRY_MAX_S, backoff * 2)
                 else:
-                    self.fetches += 1
                     self.last_error, backoff, wait_s = None, RETRY_MIN_S, self.refresh_s
                     self.log.info("jwks_fetched", url=self.url, keys=[key.key_id for key in self.keys.keys])
                 with trio.move_on_after(wait_s):
@@ -90,3 +94,31 @@ class JwksEndpoint:
         except ValueError as error:
             raise ValueError(f"not JSON ({error})") from None
         return load_jwks(document)
+
+
+class JwksFile:
+    """A node's JWKS file, read again when it changes (a key rotation), at most once a second; a copy that no
+    longer reads keeps the keys read before (`last_error` says why)."""
+
+    def __init__(self, path: str, clock_s: Any = time.monotonic) -> None:
+        self.path = path
+        self._clock_s = clock_s
+        self._checked_s = -1.0
+        self._stamp: tuple[int, int] | None = None
+        self.keys: KeySet | None = None
+        self.last_error: str | None = None
+        self.current()
+
+    def current(self) -> KeySet | None:
+        now = self._clock_s()
+        if now - self._checked_s < 1.0 and self.keys is not None:
+            return self.keys
+        self._checked_s = now
+        try:
+            status = os.stat(self.path)
+            stamp = (status.st_mtime_ns, status.st_size)
+            if stamp != self._stamp:
+                self.keys, self._stamp, self.last_error = read_jwks_file(self.path), stamp, None
+        except (OSError, ValueError) as error:
+            self.last_error = str(error)
+        return self.keys

@@ -48,7 +48,7 @@ from net.connections import (DESCRIPTORS_FOR_CONTROLLER, ConnectionLimits, defau
                              raise_descriptor_limit, serve_listeners)
 from net.dispatcher import KafkaDispatcher
 from net.filestorage import FileStorage
-from net.jwks_endpoint import JwksEndpoint
+from net.jwks_endpoint import JwksEndpoint, JwksFile
 from net import plainsocket
 from net.logs import get_logger
 from net.malloc import keep_heap_pages
@@ -105,13 +105,16 @@ class Node:
         self.inter_broker_security = inter_broker_security(config, node_id)
         if self.broker is not None:
             self.broker.metrics.enabled = self.node_config.metrics_port is not None
-        self.jwks_endpoint: JwksEndpoint | None = None  # OAUTHBEARER's keys from the issuer (net/jwks_endpoint.py)
+        # OAUTHBEARER's keys (net/jwks_endpoint.py; the config sets either only with OAUTHBEARER enabled)
+        self.jwks_endpoint: JwksEndpoint | None = None
         security = config.security
-        if self.dispatcher is not None and security.sasl_oauthbearer_jwks_endpoint_url and security.oauthbearer(None):
+        if self.dispatcher is not None and security.sasl_oauthbearer_jwks_endpoint_url:
             self.jwks_endpoint = JwksEndpoint(security.sasl_oauthbearer_jwks_endpoint_url,
                                               security.sasl_oauthbearer_jwks_endpoint_refresh_ms,
                                               security.sasl_oauthbearer_jwks_endpoint_cafile, self.log)
             self.dispatcher.sasl_gate.jwks_source = self.jwks_endpoint
+        elif self.dispatcher is not None and security.sasl_oauthbearer_jwks_file:
+            self.dispatcher.sasl_gate.jwks_source = JwksFile(security.sasl_oauthbearer_jwks_file)
         self.controller_tls = controller_tls_contexts(config, node_id) if config.security.controller_tls else None
         self._operation_waiters: dict[int, trio.MemorySendChannel] = {}
         self._logged_quorum_leader: int | None = None  # _log_cluster_changes: what the log last said
@@ -421,16 +424,16 @@ class Node:
         total_max = settings.connections_max if settings.connections_max is not None else default_total_max()
         listeners = self.node_config.listeners
         exempt = self.node_config.inter_broker_listener.name if len(listeners) > 1 else None
-        limits = ConnectionLimits(total_max, settings.connections_per_ip_max,
-                                  parse_connection_overrides(settings.connections_per_ip_overrides), exempt)
+        names = {listener.name for listener in listeners}  # the cluster's file may name other nodes' listeners
+        limits = ConnectionLimits(
+            total_max, settings.connections_per_ip_max,
+            parse_connection_overrides(settings.connections_per_ip_overrides), exempt,
+            listener_max={name: count for name, count in settings.listener_connections_max.items() if name in names},
+            listener_rate_max={name: float(rate)
+                               for name, rate in settings.listener_connection_creation_rate_max.items() if name in names})
         broker = self.broker
         limits.ip_rate_quota = lambda host: ip_connection_rate(broker.image.quotas, host)  # KIP-612
         limits.rate_max = settings.connection_creation_rate_max
-        names = {listener.name for listener in listeners}  # the cluster's file may name other nodes' listeners
-        limits.listener_max = {name: count for name, count in settings.listener_connections_max.items()
-                               if name in names}
-        limits.listener_rate_max = {name: float(rate) for name, rate in
-                                    settings.listener_connection_creation_rate_max.items() if name in names}
         self.log.info("connection_limits", connections_max=total_max,
                       connections_per_ip_max=settings.connections_per_ip_max, exempt_listener=exempt,
                       listener_connections_max=limits.listener_max or None,

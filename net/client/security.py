@@ -164,14 +164,12 @@ class OidcClientCredentials:
         self.url, self.client_id, self.client_secret, self.scope, self.cafile = url, client_id, client_secret, scope, cafile
         self._token: str | None = None
         self._refresh_at = 0.0  # time.monotonic()
-        self.fetches = 0
 
     async def token(self) -> str:
         """The current token, fetched again when due. Raises ValueError saying why none could be had."""
         if self._token is None or time.monotonic() >= self._refresh_at:
             self._token, expires_in = await self._fetch()
             self._refresh_at = time.monotonic() + expires_in * TOKEN_REFRESH_SHARE
-            self.fetches += 1
         return self._token
 
     async def _fetch(self) -> tuple[str, float]:

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from broker.config import ConfigError, parse_config
-from broker.security_config import JwksFile
+from net.jwks_endpoint import JwksFile
 from partitions.errors import ErrorCode
 from security.oauthbearer import (
     InvalidClientMessage,
