@@ -29,11 +29,21 @@ from typing import Any, Callable, Protocol
 from broker.core import BrokerCore, InternalFailure, TopicPartition
 from broker.quotas import ClientQuotas, quota_user
 from net.protocol.codec import SUPPORTED, RequestHeader
+from partitions.errors import ErrorCode
 from security.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from security.session import Session, anonymous_session
 from partitions.storage import StorageError
 
 Handler = Callable[[RequestHeader, Any, int], Any]
+
+
+def abortable_for(version: int, first_version_with_abortable: int, code: ErrorCode) -> ErrorCode:
+    """A failed transaction verification (KIP-890) as the client's request version knows it: TRANSACTION_ABORTABLE
+    from the version that added it (Produce v11, TxnOffsetCommit v4), INVALID_TXN_STATE before, as Kafka's
+    AddPartitionsToTxnManager answers older clients."""
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < first_version_with_abortable:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
 
 
 @dataclass(frozen=True)

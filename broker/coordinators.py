@@ -211,7 +211,7 @@ class CoordinatorApis:
         self.services[service.key_type] = service
 
     def api_handlers(self):
-        return [(ApiKey.FIND_COORDINATOR, 0, 4, self._find_coordinator)]
+        return [(ApiKey.FIND_COORDINATOR, 0, 5, self._find_coordinator)]  # v5: v4, TRANSACTION_ABORTABLE known
 
     def submit_all(self, header: RequestHeader, items: list[tuple[CoordinatorService, int, Any]],
                    build: Callable[[list], Any], now_ms: int) -> Any:

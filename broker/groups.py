@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import Deferred
+from broker.apis import Deferred, abortable_for
 from broker.coordinators import CoordinatorApis, CoordinatorService
 from broker.handlers_cluster import GROUP_OPERATIONS
 from groupcoord.classic import join_error, sync_error
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 
 TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION = 5  # KIP-890 part 2: no AddOffsetsToTxn before it
+TXN_OFFSET_COMMIT_VERSION_TRANSACTION_ABORTABLE = 4  # KIP-890: not in the transaction is TRANSACTION_ABORTABLE
 # What a TxnOffsetCommit answers when its partition could not be verified or added (the transaction coordinator's
 # verdict as the partition leader's verifier words it): retriable ones as Kafka's TxnOffsetCommitHandler retries.
 _ADD_OFFSETS_PARTITION_ERRORS = {ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
@@ -164,6 +165,7 @@ class GroupApis:
         def on_verified(codes: dict, now: int) -> None:
             code = codes.get(key, ErrorCode.NONE)
             if code != ErrorCode.NONE:
+                code = abortable_for(header.api_version, TXN_OFFSET_COMMIT_VERSION_TRANSACTION_ABORTABLE, code)
                 done(txn_offset_commit_error(request, _ADD_OFFSETS_PARTITION_ERRORS.get(code, code)), now)
                 return
             self.apis.answer_deferred(request_id, header,

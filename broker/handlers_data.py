@@ -26,7 +26,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from broker.apis import Deferred
+from broker.apis import Deferred, abortable_for
 from broker.core import HostedPartition, TopicPartition
 from broker.fetch_session import FetchContext, FetchSessionCache
 from broker.quotas import FETCH, PRODUCE
@@ -47,6 +47,7 @@ LIST_OFFSETS_MAX_TIMESTAMP = -3  # ListOffsets v7+
 LIST_OFFSETS_EARLIEST_LOCAL = -4  # v8+
 LIST_OFFSETS_LATEST_TIERED = -5  # v9+
 PRODUCE_VERSION_ADDS_PARTITIONS = 12  # KIP-890 part 2: a transactional produce adds its partition
+PRODUCE_VERSION_TRANSACTION_ABORTABLE = 11  # KIP-890: a partition not in the transaction answers TRANSACTION_ABORTABLE
 
 
 @dataclass
@@ -147,7 +148,8 @@ class DataPlaneApis:
             producer_id, producer_epoch, keys = unverified
 
             def on_verified(codes: dict, now: int) -> None:
-                refused = {key: code for key, code in codes.items() if code != ErrorCode.NONE} | denied
+                refused = {key: abortable_for(header.api_version, PRODUCE_VERSION_TRANSACTION_ABORTABLE, code)
+                           for key, code in codes.items() if code != ErrorCode.NONE} | denied
                 self.apis.answer_deferred(request_id, header, lambda: self._produce_now(
                     header, request, request_id, now, refused, throttle_ms))
 
@@ -187,7 +189,7 @@ class DataPlaneApis:
                 responses[key] = messages.ProduceResponse.PartitionProduceResponse(
                     index=key[1], error_code=refused[key], base_offset=-1, log_append_time_ms=-1,
                     log_start_offset=-1, record_errors=[], error_message="the partition is not in the transaction"
-                    if refused[key] == ErrorCode.INVALID_TXN_STATE else None)
+                    if refused[key] in (ErrorCode.INVALID_TXN_STATE, ErrorCode.TRANSACTION_ABORTABLE) else None)
                 continue
             partition_response, required_offset = self._produce_partition(key, records, acks, now_ms)
             responses[key] = partition_response

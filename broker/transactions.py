@@ -146,7 +146,7 @@ class TransactionApis:
 
     def api_handlers(self):
         return [
-            (ApiKey.INIT_PRODUCER_ID, 0, 4, self._init_producer_id),
+            (ApiKey.INIT_PRODUCER_ID, 0, 5, self._init_producer_id),  # v5: v4, TRANSACTION_ABORTABLE known
             (ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self._add_partitions_to_txn),
             (ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, self._add_offsets_to_txn),
             (ApiKey.END_TXN, 0, END_TXN_VERSION_BUMPS_EPOCH if self.bumps_epoch else END_TXN_VERSION_BUMPS_EPOCH - 1,
@@ -394,14 +394,21 @@ class TransactionApis:
         """Ask the coordinator of `transactional_id` whether `partitions` are in the producer's ongoing
         transaction (AddPartitionsToTxn v4 with VerifyOnly, locally when this broker is the coordinator); with
         `add` on a transaction.version 2 broker, add them instead (v5 without VerifyOnly, KIP-890 part 2).
-        `on_done({partition: code}, now_ms)`: NONE (verified), INVALID_TXN_STATE (not in the transaction),
+        `on_done({partition: code}, now_ms)`: NONE (verified or added), TRANSACTION_ABORTABLE (verified not to be
+        in the transaction, as Kafka's coordinator answers a verification; the caller answers INVALID_TXN_STATE
+        to a client whose request version predates that error: `abortable_for`), INVALID_TXN_STATE (an add the
+        transaction's state refuses, or a producer id the coordinator does not know for this transactional id),
         INVALID_PRODUCER_EPOCH (an older epoch), or NOT_ENOUGH_REPLICAS while the coordinator cannot answer
         (retriable for the producer, as Kafka answers)."""
         def answer_all(code: ErrorCode) -> dict:
             return {key: code for key in partitions}
 
         def client_code(code: ErrorCode) -> ErrorCode:
-            if code in (ErrorCode.NONE, ErrorCode.INVALID_TXN_STATE):
+            if code == ErrorCode.NONE:
+                return code
+            if code == ErrorCode.INVALID_TXN_STATE and not add:  # verified: the partition is not in it
+                return ErrorCode.TRANSACTION_ABORTABLE
+            if code in (ErrorCode.INVALID_TXN_STATE, ErrorCode.TRANSACTION_ABORTABLE):
                 return code
             if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
                 return ErrorCode.INVALID_PRODUCER_EPOCH

@@ -273,8 +273,10 @@ OFFSET_FETCH_RESPONSE = response(
     ),
 )
 
+# FindCoordinator v5 and InitProducerId v5 are v4 again: a client that sends them can take the
+# TRANSACTION_ABORTABLE error (KIP-890).
 FIND_COORDINATOR_REQUEST = request(
-    10, 'FindCoordinatorRequest', valid="0-4", flexible='3+', fields=(
+    10, 'FindCoordinatorRequest', valid="0-5", flexible='3+', fields=(
         field('Key', 'string', '0-3', default=''),
         field('KeyType', 'int8', '1+', default=0),
         field('CoordinatorKeys', '[]string', '4+'),
@@ -282,7 +284,7 @@ FIND_COORDINATOR_REQUEST = request(
 )
 
 FIND_COORDINATOR_RESPONSE = response(
-    10, 'FindCoordinatorResponse', valid="0-4", flexible='3+', fields=(
+    10, 'FindCoordinatorResponse', valid="0-5", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '0-3', default=0),
         field('ErrorMessage', 'string', '1-3', nullable='1-3', default=None),
@@ -547,7 +549,7 @@ DELETE_RECORDS_RESPONSE = response(
 )
 
 INIT_PRODUCER_ID_REQUEST = request(
-    22, 'InitProducerIdRequest', valid="0-4", flexible='2+', fields=(
+    22, 'InitProducerIdRequest', valid="0-5", flexible='2+', fields=(
         field('TransactionalId', 'string', '0+', nullable='0+'),
         field('TransactionTimeoutMs', 'int32', '0+'),
         field('ProducerId', 'int64', '3+', default=-1),
@@ -556,7 +558,7 @@ INIT_PRODUCER_ID_REQUEST = request(
 )
 
 INIT_PRODUCER_ID_RESPONSE = response(
-    22, 'InitProducerIdResponse', valid="0-4", flexible='2+', fields=(
+    22, 'InitProducerIdResponse', valid="0-5", flexible='2+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('ErrorCode', 'int16', '0+'),
         field('ProducerId', 'int64', '0+', default=-1),

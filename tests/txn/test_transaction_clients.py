@@ -332,9 +332,16 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
         async with KafkaClient(cluster.bootstrap_servers, "bad-input") as client:
             coordinator = await find_transaction_coordinator(client, "bad-input")
 
+            # v5 of FindCoordinator and InitProducerId: v4 for a client that knows TRANSACTION_ABORTABLE (KIP-890)
+            found = await client.send(None, ApiKey.FIND_COORDINATOR, messages.FindCoordinatorRequest(
+                key_type=1, coordinator_keys=["bad-input"]), api_version=5)
+            assert [(c.key, c.node_id, c.error_code) for c in found.coordinators] == [
+                ("bad-input", coordinator, ErrorCode.NONE)]
+
             async def init(timeout_ms: int = 10_000):
                 return await client.send(coordinator, ApiKey.INIT_PRODUCER_ID, messages.InitProducerIdRequest(
-                    transactional_id="bad-input", transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1))
+                    transactional_id="bad-input", transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1),
+                    api_version=5)
 
             too_long = await init(timeout_ms=10_000_000)
             assert too_long.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
@@ -351,7 +358,7 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
             leader = (await client.leader_for("txn-bad", 0)).leader
             end_before = (await client.list_offsets("txn-bad", [0]))[0].offset
 
-            async def produce(producer_epoch: int, sequence: int):
+            async def produce(producer_epoch: int, sequence: int, version: int = 11):
                 batch = build_batch([(None, b"never")], producer_id=pid, producer_epoch=producer_epoch,
                                     base_sequence=sequence, is_transactional=True)
                 request_class = messages.ProduceRequest
@@ -359,10 +366,13 @@ def test_bad_transactional_requests_get_their_kafka_errors_and_change_no_log(clu
                 response = await client.send(leader, ApiKey.PRODUCE, request_class(
                     transactional_id="bad-input", acks=-1, timeout_ms=10_000, topic_data=[
                         request_class.TopicProduceData(name="txn-bad", partition_data=[
-                            request_class.PartitionProduceData(index=0, records=batch)])]), api_version=11)
+                            request_class.PartitionProduceData(index=0, records=batch)])]), api_version=version)
                 return response.responses[0].partition_responses[0].error_code
 
-            assert await produce(epoch, 0) == ErrorCode.INVALID_TXN_STATE  # never added to the transaction
+            # Never added to the transaction: a v11 producer can abort and go on (KIP-890's TRANSACTION_ABORTABLE),
+            # an older one is told INVALID_TXN_STATE, as Kafka answers each.
+            assert await produce(epoch, 0) == ErrorCode.TRANSACTION_ABORTABLE
+            assert await produce(epoch, 0, version=10) == ErrorCode.INVALID_TXN_STATE
             newer = await init()  # bumps the epoch
             assert newer.producer_epoch == epoch + 1
             assert await produce(epoch, 0) == ErrorCode.INVALID_PRODUCER_EPOCH  # the older epoch
@@ -409,13 +419,13 @@ def test_a_txn_offset_commit_after_its_transaction_ended_is_refused_and_leaves_n
                     transactional_id="late-offsets", producer_id=pid, producer_epoch=epoch,
                     committed=committed), api_version=1)).error_code
 
-            async def txn_offset_commit(offset: int) -> int:
+            async def txn_offset_commit(offset: int, version: int = 3) -> int:
                 request_class = messages.TxnOffsetCommitRequest
                 response = await client.send(group_coordinator, ApiKey.TXN_OFFSET_COMMIT, request_class(
                     transactional_id="late-offsets", group_id="late-group", producer_id=pid, producer_epoch=epoch,
                     generation_id=-1, member_id="", topics=[request_class.TxnOffsetCommitRequestTopic(
                         name="late-in", partitions=[request_class.TxnOffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=offset)])]), api_version=3)
+                            partition_index=0, committed_offset=offset)])]), api_version=version)
                 return response.topics[0].partitions[0].error_code
 
             async def stable_offset() -> tuple[int, int]:
@@ -430,6 +440,8 @@ def test_a_txn_offset_commit_after_its_transaction_ended_is_refused_and_leaves_n
             assert await end(committed=False) == ErrorCode.NONE
             # The client gave up on its TxnOffsetCommit and aborted; the request arrives now.
             assert await txn_offset_commit(5) == ErrorCode.INVALID_TXN_STATE
+            # From v4 the client is told it can abort and go on (KIP-890's TRANSACTION_ABORTABLE).
+            assert await txn_offset_commit(5, version=4) == ErrorCode.TRANSACTION_ABORTABLE
             assert await stable_offset() == (ErrorCode.NONE, -1)
 
             # In a transaction: verified, pending until the commit marker, then the group's offset.
