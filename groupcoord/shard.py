@@ -10,8 +10,9 @@ answers those with one result item, which the broker assembles. The shard routes
 - ConsumerGroupHeartbeat (KIP-848) to the consumer group (groupcoord/consumer.py), with the subscribed topics'
   ids and partition counts taken from the metadata image the broker attaches (`GroupRequest.topics`);
   ConsumerGroupDescribe is split per group like DescribeGroups. A group id names a classic group or a
-  consumer group, never both: a consumer heartbeat for a classic group with members is GROUP_ID_NOT_FOUND (an
-  empty classic group is replaced), a JoinGroup for a consumer group INCONSISTENT_GROUP_PROTOCOL;
+  consumer group, never both: a consumer heartbeat for a classic group with members is GROUP_ID_NOT_FOUND, a
+  JoinGroup for a consumer group with members INCONSISTENT_GROUP_PROTOCOL; an empty group of either kind is
+  replaced by the other (the offline upgrade to group.protocol=consumer and the way back, as Kafka does);
 - OffsetCommit, OffsetFetch, OffsetDelete to the offset store (groupcoord/offsets.py), after asking the group
   whether the commit is allowed;
 - DescribeGroups, ListGroups, DeleteGroups read or delete groups.
@@ -26,6 +27,7 @@ sessions and revocation deadlines (here, per member), and the offset-retention c
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -134,14 +136,21 @@ class GroupCoordinatorShard:
         message = request.message
         if not message.group_id:
             return Outcome(response=join_error(ErrorCode.INVALID_GROUP_ID, message.member_id))
-        if message.group_id in self.consumer_groups:
+        consumer_group = self.consumer_groups.get(message.group_id)
+        if consumer_group is not None and consumer_group.members:
             return Outcome(response=join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, message.member_id))
         group = self.groups.get(message.group_id)
         if group is None:
             if len(self.groups) >= self.config.groups_per_shard_max:
                 return Outcome(response=join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, message.member_id))
             group = self._new_group(message.group_id)
-        return group.join(request_id, request.api_version, message, request.client_id, request.client_host, now_ms)
+        outcome = group.join(request_id, request.api_version, message, request.client_id, request.client_host, now_ms)
+        if consumer_group is not None:
+            # An empty consumer group becomes a classic group (the way back from group.protocol=consumer, as
+            # Kafka's classicGroupJoinToClassicGroup deletes it): its tombstones go first, its committed offsets
+            # stay. The consumer group leaves with their replay; a tombstone written twice is harmless.
+            outcome = dataclasses.replace(outcome, records=consumer_group.deletion_records() + list(outcome.records))
+        return outcome
 
     def _sync(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         group = self._group(request.message.group_id)

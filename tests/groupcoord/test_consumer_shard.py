@@ -365,3 +365,35 @@ def test_admin_commits_offset_delete_and_reset_work_on_a_consumer_group_as_kafka
     deleted = coordinator.call(ApiKey.OFFSET_DELETE, 0, delete_t)
     assert deleted.topics[0].partitions[0].error_code == ErrorCode.NONE
     assert coordinator.shard.offsets.committed.get("g", {}) == {}
+
+
+def test_an_empty_consumer_group_becomes_a_classic_group_on_join_and_keeps_its_offsets():
+    """The way back from group.protocol=consumer (Kafka's classicGroupJoinToClassicGroup): while a member is in
+    the consumer group a JoinGroup is INCONSISTENT_GROUP_PROTOCOL; once the last one left, a JoinGroup replaces
+    the consumer group (tombstones) with a classic group, and the group's committed offsets stay."""
+    coordinator = Coordinator()
+    a = Member(coordinator, "a")
+    a.heartbeat()
+    commit = messages.OffsetCommitRequest
+    committed = coordinator.call(ApiKey.OFFSET_COMMIT, 9, commit(
+        group_id="g", generation_id_or_member_epoch=a.epoch, member_id="a", topics=[
+            commit.OffsetCommitRequestTopic(name="t", partitions=[commit.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=10, committed_metadata="")])]))
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+    join = messages.JoinGroupRequest(
+        group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="", protocol_type="consumer",
+        protocols=[messages.JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    assert coordinator.call(ApiKey.JOIN_GROUP, 3, join).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    a.heartbeat(epoch=-1)  # the last member leaves: the consumer group is empty
+
+    request_id = coordinator.runtime.submit(0, GroupRequest(ApiKey.JOIN_GROUP, 3, join, "client", "/127.0.0.1",
+                                                            coordinator.topics), coordinator.now)
+    coordinator.advance(CONFIG.initial_rebalance_delay_ms + 1)
+    joined = coordinator.answers.pop(request_id)
+    assert (joined.error_code, joined.generation_id, joined.leader) == (ErrorCode.NONE, 1, joined.member_id)
+    assert "g" not in coordinator.shard.consumer_groups and "g" in coordinator.shard.groups
+    fetched = coordinator.call(ApiKey.OFFSET_FETCH, 7, GroupOffsetFetch("g", None))
+    assert [(p.partition_index, p.committed_offset) for t in fetched.topics for p in t.partitions] == [(0, 10)]
+    listed = coordinator.call(ApiKey.LIST_GROUPS, 5, messages.ListGroupsRequest())
+    assert [(g.group_id, g.group_type) for g in listed] == [("g", "classic")]
+    assert "g" not in Coordinator(port=coordinator.port).shard.consumer_groups  # the tombstones are in the log

@@ -240,3 +240,26 @@ def test_kcat_balanced_consumers_share_partitions(cluster, tmp_path):
         for process in processes:
             process.terminate()
             process.wait(30)
+
+
+def test_a_group_moves_to_the_consumer_protocol_and_back_keeping_its_offsets(cluster, tmp_path):
+    """The offline upgrade to group.protocol=consumer and the way back, as Kafka allows them: once every member
+    of the group has left, a member of the other protocol replaces the empty group (a classic group by a
+    ConsumerGroupHeartbeat, a consumer group by a JoinGroup) and resumes from the group's committed offsets."""
+    topic, group = "protocol-switch", "group-protocol-switch"
+    make_topic(cluster, topic)
+    classic_config, consumer_config = CONFLUENT_VARIANTS["eager"], CONFLUENT_VARIANTS["consumer-protocol"]
+    read: list[str] = []
+    for step, (name, config) in enumerate([("classic", classic_config), ("consumer", consumer_config),
+                                           ("classic-again", classic_config)]):
+        values = produce(cluster, topic, step * 1_000, 1_000)
+        member = ConsumerProcess(cluster, tmp_path, name, "confluent", group, topic, config).start()
+        try:
+            wait_all_consumed([member], values, 90)
+            described = cli_json("groups", "describe", group, "-b", cluster.bootstrap_servers)
+            assert described["type"] == ("consumer" if config is consumer_config else "classic"), described
+        finally:
+            member.close()
+        assert not set(member.values()) & set(read), f"{name} re-read records committed before it"
+        read += member.values()
+    assert len(read) == len(set(read)) == 3_000
