@@ -35,6 +35,11 @@ Layout (Kafka's names in snake case; every key optional; no `[security]` table =
     sasl_mechanism = "PLAIN"
     username = "admin"
     password = "admin-secret"
+    # or, with sasl_mechanism = "OAUTHBEARER", one way to a token:
+    # oauthbearer_token_endpoint_url = "https://idp.example/token"   # client-credentials grant, with
+    # oauthbearer_client_id = "broker"                       # oauthbearer_client_secret, optional
+    # oauthbearer_scope and oauthbearer_ca_file (the endpoint's CA); or oauthbearer_token_file = "broker.jwt";
+    # or oauthbearer_unsecured_principal = "broker" (unsigned, for nodes with sasl_oauthbearer_unsecured)
 
 Every problem raises ConfigError naming the file and the key (see broker/config.py).
 """
@@ -83,6 +88,16 @@ class InterBrokerCredentials:
     sasl_mechanism: str = PLAIN
     username: str = ""
     password: str = ""
+    # OAUTHBEARER (one of three ways): a token from the provider's token endpoint by the client-credentials grant
+    # (Kafka's sasl.oauthbearer.token.endpoint.url with clientId and clientSecret), a file holding the token, or
+    # an unsigned token naming this principal (development, for nodes that take unsecured tokens)
+    oauthbearer_token_endpoint_url: str | None = None
+    oauthbearer_client_id: str | None = None
+    oauthbearer_client_secret: str | None = None
+    oauthbearer_scope: str = ""
+    oauthbearer_ca_file: str | None = None  # absolute; the token endpoint's CA (default: the system's)
+    oauthbearer_token_file: str | None = None  # absolute
+    oauthbearer_unsecured_principal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +212,7 @@ def parse_security(document: dict[str, Any], source: str, base_dir: str) -> Secu
         if not isinstance(password, str) or not password:
             raise ConfigError(f"{source}: key 'security.plain_users.{user}' must be a non-empty password string")
     values["plain_users"] = dict(users)
-    values["inter_broker"] = _inter_broker(raw, source)
+    values["inter_broker"] = _inter_broker(raw, source, base_dir)
     settings = SecuritySettings(**values)
     if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
         raise ConfigError(f"{source}: keys 'security.ssl_certfile' and 'security.ssl_keyfile' go together")
@@ -284,18 +299,51 @@ def read_jwks_file(path: str) -> KeySet:
         raise ValueError(f"{path}: {error}") from None
 
 
-def _inter_broker(raw: dict[str, Any], source: str) -> InterBrokerCredentials:
-    table = _table(raw, "inter_broker", source)
-    allowed = {"sasl_mechanism", "username", "password"}
+_INTER_BROKER_OIDC_KEYS = ("oauthbearer_token_endpoint_url", "oauthbearer_client_id", "oauthbearer_client_secret")
+
+
+def _inter_broker(raw: dict[str, Any], source: str, base_dir: str) -> InterBrokerCredentials:
+    table = dict(_table(raw, "inter_broker", source))
+    allowed = set(InterBrokerCredentials.__dataclass_fields__)
     for key, value in table.items():
         if key not in allowed:
             raise ConfigError(f"{source}: unknown key 'security.inter_broker.{key}' (allowed: {', '.join(sorted(allowed))})")
         if not isinstance(value, str):
             raise ConfigError(f"{source}: key 'security.inter_broker.{key}' must be a string, got {value!r}")
-    credentials = InterBrokerCredentials(**table)
-    if credentials.sasl_mechanism not in MECHANISMS:
-        raise ConfigError(f"{source}: key 'security.inter_broker.sasl_mechanism' must be one of {list(MECHANISMS)}")
-    return credentials
+    mechanism = table.get("sasl_mechanism", PLAIN)
+    if mechanism not in SERVER_MECHANISMS:
+        raise ConfigError(f"{source}: key 'security.inter_broker.sasl_mechanism' must be one of {list(SERVER_MECHANISMS)}")
+    oauth_keys = sorted(key for key in table if key.startswith("oauthbearer_"))
+    if mechanism != OAUTHBEARER:
+        if oauth_keys:
+            raise ConfigError(f"{source}: key 'security.inter_broker.{oauth_keys[0]}' is for sasl_mechanism = "
+                              f"\"{OAUTHBEARER}\" (the table says {mechanism!r})")
+        return InterBrokerCredentials(**table)
+    ways = [way for way, present in (("the token endpoint", any(k in table for k in _INTER_BROKER_OIDC_KEYS)),
+                                     ("oauthbearer_token_file", "oauthbearer_token_file" in table),
+                                     ("oauthbearer_unsecured_principal", "oauthbearer_unsecured_principal" in table))
+            if present]
+    if len(ways) != 1:
+        raise ConfigError(f"{source}: key 'security.inter_broker.sasl_mechanism' is \"{OAUTHBEARER}\": give one "
+                          f"way to a token: oauthbearer_token_endpoint_url with oauthbearer_client_id and "
+                          f"oauthbearer_client_secret, oauthbearer_token_file, or oauthbearer_unsecured_principal"
+                          f" (got {', '.join(ways) if ways else 'none'})")
+    if ways[0] == "the token endpoint":
+        missing = [key for key in _INTER_BROKER_OIDC_KEYS if not table.get(key)]
+        if missing:
+            raise ConfigError(f"{source}: key 'security.inter_broker.{missing[0]}' is needed with the token endpoint")
+        if not re.match(r"^https?://", table["oauthbearer_token_endpoint_url"]):
+            raise ConfigError(f"{source}: key 'security.inter_broker.oauthbearer_token_endpoint_url' must be an "
+                              f"http(s) URL, got {table['oauthbearer_token_endpoint_url']!r}")
+    elif "oauthbearer_scope" in table or "oauthbearer_ca_file" in table:
+        key = "oauthbearer_scope" if "oauthbearer_scope" in table else "oauthbearer_ca_file"
+        raise ConfigError(f"{source}: key 'security.inter_broker.{key}' is for the token endpoint")
+    for key in ("oauthbearer_ca_file", "oauthbearer_token_file"):
+        if key in table:
+            table[key] = os.path.normpath(os.path.join(base_dir, table[key]))
+    if table.get("oauthbearer_unsecured_principal") == "":
+        raise ConfigError(f"{source}: key 'security.inter_broker.oauthbearer_unsecured_principal' must not be empty")
+    return InterBrokerCredentials(**table)
 
 
 def parse_listeners(raw: Any, host: str, security: SecuritySettings, source: str, where: str) -> tuple[Listener, ...]:

@@ -83,6 +83,7 @@ class LocalCluster:
     # certificates under <directory>/certs, ACLs on (`security` adds or overrides [security] keys).
     secure: bool = False
     security: dict = field(default_factory=dict)
+    inter_broker: dict = field(default_factory=dict)  # secure clusters: replaces [security.inter_broker] (TOML values)
     client_listeners: tuple[str, ...] = ("SASL_SSL",)  # secure clusters: the first is `kafka_ports`
     metrics: bool = False  # serve Prometheus metrics on `metrics_ports`
     broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers; not secure
@@ -200,9 +201,10 @@ class LocalCluster:
         }
         settings.update(self.security)
         lines = ["[security]"] + [f"{key} = {value}" for key, value in settings.items()]
-        lines += ["[security.plain_users]", f'{self.ADMIN_USER} = "{self.ADMIN_PASSWORD}"',
-                  "[security.inter_broker]", 'sasl_mechanism = "PLAIN"', f'username = "{self.ADMIN_USER}"',
-                  f'password = "{self.ADMIN_PASSWORD}"']
+        inter_broker = self.inter_broker or {"sasl_mechanism": '"PLAIN"', "username": f'"{self.ADMIN_USER}"',
+                                             "password": f'"{self.ADMIN_PASSWORD}"'}
+        lines += ["[security.plain_users]", f'{self.ADMIN_USER} = "{self.ADMIN_PASSWORD}"', "[security.inter_broker]"]
+        lines += [f"{key} = {value}" for key, value in inter_broker.items()]
         return lines
 
     def client_properties(self, username: str | None = None, password: str | None = None,

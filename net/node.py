@@ -55,7 +55,7 @@ from net.malloc import keep_heap_pages
 from net.heap import freeze_startup_heap, time_collections
 from broker.node_state import RPC_KIND_CONTROLLER, RPC_KIND_METADATA_FETCH, NodeState
 from net.client.connection import ClientConnection, ConnectionState
-from net.client.security import ClientSecurity, reauthenticate_at, sasl_authenticate
+from net.client.security import ClientSecurity, OidcClientCredentials, reauthenticate_at, sasl_authenticate
 from net.server import FrameServer, ServerLimits, keep_deadline_ahead
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
@@ -719,9 +719,18 @@ def inter_broker_security(config: ClusterConfig, node_id: int) -> ClientSecurity
         return None
     certfile, keyfile, cafile = config.security.ssl_files(node_id)
     credentials = config.security.inter_broker
+    oidc = None
+    if credentials.oauthbearer_token_endpoint_url is not None:
+        oidc = OidcClientCredentials(credentials.oauthbearer_token_endpoint_url, credentials.oauthbearer_client_id or "",
+                                     credentials.oauthbearer_client_secret or "", credentials.oauthbearer_scope,
+                                     credentials.oauthbearer_ca_file)
+    unsecured = ({"principal": credentials.oauthbearer_unsecured_principal}
+                 if credentials.oauthbearer_unsecured_principal is not None else None)
     return ClientSecurity(security_protocol=listener.security_protocol, sasl_mechanism=credentials.sasl_mechanism,
                           username=credentials.username, password=credentials.password, ssl_cafile=cafile,
-                          ssl_certfile=certfile, ssl_keyfile=keyfile)
+                          ssl_certfile=certfile, ssl_keyfile=keyfile,
+                          oauthbearer_token_file=credentials.oauthbearer_token_file,
+                          oauthbearer_unsecured=unsecured, oauthbearer_oidc=oidc)
 
 
 EXIT_CONFIG = 2

@@ -253,7 +253,26 @@ def test_the_config_takes_a_jwks_file_or_unsecured_tokens(tmp_path, issuer):
     ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
       "sasl_oauthbearer_clock_skew_seconds": -1}, "key 'security.sasl_oauthbearer_clock_skew_seconds' must be"),
     ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
-      "inter_broker": {"sasl_mechanism": "OAUTHBEARER"}}, "key 'security.inter_broker.sasl_mechanism' must be one of"),
+      "inter_broker": {"sasl_mechanism": "GSSAPI"}}, "key 'security.inter_broker.sasl_mechanism' must be one of"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
+      "inter_broker": {"sasl_mechanism": "OAUTHBEARER"}},
+     "key 'security.inter_broker.sasl_mechanism' is \"OAUTHBEARER\": give one way to a token"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
+      "inter_broker": {"sasl_mechanism": "OAUTHBEARER", "oauthbearer_token_file": "t.jwt",
+                       "oauthbearer_unsecured_principal": "broker"}}, "(got oauthbearer_token_file, oauthbearer_unsec"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
+      "inter_broker": {"sasl_mechanism": "OAUTHBEARER", "oauthbearer_token_endpoint_url": "https://idp/token",
+                       "oauthbearer_client_id": "broker"}},
+     "key 'security.inter_broker.oauthbearer_client_secret' is needed with the token endpoint"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
+      "inter_broker": {"sasl_mechanism": "OAUTHBEARER", "oauthbearer_token_endpoint_url": "idp/token",
+                       "oauthbearer_client_id": "broker", "oauthbearer_client_secret": "s"}},
+     "key 'security.inter_broker.oauthbearer_token_endpoint_url' must be an http(s) URL"),
+    ({"sasl_enabled_mechanisms": ["OAUTHBEARER"], "sasl_oauthbearer_unsecured": True,
+      "inter_broker": {"sasl_mechanism": "OAUTHBEARER", "oauthbearer_token_file": "t.jwt", "oauthbearer_scope": "k"}},
+     "key 'security.inter_broker.oauthbearer_scope' is for the token endpoint"),
+    ({"inter_broker": {"sasl_mechanism": "PLAIN", "username": "a", "password": "b", "oauthbearer_token_file": "t"}},
+     "key 'security.inter_broker.oauthbearer_token_file' is for sasl_mechanism = \"OAUTHBEARER\""),
 ])
 def test_bad_oauthbearer_settings_name_the_key(tmp_path, security, complaint):
     (tmp_path / "bad.json").write_text("{keys")
@@ -310,3 +329,21 @@ def test_json_nested_thousands_deep_is_refused_not_raised():
     deep = base64.urlsafe_b64encode(b"[" * 20000 + b"]" * 20000).rstrip(b"=").decode()
     with pytest.raises(InvalidToken, match="not base64url JSON"):
         validate_token(f"e30.{deep}.", OAuthBearerSettings(unsecured=True), NOW_MS)
+
+
+def test_the_inter_broker_table_takes_the_three_ways_to_a_token(tmp_path):
+    """[security.inter_broker] with OAUTHBEARER: the token endpoint (client credentials; its CA relative to the
+    file), a token file (relative to the file) or an unsigned token's principal."""
+    endpoint = _config(tmp_path, sasl_enabled_mechanisms=["OAUTHBEARER"], sasl_oauthbearer_unsecured=True,
+                       inter_broker={"sasl_mechanism": "OAUTHBEARER",
+                                     "oauthbearer_token_endpoint_url": "https://idp/token",
+                                     "oauthbearer_client_id": "broker", "oauthbearer_client_secret": "s",
+                                     "oauthbearer_scope": "kafka", "oauthbearer_ca_file": "idp-ca.pem"})
+    credentials = endpoint.security.inter_broker
+    assert credentials.oauthbearer_ca_file == str(tmp_path / "idp-ca.pem")
+    token_file = _config(tmp_path, sasl_enabled_mechanisms=["OAUTHBEARER"], sasl_oauthbearer_unsecured=True,
+                         inter_broker={"sasl_mechanism": "OAUTHBEARER", "oauthbearer_token_file": "broker.jwt"})
+    assert token_file.security.inter_broker.oauthbearer_token_file == str(tmp_path / "broker.jwt")
+    unsecured = _config(tmp_path, sasl_enabled_mechanisms=["OAUTHBEARER"], sasl_oauthbearer_unsecured=True,
+                        inter_broker={"sasl_mechanism": "OAUTHBEARER", "oauthbearer_unsecured_principal": "broker"})
+    assert unsecured.security.inter_broker.oauthbearer_unsecured_principal == "broker"

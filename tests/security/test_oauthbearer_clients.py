@@ -397,3 +397,40 @@ def test_clients_take_their_tokens_from_the_providers_token_endpoint(tmp_path, i
     finally:
         cluster.stop()
         idp.close()
+
+
+def test_brokers_replicate_with_tokens_from_the_providers_token_endpoint(tmp_path, issuer):
+    """OAUTHBEARER between brokers (Kafka's sasl.mechanism.inter.broker.protocol=OAUTHBEARER): three nodes whose
+    [security.inter_broker] names the provider's token endpoint and their client credentials (no password to
+    fall back on) take tokens by the client-credentials grant, and replicate a topic with RF=3 and
+    min.insync.replicas=3 over their SASL_SSL listener as the super user the tokens name."""
+    directory = str(tmp_path / "cluster")
+    os.makedirs(directory)
+    idp = JwksServer(directory, issuer, clients={"broker": "broker-secret"})
+    idp.document = {"keys": [issuer.jwk]}
+    cluster = LocalCluster(directory, nodes=3, secure=True, broker=FAST_BROKER_SETTINGS, security={
+        "sasl_enabled_mechanisms": '["PLAIN", "OAUTHBEARER"]', "sasl_oauthbearer_jwks_endpoint_url": f'"{idp.url}"',
+        "sasl_oauthbearer_jwks_endpoint_cafile": '"idp-ca.pem"', "sasl_oauthbearer_expected_audience": '["kafka"]',
+        "super_users": '["User:admin", "User:broker"]'}, inter_broker={
+        "sasl_mechanism": '"OAUTHBEARER"', "oauthbearer_token_endpoint_url": f'"{idp.token_url}"',
+        "oauthbearer_client_id": '"broker"', "oauthbearer_client_secret": '"broker-secret"',
+        "oauthbearer_ca_file": '"idp-ca.pem"'})
+    try:
+        cluster.start()
+        wait_ready(cluster)
+        ok(flotilla(cluster, "topics", "create", "replicated", "--partitions", "2", "--replication-factor", "3",
+                    "--set", "min.insync.replicas=3"))
+        from confluent_kafka import Producer
+
+        producer = Producer({**cluster.client_properties(), "acks": "all"})
+        delivered: list = []
+        for i in range(100):
+            producer.produce("replicated", value=b"%d" % i, partition=i % 2,
+                             on_delivery=lambda error, m: delivered.append(error))
+        assert producer.flush(60) == 0 and delivered == [None] * 100  # every replica in the ISR wrote them
+        described = json.loads(ok(flotilla(cluster, "topics", "describe", "replicated", "--json")))
+        assert [sorted(p["isr"]) for p in described["partitions"]] == [[1, 2, 3]] * 2
+        assert idp.tokens >= 2  # the followers' fetchers took tokens (at least two nodes follow a leader)
+    finally:
+        cluster.stop()
+        idp.close()
