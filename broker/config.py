@@ -104,6 +104,8 @@ class BrokerSettings:
     group_max_size: int = 1_000
     group_consumer_session_timeout_ms: int = 45_000  # KIP-848 groups: the coordinator's, not the client's
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # KIP-848's online migration between the protocols (Kafka's group.consumer.migration.policy)
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 7 * 24 * 60
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
@@ -150,6 +152,7 @@ class ClusterConfig:
 _TOP_KEYS = {"cluster_id", "secret", "nodes", "topic_defaults", "broker", "security"}
 _NODE_KEYS = {"id", "host", "kafka_port", "listeners", "controller_port", "roles", "data_dir", "metrics_port", "rack"}
 REPLICA_SELECTORS = ("", "rack")
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")  # groupcoord.config
 
 
 def load_config(path: str) -> ClusterConfig:
@@ -186,6 +189,9 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
         raise ConfigError(f"{source}: key 'nodes[].roles': at least one node needs the 'controller' role")
     topic_defaults = _parse_section(document, "topic_defaults", TopicDefaults, source)
     broker = _parse_section(document, "broker", BrokerSettings, source)
+    if broker.group_consumer_migration_policy not in MIGRATION_POLICIES:
+        raise ConfigError(f"{source}: key 'broker.group_consumer_migration_policy' must be one of "
+                          f"{list(MIGRATION_POLICIES)}, got {broker.group_consumer_migration_policy!r}")
     if broker.replica_selector not in REPLICA_SELECTORS:
         raise ConfigError(f"{source}: key 'broker.replica_selector' must be one of {list(REPLICA_SELECTORS)}, "
                           f"got {broker.replica_selector!r}")

@@ -96,7 +96,8 @@ class GroupApis:
 
     def _request(self, header: RequestHeader, message: Any) -> GroupRequest:
         topics = None
-        if header.api_key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE):
+        if header.api_key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.JOIN_GROUP,
+                              ApiKey.SYNC_GROUP):  # (the last two for classic members of consumer groups)
             topics = self._topics()
         return GroupRequest(header.api_key, header.api_version, message, header.client_id or "",
                             self.apis.client_host, topics)

@@ -15,6 +15,8 @@ made (registration, heartbeats, AlterPartition, forwarded admin requests).
 
 from __future__ import annotations
 
+import uuid
+
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -168,6 +170,10 @@ class NodeState:
             self.apis.listener_endpoints = {node.id: {l.name: (l.host, l.port) for l in node.listeners}
                                             for node in config.brokers}
 
+    def _topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name in the current metadata image (a group downgraded by a timer names its partitions)."""
+        return {uuid.UUID(bytes=topic.topic_id): name for name, topic in self.broker.image.topics.by_name.items()}
+
     def _add_group_coordinator(self) -> None:
         settings = self.config.broker
         group_config = GroupConfig(
@@ -177,12 +183,14 @@ class NodeState:
             group_max_size=settings.group_max_size,
             consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+            consumer_migration_policy=settings.group_consumer_migration_policy,
             offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
         )
         topic = InternalTopic("__consumer_offsets", settings.offsets_topic_num_partitions,
                               settings.offsets_topic_replication_factor)
         service = CoordinatorService(self.broker, COORDINATOR_KEY_TYPE_GROUP, topic,
-                                     lambda partition: GroupCoordinatorShard(partition, group_config),
+                                     lambda partition: GroupCoordinatorShard(partition, group_config,
+                                                                             self._topic_names),
                                      min_insync_replicas=self.config.topic_defaults.min_insync_replicas,
                                      configured_brokers=self._configured_brokers())
         self.coordinators.add_service(service)

@@ -247,7 +247,7 @@ class ClassicGroup:
         if self.state is GroupState.STABLE and not changed and member_id != self.leader_id:
             return Outcome(response=self._join_response(member))
         member.join_request, member.join_version = request_id, version
-        return self._prepare_rebalance(now_ms)
+        return self.prepare_rebalance(now_ms)
 
     def _rejoin_static_member(self, request_id: int, version: int, request: Any, client_id: str,
                               now_ms: int) -> Outcome:
@@ -275,7 +275,7 @@ class ClassicGroup:
             outcome.response = self._join_response(member, as_follower=True)
             return outcome
         member.join_request, member.join_version = request_id, version
-        rebalance = self._prepare_rebalance(now_ms) if self.state is not GroupState.PREPARING_REBALANCE \
+        rebalance = self.prepare_rebalance(now_ms) if self.state is not GroupState.PREPARING_REBALANCE \
             else self._maybe_complete_join(now_ms)
         return merge(outcome, rebalance)
 
@@ -287,7 +287,7 @@ class ClassicGroup:
         self.touch(member.member_id, now_ms)
         if self.state is GroupState.PREPARING_REBALANCE:
             return self._maybe_complete_join(now_ms)
-        return self._prepare_rebalance(now_ms)
+        return self.prepare_rebalance(now_ms)
 
     def _join_response(self, member: ClassicMember, as_follower: bool = False) -> Any:
         response_class = messages.JoinGroupResponse
@@ -301,7 +301,7 @@ class ClassicGroup:
 
     # --- rebalances ---------------------------------------------------------------------------------------
 
-    def _prepare_rebalance(self, now_ms: int) -> Outcome:
+    def prepare_rebalance(self, now_ms: int) -> Outcome:
         outcome = Outcome()
         if self.state is GroupState.COMPLETING_REBALANCE:
             for member in self.members.values():  # their generation is over before it was used
@@ -437,7 +437,7 @@ class ClassicGroup:
                 outcome.completions.append((parked, answer))
         self._remove(member)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            return merge(outcome, self._prepare_rebalance(now_ms))
+            return merge(outcome, self.prepare_rebalance(now_ms))
         if self.state is GroupState.PREPARING_REBALANCE:
             return merge(outcome, self._maybe_complete_join(now_ms))
         return outcome

@@ -21,6 +21,17 @@ class GroupConfig:
     groups_per_shard_max: int = 100_000
     consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms (KIP-848)
     consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms (KIP-848)
+    # group.consumer.migration.policy: whether a non-empty classic group becomes a consumer group when a
+    # consumer-protocol member joins it (upgrade), and back when its last such member leaves (downgrade)
+    consumer_migration_policy: str = "bidirectional"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.consumer_migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.consumer_migration_policy in ("bidirectional", "downgrade")
 
     def __post_init__(self) -> None:
         assert 0 < self.session_timeout_ms_min <= self.session_timeout_ms_max, self

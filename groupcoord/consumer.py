@@ -23,6 +23,14 @@ the member must give up its partitions and rejoin with epoch 0. A static member 
 with epoch -2 keeps its assignment for its session; rejoining under a new member id takes it over, while a
 second live member with the same instance id gets UNRELEASED_INSTANCE_ID.
 
+Classic members (KIP-848's online migration): a consumer of the classic protocol in a consumer group is a
+member like the others, with its session timeout and JoinGroup protocols kept (`ClassicMeta`, written in its
+member record). Its JoinGroup is a full heartbeat that reports the partitions its subscription says it owns
+(none for an eager client, which gave them all up); the answer names its member epoch as the generation, and
+SyncGroup gives it its current assignment in the embedded consumer protocol. Its Heartbeat answers
+REBALANCE_IN_PROGRESS while it must join again to move on (the group epoch passed its own, it has partitions to
+revoke, or partitions it waits for were released); it commits with its member epoch as the generation.
+
 Durable state changes only by `replay` of the records in groupcoord/consumer_records.py, written by
 `heartbeat` and `fence` as Kafka writes them; timers (sessions, revocation deadlines) live in the shard.
 Offset commits from members are checked against the member epoch (STALE_MEMBER_EPOCH).
@@ -41,10 +49,12 @@ from coordinator.shard import CoordinatorRecord
 from groupcoord import consumer_records as cr
 from groupcoord.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
 from groupcoord.config import GroupConfig
+from groupcoord.consumer_protocol import decode_subscription, encode_assignment
 from net.protocol import messages
 from partitions.errors import ErrorCode, KafkaError
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
+PROTOCOL_TYPE = "consumer"
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 REGEX_LENGTH_MAX = 1_000
 
@@ -66,6 +76,15 @@ class ConsumerGroupState(enum.Enum):
 
 
 @dataclass(frozen=True)
+class ClassicMeta:
+    """A member that speaks the classic protocol inside a consumer group (KIP-848's online migration): its
+    session timeout and its JoinGroup protocols (name, ConsumerProtocolSubscription bytes), in its order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -81,10 +100,16 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Mapping[uuid.UUID, frozenset[int]] = field(default_factory=dict)
     revoking: Mapping[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+    classic: ClassicMeta | None = None  # a classic member (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 
     def subscription(self) -> tuple:
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor)
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic)
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        """A classic member's own session timeout (None: the group's, for consumer-protocol members)."""
+        return self.classic.session_timeout_ms if self.classic is not None else None
 
     def assignment_state(self) -> tuple:
         return (self.member_epoch, self.previous_member_epoch, self.state, _frozen(self.assigned),
@@ -177,6 +202,8 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if member.classic is not None:  # a classic member commits with its generation, any version
+            return ErrorCode.NONE if member_epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
         if not transactional and api_version is not None and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
@@ -193,6 +220,12 @@ class ConsumerGroup:
 
     def validate_delete(self) -> ErrorCode:
         return ErrorCode.NONE if not self.members else ErrorCode.NON_EMPTY_GROUP
+
+    def epoch_records(self) -> list[CoordinatorRecord]:
+        """The target assignment's epoch and the group epoch, as they stand (a converted group writes them)."""
+        return [_record(cr.ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
+                        cr.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=self.assignment_epoch)),
+                _record(cr.ConsumerGroupMetadataKey(self.group_id), cr.ConsumerGroupMetadataValue(epoch=self.group_epoch))]
 
     def deletion_records(self) -> list[CoordinatorRecord]:
         """Tombstones for an empty group (DeleteGroups, offset expiry): its target metadata and its epoch."""
@@ -224,7 +257,147 @@ class ConsumerGroup:
             subscribed_topic_names=(tuple(sorted(set(request.subscribed_topic_names)))
                                     if request.subscribed_topic_names is not None else member.subscribed_topic_names),
             subscribed_topic_regex=_regex_update(request, member),
-            client_id=client_id, client_host=client_host)
+            client_id=client_id, client_host=client_host, classic=None)
+        reconciled = self._advance(member, updated, is_new, owned, topics, records,
+                                   takes_over=request.instance_id is not None and epoch == 0)
+        response = messages.ConsumerGroupHeartbeatResponse(
+            throttle_time_ms=0, error_code=ErrorCode.NONE, member_id=reconciled.member_id,
+            member_epoch=reconciled.member_epoch, heartbeat_interval_ms=config.consumer_heartbeat_interval_ms)
+        full = epoch == 0 or (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
+                              and owned is not None)
+        if full or _frozen(reconciled.assigned) != _frozen(member.assigned) or reconciled.member_id != member.member_id:
+            response.assignment = messages.ConsumerGroupHeartbeatResponse.Assignment(
+                topic_partitions=cr.topic_partitions(messages.ConsumerGroupHeartbeatResponse.TopicPartitions,
+                                                     reconciled.assigned))
+        return HeartbeatOutcome(records, response, reconciled)
+
+    # --- classic members (KIP-848's online migration) ------------------------------------------------------
+
+    def classic_join(self, request: Any, version: int, client_id: str, client_host: str,
+                     topics: Mapping[str, TopicInfo], config: GroupConfig, new_member_id: Callable[[], str]
+                     ) -> HeartbeatOutcome:
+        """A JoinGroup from a consumer of the classic protocol (Kafka's classicGroupJoinToConsumerGroup): it
+        becomes (or stays) a member of this group with the subscription its protocol metadata carries, and one
+        step of reconciliation is taken with the partitions that metadata says it owns. The answer names it a
+        follower at its member epoch (the generation of its SyncGroup, Heartbeat and OffsetCommit); the
+        assignment comes with SyncGroup. Raises KafkaError."""
+        if request.protocol_type != PROTOCOL_TYPE or not request.protocols:
+            raise KafkaError("the group uses the consumer protocol", ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        try:
+            subscription = decode_subscription(bytes(request.protocols[0].metadata))
+        except ValueError as error:
+            raise KafkaError(str(error), ErrorCode.INCONSISTENT_GROUP_PROTOCOL) from None
+        instance_id = request.group_instance_id
+        member_id = request.member_id
+        if not member_id:
+            member_id = new_member_id()
+            if version >= 4 and instance_id is None:  # a dynamic member is given its id first (KIP-394)
+                response = join_response(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+                return HeartbeatOutcome([], response, None)
+        records: list[CoordinatorRecord] = []
+        member, is_new = self._classic_member_for(member_id, instance_id, bool(request.member_id), records)
+        if is_new and len(self.members) >= config.group_max_size:
+            raise KafkaError(f"the group has reached its maximum size ({config.group_max_size})",
+                             ErrorCode.GROUP_MAX_SIZE_REACHED)
+        updated = dataclasses.replace(
+            member, instance_id=instance_id, rack_id=subscription.rack_id or member.rack_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms, server_assignor=None,
+            subscribed_topic_names=tuple(sorted(set(subscription.topics))), subscribed_topic_regex=None,
+            client_id=client_id, client_host=client_host,
+            classic=ClassicMeta(request.session_timeout_ms,
+                                tuple((p.name, bytes(p.metadata)) for p in request.protocols)))
+        owned = [_Owned(topics[name].topic_id, partitions) for name, partitions in subscription.owned
+                 if name in topics]
+        reconciled = self._advance(member, updated, is_new, owned, topics, records, takes_over=instance_id is not None)
+        response = join_response(ErrorCode.NONE, reconciled.member_id, generation=reconciled.member_epoch,
+                                 protocol_name=request.protocols[0].name)
+        return HeartbeatOutcome(records, response, reconciled)
+
+    def _classic_member_for(self, member_id: str, instance_id: str | None, known_id: bool,
+                            records: list[CoordinatorRecord]) -> tuple[ConsumerMember, bool]:
+        if instance_id is not None:
+            existing = self.static_member(instance_id)
+            if existing is None:
+                return ConsumerMember(member_id), True
+            if existing.member_id == member_id:
+                return _checked_classic(existing), False
+            if known_id:
+                raise KafkaError(f"static member {instance_id} has been replaced", ErrorCode.FENCED_INSTANCE_ID)
+            # The static member comes back under a new id: it takes its old place and assignment.
+            replaced = dataclasses.replace(existing, member_id=member_id)
+            records += _removal_records(self.group_id, existing.member_id)
+            records.append(_member_metadata_record(self.group_id, replaced))
+            records.append(_target_record(self.group_id, member_id, self.target.get(existing.member_id, {})))
+            records.append(_current_assignment_record(self.group_id, replaced))
+            return replaced, False
+        existing = self.members.get(member_id)
+        if existing is None:  # new, or back with the id MEMBER_ID_REQUIRED gave it (as Kafka creates it then)
+            return ConsumerMember(member_id), True
+        return _checked_classic(existing), False
+
+    def classic_member(self, member_id: str, instance_id: str | None) -> ConsumerMember:
+        """The classic member a SyncGroup, Heartbeat or LeaveGroup names (Kafka's validateConsumerGroupMember).
+        Raises KafkaError: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID."""
+        if instance_id is None:
+            member = self.members.get(member_id)
+        else:
+            member = self.static_member(instance_id)
+            if member is not None and member_id and member.member_id != member_id:
+                raise KafkaError(f"static member {instance_id} has been replaced", ErrorCode.FENCED_INSTANCE_ID)
+        if member is None:
+            raise KafkaError(f"member {member_id} is not a member of group {self.group_id}",
+                             ErrorCode.UNKNOWN_MEMBER_ID)
+        return _checked_classic(member)
+
+    def classic_sync(self, request: Any, topic_names: Mapping[uuid.UUID, str]) -> Any:
+        """SyncGroup from a classic member: its current assignment as a ConsumerProtocolAssignment (Kafka's
+        classicGroupSyncToConsumerGroup). Raises KafkaError."""
+        member = self.classic_member(request.member_id, request.group_instance_id)
+        if request.generation_id != member.member_epoch:
+            raise KafkaError(f"generation {request.generation_id} is not the member's epoch {member.member_epoch}",
+                             ErrorCode.ILLEGAL_GENERATION)
+        first = member.classic.protocols[0]
+        if (getattr(request, "protocol_type", None) not in (None, PROTOCOL_TYPE)
+                or getattr(request, "protocol_name", None) not in (None, first[0])):
+            raise KafkaError("the protocol differs from the member's", ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if self.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            raise KafkaError("a new rebalance is triggered: rejoin", ErrorCode.REBALANCE_IN_PROGRESS)
+        assigned = {topic_names[topic_id]: partitions for topic_id, partitions in member.assigned.items()
+                    if topic_id in topic_names}
+        try:
+            version = decode_subscription(first[1]).version
+        except ValueError:
+            version = 0
+        return messages.SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                          assignment=encode_assignment(assigned, version))
+
+    def classic_heartbeat(self, request: Any) -> ErrorCode:
+        """Heartbeat from a classic member (Kafka's classicGroupHeartbeatToConsumerGroup): REBALANCE_IN_PROGRESS
+        while it must rejoin to move on (the group epoch passed its own, it has partitions to give up, or
+        partitions it waits for have been released). Raises KafkaError."""
+        member = self.classic_member(request.member_id, request.group_instance_id)
+        if request.generation_id != member.member_epoch:
+            raise KafkaError(f"generation {request.generation_id} is not the member's epoch {member.member_epoch}",
+                             ErrorCode.ILLEGAL_GENERATION)
+        if (member.member_epoch < self.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS
+                or (member.state is MemberState.UNRELEASED_PARTITIONS and not self._waits_for_unreleased(member))):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def _waits_for_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target that it does not have yet is still owned by another."""
+        owners = self.partition_owners()
+        for topic_id, partitions in self.target.get(member.member_id, {}).items():
+            for partition in partitions - member.assigned.get(topic_id, frozenset()):
+                if owners.get((topic_id, partition), member.member_id) != member.member_id:
+                    return True
+        return False
+
+    def _advance(self, member: ConsumerMember, updated: ConsumerMember, is_new: bool, owned: list | None,
+                 topics: Mapping[str, TopicInfo], records: list[CoordinatorRecord], takes_over: bool) -> ConsumerMember:
+        """The member's new subscription written (the group epoch bumped when what the assignment depends on
+        changed), the target recomputed when the group epoch moved past it, and one reconciliation step of the
+        member given what it reports it owns (`owned`; None: unknown)."""
         bump = False
         if is_new or updated.subscription() != member.subscription():
             records.append(_member_metadata_record(self.group_id, updated))
@@ -233,8 +406,8 @@ class ConsumerGroup:
         members = dict(self.members)
         members.pop(member.member_id, None)
         previous_target = dict(self.target)
-        if request.instance_id is not None and epoch == 0:  # a static member's new id takes over the old one's
-            replaced = self.static_member(request.instance_id)
+        if takes_over:  # a static member's new id takes over the old one's
+            replaced = self.static_member(updated.instance_id)
             if replaced is not None and replaced.member_id != updated.member_id:
                 members.pop(replaced.member_id, None)
                 previous_target[updated.member_id] = previous_target.pop(replaced.member_id, {})
@@ -257,16 +430,7 @@ class ConsumerGroup:
         reconciled = self._reconcile(updated, target_epoch, member_target, owned)
         if reconciled.assignment_state() != updated.assignment_state() or is_new:
             records.append(_current_assignment_record(self.group_id, reconciled))
-        response = messages.ConsumerGroupHeartbeatResponse(
-            throttle_time_ms=0, error_code=ErrorCode.NONE, member_id=reconciled.member_id,
-            member_epoch=reconciled.member_epoch, heartbeat_interval_ms=config.consumer_heartbeat_interval_ms)
-        full = epoch == 0 or (request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None
-                              and owned is not None)
-        if full or _frozen(reconciled.assigned) != _frozen(member.assigned) or reconciled.member_id != member.member_id:
-            response.assignment = messages.ConsumerGroupHeartbeatResponse.Assignment(
-                topic_partitions=cr.topic_partitions(messages.ConsumerGroupHeartbeatResponse.TopicPartitions,
-                                                     reconciled.assigned))
-        return HeartbeatOutcome(records, response, reconciled)
+        return reconciled
 
     def _member_for(self, request: Any, member_id: str, owned: list | None,
                     records: list[CoordinatorRecord]) -> tuple[ConsumerMember, bool]:
@@ -404,7 +568,9 @@ class ConsumerGroup:
                 member, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
                 client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
                 subscribed_topic_regex=value.subscribed_topic_regex, rebalance_timeout_ms=value.rebalance_timeout_ms,
-                server_assignor=value.server_assignor)
+                server_assignor=value.server_assignor, classic=None if value.classic_member_metadata is None else
+                ClassicMeta(value.classic_member_metadata.session_timeout_ms,
+                            tuple((p.name, bytes(p.metadata)) for p in value.classic_member_metadata.supported_protocols)))
         elif isinstance(key, cr.ConsumerGroupTargetAssignmentMemberKey):
             if value is None:
                 self.target.pop(key.member_id, None)
@@ -447,6 +613,25 @@ class ConsumerGroup:
             error_code=ErrorCode.NONE, group_id=self.group_id, group_state=self.state_name,
             group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
             assignor_name=_preferred_assignor(self.members.values()), members=members)
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """An owned partition list as a heartbeat's TopicPartitions carries it (topic id, partitions)."""
+
+    topic_id: uuid.UUID
+    partitions: tuple[int, ...]
+
+
+def _checked_classic(member: ConsumerMember) -> ConsumerMember:
+    if member.classic is None:  # Kafka's throwIfMemberDoesNotUseClassicProtocol
+        raise KafkaError(f"member {member.member_id} uses the consumer protocol", ErrorCode.UNKNOWN_MEMBER_ID)
+    return member
+
+
+def join_response(code: ErrorCode, member_id: str, generation: int = -1, protocol_name: str = "") -> Any:
+    return messages.JoinGroupResponse(throttle_time_ms=0, error_code=code, generation_id=generation,
+                                      protocol_name=protocol_name, leader="", member_id=member_id, members=[])
 
 
 def validate_heartbeat(request: Any) -> None:
@@ -585,7 +770,15 @@ def _member_metadata_record(group_id: str, member: ConsumerMember) -> Coordinato
         instance_id=member.instance_id, rack_id=member.rack_id, client_id=member.client_id,
         client_host=member.client_host, subscribed_topic_names=list(member.subscribed_topic_names),
         subscribed_topic_regex=member.subscribed_topic_regex, rebalance_timeout_ms=member.rebalance_timeout_ms,
-        server_assignor=member.server_assignor))
+        server_assignor=member.server_assignor, classic_member_metadata=_classic_metadata(member.classic)))
+
+
+def _classic_metadata(classic: ClassicMeta | None) -> Any:
+    if classic is None:
+        return None
+    value_class = cr.ConsumerGroupMemberMetadataValue
+    return value_class.ClassicMemberMetadata(session_timeout_ms=classic.session_timeout_ms, supported_protocols=[
+        value_class.ClassicProtocol(name=name, metadata=metadata) for name, metadata in classic.protocols])
 
 
 def _target_record(group_id: str, member_id: str, assignment: Assignment) -> CoordinatorRecord:
@@ -602,8 +795,18 @@ def _current_assignment_record(group_id: str, member: ConsumerMember) -> Coordin
         partitions_pending_revocation=cr.topic_partitions(value_class.TopicPartitions, member.revoking)))
 
 
+def consumer_conversion_records(group_id: str, member: ConsumerMember) -> list[CoordinatorRecord]:
+    """A member as a converted group writes it: its subscription, its target (its current assignment) and its
+    current assignment."""
+    return [_member_metadata_record(group_id, member), _target_record(group_id, member.member_id, member.assigned),
+            _current_assignment_record(group_id, member)]
+
+
 def _removal_records(group_id: str, member_id: str) -> list[CoordinatorRecord]:
     """Kafka's removeMember: the member's current assignment, target and subscription, in that order."""
     return [_tombstone(cr.ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id)),
             _tombstone(cr.ConsumerGroupTargetAssignmentMemberKey(group_id, member_id)),
             _tombstone(cr.ConsumerGroupMemberMetadataKey(group_id, member_id))]
+
+
+removal_records = _removal_records

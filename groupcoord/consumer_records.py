@@ -54,6 +54,15 @@ ConsumerGroupMemberMetadataValue = _data(
     field('SubscribedTopicRegex', 'string', '0+', nullable='0+', default=None),
     field('RebalanceTimeoutMs', 'int32', '0+', default=-1),
     field('ServerAssignor', 'string', '0+', nullable='0+', default=None),
+    # A classic member of the consumer group (KIP-848's online migration): its session and its JoinGroup protocols
+    field('ClassicMemberMetadata', 'ClassicMemberMetadata', '0+', nullable='0+', tagged='0+', tag=0, default=None,
+          fields=(
+              field('SessionTimeoutMs', 'int32', '0+'),
+              field('SupportedProtocols', '[]ClassicProtocol', '0+', fields=(
+                  field('Name', 'string', '0+'),
+                  field('Metadata', 'bytes', '0+'),
+              )),
+          )),
 )
 ConsumerGroupTargetAssignmentMetadataValue = _data('ConsumerGroupTargetAssignmentMetadataValue',
                                                    field('AssignmentEpoch', 'int32', '0+'))

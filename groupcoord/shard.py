@@ -10,9 +10,14 @@ answers those with one result item, which the broker assembles. The shard routes
 - ConsumerGroupHeartbeat (KIP-848) to the consumer group (groupcoord/consumer.py), with the subscribed topics'
   ids and partition counts taken from the metadata image the broker attaches (`GroupRequest.topics`);
   ConsumerGroupDescribe is split per group like DescribeGroups. A group id names a classic group or a
-  consumer group, never both: a consumer heartbeat for a classic group with members is GROUP_ID_NOT_FOUND, a
-  JoinGroup for a consumer group with members INCONSISTENT_GROUP_PROTOCOL; an empty group of either kind is
-  replaced by the other (the offline upgrade to group.protocol=consumer and the way back, as Kafka does);
+  consumer group, never both. KIP-848's migration between them, as Kafka 4.0 does it: an empty group of either
+  kind is replaced by the other; a consumer heartbeat joining a classic group of consumers converts it into a
+  consumer group whose members keep their partitions (`_upgraded`); JoinGroup, SyncGroup, Heartbeat and
+  LeaveGroup for a consumer group go to its classic members (ConsumerGroup.classic_*); and when its last
+  consumer-protocol member leaves or is fenced, a consumer group of classic members becomes a classic group
+  again, which rebalances once its record is replayed (`_downgraded`). `group_consumer_migration_policy`
+  switches each direction off (then a consumer heartbeat for a classic group is GROUP_ID_NOT_FOUND).
+  Generations go on from epochs and back, so a number is not reused by one incarnation of a group;
 - OffsetCommit, OffsetFetch, OffsetDelete to the offset store (groupcoord/offsets.py), after asking the group
   whether the commit is allowed;
 - DescribeGroups, ListGroups, DeleteGroups read or delete groups.
@@ -30,18 +35,31 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from coordinator.shard import CoordinatorResult, LoadedRecord, TransactionalWrite
 from groupcoord.classic import ClassicGroup, GroupState, Outcome, join_error, merge, sync_error
 from groupcoord import consumer_records
 from groupcoord.config import GroupConfig
-from groupcoord.consumer import ConsumerGroup, MemberState, TopicInfo, validate_heartbeat
+from groupcoord.consumer import (
+    ClassicMeta,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    TopicInfo,
+    consumer_conversion_records,
+    removal_records,
+    validate_heartbeat,
+)
+from groupcoord.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
 from groupcoord.offsets import OffsetStore, offset_commit_response, offset_fetch_response, txn_offset_commit_response
 from groupcoord.records import (
     GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
     OffsetCommitKey,
     decode_record,
+    encode_group_metadata_value,
     encode_key,
 )
 from coordinator.shard import CoordinatorRecord
@@ -87,8 +105,10 @@ class ListedGroup:
 class GroupCoordinatorShard:
     """Groups and offsets of one __consumer_offsets partition (see the module docstring)."""
 
-    def __init__(self, partition: int, config: GroupConfig | None = None) -> None:
+    def __init__(self, partition: int, config: GroupConfig | None = None,
+                 topic_names: Callable[[], Mapping[uuid.UUID, str]] | None = None) -> None:
         self.partition = partition
+        self.topic_names = topic_names  # the metadata image's topic ids -> names (a downgrade names partitions)
         self.config = config or GroupConfig()
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = OffsetStore(self.config)
@@ -96,10 +116,20 @@ class GroupCoordinatorShard:
         self.skipped_records = 0
         self.bug_accept_stale_generation = False  # test-only planted bug, see ClassicGroup
         self.bug_assign_unreleased_partitions = False  # test-only planted bug, see ConsumerGroup
+        # Test-only planted bugs for the simulator (simulations/group_migration_sim.py), never configured: an
+        # upgraded group's classic members keep no current assignment; a group of classic members stays a
+        # consumer group.
+        self.bug_upgrade_forgets_assignments = False
+        self.bug_no_downgrade = False
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer_sessions: dict[tuple[str, str], int] = {}  # (group, member) -> session deadline
         self.revocation_deadlines: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
         self._consumer_member_ids = 0
+        self.last_topics: Mapping[str, TopicInfo] = {}  # volatile: see _saw_topics
+        # (group, member) -> deadline: a classic member told to rejoin must within its rebalance timeout (Kafka's
+        # consumer group join timeout), else it is fenced: an eager one holds partitions others wait for.
+        self.join_deadlines: dict[tuple[str, str], int] = {}
+        self.downgraded: set[str] = set()  # volatile: groups turned classic, to rebalance once replayed
 
     def _new_group(self, group_id: str) -> ClassicGroup:
         group = self.groups[group_id] = ClassicGroup(group_id, self.config)
@@ -138,12 +168,24 @@ class GroupCoordinatorShard:
             return Outcome(response=join_error(ErrorCode.INVALID_GROUP_ID, message.member_id))
         consumer_group = self.consumer_groups.get(message.group_id)
         if consumer_group is not None and consumer_group.members:
-            return Outcome(response=join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, message.member_id))
+            self._saw_topics(request)
+            try:
+                outcome = consumer_group.classic_join(message, request.api_version, request.client_id,
+                                                      request.client_host, request.topics or {}, self.config,
+                                                      lambda: self._new_consumer_member_id(message.group_id, now_ms))
+            except KafkaError as error:
+                return Outcome(response=join_error(error.code, message.member_id))
+            if outcome.member is not None:
+                self._track(message.group_id, outcome.member, now_ms)
+                self.join_deadlines.pop((message.group_id, outcome.member.member_id), None)
+            return Outcome(records=outcome.records, response=outcome.response)
         group = self.groups.get(message.group_id)
         if group is None:
             if len(self.groups) >= self.config.groups_per_shard_max:
                 return Outcome(response=join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, message.member_id))
             group = self._new_group(message.group_id)
+        if consumer_group is not None and group.generation < consumer_group.group_epoch:
+            group.generation = consumer_group.group_epoch  # generations go on from the epochs (never reused)
         outcome = group.join(request_id, request.api_version, message, request.client_id, request.client_host, now_ms)
         if consumer_group is not None:
             # An empty consumer group becomes a classic group (the way back from group.protocol=consumer, as
@@ -153,6 +195,18 @@ class GroupCoordinatorShard:
         return outcome
 
     def _sync(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
+        consumer_group = self.consumer_groups.get(request.message.group_id)
+        if consumer_group is not None:
+            self._saw_topics(request)
+            names = {info.topic_id: name for name, info in (request.topics or {}).items()}
+            try:
+                response = consumer_group.classic_sync(request.message, names)
+            except KafkaError as error:
+                if error.code == ErrorCode.REBALANCE_IN_PROGRESS:
+                    self._must_rejoin(consumer_group, request.message, now_ms)
+                return Outcome(response=sync_error(error.code))
+            self._touch_classic(consumer_group, request.message.member_id, now_ms)
+            return Outcome(response=response)
         group = self._group(request.message.group_id)
         if group is None:
             code = ErrorCode.INVALID_GROUP_ID if not request.message.group_id else ErrorCode.UNKNOWN_MEMBER_ID
@@ -160,6 +214,16 @@ class GroupCoordinatorShard:
         return group.sync(request_id, request.message, now_ms)
 
     def _heartbeat(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
+        consumer_group = self.consumer_groups.get(request.message.group_id)
+        if consumer_group is not None:
+            try:
+                code = consumer_group.classic_heartbeat(request.message)
+                self._touch_classic(consumer_group, request.message.member_id, now_ms)
+                if code == ErrorCode.REBALANCE_IN_PROGRESS:
+                    self._must_rejoin(consumer_group, request.message, now_ms)
+            except KafkaError as error:
+                code = error.code
+            return Outcome(response=messages.HeartbeatResponse(throttle_time_ms=0, error_code=code))
         group = self._group(request.message.group_id)
         if group is None:
             code = ErrorCode.INVALID_GROUP_ID if not request.message.group_id else ErrorCode.UNKNOWN_MEMBER_ID
@@ -168,6 +232,9 @@ class GroupCoordinatorShard:
 
     def _leave(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         message = request.message
+        consumer_group = self.consumer_groups.get(message.group_id)
+        if consumer_group is not None:
+            return self._classic_leave(consumer_group, request.api_version, message)
         group = self._group(message.group_id)
         if group is None:
             code = ErrorCode.INVALID_GROUP_ID if not message.group_id else ErrorCode.UNKNOWN_MEMBER_ID
@@ -351,12 +418,14 @@ class GroupCoordinatorShard:
             deadlines.append(min(self.consumer_sessions.values()))
         if self.revocation_deadlines:
             deadlines.append(min(d for d, _ in self.revocation_deadlines.values()))
+        if self.join_deadlines:
+            deadlines.append(min(self.join_deadlines.values()))
         if self.next_retention_check_ms is not None:
             deadlines.append(self.next_retention_check_ms)
         return min(deadlines) if deadlines else None
 
     def poll(self, now_ms: int) -> CoordinatorResult:
-        outcome = Outcome()
+        outcome = self._rebalance_downgraded(now_ms) if self.downgraded else Outcome()
         for group in list(self.groups.values()):
             deadline = group.next_deadline_ms()
             if deadline is not None and deadline <= now_ms:
@@ -402,7 +471,8 @@ class GroupCoordinatorShard:
             group.on_loaded(now_ms)
         for group in self.consumer_groups.values():
             for member in group.members.values():
-                self.consumer_sessions[(group.group_id, member.member_id)] = now_ms + self.config.consumer_session_timeout_ms
+                self.consumer_sessions[(group.group_id, member.member_id)] = now_ms + (
+                    member.session_timeout_ms or self.config.consumer_session_timeout_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.revocation_deadlines[(group.group_id, member.member_id)] = (
                         now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch)
@@ -419,41 +489,209 @@ class GroupCoordinatorShard:
             validate_heartbeat(message)
             group = self.consumer_groups.get(message.group_id)
             records = []
+            completions: list = []
+            self._saw_topics(request)
             if group is None:
                 classic = self.groups.get(message.group_id)
-                if classic is not None and not classic.is_empty():
-                    raise KafkaError(f"group {message.group_id} is a classic group", ErrorCode.GROUP_ID_NOT_FOUND)
+                if message.member_epoch != 0 and classic is not None and not classic.is_empty():
+                    # A consumer-protocol member the group lost when it turned classic (its session expired
+                    # meanwhile): not a member any more, so it joins again (with epoch 0, which upgrades it).
+                    raise KafkaError(f"member {message.member_id} is not a member of group {message.group_id}",
+                                     ErrorCode.UNKNOWN_MEMBER_ID)
                 if message.member_epoch != 0:
                     raise KafkaError(f"group {message.group_id} not found", ErrorCode.GROUP_ID_NOT_FOUND)
-                if classic is not None:  # an empty classic group becomes a consumer group
-                    records.append(CoordinatorRecord(encode_key(GroupMetadataKey(message.group_id)), None))
-                group = ConsumerGroup(message.group_id)  # created by the replay of its records
-                group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+                if classic is not None and not classic.is_empty():
+                    # KIP-848's online upgrade: the classic group becomes a consumer group of classic members
+                    group, records, completions = self._upgraded(classic, request.topics or {}, now_ms)
+                else:
+                    group = ConsumerGroup(message.group_id)  # created by the replay of its records
+                    group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+                    if classic is not None:  # an empty classic group becomes a consumer group
+                        records.append(CoordinatorRecord(encode_key(GroupMetadataKey(message.group_id)), None))
+                        # its epochs go on from the generations (a generation number is never reused)
+                        group.group_epoch = group.assignment_epoch = classic.generation
             outcome = group.heartbeat(message, request.client_id, request.client_host, request.topics or {},
-                                      self.config, lambda: self._new_consumer_member_id(message.group_id), now_ms)
+                                      self.config, lambda: self._new_consumer_member_id(message.group_id, now_ms), now_ms)
         except KafkaError as error:
             return CoordinatorResult.answer(messages.ConsumerGroupHeartbeatResponse(
                 throttle_time_ms=0, error_code=error.code, error_message=error.message, member_epoch=-1))
-        key = (message.group_id, outcome.response.member_id)
-        member = outcome.member
-        if member is None:  # it left
-            self.consumer_sessions.pop(key, None)
-            self.revocation_deadlines.pop(key, None)
+        records += outcome.records
+        if outcome.member is None:  # it left
+            self._untrack(message.group_id, outcome.response.member_id)
+            records += self._downgraded(group, {outcome.response.member_id}, now_ms)
         else:
-            self.consumer_sessions[key] = now_ms + self.config.consumer_session_timeout_ms
-            if member.state is MemberState.UNREVOKED_PARTITIONS:
-                deadline = self.revocation_deadlines.get(key)
-                if deadline is None or deadline[1] != member.member_epoch:
-                    self.revocation_deadlines[key] = (now_ms + max(member.rebalance_timeout_ms, 0),
-                                                      member.member_epoch)
-            else:
-                self.revocation_deadlines.pop(key, None)
-        return CoordinatorResult.answer(outcome.response, records + outcome.records)
+            self._track(message.group_id, outcome.member, now_ms)
+        return CoordinatorResult(records, outcome.response, completions)
 
-    def _new_consumer_member_id(self, group_id: str) -> str:
-        """A member id for a v0 client that asks the coordinator for one (v1 clients bring their own)."""
-        self._consumer_member_ids += 1
-        return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{group_id}/{self.partition}/{self._consumer_member_ids}"))
+    # --- KIP-848's online migration: classic members in consumer groups, and the conversions ------------------
+
+    def _track(self, group_id: str, member: ConsumerMember, now_ms: int) -> None:
+        """A member's session (its own timeout for a classic member) and revocation deadline."""
+        key = (group_id, member.member_id)
+        self.consumer_sessions[key] = now_ms + (member.session_timeout_ms or self.config.consumer_session_timeout_ms)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            deadline = self.revocation_deadlines.get(key)
+            if deadline is None or deadline[1] != member.member_epoch:
+                self.revocation_deadlines[key] = (now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch)
+        else:
+            self.revocation_deadlines.pop(key, None)
+
+    def _must_rejoin(self, group: ConsumerGroup, message: Any, now_ms: int) -> None:
+        """A classic member told REBALANCE_IN_PROGRESS: it must join again within its rebalance timeout."""
+        member = group.classic_member(message.member_id, message.group_instance_id)
+        self.join_deadlines.setdefault((group.group_id, member.member_id), now_ms + max(member.rebalance_timeout_ms, 0))
+
+    def _untrack(self, group_id: str, member_id: str) -> None:
+        self.consumer_sessions.pop((group_id, member_id), None)
+        self.revocation_deadlines.pop((group_id, member_id), None)
+        self.join_deadlines.pop((group_id, member_id), None)
+
+    def _touch_classic(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
+        member = group.members.get(member_id)
+        if member is not None and member.classic is not None:
+            self.consumer_sessions[(group.group_id, member_id)] = now_ms + member.classic.session_timeout_ms
+
+    def _saw_topics(self, request: GroupRequest) -> None:
+        """The topics of the newest metadata image a request brought (names of a downgraded group's assignments)."""
+        if request.topics is not None:
+            self.last_topics = request.topics
+
+    def _classic_leave(self, group: ConsumerGroup, version: int, message: Any) -> Outcome:
+        """LeaveGroup from classic members of a consumer group (Kafka's classicGroupLeaveToConsumerGroup)."""
+        response_class = messages.LeaveGroupResponse
+        identities = [(message.member_id, None)] if version < 3 else \
+            [(m.member_id, m.group_instance_id) for m in message.members]
+        records, results = [], []
+        for member_id, instance_id in identities:
+            try:
+                member = group.classic_member(member_id, instance_id)
+            except KafkaError as error:
+                results.append(response_class.MemberResponse(member_id=member_id, group_instance_id=instance_id,
+                                                             error_code=error.code))
+                continue
+            records += group.fence(member.member_id)
+            self._untrack(group.group_id, member.member_id)
+            results.append(response_class.MemberResponse(member_id=member.member_id, group_instance_id=instance_id,
+                                                         error_code=ErrorCode.NONE))
+        if version < 3:
+            return Outcome(records=records, response=response_class(throttle_time_ms=0,
+                                                                    error_code=results[0].error_code, members=[]))
+        return Outcome(records=records, response=response_class(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                                                members=results))
+
+    def _upgraded(self, classic: ClassicGroup, topics: Mapping[str, TopicInfo],
+                  now_ms: int) -> tuple[ConsumerGroup, list[CoordinatorRecord], list]:
+        """A non-empty classic group as a consumer group of classic members (Kafka's convertToConsumerGroup):
+        each member at the group's generation with the assignment of its last SyncGroup as both its current and
+        its target assignment; the records that delete the classic group and write the consumer group, and the
+        answers to the joins and syncs the classic group held (REBALANCE_IN_PROGRESS: they join again).
+        Raises KafkaError (GROUP_ID_NOT_FOUND) when the upgrade is off, or the group is not one of consumers."""
+        group_id = classic.group_id
+        if not self.config.upgrade_enabled or classic.protocol_type != ConsumerGroup.protocol_type \
+                or classic.generation <= 0 or len(classic.members) >= self.config.group_max_size:
+            raise KafkaError(f"group {group_id} is a classic group that cannot be upgraded",
+                             ErrorCode.GROUP_ID_NOT_FOUND)
+        group = ConsumerGroup(group_id)
+        group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+        generation = classic.generation
+        records = [CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None)]
+        completions: list = []
+        for member in classic.members.values():
+            if member.join_request is not None:
+                completions.append((member.join_request, join_error(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id)))
+            if member.sync_request is not None:
+                completions.append((member.sync_request, sync_error(ErrorCode.REBALANCE_IN_PROGRESS)))
+            protocols = tuple((name, bytes(metadata)) for name, metadata in member.protocols)
+            try:
+                subscription = decode_subscription(member.metadata_for(classic.protocol_name) or protocols[0][1])
+                assigned_by_name = decode_assignment(member.assignment)
+            except (ValueError, IndexError):
+                raise KafkaError(f"group {group_id}: a member's embedded consumer protocol is malformed",
+                                 ErrorCode.GROUP_ID_NOT_FOUND) from None
+            unknown = sorted(name for name in assigned_by_name if name not in topics)
+            if unknown:
+                # This broker's metadata is behind the members' (or the topic was deleted and their next rebalance
+                # drops it): converting now would free partitions they still read. The member tries again.
+                raise KafkaError(f"group {group_id}: the coordinator's metadata does not know topic {unknown[0]} "
+                                 "yet", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            assigned = {topics[name].topic_id: frozenset(partitions) for name, partitions in assigned_by_name.items()
+                        if partitions and not self.bug_upgrade_forgets_assignments}
+            converted = ConsumerMember(
+                member.member_id, instance_id=member.group_instance_id, rack_id=subscription.rack_id,
+                client_id=member.client_id, client_host=member.client_host,
+                subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+                rebalance_timeout_ms=member.rebalance_timeout_ms, member_epoch=generation,
+                previous_member_epoch=generation, assigned=assigned,
+                classic=ClassicMeta(member.session_timeout_ms, protocols))
+            group.members[member.member_id] = converted
+            group.target[member.member_id] = assigned
+            records += consumer_conversion_records(group_id, converted)
+            self.consumer_sessions[(group_id, member.member_id)] = now_ms + member.session_timeout_ms
+        group.group_epoch = group.assignment_epoch = generation
+        records += group.epoch_records()
+        return group, records, completions
+
+    def _downgraded(self, group: ConsumerGroup, leaving: set[str], now_ms: int) -> list[CoordinatorRecord]:
+        """When the last consumer-protocol member left and classic members remain, the records that turn the
+        group back into a classic group of them (Kafka's convertToClassicGroup), at the group epoch, each with
+        its current assignment; the classic group starts a rebalance once they are replayed (poll). Nothing
+        when the group keeps a consumer-protocol member, would be empty, or the downgrade is off."""
+        remaining = [m for m in group.members.values() if m.member_id not in leaving]
+        if (not remaining or any(m.classic is None for m in remaining) or not self.config.downgrade_enabled
+                or len(remaining) > self.config.group_max_size or self.bug_no_downgrade):
+            return []
+        names = dict(self.topic_names()) if self.topic_names is not None else \
+            {info.topic_id: name for name, info in self.last_topics.items()}
+        protocol = _vote([m.classic.protocols for m in remaining])
+        if protocol is None:
+            return []
+        records: list[CoordinatorRecord] = []
+        for member in group.members.values():
+            records += removal_records(group.group_id, member.member_id)
+            self._untrack(group.group_id, member.member_id)
+        records += group.deletion_records()
+        members = []
+        for member in remaining:
+            metadata = next(data for name, data in member.classic.protocols if name == protocol)
+            try:
+                version = decode_subscription(metadata).version
+            except ValueError:
+                version = 0
+            assigned = {names[t]: sorted(ps) for t, ps in member.assigned.items() if t in names}
+            members.append(MemberMetadata(member.member_id, member.instance_id, member.client_id, member.client_host,
+                                          member.rebalance_timeout_ms, member.classic.session_timeout_ms, metadata,
+                                          encode_assignment(assigned, version)))
+        value = GroupMetadataValue(ConsumerGroup.protocol_type, group.group_epoch, protocol, remaining[0].member_id,
+                                   now_ms, tuple(members))
+        records.append(CoordinatorRecord(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value)))
+        self.downgraded.add(group.group_id)
+        return records
+
+    def _rebalance_downgraded(self, now_ms: int) -> Outcome:
+        """A group just turned back into a classic group rebalances (its members rejoin as classic ones)."""
+        outcome = Outcome()
+        for group_id in sorted(self.downgraded):
+            group = self.groups.get(group_id)
+            if group is not None and group.state is GroupState.STABLE and group_id not in self.consumer_groups:
+                for member_id in group.members:
+                    group.touch(member_id, now_ms)
+                outcome = merge(outcome, group.prepare_rebalance(now_ms))
+                self.downgraded.discard(group_id)
+            elif group_id not in self.consumer_groups:
+                self.downgraded.discard(group_id)
+        return outcome
+
+    def _new_consumer_member_id(self, group_id: str, now_ms: int) -> str:
+        """A member id for a v0 client or a classic member that asks the coordinator for one (v1 clients bring
+        their own): unique in the group, and across the shard's incarnations (its counter starts again after a
+        failover, the clock does not), yet the same in every replay of a simulation."""
+        group = self.consumer_groups.get(group_id)
+        while True:
+            self._consumer_member_ids += 1
+            candidate = str(uuid.uuid5(uuid.NAMESPACE_OID,
+                                       f"{group_id}/{self.partition}/{now_ms}/{self._consumer_member_ids}"))
+            if group is None or candidate not in group.members:
+                return candidate
 
     def _consumer_describe(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         group_id = request.message
@@ -468,20 +706,27 @@ class GroupCoordinatorShard:
         return Outcome(response=group.describe(names))
 
     def _expire_consumer_members(self, now_ms: int) -> list[CoordinatorRecord]:
-        """Fence consumer members whose session expired or who did not revoke within their rebalance timeout."""
+        """Fence consumer members whose session expired, who did not revoke within their rebalance timeout, or
+        (classic members) who did not join again within it when told to."""
         expired = {key for key, deadline in self.consumer_sessions.items() if deadline <= now_ms}
+        expired |= {key for key, deadline in self.join_deadlines.items() if deadline <= now_ms}
         for key, (deadline, epoch) in self.revocation_deadlines.items():
             member = self._consumer_member(key)
             if deadline <= now_ms and member is not None and member.state is MemberState.UNREVOKED_PARTITIONS \
                     and member.member_epoch == epoch:
                 expired.add(key)
         records = []
+        fenced: dict[str, set[str]] = {}  # group -> members fenced by this poll (their records not replayed yet)
         for key in sorted(expired):
-            self.consumer_sessions.pop(key, None)
-            self.revocation_deadlines.pop(key, None)
+            self._untrack(*key)
             group = self.consumer_groups.get(key[0])
-            if group is not None and key[1] in group.members:
-                records += group.fence(key[1])
+            if group is None or key[1] not in group.members or key[1] in fenced.get(key[0], ()) \
+                    or key[0] in self.downgraded:  # (a group turned classic by this poll: its members are classic)
+                continue
+            records += group.fence(key[1])
+            fenced.setdefault(key[0], set()).add(key[1])
+            if group.members[key[1]].classic is None:
+                records += self._downgraded(group, fenced[key[0]], now_ms)
         return records
 
     def _consumer_member(self, key: tuple[str, str]):
@@ -497,3 +742,17 @@ CONSUMER_KEYS = frozenset({
     consumer_records.ConsumerGroupTargetAssignmentMemberKey,
     consumer_records.ConsumerGroupCurrentMemberAssignmentKey,
 })
+
+
+def _vote(protocol_lists: list[tuple[tuple[str, bytes], ...]]) -> str | None:
+    """The classic protocol a group of these members runs (ClassicGroup's vote): among the protocols all of
+    them support, each votes for its first preference; ties go by the first member's order."""
+    common = set.intersection(*({name for name, _ in protocols} for protocols in protocol_lists))
+    if not common:
+        return None
+    votes: dict[str, int] = {}
+    for protocols in protocol_lists:
+        choice = next(name for name, _ in protocols if name in common)
+        votes[choice] = votes.get(choice, 0) + 1
+    order = [name for name, _ in protocol_lists[0] if name in common]
+    return max(order, key=lambda name: votes.get(name, 0))

@@ -189,3 +189,52 @@ class SimConsumerProtocolMember(SimGroupConsumer):
             self.heartbeat_due_ms = self.loop.now_ms
         else:
             self._to("join")
+
+
+class SimMigratingMember(SimConsumerProtocolMember):
+    """A member whose process speaks the classic protocol or the consumer protocol, switching at each restart
+    (a rolling upgrade, and back): members 0 and 2 start classic, member 1 with the consumer protocol. While
+    classic it is exactly `SimGroupConsumer` (eager, range, JoinGroup/SyncGroup/Heartbeat, OffsetCommit v7);
+    while not, `SimConsumerProtocolMember`. With both kinds in the group, the coordinator turns the group into a
+    consumer group and back (KIP-848's online migration)."""
+
+    def __init__(self, host: Any, client_id: int, name: str, *args: Any) -> None:
+        self.classic = not name.endswith("1")
+        self.switches = 0
+        super().__init__(host, client_id, name, *args)
+
+    @property
+    def offset_commit_version(self) -> int:  # type: ignore[override]
+        return SimGroupConsumer.offset_commit_version if self.classic else OFFSET_COMMIT_VERSION_KIP848
+
+    def _reset(self) -> None:
+        super()._reset()
+        if self.classic:
+            self.member_id = ""  # the coordinator gives a classic member its id (KIP-394)
+            self.generation = -1
+
+    def restart(self) -> None:
+        if self.running:
+            return
+        self.classic = not self.classic
+        self.switches += 1
+        self.host.trace("group.protocol", self.name, "classic" if self.classic else "consumer")
+        super().restart()
+
+    def leave(self) -> None:
+        (SimGroupConsumer.leave if self.classic else SimConsumerProtocolMember.leave)(self)
+
+    def _join(self) -> None:
+        (SimGroupConsumer._join if self.classic else SimConsumerProtocolMember._join)(self)
+
+    def _heartbeat(self) -> None:
+        (SimGroupConsumer._heartbeat if self.classic else SimConsumerProtocolMember._heartbeat)(self)
+
+    def _on_heartbeat(self, response: Any) -> None:
+        (SimGroupConsumer._on_heartbeat if self.classic else SimConsumerProtocolMember._on_heartbeat)(self, response)
+
+    def _rejoin_after(self, code: int) -> None:
+        (SimGroupConsumer._rejoin_after if self.classic else SimConsumerProtocolMember._rejoin_after)(self, code)
+
+    def _on_found(self, response: Any) -> None:
+        (SimGroupConsumer._on_found if self.classic else SimConsumerProtocolMember._on_found)(self, response)

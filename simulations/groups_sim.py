@@ -50,6 +50,7 @@ class GroupsSimulation(ClusterSimulation):
     extra_bugs = GROUP_BUGS
     idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
     member_class: type = SimGroupConsumer
+    group_fault_rates = GROUP_FAULT_RATES
     group_id = GROUP
     broker_settings_extra = {
         "offsets_topic_num_partitions": OFFSETS_PARTITIONS,
@@ -92,7 +93,7 @@ class GroupsSimulation(ClusterSimulation):
         if not self._fault_phase:
             return
         rng = self._group_rng
-        for kind, rate in GROUP_FAULT_RATES.items():
+        for kind, rate in self.group_fault_rates.items():
             if rng.random() < rate:
                 candidates = [i for i, m in enumerate(self.members) if m.running and not m.paused]
                 if candidates:

@@ -34,6 +34,7 @@ WORKLOADS: dict[str, str] = {
     "cluster": "simulations.cluster_sim",
     "groups": "simulations.groups_sim",
     "consumer-groups": "simulations.consumer_groups_sim",
+    "group-migration": "simulations.group_migration_sim",
     "transactions": "simulations.txn_sim",
     "reassign": "simulations.reassign_sim",
     "quotas": "simulations.quota_sim",

@@ -369,8 +369,9 @@ def test_admin_commits_offset_delete_and_reset_work_on_a_consumer_group_as_kafka
 
 def test_an_empty_consumer_group_becomes_a_classic_group_on_join_and_keeps_its_offsets():
     """The way back from group.protocol=consumer (Kafka's classicGroupJoinToClassicGroup): while a member is in
-    the consumer group a JoinGroup is INCONSISTENT_GROUP_PROTOCOL; once the last one left, a JoinGroup replaces
-    the consumer group (tombstones) with a classic group, and the group's committed offsets stay."""
+    the consumer group a JoinGroup of another protocol type is INCONSISTENT_GROUP_PROTOCOL; once the last one
+    left, a JoinGroup replaces the consumer group (tombstones) with a classic group, whose generations go on
+    from the consumer group's epochs, and the group's committed offsets stay."""
     coordinator = Coordinator()
     a = Member(coordinator, "a")
     a.heartbeat()
@@ -383,14 +384,18 @@ def test_an_empty_consumer_group_becomes_a_classic_group_on_join_and_keeps_its_o
     join = messages.JoinGroupRequest(
         group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="", protocol_type="consumer",
         protocols=[messages.JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
-    assert coordinator.call(ApiKey.JOIN_GROUP, 3, join).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    connect = messages.JoinGroupRequest(
+        group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="", protocol_type="connect",
+        protocols=[messages.JoinGroupRequest.JoinGroupRequestProtocol(name="default", metadata=b"")])
+    assert coordinator.call(ApiKey.JOIN_GROUP, 3, connect).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     a.heartbeat(epoch=-1)  # the last member leaves: the consumer group is empty
+    epoch = coordinator.shard.consumer_groups["g"].group_epoch
 
     request_id = coordinator.runtime.submit(0, GroupRequest(ApiKey.JOIN_GROUP, 3, join, "client", "/127.0.0.1",
                                                             coordinator.topics), coordinator.now)
     coordinator.advance(CONFIG.initial_rebalance_delay_ms + 1)
     joined = coordinator.answers.pop(request_id)
-    assert (joined.error_code, joined.generation_id, joined.leader) == (ErrorCode.NONE, 1, joined.member_id)
+    assert (joined.error_code, joined.generation_id, joined.leader) == (ErrorCode.NONE, epoch + 1, joined.member_id)
     assert "g" not in coordinator.shard.consumer_groups and "g" in coordinator.shard.groups
     fetched = coordinator.call(ApiKey.OFFSET_FETCH, 7, GroupOffsetFetch("g", None))
     assert [(p.partition_index, p.committed_offset) for t in fetched.topics for p in t.partitions] == [(0, 10)]

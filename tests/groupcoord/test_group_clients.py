@@ -263,3 +263,56 @@ def test_a_group_moves_to_the_consumer_protocol_and_back_keeping_its_offsets(clu
         assert not set(member.values()) & set(read), f"{name} re-read records committed before it"
         read += member.values()
     assert len(read) == len(set(read)) == 3_000
+
+
+def test_a_rolling_upgrade_to_the_consumer_protocol_and_back_with_members_of_both(cluster, tmp_path):
+    """KIP-848's online migration with librdkafka on both sides: a classic group of two consumers becomes a
+    consumer group when a consumer-protocol member joins (the classic members go on inside it), a classic member
+    leaves, and when the last consumer-protocol member leaves the group is a classic group again; the members
+    share the partitions at every step and every record is read."""
+    topic, group = "rolling-upgrade", "group-rolling-upgrade"
+    make_topic(cluster, topic)
+    classic_config, consumer_config = CONFLUENT_VARIANTS["eager"], CONFLUENT_VARIANTS["consumer-protocol"]
+
+    def group_type() -> str:
+        return cli_json("groups", "describe", group, "-b", cluster.bootstrap_servers)["type"]
+
+    def start(name: str, config: dict) -> ConsumerProcess:
+        process = ConsumerProcess(cluster, tmp_path, name, "confluent", group, topic, config).start()
+        everyone.append(process)
+        live[name] = process
+        return process
+
+    everyone: list[ConsumerProcess] = []
+    live: dict[str, ConsumerProcess] = {}
+    values: list[str] = []
+    try:
+        start("classic-1", classic_config)
+        start("classic-2", classic_config)
+        values += produce(cluster, topic, 0, 2_000)
+        wait_all_consumed(everyone, values)
+        wait_assignment(list(live.values()), [3, 3], 60)
+        assert group_type() == "classic"
+
+        start("new-1", consumer_config)
+        wait_assignment(list(live.values()), [2, 2, 2], 90)
+        assert group_type() == "consumer"
+        values += produce(cluster, topic, 2_000, 2_000)
+        wait_all_consumed(everyone, values)
+
+        live.pop("classic-1").close()  # a classic member leaves the consumer group
+        wait_assignment(list(live.values()), [3, 3], 90)
+        values += produce(cluster, topic, 4_000, 2_000)
+        wait_all_consumed(everyone, values)
+
+        live.pop("new-1").close()  # the last consumer-protocol member: a classic group again
+        eventually(lambda: group_type() == "classic", 30, what="the group back to classic")
+        wait_assignment(list(live.values()), [6], 90)
+        values += produce(cluster, topic, 6_000, 2_000)
+        wait_all_consumed(everyone, values)
+        read = consumed(everyone)
+        print(f"rolling upgrade: {len(read)} records read for {len(values)} produced")
+        assert sorted(read) == sorted(values), "each record once: commits on revocation, in both protocols"
+    finally:
+        for member in everyone:
+            member.close()
