@@ -35,6 +35,12 @@ def _outcome(codec, data: bytes):
     return value, reader.pos
 
 
+def _same(first, second) -> bool:
+    """Equal outcomes, a float64 field that a corrupted byte made NaN included (NaN is not equal to itself; its
+    repr is): the reprs show every field with its type, so equal reprs are equal outcomes."""
+    return first == second or repr(first) == repr(second)
+
+
 @pytest.mark.parametrize("case", ALL_MESSAGE_VERSIONS, ids=_ids)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
@@ -54,12 +60,12 @@ def test_generated_codec_matches_the_field_walk(case, data):
     assert decoded[0] == message and decoded[1] == len(body)
     # Every truncation, and a corrupted byte, is refused (or read) the same way by both.
     for cut in range(len(body)):
-        assert _outcome(generated, body[:cut]) == _outcome(reference, body[:cut]), f"cut at {cut}"
+        assert _same(_outcome(generated, body[:cut]), _outcome(reference, body[:cut])), f"cut at {cut}"
     if body:
         index = data.draw(st.integers(0, len(body) - 1))
         corrupted = bytearray(body)
         corrupted[index] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))
-        assert _outcome(generated, bytes(corrupted)) == _outcome(reference, bytes(corrupted))
+        assert _same(_outcome(generated, bytes(corrupted)), _outcome(reference, bytes(corrupted)))
 
 
 def test_a_string_that_is_not_utf8_is_a_decode_error_on_the_fast_path():
