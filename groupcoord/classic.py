@@ -356,15 +356,9 @@ class ClassicGroup:
         return outcome
 
     def _select_protocol(self) -> str:
-        """Kafka's vote: among protocols every member supports, each member votes for its first preference."""
-        candidates = self._common_protocols()
-        assert candidates, f"group {self.group_id}: members share no protocol"
-        votes: dict[str, int] = {}
-        for member in self.members.values():
-            choice = next(name for name, _ in member.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        first_member_order = [name for name, _ in next(iter(self.members.values())).protocols if name in candidates]
-        return max(first_member_order, key=lambda name: votes.get(name, 0))
+        protocol = vote_protocol([member.protocols for member in self.members.values()])
+        assert protocol is not None, f"group {self.group_id}: members share no protocol"
+        return protocol
 
     # --- SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------------------------
 
@@ -536,6 +530,23 @@ class ClassicGroup:
                 client_host=m.client_host, member_metadata=m.metadata_for(self.protocol_name),
                 member_assignment=m.assignment) for m in self.members.values()],
         )
+
+
+def vote_protocol(protocol_lists: list) -> str | None:
+    """Kafka's vote for a group's protocol, given each member's (name, metadata) protocols in its order of
+    preference: among the protocols every member supports, each member votes for its first preference; ties go
+    by the first member's order. None when the members share no protocol."""
+    if not protocol_lists:
+        return None
+    common = set.intersection(*({name for name, _ in protocols} for protocols in protocol_lists))
+    if not common:
+        return None
+    votes: dict[str, int] = {}
+    for protocols in protocol_lists:
+        choice = next(name for name, _ in protocols if name in common)
+        votes[choice] = votes.get(choice, 0) + 1
+    order = [name for name, _ in protocol_lists[0] if name in common]
+    return max(order, key=lambda name: votes.get(name, 0))
 
 
 def merge(first: Outcome, second: Outcome) -> Outcome:

@@ -325,15 +325,19 @@ class ConsumerGroup:
                 raise KafkaError(f"static member {instance_id} has been replaced", ErrorCode.FENCED_INSTANCE_ID)
             # The static member comes back under a new id: it takes its old place and assignment.
             replaced = dataclasses.replace(existing, member_id=member_id)
-            records += _removal_records(self.group_id, existing.member_id)
-            records.append(_member_metadata_record(self.group_id, replaced))
-            records.append(_target_record(self.group_id, member_id, self.target.get(existing.member_id, {})))
-            records.append(_current_assignment_record(self.group_id, replaced))
+            records += self._replacement_records(existing, replaced)
             return replaced, False
         existing = self.members.get(member_id)
         if existing is None:  # new, or back with the id MEMBER_ID_REQUIRED gave it (as Kafka creates it then)
             return ConsumerMember(member_id), True
         return _checked_classic(existing), False
+
+    def _replacement_records(self, existing: ConsumerMember, replaced: ConsumerMember) -> list[CoordinatorRecord]:
+        """A static member back under a new id takes the old id's place: the old id's records go, and the new
+        one gets its subscription, its target and its current assignment."""
+        return [*_removal_records(self.group_id, existing.member_id), _member_metadata_record(self.group_id, replaced),
+                _target_record(self.group_id, replaced.member_id, self.target.get(existing.member_id, {})),
+                _current_assignment_record(self.group_id, replaced)]
 
     def classic_member(self, member_id: str, instance_id: str | None) -> ConsumerMember:
         """The classic member a SyncGroup, Heartbeat or LeaveGroup names (Kafka's validateConsumerGroupMember).
@@ -446,10 +450,7 @@ class ConsumerGroup:
                 # The static member comes back (under a new id): it takes its old place and assignment.
                 replaced = dataclasses.replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
                 if existing.member_id != member_id:
-                    records += _removal_records(self.group_id, existing.member_id)
-                    records.append(_member_metadata_record(self.group_id, replaced))
-                    records.append(_target_record(self.group_id, member_id, self.target.get(existing.member_id, {})))
-                    records.append(_current_assignment_record(self.group_id, replaced))
+                    records += self._replacement_records(existing, replaced)
                 return replaced, False
             if existing is None:
                 raise KafkaError(f"static member {instance_id} is unknown", ErrorCode.UNKNOWN_MEMBER_ID)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from coordinator.shard import CoordinatorResult, LoadedRecord, TransactionalWrite
-from groupcoord.classic import ClassicGroup, GroupState, Outcome, join_error, merge, sync_error
+from groupcoord.classic import ClassicGroup, GroupState, Outcome, join_error, merge, sync_error, vote_protocol
 from groupcoord import consumer_records
 from groupcoord.config import GroupConfig
 from groupcoord.consumer import (
@@ -108,7 +108,9 @@ class GroupCoordinatorShard:
     def __init__(self, partition: int, config: GroupConfig | None = None,
                  topic_names: Callable[[], Mapping[uuid.UUID, str]] | None = None) -> None:
         self.partition = partition
-        self.topic_names = topic_names  # the metadata image's topic ids -> names (a downgrade names partitions)
+        # The metadata image's topic ids -> names: a downgrade, which a timer may start, names its members'
+        # partitions with them (without it, as in tests of other paths, it names none).
+        self.topic_names = topic_names
         self.config = config or GroupConfig()
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = OffsetStore(self.config)
@@ -125,7 +127,6 @@ class GroupCoordinatorShard:
         self.consumer_sessions: dict[tuple[str, str], int] = {}  # (group, member) -> session deadline
         self.revocation_deadlines: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
         self._consumer_member_ids = 0
-        self.last_topics: Mapping[str, TopicInfo] = {}  # volatile: see _saw_topics
         # (group, member) -> deadline: a classic member told to rejoin must within its rebalance timeout (Kafka's
         # consumer group join timeout), else it is fenced: an eager one holds partitions others wait for.
         self.join_deadlines: dict[tuple[str, str], int] = {}
@@ -168,7 +169,6 @@ class GroupCoordinatorShard:
             return Outcome(response=join_error(ErrorCode.INVALID_GROUP_ID, message.member_id))
         consumer_group = self.consumer_groups.get(message.group_id)
         if consumer_group is not None and consumer_group.members:
-            self._saw_topics(request)
             try:
                 outcome = consumer_group.classic_join(message, request.api_version, request.client_id,
                                                       request.client_host, request.topics or {}, self.config,
@@ -197,7 +197,6 @@ class GroupCoordinatorShard:
     def _sync(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
         consumer_group = self.consumer_groups.get(request.message.group_id)
         if consumer_group is not None:
-            self._saw_topics(request)
             names = {info.topic_id: name for name, info in (request.topics or {}).items()}
             try:
                 response = consumer_group.classic_sync(request.message, names)
@@ -471,8 +470,7 @@ class GroupCoordinatorShard:
             group.on_loaded(now_ms)
         for group in self.consumer_groups.values():
             for member in group.members.values():
-                self.consumer_sessions[(group.group_id, member.member_id)] = now_ms + (
-                    member.session_timeout_ms or self.config.consumer_session_timeout_ms)
+                self.consumer_sessions[(group.group_id, member.member_id)] = self._session_deadline(member, now_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self.revocation_deadlines[(group.group_id, member.member_id)] = (
                         now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch)
@@ -490,7 +488,6 @@ class GroupCoordinatorShard:
             group = self.consumer_groups.get(message.group_id)
             records = []
             completions: list = []
-            self._saw_topics(request)
             if group is None:
                 classic = self.groups.get(message.group_id)
                 if message.member_epoch != 0 and classic is not None and not classic.is_empty():
@@ -528,13 +525,17 @@ class GroupCoordinatorShard:
     def _track(self, group_id: str, member: ConsumerMember, now_ms: int) -> None:
         """A member's session (its own timeout for a classic member) and revocation deadline."""
         key = (group_id, member.member_id)
-        self.consumer_sessions[key] = now_ms + (member.session_timeout_ms or self.config.consumer_session_timeout_ms)
+        self.consumer_sessions[key] = self._session_deadline(member, now_ms)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             deadline = self.revocation_deadlines.get(key)
             if deadline is None or deadline[1] != member.member_epoch:
                 self.revocation_deadlines[key] = (now_ms + max(member.rebalance_timeout_ms, 0), member.member_epoch)
         else:
             self.revocation_deadlines.pop(key, None)
+
+    def _session_deadline(self, member: ConsumerMember, now_ms: int) -> int:
+        """When the member's session ends: its own timeout for a classic member, the group's for the others."""
+        return now_ms + (member.session_timeout_ms or self.config.consumer_session_timeout_ms)
 
     def _must_rejoin(self, group: ConsumerGroup, message: Any, now_ms: int) -> None:
         """A classic member told REBALANCE_IN_PROGRESS: it must join again within its rebalance timeout."""
@@ -549,12 +550,7 @@ class GroupCoordinatorShard:
     def _touch_classic(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
         member = group.members.get(member_id)
         if member is not None and member.classic is not None:
-            self.consumer_sessions[(group.group_id, member_id)] = now_ms + member.classic.session_timeout_ms
-
-    def _saw_topics(self, request: GroupRequest) -> None:
-        """The topics of the newest metadata image a request brought (names of a downgraded group's assignments)."""
-        if request.topics is not None:
-            self.last_topics = request.topics
+            self.consumer_sessions[(group.group_id, member_id)] = self._session_deadline(member, now_ms)
 
     def _classic_leave(self, group: ConsumerGroup, version: int, message: Any) -> Outcome:
         """LeaveGroup from classic members of a consumer group (Kafka's classicGroupLeaveToConsumerGroup)."""
@@ -626,7 +622,7 @@ class GroupCoordinatorShard:
             group.members[member.member_id] = converted
             group.target[member.member_id] = assigned
             records += consumer_conversion_records(group_id, converted)
-            self.consumer_sessions[(group_id, member.member_id)] = now_ms + member.session_timeout_ms
+            self.consumer_sessions[(group_id, member.member_id)] = self._session_deadline(converted, now_ms)
         group.group_epoch = group.assignment_epoch = generation
         records += group.epoch_records()
         return group, records, completions
@@ -640,9 +636,8 @@ class GroupCoordinatorShard:
         if (not remaining or any(m.classic is None for m in remaining) or not self.config.downgrade_enabled
                 or len(remaining) > self.config.group_max_size or self.bug_no_downgrade):
             return []
-        names = dict(self.topic_names()) if self.topic_names is not None else \
-            {info.topic_id: name for name, info in self.last_topics.items()}
-        protocol = _vote([m.classic.protocols for m in remaining])
+        names = self.topic_names() if self.topic_names is not None else {}
+        protocol = vote_protocol([m.classic.protocols for m in remaining])
         if protocol is None:
             return []
         records: list[CoordinatorRecord] = []
@@ -743,16 +738,3 @@ CONSUMER_KEYS = frozenset({
     consumer_records.ConsumerGroupCurrentMemberAssignmentKey,
 })
 
-
-def _vote(protocol_lists: list[tuple[tuple[str, bytes], ...]]) -> str | None:
-    """The classic protocol a group of these members runs (ClassicGroup's vote): among the protocols all of
-    them support, each votes for its first preference; ties go by the first member's order."""
-    common = set.intersection(*({name for name, _ in protocols} for protocols in protocol_lists))
-    if not common:
-        return None
-    votes: dict[str, int] = {}
-    for protocols in protocol_lists:
-        choice = next(name for name, _ in protocols if name in common)
-        votes[choice] = votes.get(choice, 0) + 1
-    order = [name for name, _ in protocol_lists[0] if name in common]
-    return max(order, key=lambda name: votes.get(name, 0))

@@ -31,7 +31,8 @@ Request = messages.ConsumerGroupHeartbeatRequest
 class Coordinator:
     def __init__(self, config: GroupConfig = CONFIG, port: LogPort | None = None) -> None:
         self.port = port or LogPort(partitions=1)
-        self.runtime = CoordinatorRuntime("__consumer_offsets", lambda p: GroupCoordinatorShard(p, config), self.port)
+        self.runtime = CoordinatorRuntime("__consumer_offsets", lambda p: GroupCoordinatorShard(p, config, self.topic_names),
+                                          self.port)
         self.runtime.on_became_leader(0, 1, 0)
         self.answers: dict[int, object] = {}
         self.now = 0
@@ -41,6 +42,10 @@ class Coordinator:
     @property
     def shard(self) -> GroupCoordinatorShard:
         return self.runtime.shard(0)
+
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """The broker's metadata image as the shard sees it (GroupCoordinatorShard's `topic_names`)."""
+        return {info.topic_id: name for name, info in self.topics.items()}
 
     def poll(self) -> None:
         self.port.commit_all()

@@ -8,53 +8,33 @@ from __future__ import annotations
 
 import uuid
 
-from coordinator.runtime import CoordinatorRuntime
 from groupcoord.config import GroupConfig
 from groupcoord.consumer import TopicInfo
 from groupcoord.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
-from groupcoord.shard import GroupCoordinatorShard, GroupOffsetFetch, GroupRequest
+from groupcoord.shard import GroupOffsetFetch, GroupRequest
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode
 from tests.coordinator.ports import LogPort
+from tests.groupcoord.test_consumer_shard import Coordinator as ConsumerShardCoordinator
 
 T = uuid.UUID(int=1)
 TOPICS = {"t": TopicInfo(T, 6)}
 CONFIG = GroupConfig(initial_rebalance_delay_ms=100, consumer_heartbeat_interval_ms=1_000)
 
 
-class Coordinator:
+class Coordinator(ConsumerShardCoordinator):
+    """The consumer-protocol shard tests' harness, with requests sent without waiting for their answers."""
+
     def __init__(self, config: GroupConfig = CONFIG, port: LogPort | None = None) -> None:
-        self.port = port or LogPort(partitions=1)
-        self.runtime = CoordinatorRuntime("__consumer_offsets", lambda p: GroupCoordinatorShard(p, config), self.port)
-        self.runtime.on_became_leader(0, 1, 0)
-        self.answers: dict[int, object] = {}
-        self.now = 0
-        self.topics = TOPICS  # the metadata image's topics the broker attaches to each request
-        self.poll()
-
-    @property
-    def shard(self) -> GroupCoordinatorShard:
-        return self.runtime.shard(0)
-
-    def poll(self) -> None:
-        self.port.commit_all()
-        self.answers.update(self.runtime.poll(self.now))
+        super().__init__(config, port)
+        self.topics = dict(TOPICS)  # the metadata image's topics the broker attaches to each request
 
     def send(self, api_key: int, version: int, message) -> int:
         request_id = self.runtime.submit(0, GroupRequest(api_key, version, message, "client", "/127.0.0.1",
                                                          self.topics), self.now)
         self.poll()
         return request_id
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-        self.poll()
-
-    def call(self, api_key: int, version: int, message):
-        request_id = self.send(api_key, version, message)
-        assert request_id in self.answers, f"request {request_id} parked"
-        return self.answers.pop(request_id)
 
 
 class ClassicConsumer:
@@ -269,7 +249,7 @@ def test_an_upgrade_waits_while_the_coordinators_metadata_does_not_know_an_assig
     waiting = NewConsumer(coordinator, "c").heartbeat()
     assert waiting.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and "topic t" in waiting.error_message
     assert "g" in coordinator.shard.groups and "g" not in coordinator.shard.consumer_groups
-    coordinator.topics = TOPICS
+    coordinator.topics = dict(TOPICS)
     assert NewConsumer(coordinator, "c").heartbeat().error_code == ErrorCode.NONE
     group = coordinator.shard.consumer_groups["g"]
     assert {m: set(p for ps in x.assigned.values() for p in ps) for m, x in group.members.items() if m != "c"} == {
