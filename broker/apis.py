@@ -187,13 +187,13 @@ class KafkaApis:
         self.authorizer.update(self.broker.image.acls.by_id)
         return self.authorizer.authorized_operations(session.principal, session.host, resource_type, name)
 
-    def advertised_endpoint(self, registration: Any) -> tuple[str, int] | None:
-        """Where clients of the current request's listener reach the broker (None: it has no such listener,
-        and is left out, as Kafka does)."""
+    def advertised_endpoint(self, registration: Any, session: Session | None = None) -> tuple[str, int] | None:
+        """Where clients of the current request's listener (or of `session`'s, for a request answered later)
+        reach the broker (None: it has no such listener, and is left out, as Kafka does)."""
         endpoints = self.listener_endpoints.get(registration.broker_id)
         if not endpoints:
             return registration.host, registration.port
-        return endpoints.get(self.session.listener_name)
+        return endpoints.get((session or self.session).listener_name)
 
     def client_throttle_ms(self, quota_type: str, session: Session | None, client_id: str | None, value: float,
                            now_ms: int) -> int:

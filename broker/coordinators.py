@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 COORDINATOR_KEY_TYPE_GROUP = 0
 COORDINATOR_KEY_TYPE_TRANSACTION = 1
+COORDINATOR_KEY_TYPE_SHARE = 2  # KIP-932, from FindCoordinator v6: no share coordinator here (nor in Kafka 3.9)
 FIND_COORDINATOR_KEYS_MAX = 1_000  # v4 batches many keys in one request; more is a hostile request
 KEY_BYTES_MAX = 32_767  # a Kafka string's limit
 
@@ -211,7 +212,8 @@ class CoordinatorApis:
         self.services[service.key_type] = service
 
     def api_handlers(self):
-        return [(ApiKey.FIND_COORDINATOR, 0, 5, self._find_coordinator)]  # v5: v4, TRANSACTION_ABORTABLE known
+        # v5: v4, TRANSACTION_ABORTABLE known; v6: v5, the share key type known
+        return [(ApiKey.FIND_COORDINATOR, 0, 6, self._find_coordinator)]
 
     def submit_all(self, header: RequestHeader, items: list[tuple[CoordinatorService, int, Any]],
                    build: Callable[[list], Any], now_ms: int) -> Any:
@@ -282,15 +284,17 @@ class CoordinatorApis:
                     error_message=f"more than {FIND_COORDINATOR_KEYS_MAX} keys")])
             coordinators = []
             for key in keys:
-                code, message, node_id, host, port = self._lookup(request.key_type, key)
+                code, message, node_id, host, port = self._lookup(header.api_version, request.key_type, key)
                 coordinators.append(response_class.Coordinator(key=key, node_id=node_id, host=host, port=port,
                                                                error_code=code, error_message=message))
             return response_class(throttle_time_ms=0, coordinators=coordinators)
-        code, message, node_id, host, port = self._lookup(request.key_type, request.key)
+        code, message, node_id, host, port = self._lookup(header.api_version, request.key_type, request.key)
         return response_class(throttle_time_ms=0, error_code=code, error_message=message, node_id=node_id,
                               host=host, port=port)
 
-    def _lookup(self, key_type: int, key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+    def _lookup(self, version: int, key_type: int, key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type == COORDINATOR_KEY_TYPE_SHARE and version >= 6:
+            return self._share_coordinator()
         service = self.services.get(key_type)
         if service is None:
             return ErrorCode.INVALID_REQUEST, f"coordinator key type {key_type} is not served", -1, "", -1
@@ -309,3 +313,11 @@ class CoordinatorApis:
         if endpoint is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, -1, "", -1
         return ErrorCode.NONE, None, node_id, *endpoint
+
+    def _share_coordinator(self) -> tuple[ErrorCode, str | None, int, str, int]:
+        """FindCoordinator v6's share key type, as Kafka 3.9's KafkaApis answers it without a share
+        coordinator: CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION (only brokers look share coordinators
+        up), else COORDINATOR_NOT_AVAILABLE. Before v6 the key type is unknown: INVALID_REQUEST (see _lookup)."""
+        if not self.apis.authorize_cluster(AclOperation.CLUSTER_ACTION):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, -1, "", -1
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no share coordinator is served", -1, "", -1

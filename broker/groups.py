@@ -69,11 +69,11 @@ class GroupApis:
 
     def api_handlers(self):
         return [
-            (ApiKey.JOIN_GROUP, 0, 5, self._single(lambda r, c: join_error(c, r.member_id), Op.READ)),
-            (ApiKey.SYNC_GROUP, 0, 3, self._single(lambda r, c: sync_error(c), Op.READ)),
-            (ApiKey.HEARTBEAT, 0, 3, self._single(
+            (ApiKey.JOIN_GROUP, 0, 9, self._single(lambda r, c: join_error(c, r.member_id), Op.READ)),
+            (ApiKey.SYNC_GROUP, 0, 5, self._single(lambda r, c: sync_error(c), Op.READ)),
+            (ApiKey.HEARTBEAT, 0, 4, self._single(
                 lambda r, c: messages.HeartbeatResponse(throttle_time_ms=0, error_code=c), Op.READ)),
-            (ApiKey.LEAVE_GROUP, 0, 3, self._single(
+            (ApiKey.LEAVE_GROUP, 0, 5, self._single(
                 lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]), Op.READ)),
             (ApiKey.OFFSET_COMMIT, 2, 9, self._single(offset_commit_error, Op.READ, Op.READ)),
             (ApiKey.TXN_OFFSET_COMMIT, 0, self._txn_offset_commit_version_max, self._txn_offset_commit),
@@ -83,9 +83,9 @@ class GroupApis:
             (ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 0, self._consumer_group_describe),
             (ApiKey.OFFSET_DELETE, 0, 0, self._single(
                 lambda r, c: messages.OffsetDeleteResponse(throttle_time_ms=0, error_code=c, topics=[]), Op.DELETE)),
-            (ApiKey.DESCRIBE_GROUPS, 0, 4, self._describe_groups),
+            (ApiKey.DESCRIBE_GROUPS, 0, 5, self._describe_groups),
             (ApiKey.LIST_GROUPS, 0, 5, self._list_groups),
-            (ApiKey.DELETE_GROUPS, 0, 1, self._delete_groups),
+            (ApiKey.DELETE_GROUPS, 0, 2, self._delete_groups),
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:

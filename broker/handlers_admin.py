@@ -1,6 +1,15 @@
 """Topic and config administration (sans-IO): CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
 IncrementalAlterConfigs (forwarded to the active controller, answered when it answers) and DescribeConfigs
-(answered from the metadata image).
+(answered from the metadata image), in Kafka 3.9's versions.
+
+What the versions change (Kafka's JSON specs and its ControllerApis): CreateTopics v5 answers each created (or
+validated) topic's partition count, replication factor and every config with its source, when the principal
+may DESCRIBE_CONFIGS the topic (else TopicConfigErrorCode says TOPIC_AUTHORIZATION_FAILED), v7 its topic id;
+DeleteTopics v5 answers an error message, v6 takes topics by name or by id (an id is looked up in this
+broker's metadata image: one it does not know is UNKNOWN_TOPIC_ID) and answers their ids; DescribeConfigs v3
+answers each config's type (documentation is null: Flotilla has none). CreateTopics v6+, DeleteTopics v5+ and
+CreatePartitions v3+ are KIP-599's strict versions: a client whose controller mutation quota is already
+exceeded is refused with THROTTLING_QUOTA_EXCEEDED (nothing is forwarded) instead of being only throttled.
 
 Authorization (Kafka's): CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, AlterConfigs ALTER_CONFIGS and DescribeConfigs DESCRIBE_CONFIGS on the topic (on the
@@ -9,11 +18,13 @@ for brokers) and are not forwarded; the rest of the request is."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from broker.apis import Deferred
 from broker.quotas import CONTROLLER_MUTATION
+from metadata.configs import BROKER_TO_TOPIC_CONFIG
 from metadata.requests import (
     AlterableConfig,
     AlterConfigsRequest as ControllerAlterConfigs,
@@ -28,6 +39,7 @@ from metadata.requests import (
 )
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
+from net.protocol.types import NULL_UUID
 from partitions.errors import ErrorCode, KafkaError
 from broker import config_sources
 from security.acl import AclOperation as Op, ResourceType
@@ -40,6 +52,46 @@ if TYPE_CHECKING:
 
 RESOURCE_TYPE_TOPIC = 2
 RESOURCE_TYPE_BROKER = 4
+
+# KIP-599: the first version of each API whose controller mutation quota is strict (Kafka's
+# strictSinceVersion): an exceeded quota refuses the mutations; older versions accept them and throttle.
+STRICT_MUTATION_QUOTA_SINCE_VERSION = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5, ApiKey.CREATE_PARTITIONS: 3}
+QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
+AUTHORIZATION_FAILED_MESSAGE = "Authorization failed."
+
+# DescribeConfigs v3+ ConfigType ids (Kafka's DescribeConfigsResponse.ConfigType) and the type of each config
+# Flotilla describes, as Kafka 3.9's LogConfig and KafkaConfig define them; a broker-level name
+# (`log.retention.ms`) has the type of its topic config (`retention.ms`). Others answer UNKNOWN (0).
+CONFIG_TYPE_UNKNOWN, CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT = 0, 1, 2, 3
+CONFIG_TYPE_LONG, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = 5, 6, 7
+TOPIC_CONFIG_TYPES = {
+    **dict.fromkeys(("delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+                     "max.compaction.lag.ms", "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",
+                     "message.timestamp.difference.max.ms", "min.compaction.lag.ms", "retention.bytes",
+                     "retention.ms", "segment.jitter.ms", "segment.ms"), CONFIG_TYPE_LONG),
+    **dict.fromkeys(("index.interval.bytes", "max.message.bytes", "min.insync.replicas", "segment.bytes",
+                     "segment.index.bytes"), CONFIG_TYPE_INT),
+    **dict.fromkeys(("message.downconversion.enable", "preallocate", "unclean.leader.election.enable"),
+                    CONFIG_TYPE_BOOLEAN),
+    **dict.fromkeys(("compression.type", "message.format.version", "message.timestamp.type"), CONFIG_TYPE_STRING),
+    **dict.fromkeys(("cleanup.policy", "follower.replication.throttled.replicas",
+                     "leader.replication.throttled.replicas"), CONFIG_TYPE_LIST),
+    "min.cleanable.dirty.ratio": CONFIG_TYPE_DOUBLE,
+}
+BROKER_ONLY_CONFIG_TYPES = {
+    "broker.id": CONFIG_TYPE_INT, "auto.create.topics.enable": CONFIG_TYPE_BOOLEAN,
+    "replica.lag.time.max.ms": CONFIG_TYPE_LONG, "follower.replication.throttled.rate": CONFIG_TYPE_LONG,
+    "leader.replication.throttled.rate": CONFIG_TYPE_LONG,
+}
+
+
+def config_type(resource_type: int, name: str) -> int:
+    """The DescribeConfigs ConfigType of config `name` of a TOPIC or BROKER resource."""
+    if resource_type == RESOURCE_TYPE_BROKER:
+        if name in BROKER_ONLY_CONFIG_TYPES:
+            return BROKER_ONLY_CONFIG_TYPES[name]
+        name = BROKER_TO_TOPIC_CONFIG.get(name, "")
+    return TOPIC_CONFIG_TYPES.get(name, CONFIG_TYPE_UNKNOWN)
 
 
 @dataclass
@@ -65,12 +117,12 @@ class AdminApis:
 
     def api_handlers(self):
         return [
-            (ApiKey.CREATE_TOPICS, 0, 4, self._create_topics),
-            (ApiKey.DELETE_TOPICS, 0, 3, self._delete_topics),
-            (ApiKey.CREATE_PARTITIONS, 0, 1, self._create_partitions),
-            (ApiKey.DESCRIBE_CONFIGS, 0, 2, self._describe_configs),
-            (ApiKey.ALTER_CONFIGS, 0, 1, self._alter_configs),
-            (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 0, self._incremental_alter_configs),
+            (ApiKey.CREATE_TOPICS, 0, 7, self._create_topics),
+            (ApiKey.DELETE_TOPICS, 0, 6, self._delete_topics),
+            (ApiKey.CREATE_PARTITIONS, 0, 3, self._create_partitions),
+            (ApiKey.DESCRIBE_CONFIGS, 0, 4, self._describe_configs),
+            (ApiKey.ALTER_CONFIGS, 0, 2, self._alter_configs),
+            (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, self._incremental_alter_configs),
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
@@ -120,12 +172,25 @@ class AdminApis:
 
         return record
 
+    def _quota_exceeded_ms(self, header: RequestHeader, now_ms: int, validate_only: bool) -> int:
+        """At a strict version (KIP-599), the throttle time (ms) of a client whose controller mutation quota is
+        already exceeded: its mutations are refused, and its connection muted for as long, as Kafka's
+        StrictControllerMutationQuota does. 0 otherwise, and always for validation only (which mutates
+        nothing and is never counted here)."""
+        if validate_only or header.api_version < STRICT_MUTATION_QUOTA_SINCE_VERSION[header.api_key]:
+            return 0
+        return self.apis.client_throttle_ms(CONTROLLER_MUTATION, self.apis.session, header.client_id, 0, now_ms)
+
     def _topic_denied(self, name: str, operation: Op) -> bool:
         return not self.apis.authorize(operation, ResourceType.TOPIC, name)
 
     def _create_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         may_create_any = self.apis.authorize_cluster(Op.CREATE)
         denied = [] if may_create_any else [t.name for t in request.topics if self._topic_denied(t.name, Op.CREATE)]
+        validate_only = bool(request.validate_only)
+        refused_ms = self._quota_exceeded_ms(header, now_ms, validate_only)
+        allowed = [topic for topic in request.topics if topic.name not in denied]
+        throttled = [topic.name for topic in allowed] if refused_ms else []
         topics = tuple(
             CreatableTopic(
                 name=topic.name,
@@ -137,48 +202,135 @@ class AdminApis:
                 ) or None,
                 configs=tuple(ConfigEntry(name=c.name, value=c.value) for c in topic.configs),
             )
-            for topic in request.topics if topic.name not in denied
+            for topic in allowed if not refused_ms
         )
-        names = [topic.name for topic in request.topics if topic.name not in denied]
-        controller_request = ControllerCreateTopics(topics=topics, validate_only=bool(request.validate_only))
-        mutations = self._mutation_quota(header, now_ms, bool(request.validate_only))
+        names = [topic.name for topic in topics]
+        # v5+ answers a new topic's configs only to a principal that may describe them (Kafka's ControllerApis)
+        describable = {name for name in names if header.api_version >= 5
+                       and self.apis.authorize(Op.DESCRIBE_CONFIGS, ResourceType.TOPIC, name)}
+        controller_request = ControllerCreateTopics(topics=topics, validate_only=validate_only)
+        mutations = self._mutation_quota(header, now_ms, validate_only)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreateTopicsResponse
             # nothing forwarded: no topic, or every one refused or denied (the planted bug indexes it anyway)
             result = results[0] if results or self.apis.bug_create_topics_forward_nothing else None
             by_name = _results_by_name(result, names, "topics")
-            created = _entries(result, "topics")
-            return response_class(
-                throttle_time_ms=mutations(sum(max(0, t.num_partitions) for t in created if not t.error_code)),
-                topics=[
-                    response_class.CreatableTopicResult(name=name, error_code=code, error_message=message or None)
-                    for name, (code, message) in by_name.items()
-                ] + [response_class.CreatableTopicResult(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                                         error_message="Authorization failed.") for name in denied],
-            )
+            created = {t.name: t for t in _entries(result, "topics") if not t.error_code}
+            answers = [self._created_topic_result(name, code, message, created.get(name) if header.api_version >= 5
+                                                  else None, name in describable)
+                       for name, (code, message) in by_name.items()]
+            answers += [response_class.CreatableTopicResult(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                            error_message=AUTHORIZATION_FAILED_MESSAGE)
+                        for name in denied]
+            answers += [response_class.CreatableTopicResult(name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                                                            error_message=QUOTA_EXCEEDED_MESSAGE)
+                        for name in throttled]
+            partitions = sum(max(0, t.num_partitions) for t in created.values())
+            return response_class(throttle_time_ms=refused_ms or mutations(partitions), topics=answers)
 
         return self.forward(header, [controller_request] if topics else [], build)
 
+    def _created_topic_result(self, name: str, code: int, message: str, created: Any, describable: bool) -> Any:
+        """A topic's CreatableTopicResult; with the controller's result for a created (or validated) topic, the
+        fields of v5+ (its partition count, replication factor and configs, or TOPIC_AUTHORIZATION_FAILED as its
+        TopicConfigErrorCode) and of v7 (its id): v5 and v6 leave the id out."""
+        response_class = messages.CreateTopicsResponse
+        answer = response_class.CreatableTopicResult(name=name, error_code=code, error_message=message or None)
+        if created is None:
+            return answer
+        answer.topic_id = uuid.UUID(bytes=created.topic_id)
+        if not describable:
+            answer.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return answer
+        answer.num_partitions = created.num_partitions
+        answer.replication_factor = created.replication_factor
+        answer.configs = [response_class.CreatableTopicConfigs(
+            name=entry.name, value=entry.value, read_only=entry.read_only, config_source=entry.source,
+            is_sensitive=False) for entry in self._new_topic_config_entries(name, created.configs)]
+        return answer
+
+    def _new_topic_config_entries(self, topic: str, overrides: tuple[ConfigEntry, ...]) -> list[config_sources.Entry]:
+        """Every config of a topic the controller has just created with `overrides`, with its source: the
+        override, else this broker's chain (dynamic, static, Kafka's default), as DescribeConfigs will give it
+        once the topic is in this broker's image (Kafka's computeEffectiveTopicConfigs)."""
+        given = {entry.name: entry.value for entry in overrides}
+        entries = []
+        for name in sorted(set(config_sources.KAFKA_TOPIC_DEFAULTS) | set(given)):
+            if name in given:
+                entries.append(config_sources.Entry(name, given[name], config_sources.TOPIC_CONFIG))
+                continue
+            chain = [link for link in config_sources.topic_chain(self.broker.image, self.broker.node_id,
+                                                                 self.broker.static_configs, topic, name)
+                     if link[2] != config_sources.TOPIC_CONFIG]
+            value, source = (chain[0][1], chain[0][2]) if chain else (None, config_sources.DEFAULT_CONFIG)
+            entries.append(config_sources.Entry(name, value, source))
+        return entries
+
     def _delete_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        denied = [n for n in request.topic_names if self._topic_denied(n, Op.DELETE)]
-        names = [n for n in request.topic_names if n not in denied]
+        """v0-5 name the topics; v6 names each by name or by id (Kafka's ControllerApis.deleteTopics rules)."""
+        if header.api_version >= 6:
+            asked = [(topic.name, topic.topic_id) for topic in request.topics]
+        else:
+            asked = [(name, NULL_UUID) for name in request.topic_names]
+        refused_ms = self._quota_exceeded_ms(header, now_ms, False)
+        answered: dict[int, tuple[str | None, uuid.UUID, int, str]] = {}  # index -> (name, id, code, message)
+        deletions: dict[int, str] = {}  # index -> name of a topic to delete
+        for index, (name, topic_id) in enumerate(asked):
+            answer = self._deletion_refused(name, topic_id)
+            if answer is not None:
+                answered[index] = answer
+                continue
+            name = name if name is not None else self.broker.image.topics.by_id[topic_id.bytes].name
+            if refused_ms:
+                answered[index] = (name, topic_id, ErrorCode.THROTTLING_QUOTA_EXCEEDED, QUOTA_EXCEEDED_MESSAGE)
+            else:
+                deletions[index] = name
+        names = list(deletions.values())
         mutations = self._mutation_quota(header, now_ms, False)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.DeleteTopicsResponse
-            by_name = _results_by_name(results[0] if results else None, names, "topics")
-            deleted = sum(t.num_partitions for t in _entries(results[0] if results else None, "topics")
-                          if not t.error_code)
-            by_name.update({name: (ErrorCode.TOPIC_AUTHORIZATION_FAILED, "") for name in denied})
-            return response_class(
-                throttle_time_ms=mutations(0 if self.apis.bug_deletions_not_counted else deleted),
-                responses=[response_class.DeletableTopicResult(name=n, error_code=c) for n, (c, _) in by_name.items()],
-            )
+            result = results[0] if results else None
+            by_name = _results_by_name(result, names, "topics")
+            ids = {t.name: t.topic_id for t in _entries(result, "topics") if not t.error_code}
+            deleted = sum(t.num_partitions for t in _entries(result, "topics") if not t.error_code)
+            answers = []
+            for index, (_, asked_id) in enumerate(asked):
+                if index in answered:
+                    name, topic_id, code, message = answered[index]
+                else:
+                    name, (code, message) = deletions[index], by_name[deletions[index]]
+                    topic_id = uuid.UUID(bytes=ids[name]) if name in ids else asked_id
+                answers.append(response_class.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code,
+                                                                   error_message=message or None))
+            throttle_ms = refused_ms or mutations(0 if self.apis.bug_deletions_not_counted else deleted)
+            return response_class(throttle_time_ms=throttle_ms, responses=answers)
 
         return self.forward(header, [ControllerDeleteTopics(names=tuple(names))] if names else [], build)
 
+    def _deletion_refused(self, name: str | None, topic_id: uuid.UUID) -> tuple[str | None, uuid.UUID, int, str] | None:
+        """(name, id, error code, message) of a topic that will not be deleted, or None. A topic asked for by
+        id is named in the answer only if the principal may describe it (Kafka's ControllerApis)."""
+        if name is not None:
+            if topic_id != NULL_UUID:
+                return name, topic_id, ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id."
+            if self._topic_denied(name, Op.DELETE):
+                return name, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, AUTHORIZATION_FAILED_MESSAGE
+            return None
+        if topic_id == NULL_UUID:
+            return None, topic_id, ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified."
+        topic = self.broker.image.topics.by_id.get(topic_id.bytes)
+        if topic is None:
+            return None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
+        if self._topic_denied(topic.name, Op.DELETE):
+            shown = None if self._topic_denied(topic.name, Op.DESCRIBE) else topic.name
+            return shown, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, AUTHORIZATION_FAILED_MESSAGE
+        return None
+
     def _create_partitions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        validate_only = bool(request.validate_only)
+        refused_ms = self._quota_exceeded_ms(header, now_ms, validate_only)
         controller_requests = [
             ControllerCreatePartitions(
                 topic=topic.name,
@@ -186,13 +338,15 @@ class AdminApis:
                 assignments=None if topic.assignments is None else tuple(
                     ReplicaAssignment(partition=-1, broker_ids=tuple(a.broker_ids)) for a in topic.assignments
                 ),
-                validate_only=bool(request.validate_only),
+                validate_only=validate_only,
             )
             for topic in request.topics if not self._topic_denied(topic.name, Op.ALTER)
         ]
+        throttled = [request.topic for request in controller_requests] if refused_ms else []
+        controller_requests = [] if refused_ms else controller_requests
         names = [request.topic for request in controller_requests]
-        denied = [topic.name for topic in request.topics if topic.name not in names]
-        mutations = self._mutation_quota(header, now_ms, bool(request.validate_only))
+        denied = [topic.name for topic in request.topics if topic.name not in names and topic.name not in throttled]
+        mutations = self._mutation_quota(header, now_ms, validate_only)
 
         def build(results: list[Any]) -> Any:
             response_class = messages.CreatePartitionsResponse
@@ -203,9 +357,12 @@ class AdminApis:
                                                                          error_message=message or None))
             added = sum(r.partitions_added for r in results if not isinstance(r, KafkaError) and r is not None)
             entries += [response_class.CreatePartitionsTopicResult(
-                name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
+                name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_FAILED_MESSAGE)
                 for name in denied]
-            return response_class(throttle_time_ms=mutations(added), results=entries)
+            entries += [response_class.CreatePartitionsTopicResult(
+                name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=QUOTA_EXCEEDED_MESSAGE)
+                for name in throttled]
+            return response_class(throttle_time_ms=refused_ms or mutations(added), results=entries)
 
         return self.forward(header, controller_requests, build)
 
@@ -250,7 +407,7 @@ class AdminApis:
                 by_key = {(r.resource_type, r.resource_name): (r.error_code, r.message) for r in result.resources}
             for key in keys:
                 if key in denied:
-                    code, message = denied[key], "Authorization failed."
+                    code, message = denied[key], AUTHORIZATION_FAILED_MESSAGE
                 else:
                     code, message = by_key[key] if key in by_key else code_and_message(result)
                 entries.append(response_type.AlterConfigsResourceResponse(
@@ -269,7 +426,7 @@ class AdminApis:
             )
             refused = self._config_denied(resource.resource_type, resource.resource_name, Op.DESCRIBE_CONFIGS)
             if refused is not None:
-                result.error_code, result.error_message = refused, "Authorization failed."
+                result.error_code, result.error_message = refused, AUTHORIZATION_FAILED_MESSAGE
                 results.append(result)
                 continue
             if resource.resource_type == RESOURCE_TYPE_TOPIC:
@@ -291,11 +448,13 @@ class AdminApis:
             for entry in entries or ():
                 if wanted is not None and entry.name not in wanted:
                     continue
+                # v3+: the config's type; its documentation is null, which Kafka allows (Flotilla has none)
                 result.configs.append(response_class.DescribeConfigsResourceResult(
                     name=entry.name, value=entry.value, read_only=entry.read_only, config_source=entry.source,
                     is_default=entry.source == config_sources.DEFAULT_CONFIG, is_sensitive=False,
                     synonyms=[response_class.DescribeConfigsSynonym(name=n, value=v, source=source)
                               for n, v, source in entry.synonyms] if synonyms else [],
+                    config_type=config_type(resource.resource_type, entry.name), documentation=None,
                 ))
             results.append(result)
         return response_class(throttle_time_ms=0, results=results)

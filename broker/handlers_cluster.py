@@ -9,6 +9,7 @@ request came in on."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ class ClusterApis:
 
     def api_handlers(self):
         return [
-            (ApiKey.API_VERSIONS, 0, 3, self._api_versions),
+            (ApiKey.API_VERSIONS, 0, 4, self._api_versions),
             (ApiKey.METADATA, 0, 12, self._metadata),
             (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
             (ApiKey.DESCRIBE_LOG_DIRS, 0, 4, self._describe_log_dirs),
@@ -62,7 +63,13 @@ class ClusterApis:
         return None
 
     def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        return api_versions_response(ErrorCode.NONE, self.apis.supported_apis, features=self.apis.features())
+        """Before v4 a supported feature whose lowest level is 0 is left out: clients before Kafka 3.9 cannot
+        read such a range (KAFKA-17011; Kafka's ApiVersionsResponse leaves them out so too)."""
+        features = self.apis.features()
+        if features is not None and header.api_version < 4:
+            features = dataclasses.replace(features, supported={
+                name: levels for name, levels in features.supported.items() if levels[0] != 0})
+        return api_versions_response(ErrorCode.NONE, self.apis.supported_apis, features=features)
 
     def _active_brokers(self, include_fenced: bool = False) -> list[tuple[Any, str, int]]:
         """(registration, host, port) of each active broker (and each fenced one with `include_fenced`), at the

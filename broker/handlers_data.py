@@ -13,6 +13,17 @@ follower Fetch needs CLUSTER_ACTION. A refused partition answers TOPIC_AUTHORIZA
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED); the others of the request are served. Decided when the request
 arrives: a delayed fetch does not re-check.
 
+Fetch versions (Kafka 3.9's 4-17): v12 is flexible and carries each partition's LastFetchedEpoch: a fetcher
+(follower or consumer) whose last fetched epoch ends here before its fetch offset, or that this log does not
+hold, is answered no records and the DivergingEpoch to truncate to (KIP-320/KIP-595), at once. From v13 topics
+are named by id (KIP-516): an id this broker does not know answers UNKNOWN_TOPIC_ID, an id other than the one
+of the log this broker hosts under that name INCONSISTENT_TOPIC_ID, and fetch sessions keep partitions by id
+(broker/fetch_session.py). v14 adds nothing on the wire. From v15 the fetcher's replica id is in ReplicaState
+(KIP-903), the top-level ReplicaId is -1. From v16 a partition answered NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH carries the CurrentLeader as this broker knows it, and the response the NodeEndpoints of
+those leaders at the request's listener (KIP-951). v17 adds the follower's ReplicaDirectoryId (KIP-853), which
+a broker with one log directory per node has nothing to check against.
+
 Client quotas (broker/quotas.py): a Produce request's record bytes count against the client's
 producer_byte_rate when it arrives, a consumer Fetch response's record bytes against its consumer_byte_rate
 when it is answered; over the quota, the answer carries throttle_time_ms and the session is marked throttled
@@ -32,6 +43,7 @@ from broker.fetch_session import FetchContext, FetchSessionCache
 from broker.quotas import FETCH, PRODUCE
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
+from net.protocol.types import NULL_UUID
 from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, InvalidRecordError, KafkaError
 from partitions.replica import IsolationLevel
@@ -41,6 +53,10 @@ if TYPE_CHECKING:
     from broker.apis import KafkaApis
 
 FETCH_WAIT_MS_MAX = 30_000
+FETCH_VERSION_TOPIC_IDS = 13  # KIP-516: topics named by id
+FETCH_VERSION_REPLICA_STATE = 15  # KIP-903: the replica id moves into ReplicaState
+FETCH_VERSION_CURRENT_LEADER = 16  # KIP-951: CurrentLeader and NodeEndpoints on a leadership error
+FETCH_LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3  # ListOffsets v7+
@@ -94,10 +110,10 @@ class DataPlaneApis:
     def api_handlers(self):
         return [
             (ApiKey.PRODUCE, 3, 12, self._produce),
-            (ApiKey.FETCH, 4, 11, self._fetch),
+            (ApiKey.FETCH, 4, 17, self._fetch),
             (ApiKey.LIST_OFFSETS, 1, 9, self._list_offsets),
-            (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 3, self._offset_for_leader_epoch),
-            (ApiKey.DELETE_RECORDS, 0, 1, self._delete_records),
+            (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4, self._offset_for_leader_epoch),
+            (ApiKey.DELETE_RECORDS, 0, 2, self._delete_records),  # v2: v1, flexible
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
@@ -295,7 +311,12 @@ class DataPlaneApis:
                 self._partition_answered(request_id, delayed, key)
 
     def _fetch(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
-        context = self.fetch_sessions.context(request, now_ms)
+        if header.api_version >= FETCH_VERSION_REPLICA_STATE:
+            # KIP-903: the fetcher's replica id is in ReplicaState from v15 (the top-level field is -1 there).
+            # What reads request.replica_id (here and the dispatcher's quota exemption of followers) reads it.
+            request.replica_id = request.replica_state.replica_id
+        topic_name = self._topic_name if header.api_version >= FETCH_VERSION_TOPIC_IDS else None
+        context = self.fetch_sessions.context(request, now_ms, topic_name)
         if context.error != ErrorCode.NONE:
             return messages.FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0, responses=[])
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MS_MAX)
@@ -304,7 +325,7 @@ class DataPlaneApis:
             # one moves first (then the delayed fetch reads them all, as any other).
             request_id = self.apis.defer()
             self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
-                                                      frozenset(), context)
+                                                      frozenset(), context, session=self.apis.session)
             return Deferred(request_id)
         session = self.apis.session
         denied = self._fetch_denied(request, context)
@@ -318,6 +339,11 @@ class DataPlaneApis:
         self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
                                                   denied, context, touched=news, session=session)
         return Deferred(request_id)
+
+    def _topic_name(self, topic_id: Any) -> str | None:
+        """The name of the topic with this id (a uuid.UUID) in the metadata image; None when unknown."""
+        topic = self.broker.image.topics.by_id.get(topic_id.bytes)
+        return None if topic is None else topic.name
 
     def _still_quiet(self, request: Any, context: FetchContext, now_ms: int) -> bool:
         """A follower's incremental fetch that names no partition, on a session whose last walk found every
@@ -352,13 +378,14 @@ class DataPlaneApis:
         if request.replica_id >= 0:
             return
         for topic in response.responses:
-            size = sum(len(p.records) for p in topic.partitions if p.records)
-            self.broker.metrics.record_fetch(topic.topic, size)
+            if topic.topic:  # (an unknown topic id has no name, and no records)
+                size = sum(len(p.records) for p in topic.partitions if p.records)
+                self.broker.metrics.record_fetch(topic.topic, size)
 
     def _fetch_denied(self, request: Any, context: FetchContext) -> frozenset[str]:
         if self.apis.authorizer is None:
             return frozenset()
-        topics = [topic for topic, _ in context.topics]
+        topics = [topic.name for topic in context.topics if topic.name is not None]
         if request.replica_id >= 0:
             return frozenset() if self.apis.authorize_cluster(Op.CLUSTER_ACTION) else frozenset(topics)
         return self._denied_topics(topics, Op.READ)
@@ -402,9 +429,9 @@ class DataPlaneApis:
             return False  # (with a replica selector, a read may also name a preferred replica: read it)
         isolation = _isolation(request)
         partitions = broker.partitions
-        for topic, fetch_partitions in delayed.context.topics:
-            for fetch_partition in fetch_partitions:
-                hosted = partitions.get((topic, fetch_partition.partition))
+        for topic in delayed.context.topics:
+            for fetch_partition in topic.partitions:
+                hosted = partitions.get((topic.name, fetch_partition.partition))
                 if hosted is None or not hosted.replica.consumer_read_finds_nothing(
                         fetch_partition.fetch_offset, isolation, fetch_partition.current_leader_epoch):
                     return False
@@ -430,29 +457,36 @@ class DataPlaneApis:
         # KIP-392: with a replica selector, a consumer's fetch (v11+) may read from a follower here, and a leader
         # may name a replica in the consumer's rack instead of answering with records.
         follower_reads = request.replica_id < 0 and header.api_version >= 11 and bool(self.broker.replica_selector)
-        for topic, fetch_partitions in context.topics:
+        for requested in context.topics:
+            topic = requested.name
             partitions = []
-            for fetch_partition in fetch_partitions:
-                if quiet is not None and topic not in denied and quiet(request.replica_id, context, topic,
+            for fetch_partition in requested.partitions:
+                if quiet is not None and topic not in denied and quiet(request.replica_id, context, requested,
                                                                        fetch_partition, now_ms):
                     continue
                 all_quiet = False
-                if topic in denied:
-                    data = self._refused_fetch_partition(fetch_partition.partition)
+                if topic is None:  # KIP-516: an id this broker does not know
+                    data = self._error_fetch_partition(fetch_partition.partition, ErrorCode.UNKNOWN_TOPIC_ID)
+                elif topic in denied:
+                    data = self._error_fetch_partition(fetch_partition.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 else:
-                    data = self._read_fetch_partition(request, topic, fetch_partition, remaining, now_ms,
+                    data = self._read_fetch_partition(request, requested, fetch_partition, remaining, now_ms,
                                                       follower_reads)
                 records_size = len(data.records) if data.records else 0
                 remaining -= records_size
                 size += records_size
-                # An error, or a preferred read replica, answers at once (Kafka's fetchMessages).
-                has_error = has_error or data.error_code != ErrorCode.NONE or data.preferred_read_replica >= 0
-                if context.keep(topic, data):
+                # An error, a preferred read replica or a diverging epoch answers at once (Kafka's fetchMessages).
+                has_error = (has_error or data.error_code != ErrorCode.NONE or data.preferred_read_replica >= 0
+                             or data.diverging_epoch.epoch >= 0)
+                if context.keep(requested.key, data):
                     partitions.append(data)
             if partitions:
-                topics.append(response_class.FetchableTopicResponse(topic=topic, partitions=partitions))
+                topics.append(response_class.FetchableTopicResponse(topic=topic or "", topic_id=requested.topic_id,
+                                                                    partitions=partitions))
         response = response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=context.session_id,
                                   responses=topics)
+        if header.api_version >= FETCH_VERSION_CURRENT_LEADER and has_error:
+            self._name_current_leaders(response, session)
         if all_quiet:  # every partition touched and nothing to say: see _still_quiet
             context.session.quiet_generation = generation
             context.session.quiet_walk_ms = now_ms
@@ -460,16 +494,21 @@ class DataPlaneApis:
             context.session.quiet_generation = -1
         return response, size, has_error
 
-    def _quiet_follower_partition(self, replica_id: int, context: FetchContext, topic: str, fetch_partition: Any,
+    def _quiet_follower_partition(self, replica_id: int, context: FetchContext, requested: Any, fetch_partition: Any,
                                   now_ms: int) -> bool:
         """A partition of a follower's incremental session with nothing to say: the follower is in the ISR at our
-        log end and the session last told it the current high watermark and log start. Its fetch state
-        advances (Partition.touch_caught_up_follower) without a read or a PartitionData to build and drop."""
-        key = (topic, fetch_partition.partition)
-        hosted = self.broker.partitions.get(key)
-        entry = context.session.partitions.get(key)
+        log end, its last fetched epoch (v12+) is our latest (so cannot diverge), and the session last told it
+        the current high watermark and log start. Its fetch state advances (Partition.touch_caught_up_follower)
+        without a read or a PartitionData to build and drop."""
+        hosted = self.broker.partitions.get((requested.name, fetch_partition.partition))
+        entry = context.session.partitions.get((requested.key, fetch_partition.partition))
         if hosted is None or entry is None:  # (the caller checked that the broker serves)
             return False
+        if requested.topic_id != NULL_UUID and hosted.topic_id != requested.topic_id.bytes:
+            return False  # read: INCONSISTENT_TOPIC_ID
+        last_fetched_epoch = fetch_partition.last_fetched_epoch
+        if last_fetched_epoch >= 0 and last_fetched_epoch != hosted.log.latest_epoch:
+            return False  # read: the divergence check
         replica = hosted.replica
         high_watermark = replica.high_watermark
         return (entry.high_watermark == high_watermark and entry.last_stable_offset == high_watermark
@@ -479,22 +518,65 @@ class DataPlaneApis:
                                                      fetch_partition.log_start_offset, now_ms))
 
     @staticmethod
-    def _refused_fetch_partition(partition: int) -> Any:
+    def _error_fetch_partition(partition: int, error: ErrorCode) -> Any:
         return messages.FetchResponse.PartitionData(
-            partition_index=partition, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, high_watermark=-1,
+            partition_index=partition, error_code=error, high_watermark=-1,
             last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
             records=b"")
 
-    def _read_fetch_partition(self, request: Any, topic: str, fetch_partition: Any, remaining: int, now_ms: int,
+    def _name_current_leaders(self, response: Any, session: Any) -> None:
+        """KIP-951 (v16+): each partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the leader
+        and leader epoch this broker knows (its replica's, else the metadata image's, as Kafka's
+        KafkaApis.getCurrentLeader), and the response lists where those leaders are, at the listener the request
+        came in on (live brokers only: an unknown or fenced leader is named without an endpoint)."""
+        response_class = messages.FetchResponse
+        brokers = self.broker.image.cluster.brokers
+        endpoints = {}
+        for topic_response in response.responses:
+            for data in topic_response.partitions:
+                if data.error_code not in FETCH_LEADER_ERRORS:
+                    continue
+                leader_id, leader_epoch = self._current_leader(topic_response.topic, data.partition_index)
+                data.current_leader = response_class.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
+                registration = brokers.get(leader_id)
+                if registration is None or registration.fenced or leader_id in endpoints:
+                    continue
+                endpoint = self.apis.advertised_endpoint(registration, session)
+                if endpoint is not None:
+                    endpoints[leader_id] = response_class.NodeEndpoint(
+                        node_id=leader_id, host=endpoint[0], port=endpoint[1], rack=registration.rack)
+        response.node_endpoints = [endpoints[node_id] for node_id in sorted(endpoints)]
+
+    def _current_leader(self, topic: str, partition: int) -> tuple[int, int]:
+        hosted = self.broker.hosted(topic, partition)
+        if hosted is not None:
+            return hosted.replica.leader, hosted.replica.leader_epoch
+        topic_image = self.broker.image.topics.by_name.get(topic)
+        registration = None if topic_image is None else topic_image.partitions.get(partition)
+        if registration is None:
+            return -1, -1
+        return registration.leader, registration.leader_epoch
+
+    def _read_fetch_partition(self, request: Any, requested: Any, fetch_partition: Any, remaining: int, now_ms: int,
                               follower_reads: bool = False) -> Any:
+        """One partition of `requested` (a fetch_session.RequestedTopic whose topic this broker knows)."""
         response_class = messages.FetchResponse
         data = response_class.PartitionData(
             partition_index=fetch_partition.partition, error_code=ErrorCode.NONE, high_watermark=-1,
             last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
             records=b"",
         )
+        topic = requested.name
         hosted = self.broker.hosted(topic, fetch_partition.partition)
-        if hosted is None or not (hosted.replica.is_leader or follower_reads) or not self.broker.serving:
+        if hosted is None or not self.broker.serving:
+            data.error_code = self._partition_error(topic, fetch_partition.partition)
+            return data
+        if requested.topic_id != NULL_UUID and hosted.topic_id != requested.topic_id.bytes:
+            # Kafka's ReplicaManager.readFromLog: the id the fetcher (or its session) has is not the log's, e.g.
+            # the topic was deleted and created again under its name.
+            data.error_code = ErrorCode.INCONSISTENT_TOPIC_ID
+            return data
+        if not (hosted.replica.is_leader or follower_reads):
             data.error_code = self._partition_error(topic, fetch_partition.partition)
             return data
         max_bytes = min(fetch_partition.partition_max_bytes, remaining)
@@ -517,10 +599,12 @@ class DataPlaneApis:
         replica = hosted.replica
         high_watermark = replica.high_watermark
         result = replica.handle_follower_fetch(
-            replica_id, fetch_partition.fetch_offset, None, now_ms, max(max_bytes, 1),
+            replica_id, fetch_partition.fetch_offset, fetch_partition.last_fetched_epoch, now_ms, max(max_bytes, 1),
             current_leader_epoch=fetch_partition.current_leader_epoch,
             follower_log_start_offset=fetch_partition.log_start_offset, zero_copy=True,
         )
+        if result.diverging_epoch is not None:  # (v12+: the follower's state is left alone)
+            data.diverging_epoch = _diverging_epoch(result.diverging_epoch)
         records = result.records if max_bytes > 0 else b""
         self.broker.after_follower_fetch(hosted, result.isr_proposal)
         # Only a fetch that moved something others wait on can complete another waiting request: the high
@@ -572,8 +656,10 @@ class DataPlaneApis:
         result = hosted.replica.read_for_consumer(
             fetch_partition.fetch_offset, max(max_bytes, 1), isolation,
             current_leader_epoch=fetch_partition.current_leader_epoch, zero_copy=True,
-            leader_only=hosted.replica.is_leader,
+            leader_only=hosted.replica.is_leader, last_fetched_epoch=fetch_partition.last_fetched_epoch,
         )
+        if result.diverging_epoch is not None:
+            data.diverging_epoch = _diverging_epoch(result.diverging_epoch)
         data.records = result.records if max_bytes > 0 else b""
         data.high_watermark = result.high_watermark
         data.log_start_offset = result.log_start_offset
@@ -705,6 +791,12 @@ class DataPlaneApis:
                 partitions.append(result)
             topics.append(response_class.DeleteRecordsTopicResult(name=topic_request.name, partitions=partitions))
         return response_class(throttle_time_ms=0, topics=topics)
+
+
+def _diverging_epoch(epoch_end_offset: Any) -> Any:
+    """A replica's EpochEndOffset as a Fetch response's DivergingEpoch (KIP-320)."""
+    return messages.FetchResponse.EpochEndOffset(epoch=epoch_end_offset.leader_epoch,
+                                                 end_offset=epoch_end_offset.end_offset)
 
 
 def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:

@@ -35,9 +35,9 @@ A controller mutation quota is Kafka's token bucket instead: a client starts wit
 window` tokens, which refill at `quota` per second up to that burst; each mutation takes one, and once the
 tokens are below zero the client is throttled for the time the refill takes to bring them back to zero,
     throttle_ms = -tokens / quota * 1000.
-The mutations are accepted meanwhile: every version served here (CreateTopics v0-4, DeleteTopics v0-3,
-CreatePartitions v0-1) is one of Kafka's permissive versions, which throttle but never refuse
-(THROTTLING_QUOTA_EXCEEDED belongs to CreateTopics v6+, DeleteTopics v5+ and CreatePartitions v3+).
+Kafka's permissive versions (CreateTopics v0-5, DeleteTopics v0-4, CreatePartitions v0-2) accept the mutations
+meanwhile; its strict ones (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) refuse those of a client
+already below zero with THROTTLING_QUOTA_EXCEEDED (broker/handlers_admin.py).
 """
 
 from __future__ import annotations

@@ -47,6 +47,11 @@ from groupcoord.records import (
 from net.protocol import messages
 from partitions.errors import ErrorCode
 
+# JoinGroup v9 (KIP-814): a static leader that rejoins a stable group gets the members with SkipAssignment.
+JOIN_GROUP_VERSION_SKIPS_ASSIGNMENT = 9
+# SyncGroup v5 (KIP-559): ProtocolType and ProtocolName are mandatory in the request.
+SYNC_GROUP_VERSION_NAMES_PROTOCOL = 5
+
 
 class GroupState(enum.Enum):
     EMPTY = "Empty"
@@ -260,6 +265,7 @@ class ClassicGroup:
         if old.sync_request is not None:
             outcome.completions.append((old.sync_request, sync_error(ErrorCode.FENCED_INSTANCE_ID)))
         new_id = self._new_member_id(client_id, now_ms)
+        leader_before = self.leader_id
         protocols = [(p.name, bytes(p.metadata or b"")) for p in request.protocols]
         member = ClassicMember(new_id, old.group_instance_id, client_id, old.client_host, request.session_timeout_ms,
                                old.rebalance_timeout_ms, protocols, old.assignment)
@@ -269,10 +275,15 @@ class ClassicGroup:
             self.leader_id = new_id
         self.touch(new_id, now_ms)
         if self.state is GroupState.STABLE and protocols == old.protocols:
-            # No rebalance: persist the new member id, answer as the group stands (the leader is answered as a
-            # follower, so that it does not compute an assignment; SyncGroup in Stable ignores assignments).
+            # No rebalance: persist the new member id, answer as the group stands. From JoinGroup v9 (KIP-814)
+            # the leader gets the members with SkipAssignment, so that it knows them without assigning again;
+            # before, a leader is answered as a follower, naming the leader it replaced as Kafka does, so that
+            # it does not assign (SyncGroup in Stable ignores assignments anyway).
             outcome.records.append(self.metadata_record(now_ms))
-            outcome.response = self._join_response(member, as_follower=True)
+            if version >= JOIN_GROUP_VERSION_SKIPS_ASSIGNMENT and new_id == self.leader_id:
+                outcome.response = self._join_response(member, skip_assignment=True)
+            else:
+                outcome.response = self._join_response(member, as_follower=True, leader=leader_before)
             return outcome
         member.join_request, member.join_version = request_id, version
         rebalance = self.prepare_rebalance(now_ms) if self.state is not GroupState.PREPARING_REBALANCE \
@@ -289,14 +300,16 @@ class ClassicGroup:
             return self._maybe_complete_join(now_ms)
         return self.prepare_rebalance(now_ms)
 
-    def _join_response(self, member: ClassicMember, as_follower: bool = False) -> Any:
+    def _join_response(self, member: ClassicMember, as_follower: bool = False, skip_assignment: bool = False,
+                       leader: str | None = None) -> Any:
         response_class = messages.JoinGroupResponse
         is_leader = member.member_id == self.leader_id and not as_follower
         members = [response_class.JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                                           metadata=m.metadata_for(self.protocol_name))
                    for m in self.members.values()] if is_leader else []
         return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, generation_id=self.generation,
-                              protocol_name=self.protocol_name or "", leader=self.leader_id or "",
+                              protocol_type=self.protocol_type, protocol_name=self.protocol_name or "",
+                              leader=(leader or self.leader_id) or "", skip_assignment=skip_assignment,
                               member_id=member.member_id, members=members)
 
     # --- rebalances ---------------------------------------------------------------------------------------
@@ -377,7 +390,7 @@ class ClassicGroup:
         member = self.members[request.member_id]
         self.touch(member.member_id, now_ms)
         if self.state is GroupState.STABLE:
-            return Outcome(response=sync_answer(member.assignment))
+            return Outcome(response=self._sync_answer(member.assignment))
         member.sync_request = request_id
         if member.member_id != self.leader_id:
             return Outcome()
@@ -388,9 +401,14 @@ class ClassicGroup:
         outcome = Outcome(records=[self.metadata_record(now_ms, assignments)])
         for other in self.members.values():
             if other.sync_request is not None:
-                outcome.completions.append((other.sync_request, sync_answer(assignments.get(other.member_id, b""))))
+                outcome.completions.append((other.sync_request, self._sync_answer(assignments.get(other.member_id, b""))))
                 other.sync_request = None
         return outcome
+
+    def _sync_answer(self, assignment: bytes) -> Any:
+        """A SyncGroup answer with the group's protocol type and name (read by v5+ clients, KIP-559)."""
+        return messages.SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, assignment=assignment,
+                                          protocol_type=self.protocol_type, protocol_name=self.protocol_name)
 
     def heartbeat(self, request: Any, now_ms: int) -> Any:
         response_class = messages.HeartbeatResponse
@@ -561,10 +579,6 @@ def join_error(code: ErrorCode, member_id: str) -> Any:
 
 def sync_error(code: ErrorCode) -> Any:
     return messages.SyncGroupResponse(throttle_time_ms=0, error_code=code, assignment=b"")
-
-
-def sync_answer(assignment: bytes) -> Any:
-    return messages.SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, assignment=assignment)
 
 
 def decode_subscription_topics(metadata: bytes) -> set[str]:

@@ -373,6 +373,7 @@ class ConsumerGroup:
         except ValueError:
             version = 0
         return messages.SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                          protocol_type=request.protocol_type, protocol_name=request.protocol_name,
                                           assignment=encode_assignment(assigned, version))
 
     def classic_heartbeat(self, request: Any) -> ErrorCode:
@@ -631,7 +632,10 @@ def _checked_classic(member: ConsumerMember) -> ConsumerMember:
 
 
 def join_response(code: ErrorCode, member_id: str, generation: int = -1, protocol_name: str = "") -> Any:
+    """A JoinGroup answer to a classic member of a consumer group: the protocol type is "consumer" when it
+    joined (read by v7+ clients, KIP-559), none on an error."""
     return messages.JoinGroupResponse(throttle_time_ms=0, error_code=code, generation_id=generation,
+                                      protocol_type=PROTOCOL_TYPE if code == ErrorCode.NONE else None,
                                       protocol_name=protocol_name, leader="", member_id=member_id, members=[])
 
 

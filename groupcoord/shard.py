@@ -38,7 +38,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from coordinator.shard import CoordinatorResult, LoadedRecord, TransactionalWrite
-from groupcoord.classic import ClassicGroup, GroupState, Outcome, join_error, merge, sync_error, vote_protocol
+from groupcoord.classic import (
+    SYNC_GROUP_VERSION_NAMES_PROTOCOL,
+    ClassicGroup,
+    GroupState,
+    Outcome,
+    join_error,
+    merge,
+    sync_error,
+    vote_protocol,
+)
 from groupcoord import consumer_records
 from groupcoord.config import GroupConfig
 from groupcoord.consumer import (
@@ -195,6 +204,10 @@ class GroupCoordinatorShard:
         return outcome
 
     def _sync(self, request_id: int, request: GroupRequest, now_ms: int) -> Outcome:
+        message = request.message
+        if request.api_version >= SYNC_GROUP_VERSION_NAMES_PROTOCOL and (
+                message.protocol_type is None or message.protocol_name is None):
+            return Outcome(response=sync_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))  # as Kafka's KafkaApis
         consumer_group = self.consumer_groups.get(request.message.group_id)
         if consumer_group is not None:
             names = {info.topic_id: name for name, info in (request.topics or {}).items()}

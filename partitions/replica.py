@@ -139,6 +139,7 @@ class ConsumerFetchResult(NamedTuple):
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int
+    diverging_epoch: EpochEndOffset | None = None  # KIP-320 (Fetch v12+): set, the records are empty
 
 
 @dataclass(slots=True)
@@ -623,6 +624,7 @@ class Partition:
     def read_for_consumer(
         self, fetch_offset: int, max_bytes: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         *, current_leader_epoch: int | None = None, zero_copy: bool = False, leader_only: bool = True,
+        last_fetched_epoch: int = UNDEFINED_EPOCH,
     ) -> ConsumerFetchResult:
         """Serve a consumer fetch: whole batches from `fetch_offset` strictly below the high watermark (below
         the last stable offset for read_committed); empty when `fetch_offset` is at or above that bound. With
@@ -630,14 +632,22 @@ class Partition:
         have descriptors (not in memory, as in the simulator), else bytes.
         Without `leader_only` a follower serves too (KIP-392), up to its own high watermark (last stable
         offset), which never passes the leader's.
+        With a `last_fetched_epoch` (Fetch v12+, KIP-320) whose end offset here is below `fetch_offset`, or whose
+        epoch this log does not hold, answers no records and the diverging epoch, as for a follower (Kafka's
+        Partition.readRecords checks both kinds of fetcher alike).
         Raises NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError and
-        OffsetOutOfRangeError (fetch_offset outside [log_start, LEO])."""
+        OffsetOutOfRangeError (fetch_offset outside [log_start, LEO], or a last fetched epoch it cannot place)."""
         if leader_only:
             self._require_leader(current_leader_epoch)
         else:
             self.require_epoch(current_leader_epoch)
-        self._check_fetch_offset(fetch_offset)
         high_watermark, last_stable_offset = self._high_watermark, self.last_stable_offset
+        if last_fetched_epoch >= 0:
+            diverging = self._diverging_epoch(fetch_offset, last_fetched_epoch)
+            if diverging is not None:
+                return ConsumerFetchResult(b"", high_watermark, self.log.log_start_offset, last_stable_offset,
+                                           diverging)
+        self._check_fetch_offset(fetch_offset)
         max_offset = high_watermark if isolation == IsolationLevel.READ_UNCOMMITTED else last_stable_offset
         if self.bug_follower_reads_past_hw and not leader_only:
             max_offset = self.log.log_end_offset  # planted bug: a follower serves what it holds, committed or not

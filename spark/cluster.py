@@ -28,6 +28,7 @@ RETRY_BACKOFF_SECONDS = 0.2
 LEADER_CHANGE_CODES = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
     ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INCONSISTENT_TOPIC_ID,  # KIP-516: Fetch v13+ names the topic by id
 })
 
 _clients: dict[tuple, SyncKafkaClient] = {}
@@ -119,12 +120,15 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
     request_class = messages.FetchRequest
     for attempt in range(FETCH_ATTEMPTS_MAX):
         leader = client.leader_for(topic, partition)
+        topic_id = client.topic_metadata(topic).topic_id
         fetch_partition = request_class.FetchPartition(
             partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=offset,
             log_start_offset=-1, partition_max_bytes=bytes_max)
+        # The topic by name and by id: the negotiated version sends its own (the id from v13, KIP-516).
         request = request_class(
             replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=bytes_max, isolation_level=isolation_level,
-            session_id=0, session_epoch=-1, topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])],
+            session_id=0, session_epoch=-1,
+            topics=[request_class.FetchTopic(topic=topic, topic_id=topic_id, partitions=[fetch_partition])],
             rack_id=rack_id)
         context = f"fetch {topic}-{partition} at offset {offset}"
         if replica is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
@@ -91,6 +92,8 @@ METADATA_REFRESH_CODES = frozenset({
     ErrorCode.REPLICA_NOT_AVAILABLE,
     ErrorCode.BROKER_NOT_AVAILABLE,
     ErrorCode.NOT_CONTROLLER,
+    ErrorCode.UNKNOWN_TOPIC_ID,  # KIP-516: a Fetch v13+ by an id the broker does not know (yet), or no longer
+    ErrorCode.INCONSISTENT_TOPIC_ID,
 })
 # Produce: codes with which the broker certainly did not append the batch.
 PRODUCE_RETRY_CODES = METADATA_REFRESH_CODES | {ErrorCode.NOT_ENOUGH_REPLICAS}
@@ -420,9 +423,10 @@ class KafkaClient:
 
         async def attempt() -> FetchResult:
             leader = await self.leader_for(topic, partition)
+            topic_id = (await self.topic_metadata(topic)).topic_id
             replica = routes.replica(key)
             if replica is not None:  # KIP-392: the replica the leader named; any failure there: back to the leader
-                request = _fetch_request(topic, partition, offset, max_bytes, max_wait_ms, isolation_level,
+                request = _fetch_request(topic, topic_id, partition, offset, max_bytes, max_wait_ms, isolation_level,
                                          min_bytes, leader.leader_epoch, routes.rack)
                 try:
                     response = await self._request(replica, ApiKey.FETCH, request, max_wait_ms)
@@ -433,8 +437,8 @@ class KafkaClient:
                 if data is not None and data.error_code == ErrorCode.NONE:
                     return _fetch_result(data, offset, isolation_level, f"{context} at {offset}")
                 routes.failed(key)
-            request = _fetch_request(topic, partition, offset, max_bytes, max_wait_ms, isolation_level, min_bytes,
-                                     leader.leader_epoch, routes.rack_for_leader(key))
+            request = _fetch_request(topic, topic_id, partition, offset, max_bytes, max_wait_ms, isolation_level,
+                                     min_bytes, leader.leader_epoch, routes.rack_for_leader(key))
             response = await self._request(leader.leader, ApiKey.FETCH, request, max_wait_ms)
             raise_for_code(response.error_code, None, context)
             data = response.responses[0].partitions[0]
@@ -539,10 +543,14 @@ class KafkaClient:
 
     async def delete_topics(self, names: Iterable[str], timeout_ms: int = ADMIN_TIMEOUT_MS_DEFAULT) -> None:
         """Delete topics. Raises the first topic's typed error (UnknownTopicOrPartitionError...)."""
-        request = messages.DeleteTopicsRequest(topic_names=list(names), timeout_ms=timeout_ms)
+        names = list(names)
+        request_class = messages.DeleteTopicsRequest
+        # the names in both fields: TopicNames is v0-5's, Topics v6's; the negotiated version sends its own
+        request = request_class(topic_names=names, topics=[request_class.DeleteTopicState(name=name) for name in names],
+                                timeout_ms=timeout_ms)
         response = await self._admin(ApiKey.DELETE_TOPICS, request, timeout_ms)
         for result in response.responses:
-            raise_for_code(result.error_code, None, f"delete topic {result.name!r}")
+            raise_for_code(result.error_code, result.error_message, f"delete topic {result.name!r}")
         self._metadata_stale = True
 
     async def create_partitions(self, counts: dict[str, int], timeout_ms: int = ADMIN_TIMEOUT_MS_DEFAULT,
@@ -665,7 +673,7 @@ def _parse_metadata(response: Message) -> ClusterMetadata:
                 tuple(p.offline_replicas), p.error_code)
             for p in topic.partitions
         }
-        topics[topic.name] = TopicMetadata(topic.name, topic.error_code, topic.is_internal, partitions)
+        topics[topic.name] = TopicMetadata(topic.name, topic.error_code, topic.is_internal, partitions, topic.topic_id)
     return ClusterMetadata(response.cluster_id, response.controller_id, brokers, topics)
 
 
@@ -692,8 +700,10 @@ def _chunks_by_size(items: list[tuple], bytes_max: int) -> Iterable[list[tuple]]
         yield chunk
 
 
-def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
+def _fetch_request(topic: str, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
                    isolation_level: int, min_bytes: int, leader_epoch: int, rack_id: str = "") -> Message:
+    """A sessionless consumer Fetch of one partition. The topic goes by name and by id: the negotiated version
+    sends its own (the name below v13, the id from v13, KIP-516)."""
     request_class = messages.FetchRequest
     fetch_partition = request_class.FetchPartition(
         partition=partition, current_leader_epoch=leader_epoch, fetch_offset=offset, log_start_offset=-1,
@@ -701,7 +711,8 @@ def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int, max_
     return request_class(
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=isolation_level, session_id=0, session_epoch=-1,  # sessionless fetch (KIP-227)
-        topics=[request_class.FetchTopic(topic=topic, partitions=[fetch_partition])], rack_id=rack_id)
+        topics=[request_class.FetchTopic(topic=topic, topic_id=topic_id, partitions=[fetch_partition])],
+        rack_id=rack_id)
 
 
 def _fetch_result(data: Message, offset: int, isolation_level: int, context: str) -> FetchResult:

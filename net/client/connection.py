@@ -1,9 +1,9 @@
 """One client-side Kafka connection as a pure state machine (h11-style): bytes in, responses out; no I/O.
 
 Theory of operation: a `ClientConnection` owns the client half of one TCP connection to one broker. It
-first negotiates versions: `initiate()` returns an ApiVersions request (v3, our highest); the broker's answer
+first negotiates versions: `initiate()` returns an ApiVersions request (v4, our highest); the broker's answer
 tells us, per api key, its (min, max) version, and every later `send_request` picks min(our max, broker max)
-unless the caller names a version. A broker that does not know ApiVersions v3 answers UNSUPPORTED_VERSION
+unless the caller names a version. A broker that does not know ApiVersions v4 answers UNSUPPORTED_VERSION
 with a v0 key list (KIP-511); the connection then goes back to NEW with a lower ApiVersions version chosen
 from that list, and the caller calls `initiate()` again.
 

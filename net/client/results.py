@@ -6,8 +6,10 @@ Everything here is plain data (picklable, comparable), so results can cross thre
 from __future__ import annotations
 
 import enum
+import uuid
 from dataclasses import dataclass, field
 
+from net.protocol.types import NULL_UUID
 from partitions.errors import KafkaError
 from partitions.records import Record
 
@@ -73,6 +75,7 @@ class TopicMetadata:
     error_code: int
     is_internal: bool
     partitions: dict[int, PartitionMetadata]
+    topic_id: uuid.UUID = NULL_UUID  # KIP-516 (Metadata v10+); all zeros from older brokers
 
 
 @dataclass(frozen=True, slots=True)

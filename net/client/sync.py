@@ -121,6 +121,9 @@ class SyncKafkaClient:
     def metadata(self, *args, **kwargs):
         return self._call("metadata", *args, **kwargs)
 
+    def topic_metadata(self, *args, **kwargs):
+        return self._call("topic_metadata", *args, **kwargs)
+
     def partitions_for(self, *args, **kwargs):
         return self._call("partitions_for", *args, **kwargs)
 
@@ -164,7 +167,7 @@ class SyncKafkaClient:
         return self._call("send", *args, **kwargs)
 
 
-for _name in ("metadata", "partitions_for", "leader_for", "produce", "produce_records", "fetch", "list_offsets",
+for _name in ("metadata", "topic_metadata", "partitions_for", "leader_for", "produce", "produce_records", "fetch", "list_offsets",
               "delete_records", "create_topics", "delete_topics", "create_partitions", "describe_configs",
               "alter_configs", "describe_cluster", "send"):
     getattr(SyncKafkaClient, _name).__doc__ = f"Blocking KafkaClient.{_name}: " + (

@@ -66,8 +66,13 @@ PRODUCE_RESPONSE = response(
 )
 
 FETCH_REQUEST = request(
-    1, 'FetchRequest', valid="4-11", flexible='12+', fields=(
+    1, 'FetchRequest', valid="4-17", flexible='12+', fields=(
+        field('ClusterId', 'string', '12+', nullable='12+', tagged='12+', tag=0, default=None),
         field('ReplicaId', 'int32', '0-14', default=-1),
+        field('ReplicaState', 'ReplicaState', '15+', tagged='15+', tag=1, fields=(
+            field('ReplicaId', 'int32', '15+', default=-1),
+            field('ReplicaEpoch', 'int64', '15+', default=-1),
+        )),
         field('MaxWaitMs', 'int32', '0+'),
         field('MinBytes', 'int32', '0+'),
         field('MaxBytes', 'int32', '3+', default=2147483647),
@@ -76,16 +81,20 @@ FETCH_REQUEST = request(
         field('SessionEpoch', 'int32', '7+', default=-1),
         field('Topics', '[]FetchTopic', '0+', fields=(
             field('Topic', 'string', '0-12'),
+            field('TopicId', 'uuid', '13+'),
             field('Partitions', '[]FetchPartition', '0+', fields=(
                 field('Partition', 'int32', '0+'),
                 field('CurrentLeaderEpoch', 'int32', '9+', default=-1),
                 field('FetchOffset', 'int64', '0+'),
+                field('LastFetchedEpoch', 'int32', '12+', default=-1),
                 field('LogStartOffset', 'int64', '5+', default=-1),
                 field('PartitionMaxBytes', 'int32', '0+'),
+                field('ReplicaDirectoryId', 'uuid', '17+', tagged='17+', tag=0),
             )),
         )),
         field('ForgottenTopicsData', '[]ForgottenTopic', '7+', fields=(
             field('Topic', 'string', '7-12'),
+            field('TopicId', 'uuid', '13+'),
             field('Partitions', '[]int32', '7+'),
         )),
         field('RackId', 'string', '11+', default=''),
@@ -93,18 +102,31 @@ FETCH_REQUEST = request(
 )
 
 FETCH_RESPONSE = response(
-    1, 'FetchResponse', valid="4-11", flexible='12+', fields=(
+    1, 'FetchResponse', valid="4-17", flexible='12+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '7+'),
         field('SessionId', 'int32', '7+', default=0),
         field('Responses', '[]FetchableTopicResponse', '0+', fields=(
             field('Topic', 'string', '0-12'),
+            field('TopicId', 'uuid', '13+'),
             field('Partitions', '[]PartitionData', '0+', fields=(
                 field('PartitionIndex', 'int32', '0+'),
                 field('ErrorCode', 'int16', '0+'),
                 field('HighWatermark', 'int64', '0+'),
                 field('LastStableOffset', 'int64', '4+', default=-1),
                 field('LogStartOffset', 'int64', '5+', default=-1),
+                field('DivergingEpoch', 'EpochEndOffset', '12+', tagged='12+', tag=0, fields=(
+                    field('Epoch', 'int32', '12+', default=-1),
+                    field('EndOffset', 'int64', '12+', default=-1),
+                )),
+                field('CurrentLeader', 'LeaderIdAndEpoch', '12+', tagged='12+', tag=1, fields=(
+                    field('LeaderId', 'int32', '12+', default=-1),
+                    field('LeaderEpoch', 'int32', '12+', default=-1),
+                )),
+                field('SnapshotId', 'SnapshotId', '12+', tagged='12+', tag=2, fields=(
+                    field('EndOffset', 'int64', '0+', default=-1),
+                    field('Epoch', 'int32', '0+', default=-1),
+                )),
                 field('AbortedTransactions', '[]AbortedTransaction', '4+', nullable='4+', fields=(
                     field('ProducerId', 'int64', '4+'),
                     field('FirstOffset', 'int64', '4+'),
@@ -112,6 +134,12 @@ FETCH_RESPONSE = response(
                 field('PreferredReadReplica', 'int32', '11+', default=-1),
                 field('Records', 'records', '0+', nullable='0+'),
             )),
+        )),
+        field('NodeEndpoints', '[]NodeEndpoint', '16+', tagged='16+', tag=0, fields=(
+            field('NodeId', 'int32', '16+'),
+            field('Host', 'string', '16+'),
+            field('Port', 'int32', '16+'),
+            field('Rack', 'string', '16+', nullable='16+', default=None),
         )),
     ),
 )
@@ -276,7 +304,7 @@ OFFSET_FETCH_RESPONSE = response(
 # FindCoordinator v5 and InitProducerId v5 are v4 again: a client that sends them can take the
 # TRANSACTION_ABORTABLE error (KIP-890).
 FIND_COORDINATOR_REQUEST = request(
-    10, 'FindCoordinatorRequest', valid="0-5", flexible='3+', fields=(
+    10, 'FindCoordinatorRequest', valid="0-6", flexible='3+', fields=(
         field('Key', 'string', '0-3', default=''),
         field('KeyType', 'int8', '1+', default=0),
         field('CoordinatorKeys', '[]string', '4+'),
@@ -284,7 +312,7 @@ FIND_COORDINATOR_REQUEST = request(
 )
 
 FIND_COORDINATOR_RESPONSE = response(
-    10, 'FindCoordinatorResponse', valid="0-5", flexible='3+', fields=(
+    10, 'FindCoordinatorResponse', valid="0-6", flexible='3+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '0-3', default=0),
         field('ErrorMessage', 'string', '1-3', nullable='1-3', default=None),
@@ -303,7 +331,7 @@ FIND_COORDINATOR_RESPONSE = response(
 )
 
 JOIN_GROUP_REQUEST = request(
-    11, 'JoinGroupRequest', valid="0-5", flexible='6+', fields=(
+    11, 'JoinGroupRequest', valid="0-9", flexible='6+', fields=(
         field('GroupId', 'string', '0+'),
         field('SessionTimeoutMs', 'int32', '0+'),
         field('RebalanceTimeoutMs', 'int32', '1+', default=-1),
@@ -314,16 +342,19 @@ JOIN_GROUP_REQUEST = request(
             field('Name', 'string', '0+'),
             field('Metadata', 'bytes', '0+'),
         )),
+        field('Reason', 'string', '8+', nullable='8+', default=None),
     ),
 )
 
 JOIN_GROUP_RESPONSE = response(
-    11, 'JoinGroupResponse', valid="0-5", flexible='6+', fields=(
+    11, 'JoinGroupResponse', valid="0-9", flexible='6+', fields=(
         field('ThrottleTimeMs', 'int32', '2+'),
         field('ErrorCode', 'int16', '0+'),
         field('GenerationId', 'int32', '0+', default=-1),
+        field('ProtocolType', 'string', '7+', nullable='7+', default=None),
         field('ProtocolName', 'string', '0+', nullable='7+'),
         field('Leader', 'string', '0+'),
+        field('SkipAssignment', 'bool', '9+', default=False),
         field('MemberId', 'string', '0+'),
         field('Members', '[]JoinGroupResponseMember', '0+', fields=(
             field('MemberId', 'string', '0+'),
@@ -334,7 +365,7 @@ JOIN_GROUP_RESPONSE = response(
 )
 
 HEARTBEAT_REQUEST = request(
-    12, 'HeartbeatRequest', valid="0-3", flexible='4+', fields=(
+    12, 'HeartbeatRequest', valid="0-4", flexible='4+', fields=(
         field('GroupId', 'string', '0+'),
         field('GenerationId', 'int32', '0+'),
         field('MemberId', 'string', '0+'),
@@ -343,25 +374,26 @@ HEARTBEAT_REQUEST = request(
 )
 
 HEARTBEAT_RESPONSE = response(
-    12, 'HeartbeatResponse', valid="0-3", flexible='4+', fields=(
+    12, 'HeartbeatResponse', valid="0-4", flexible='4+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '0+'),
     ),
 )
 
 LEAVE_GROUP_REQUEST = request(
-    13, 'LeaveGroupRequest', valid="0-3", flexible='4+', fields=(
+    13, 'LeaveGroupRequest', valid="0-5", flexible='4+', fields=(
         field('GroupId', 'string', '0+'),
         field('MemberId', 'string', '0-2'),
         field('Members', '[]MemberIdentity', '3+', fields=(
             field('MemberId', 'string', '3+'),
             field('GroupInstanceId', 'string', '3+', nullable='3+', default=None),
+            field('Reason', 'string', '5+', nullable='5+', default=None),
         )),
     ),
 )
 
 LEAVE_GROUP_RESPONSE = response(
-    13, 'LeaveGroupResponse', valid="0-3", flexible='4+', fields=(
+    13, 'LeaveGroupResponse', valid="0-5", flexible='4+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '0+'),
         field('Members', '[]MemberResponse', '3+', fields=(
@@ -373,11 +405,13 @@ LEAVE_GROUP_RESPONSE = response(
 )
 
 SYNC_GROUP_REQUEST = request(
-    14, 'SyncGroupRequest', valid="0-3", flexible='4+', fields=(
+    14, 'SyncGroupRequest', valid="0-5", flexible='4+', fields=(
         field('GroupId', 'string', '0+'),
         field('GenerationId', 'int32', '0+'),
         field('MemberId', 'string', '0+'),
         field('GroupInstanceId', 'string', '3+', nullable='3+', default=None),
+        field('ProtocolType', 'string', '5+', nullable='5+', default=None),
+        field('ProtocolName', 'string', '5+', nullable='5+', default=None),
         field('Assignments', '[]SyncGroupRequestAssignment', '0+', fields=(
             field('MemberId', 'string', '0+'),
             field('Assignment', 'bytes', '0+'),
@@ -386,22 +420,24 @@ SYNC_GROUP_REQUEST = request(
 )
 
 SYNC_GROUP_RESPONSE = response(
-    14, 'SyncGroupResponse', valid="0-3", flexible='4+', fields=(
+    14, 'SyncGroupResponse', valid="0-5", flexible='4+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('ErrorCode', 'int16', '0+'),
+        field('ProtocolType', 'string', '5+', nullable='5+', default=None),
+        field('ProtocolName', 'string', '5+', nullable='5+', default=None),
         field('Assignment', 'bytes', '0+'),
     ),
 )
 
 DESCRIBE_GROUPS_REQUEST = request(
-    15, 'DescribeGroupsRequest', valid="0-4", flexible='5+', fields=(
+    15, 'DescribeGroupsRequest', valid="0-5", flexible='5+', fields=(
         field('Groups', '[]string', '0+'),
         field('IncludeAuthorizedOperations', 'bool', '3+'),
     ),
 )
 
 DESCRIBE_GROUPS_RESPONSE = response(
-    15, 'DescribeGroupsResponse', valid="0-4", flexible='5+', fields=(
+    15, 'DescribeGroupsResponse', valid="0-5", flexible='5+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('Groups', '[]DescribedGroup', '0+', fields=(
             field('ErrorCode', 'int16', '0+'),
@@ -443,14 +479,14 @@ LIST_GROUPS_RESPONSE = response(
 )
 
 API_VERSIONS_REQUEST = request(
-    18, 'ApiVersionsRequest', valid="0-3", flexible='3+', fields=(
+    18, 'ApiVersionsRequest', valid="0-4", flexible='3+', fields=(
         field('ClientSoftwareName', 'string', '3+'),
         field('ClientSoftwareVersion', 'string', '3+'),
     ),
 )
 
 API_VERSIONS_RESPONSE = response(
-    18, 'ApiVersionsResponse', valid="0-3", flexible='3+', fields=(
+    18, 'ApiVersionsResponse', valid="0-4", flexible='3+', fields=(
         field('ErrorCode', 'int16', '0+'),
         field('ApiKeys', '[]ApiVersion', '0+', fields=(
             field('ApiKey', 'int16', '0+'),
@@ -474,7 +510,7 @@ API_VERSIONS_RESPONSE = response(
 )
 
 CREATE_TOPICS_REQUEST = request(
-    19, 'CreateTopicsRequest', valid="0-4", flexible='5+', fields=(
+    19, 'CreateTopicsRequest', valid="0-7", flexible='5+', fields=(
         field('Topics', '[]CreatableTopic', '0+', fields=(
             field('Name', 'string', '0+'),
             field('NumPartitions', 'int32', '0+'),
@@ -494,35 +530,52 @@ CREATE_TOPICS_REQUEST = request(
 )
 
 CREATE_TOPICS_RESPONSE = response(
-    19, 'CreateTopicsResponse', valid="0-4", flexible='5+', fields=(
+    19, 'CreateTopicsResponse', valid="0-7", flexible='5+', fields=(
         field('ThrottleTimeMs', 'int32', '2+'),
         field('Topics', '[]CreatableTopicResult', '0+', fields=(
             field('Name', 'string', '0+'),
+            field('TopicId', 'uuid', '7+'),
             field('ErrorCode', 'int16', '0+'),
             field('ErrorMessage', 'string', '1+', nullable='0+'),
+            field('TopicConfigErrorCode', 'int16', '5+', tagged='5+', tag=0),
+            field('NumPartitions', 'int32', '5+', default=-1),
+            field('ReplicationFactor', 'int16', '5+', default=-1),
+            field('Configs', '[]CreatableTopicConfigs', '5+', nullable='5+', fields=(
+                field('Name', 'string', '5+'),
+                field('Value', 'string', '5+', nullable='5+'),
+                field('ReadOnly', 'bool', '5+'),
+                field('ConfigSource', 'int8', '5+', default=-1),
+                field('IsSensitive', 'bool', '5+'),
+            )),
         )),
     ),
 )
 
 DELETE_TOPICS_REQUEST = request(
-    20, 'DeleteTopicsRequest', valid="0-3", flexible='4+', fields=(
+    20, 'DeleteTopicsRequest', valid="0-6", flexible='4+', fields=(
+        field('Topics', '[]DeleteTopicState', '6+', fields=(
+            field('Name', 'string', '6+', nullable='6+', default=None),
+            field('TopicId', 'uuid', '6+'),
+        )),
         field('TopicNames', '[]string', '0-5'),
         field('TimeoutMs', 'int32', '0+'),
     ),
 )
 
 DELETE_TOPICS_RESPONSE = response(
-    20, 'DeleteTopicsResponse', valid="0-3", flexible='4+', fields=(
+    20, 'DeleteTopicsResponse', valid="0-6", flexible='4+', fields=(
         field('ThrottleTimeMs', 'int32', '1+'),
         field('Responses', '[]DeletableTopicResult', '0+', fields=(
             field('Name', 'string', '0+', nullable='6+'),
+            field('TopicId', 'uuid', '6+'),
             field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '5+', nullable='5+', default=None),
         )),
     ),
 )
 
 DELETE_RECORDS_REQUEST = request(
-    21, 'DeleteRecordsRequest', valid="0-1", flexible='2+', fields=(
+    21, 'DeleteRecordsRequest', valid="0-2", flexible='2+', fields=(
         field('Topics', '[]DeleteRecordsTopic', '0+', fields=(
             field('Name', 'string', '0+'),
             field('Partitions', '[]DeleteRecordsPartition', '0+', fields=(
@@ -535,7 +588,7 @@ DELETE_RECORDS_REQUEST = request(
 )
 
 DELETE_RECORDS_RESPONSE = response(
-    21, 'DeleteRecordsResponse', valid="0-1", flexible='2+', fields=(
+    21, 'DeleteRecordsResponse', valid="0-2", flexible='2+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Topics', '[]DeleteRecordsTopicResult', '0+', fields=(
             field('Name', 'string', '0+'),
@@ -567,7 +620,7 @@ INIT_PRODUCER_ID_RESPONSE = response(
 )
 
 OFFSET_FOR_LEADER_EPOCH_REQUEST = request(
-    23, 'OffsetForLeaderEpochRequest', valid="0-3", flexible='4+', fields=(
+    23, 'OffsetForLeaderEpochRequest', valid="0-4", flexible='4+', fields=(
         field('ReplicaId', 'int32', '3+', default=-2),
         field('Topics', '[]OffsetForLeaderTopic', '0+', fields=(
             field('Topic', 'string', '0+'),
@@ -581,7 +634,7 @@ OFFSET_FOR_LEADER_EPOCH_REQUEST = request(
 )
 
 OFFSET_FOR_LEADER_EPOCH_RESPONSE = response(
-    23, 'OffsetForLeaderEpochResponse', valid="0-3", flexible='4+', fields=(
+    23, 'OffsetForLeaderEpochResponse', valid="0-4", flexible='4+', fields=(
         field('ThrottleTimeMs', 'int32', '2+'),
         field('Topics', '[]OffsetForLeaderTopicResult', '0+', fields=(
             field('Topic', 'string', '0+'),
@@ -715,18 +768,19 @@ TXN_OFFSET_COMMIT_RESPONSE = response(
 )
 
 DESCRIBE_CONFIGS_REQUEST = request(
-    32, 'DescribeConfigsRequest', valid="0-2", flexible='4+', fields=(
+    32, 'DescribeConfigsRequest', valid="0-4", flexible='4+', fields=(
         field('Resources', '[]DescribeConfigsResource', '0+', fields=(
             field('ResourceType', 'int8', '0+'),
             field('ResourceName', 'string', '0+'),
             field('ConfigurationKeys', '[]string', '0+', nullable='0+'),
         )),
         field('IncludeSynonyms', 'bool', '1+', default=False),
+        field('IncludeDocumentation', 'bool', '3+', default=False),
     ),
 )
 
 DESCRIBE_CONFIGS_RESPONSE = response(
-    32, 'DescribeConfigsResponse', valid="0-2", flexible='4+', fields=(
+    32, 'DescribeConfigsResponse', valid="0-4", flexible='4+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Results', '[]DescribeConfigsResult', '0+', fields=(
             field('ErrorCode', 'int16', '0+'),
@@ -745,13 +799,15 @@ DESCRIBE_CONFIGS_RESPONSE = response(
                     field('Value', 'string', '1+', nullable='0+'),
                     field('Source', 'int8', '1+'),
                 )),
+                field('ConfigType', 'int8', '3+', default=0),
+                field('Documentation', 'string', '3+', nullable='0+'),
             )),
         )),
     ),
 )
 
 ALTER_CONFIGS_REQUEST = request(
-    33, 'AlterConfigsRequest', valid="0-1", flexible='2+', fields=(
+    33, 'AlterConfigsRequest', valid="0-2", flexible='2+', fields=(
         field('Resources', '[]AlterConfigsResource', '0+', fields=(
             field('ResourceType', 'int8', '0+'),
             field('ResourceName', 'string', '0+'),
@@ -765,7 +821,7 @@ ALTER_CONFIGS_REQUEST = request(
 )
 
 ALTER_CONFIGS_RESPONSE = response(
-    33, 'AlterConfigsResponse', valid="0-1", flexible='2+', fields=(
+    33, 'AlterConfigsResponse', valid="0-2", flexible='2+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Responses', '[]AlterConfigsResourceResponse', '0+', fields=(
             field('ErrorCode', 'int16', '0+'),
@@ -777,7 +833,7 @@ ALTER_CONFIGS_RESPONSE = response(
 )
 
 CREATE_PARTITIONS_REQUEST = request(
-    37, 'CreatePartitionsRequest', valid="0-1", flexible='2+', fields=(
+    37, 'CreatePartitionsRequest', valid="0-3", flexible='2+', fields=(
         field('Topics', '[]CreatePartitionsTopic', '0+', fields=(
             field('Name', 'string', '0+'),
             field('Count', 'int32', '0+'),
@@ -791,7 +847,7 @@ CREATE_PARTITIONS_REQUEST = request(
 )
 
 CREATE_PARTITIONS_RESPONSE = response(
-    37, 'CreatePartitionsResponse', valid="0-1", flexible='2+', fields=(
+    37, 'CreatePartitionsResponse', valid="0-3", flexible='2+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Results', '[]CreatePartitionsTopicResult', '0+', fields=(
             field('Name', 'string', '0+'),
@@ -802,13 +858,13 @@ CREATE_PARTITIONS_RESPONSE = response(
 )
 
 DELETE_GROUPS_REQUEST = request(
-    42, 'DeleteGroupsRequest', valid="0-1", flexible='2+', fields=(
+    42, 'DeleteGroupsRequest', valid="0-2", flexible='2+', fields=(
         field('GroupsNames', '[]string', '0+'),
     ),
 )
 
 DELETE_GROUPS_RESPONSE = response(
-    42, 'DeleteGroupsResponse', valid="0-1", flexible='2+', fields=(
+    42, 'DeleteGroupsResponse', valid="0-2", flexible='2+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Results', '[]DeletableGroupResult', '0+', fields=(
             field('GroupId', 'string', '0+'),
@@ -844,7 +900,7 @@ OFFSET_DELETE_RESPONSE = response(
 )
 
 INCREMENTAL_ALTER_CONFIGS_REQUEST = request(
-    44, 'IncrementalAlterConfigsRequest', valid="0-0", flexible='1+', fields=(
+    44, 'IncrementalAlterConfigsRequest', valid="0-1", flexible='1+', fields=(
         field('Resources', '[]AlterConfigsResource', '0+', fields=(
             field('ResourceType', 'int8', '0+'),
             field('ResourceName', 'string', '0+'),
@@ -859,7 +915,7 @@ INCREMENTAL_ALTER_CONFIGS_REQUEST = request(
 )
 
 INCREMENTAL_ALTER_CONFIGS_RESPONSE = response(
-    44, 'IncrementalAlterConfigsResponse', valid="0-0", flexible='1+', fields=(
+    44, 'IncrementalAlterConfigsResponse', valid="0-1", flexible='1+', fields=(
         field('ThrottleTimeMs', 'int32', '0+'),
         field('Responses', '[]AlterConfigsResourceResponse', '0+', fields=(
             field('ErrorCode', 'int16', '0+'),

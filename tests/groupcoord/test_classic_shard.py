@@ -324,3 +324,48 @@ def test_bad_joins_get_their_kafka_errors():
     other_type = join_request()
     other_type.protocol_type = "connect"
     assert coordinator.call(ApiKey.JOIN_GROUP, 5, other_type).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_join_and_sync_name_the_protocol_from_v7_and_v5_and_sync_v5_requires_it():  # KIP-559
+    coordinator = Coordinator()
+    joined = [coordinator.answers.pop(r) for r in form_group(coordinator, 2, version=9)]
+    assert {(r.protocol_type, r.protocol_name, r.skip_assignment) for r in joined} == {("consumer", "range", False)}
+    leader = joined[0].leader
+    follower = next(r.member_id for r in joined if r.member_id != leader)
+    unnamed = coordinator.call(ApiKey.SYNC_GROUP, 5, sync_request(follower, 1))  # v5 without type and name
+    assert unnamed.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    named = sync_request(follower, 1)
+    named.protocol_type, named.protocol_name = "consumer", "other"
+    assert coordinator.call(ApiKey.SYNC_GROUP, 5, named).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    named.protocol_name = "range"
+    parked = coordinator.send(ApiKey.SYNC_GROUP, 5, named)
+    leader_sync = sync_request(leader, 1, {leader: b"a", follower: b"b"})
+    leader_sync.protocol_type, leader_sync.protocol_name = "consumer", "range"
+    answer = coordinator.call(ApiKey.SYNC_GROUP, 5, leader_sync)
+    assert (answer.error_code, answer.protocol_type, answer.protocol_name, answer.assignment) == \
+        (ErrorCode.NONE, "consumer", "range", b"a")
+    assert coordinator.answers.pop(parked).assignment == b"b"
+    # The same answers at versions that do not carry the fields encode and decode without them.
+    from net.protocol.codec import RequestHeader, decode_response, encode_response
+    for version in (4, 5, 6, 7, 9):
+        frame = encode_response(RequestHeader(ApiKey.JOIN_GROUP, version, 7), joined[0])
+        _, decoded = decode_response(ApiKey.JOIN_GROUP, version, frame[4:], strict=True)
+        assert decoded.protocol_type == ("consumer" if version >= 7 else None)
+
+
+def test_a_static_leader_rejoining_a_stable_group_at_v9_gets_the_members_and_skips_the_assignment():  # KIP-814
+    for version, skips in ((8, False), (9, True)):
+        coordinator = Coordinator()
+        instances = ["i-0", "i-1"]
+        leader, members = stable_group(coordinator, 2, instances=instances)
+        instance_of = dict(zip(members, instances))
+        restarted = coordinator.call(ApiKey.JOIN_GROUP, version, join_request(instance=instance_of[leader]))
+        assert restarted.error_code == ErrorCode.NONE and restarted.generation_id == 1  # no rebalance
+        assert restarted.skip_assignment is skips
+        assert len(restarted.members) == (2 if skips else 0)  # before v9 the leader is answered as a follower
+        if skips:
+            assert restarted.leader == restarted.member_id
+            assert {m.member_id for m in restarted.members} == {restarted.member_id} | (set(members) - {leader})
+        else:
+            assert restarted.leader == leader  # the id it replaced: the client does not take itself for the leader
+        assert coordinator.shard.groups["g"].state.value == "Stable"

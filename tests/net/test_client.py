@@ -215,7 +215,8 @@ async def test_api_versions_fallback_against_an_older_peer(nursery):  # KIP-511
     peer = await started_peer(nursery, supported={**SUPPORTED, ApiKey.API_VERSIONS: (0, 2)})
     async with fast_client(peer.bootstrap) as client:
         await client.metadata()
-    assert peer.requests_seen[:2] == [(ApiKey.API_VERSIONS, 3), (ApiKey.API_VERSIONS, 2)]
+    highest = SUPPORTED[ApiKey.API_VERSIONS][1]
+    assert peer.requests_seen[:2] == [(ApiKey.API_VERSIONS, highest), (ApiKey.API_VERSIONS, 2)]
 
 
 async def test_unreachable_cluster_raises_no_brokers_available():
@@ -284,3 +285,25 @@ async def test_produce_to_a_named_partition_auto_creates_the_topic(nursery):
     async with fast_client(peer.bootstrap) as client:
         assert await client.produce("new", 1, build_batch([(None, b"v")])) == 0
     assert len(peer.topics["new"].partitions) == 2
+
+
+async def test_fetch_names_the_topic_by_id_from_v13_and_by_name_below(nursery):  # KIP-516
+    for fetch_version_max in (SUPPORTED[ApiKey.FETCH][1], 12):
+        peer = await started_peer(nursery, supported={**SUPPORTED, ApiKey.FETCH: (4, fetch_version_max)})
+        peer.create_topic("t", 1)
+        async with fast_client(peer.bootstrap) as client:
+            await client.produce("t", 0, build_batch([(None, b"v")]))
+            result = await client.fetch("t", 0, 0)
+        assert [r.value for r in result.records] == [b"v"] and result.error is None
+        assert (ApiKey.FETCH, fetch_version_max) in peer.requests_seen
+
+
+async def test_a_topic_recreated_under_its_name_is_fetched_by_its_new_id_after_a_metadata_refresh(nursery):
+    peer = await started_peer(nursery)
+    peer.create_topic("t", 1)
+    async with fast_client(peer.bootstrap) as client:
+        assert (await client.fetch("t", 0, 0)).records == []  # the old id is cached
+        peer.create_topic("t", 1)  # a new topic id under the same name
+        await client.produce("t", 0, build_batch([(None, b"new")]))
+        result = await client.fetch("t", 0, 0)  # UNKNOWN_TOPIC_ID, then fresh metadata and the new id
+    assert [r.value for r in result.records] == [b"new"]

@@ -49,7 +49,7 @@ def negotiate(connection: ClientConnection, broker: BrokerHalf) -> None:
 
 
 def test_negotiation_picks_min_of_our_max_and_broker_max():
-    broker = BrokerHalf({**SUPPORTED, ApiKey.PRODUCE: (3, 7), ApiKey.FETCH: (0, 13)})
+    broker = BrokerHalf({**SUPPORTED, ApiKey.PRODUCE: (3, 7), ApiKey.FETCH: (0, SUPPORTED[ApiKey.FETCH][1] + 1)})
     connection = ClientConnection("c1")
     negotiate(connection, broker)
     assert connection.state is ConnectionState.READY
@@ -62,7 +62,7 @@ def test_api_versions_falls_back_to_broker_version_on_unsupported_version():  # 
     broker = BrokerHalf({**SUPPORTED, ApiKey.API_VERSIONS: (0, 1)})
     connection = ClientConnection("c1")
     negotiate(connection, broker)
-    assert [h.api_version for h in broker.headers] == [3, 1]
+    assert [h.api_version for h in broker.headers] == [SUPPORTED[ApiKey.API_VERSIONS][1], 1]
     assert connection.state is ConnectionState.READY
     assert connection.version_for(ApiKey.API_VERSIONS) == 1
 

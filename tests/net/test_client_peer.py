@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from functools import partial
 from dataclasses import dataclass, field
 
@@ -54,6 +55,7 @@ class PeerPartition:
 class PeerTopic:
     partitions: list[PeerPartition]
     configs: dict[str, str] = field(default_factory=dict)
+    topic_id: uuid.UUID = field(default_factory=uuid.uuid4)  # KIP-516: Metadata v10+ and Fetch v13+ carry it
 
 
 class PeerBroker:
@@ -143,7 +145,8 @@ class PeerBroker:
                     isr_nodes=[NODE_ID], offline_replicas=[])
                 for index in range(len(self.topics[name].partitions))
             ]
-            topics.append(response_class.MetadataResponseTopic(error_code=0, name=name, partitions=partitions))
+            topics.append(response_class.MetadataResponseTopic(error_code=0, name=name, partitions=partitions,
+                                                               topic_id=self.topics[name].topic_id))
         broker = response_class.MetadataResponseBroker(node_id=NODE_ID, host="127.0.0.1", port=self.port)
         return response_class(brokers=[broker], cluster_id=CLUSTER_ID, controller_id=NODE_ID, topics=topics)
 
@@ -195,18 +198,23 @@ class PeerBroker:
     async def _fetch(self, request, header):
         topic = request.topics[0]
         fetch_partition = topic.partitions[0]
-        peer_partition = self._partition(topic.topic, fetch_partition.partition)
+        name = topic.topic
+        if header.api_version >= 13:  # KIP-516: by id
+            name = next((n for n, t in self.topics.items() if t.topic_id == topic.topic_id), None)
+        peer_partition = self._partition(name, fetch_partition.partition) if name is not None else None
         if peer_partition is not None and fetch_partition.fetch_offset == peer_partition.log_end_offset:
             with trio.move_on_after(request.max_wait_ms / 1000):
                 await self._appended.wait()
-        return self._fetch_response(topic.topic, fetch_partition)
+        return self._fetch_response(name, topic.topic_id, fetch_partition)
 
-    def _fetch_response(self, topic: str, fetch_partition):
+    def _fetch_response(self, topic: str | None, topic_id: uuid.UUID, fetch_partition):
         response_class = messages.FetchResponse
-        peer_partition = self._partition(topic, fetch_partition.partition)
+        peer_partition = self._partition(topic, fetch_partition.partition) if topic is not None else None
         data = response_class.PartitionData(partition_index=fetch_partition.partition)
         if self._take_not_leader():
             data.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif topic is None:
+            data.error_code = ErrorCode.UNKNOWN_TOPIC_ID
         elif peer_partition is None:
             data.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         else:
@@ -222,7 +230,7 @@ class PeerBroker:
                     corrupted[-1] ^= 0xFF  # inside the CRC-covered part of the last batch
                     data.records = bytes(corrupted)
         return response_class(throttle_time_ms=0, error_code=0, responses=[
-            response_class.FetchableTopicResponse(topic=topic, partitions=[data])])
+            response_class.FetchableTopicResponse(topic=topic or "", topic_id=topic_id, partitions=[data])])
 
     @staticmethod
     def _read(peer_partition: PeerPartition, offset: int, bytes_max: int) -> bytes:
@@ -282,7 +290,9 @@ class PeerBroker:
     async def _delete_topics(self, request, header):
         response_class = messages.DeleteTopicsResponse
         results = []
-        for name in request.topic_names:
+        # v6 names topics in `topics` (by name here: the client never asks by id)
+        names = request.topic_names if header.api_version < 6 else [topic.name for topic in request.topics]
+        for name in names:
             code = ErrorCode.NONE if self.topics.pop(name, None) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             results.append(response_class.DeletableTopicResult(name=name, error_code=code))
         return response_class(responses=results)

@@ -8,31 +8,23 @@ kafkajs comes from npm (pinned below) into build/js on first use; without node a
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from cli.local_cluster import LocalCluster
 from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, wait_for_quorum
+from tests.net.npm import npm_package
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KAFKAJS = "kafkajs@2.2.4"
-PREFIX = os.path.join(ROOT, "build", "js")
 SCRIPT = os.path.join(ROOT, "tests", "clients", "kafkajs_check.js")
 
 
 def kafkajs_modules() -> str:
     """The node_modules directory holding kafkajs (installed from npm on first use); skips without node and npm."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("kafkajs needs node and npm")
-    modules = os.path.join(PREFIX, "node_modules")
-    if not os.path.isdir(os.path.join(modules, "kafkajs")):
-        installed = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", PREFIX, KAFKAJS],
-                                   capture_output=True, text=True, timeout=300)
-        assert installed.returncode == 0, f"npm install {KAFKAJS}: {installed.stderr[-2000:]}"
-    return modules
+    return npm_package(KAFKAJS, "kafkajs")
 
 
 @pytest.fixture(scope="module")

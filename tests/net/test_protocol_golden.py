@@ -1,6 +1,9 @@
-"""Golden bytes computed by hand from the protocol guide: ApiVersions v0-3 and the header rules around them."""
+"""Golden bytes computed by hand from the protocol guide: ApiVersions v0-3 and the header rules around them; Fetch
+v13, v15 and v16 (flexible, topic ids, ReplicaState, tagged CurrentLeader and NodeEndpoints)."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
@@ -94,14 +97,23 @@ def test_flexible_responses_other_than_api_versions_use_response_header_v1():
     assert codec.response_header_version(3, 8) == 0
 
 
-def test_api_versions_request_of_an_unsupported_version_carries_its_header():
-    # kafka-python 3.0 opens with ApiVersions v4 (flexible, with a body we do not parse).
+def test_api_versions_request_v4_of_kafka_python_3_decodes_as_v3_does():  # ApiVersionsRequest.json v4
+    # kafka-python 3.0 opens with ApiVersions v4: v3's fields (KAFKA-17011 changed only what the answer holds).
     frame = bytes.fromhex("0012" "0004" "0000002a" "0002" "6b70" "00" "03" "6b70" "02" "33" "00")
+    header, request = codec.decode_request(frame, strict=True)
+    assert header == RequestHeader(18, 4, 42, "kp")
+    assert request == ApiVersionsRequest(client_software_name="kp", client_software_version="3")
+    assert codec.encode_response(RequestHeader(18, 4, 1, "c"), _response()) == RESPONSE_V3
+
+
+def test_api_versions_request_of_an_unsupported_version_carries_its_header():
+    # A client newer than us opens with ApiVersions v5 (flexible, with a body we do not parse).
+    frame = bytes.fromhex("0012" "0005" "0000002a" "0002" "6b70" "00" "03" "6b70" "02" "33" "00")
     with pytest.raises(UnsupportedRequestVersionError) as raised:
         codec.decode_request(frame)
     assert isinstance(raised.value, UnsupportedVersionError)
     assert raised.value.code == ErrorCode.UNSUPPORTED_VERSION
-    assert raised.value.header == RequestHeader(18, 4, 42, "kp")
+    assert raised.value.header == RequestHeader(18, 5, 42, "kp")
 
 
 def test_api_versions_fallback_answers_v0_with_error_35_and_our_key_list():
@@ -121,7 +133,7 @@ def test_unknown_api_key_raises_unsupported_version_with_the_header():
     assert raised.value.header == RequestHeader(99, 0, 5, None)
 
 
-@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 13), (1, 12), (3, 13)])
+@pytest.mark.parametrize("api_key, version", [(0, 2), (0, 13), (1, 3), (1, 18), (3, 13)])
 def test_versions_outside_supported_are_refused_both_ways(api_key, version):
     request_class = messages.REQUESTS[api_key]
     frame = codec.encode_request(RequestHeader(api_key, 3 if api_key == 0 else 4, 1, "c"), request_class())[4:]
@@ -309,3 +321,131 @@ def test_api_versions_v3_advertises_the_transaction_version_feature_golden_bytes
         + "02" "1a" "02" + name + "0002" "0002" "00")          # FinalizedFeatures: max level 2, min level 2
     assert codec.encode_response(RequestHeader(18, 3, 1, "c"), response) == frame
     assert codec.decode_response(18, 3, frame[4:], strict=True) == (1, response)
+
+
+# Fetch v13 (flexible, KIP-482; topics by id, KIP-516), by hand from FetchRequest.json: request header v2, the
+# top-level ReplicaId (v0-14), compact arrays and strings (count/length + 1), LastFetchedEpoch (v12+), a tag
+# section at the end of every struct.
+FETCH_TOPIC_ID = "00112233445566778899aabbccddeeff"
+FETCH_V13_REQUEST = bytes.fromhex(
+    "0000005c" "0001" "000d" "00000007" "0001" "63" "00"  # length, api key 1, v13, correlation 7, "c", no tags
+    "ffffffff" "000001f4" "00000001" "7fffffff" "00"  # replica -1, max wait 500, min bytes 1, max bytes, isolation
+    "00000000" "ffffffff"  # session 0, epoch -1
+    "02" + FETCH_TOPIC_ID + "02"  # one topic (by id), one partition
+    "00000000" "00000005" "000000000000002a" "00000004"  # partition 0, leader epoch 5, offset 42, last epoch 4
+    "ffffffffffffffff" "00100000" "00" "00"  # log start -1, partition max bytes 1 MiB, partition tags, topic tags
+    "01" "01" "00"  # no forgotten topics, rack "", no tags
+)
+# Fetch v16 response: NOT_LEADER_OR_FOLLOWER with CurrentLeader (partition tag 1) and NodeEndpoints (top tag 0,
+# KIP-951); a nested struct carries its own tag section.
+FETCH_V16_RESPONSE = bytes.fromhex(
+    "00000062" "00000007" "00"  # length, correlation 7, response header v1's tag section
+    "00000000" "0000" "00000000"  # throttle 0, error 0, session 0
+    "02" + FETCH_TOPIC_ID + "02"  # one topic (by id), one partition
+    "00000000" "0006" + "ffffffffffffffff" * 3 +  # partition 0, error 6, high watermark, LSO, log start -1
+    "00" "ffffffff" "01"  # aborted transactions null, preferred read replica -1, records of 0 bytes
+    "01" "01" "09" "00000002" "00000006" "00"  # one tag: 1 (CurrentLeader), 9 bytes: leader 2, epoch 6, no tags
+    "00"  # topic tags
+    "01" "00" "0d" "02" "00000002" "0268" "00002385" "00" "00"  # tag 0 (NodeEndpoints): node 2 at h:9093, no rack
+)
+
+
+def test_fetch_v13_request_golden_bytes_name_the_topic_by_id():
+    request_class = messages.FetchRequest
+    request = request_class(max_wait_ms=500, min_bytes=1, session_id=0, session_epoch=-1, topics=[
+        request_class.FetchTopic(topic_id=uuid.UUID(FETCH_TOPIC_ID), partitions=[request_class.FetchPartition(
+            partition=0, current_leader_epoch=5, fetch_offset=42, last_fetched_epoch=4, partition_max_bytes=1 << 20)])])
+    header = RequestHeader(1, 13, 7, "c")
+    assert codec.encode_request(header, request) == FETCH_V13_REQUEST
+    assert codec.decode_request(FETCH_V13_REQUEST[4:], strict=True) == (header, request)
+
+
+def test_fetch_v16_response_golden_bytes_carry_the_current_leader_and_its_endpoint():
+    response_class = messages.FetchResponse
+    response = response_class(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        response_class.FetchableTopicResponse(topic_id=uuid.UUID(FETCH_TOPIC_ID), partitions=[
+            response_class.PartitionData(partition_index=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                         high_watermark=-1, aborted_transactions=None, records=b"",
+                                         current_leader=response_class.LeaderIdAndEpoch(leader_id=2, leader_epoch=6))])],
+        node_endpoints=[response_class.NodeEndpoint(node_id=2, host="h", port=9093)])
+    assert codec.encode_response(RequestHeader(1, 16, 7, "c"), response) == FETCH_V16_RESPONSE
+    assert codec.decode_response(1, 16, FETCH_V16_RESPONSE[4:], strict=True) == (7, response)
+
+
+def test_fetch_v15_request_carries_the_replica_in_replica_state_not_the_top_level_field():
+    # KIP-903: ReplicaId is v0-14; from v15 the follower is ReplicaState (tag 1: ReplicaId, ReplicaEpoch).
+    request_class = messages.FetchRequest
+    request = request_class(max_wait_ms=0, min_bytes=1, replica_state=request_class.ReplicaState(
+        replica_id=3, replica_epoch=9))
+    body = request.encode(15)
+    assert body == bytes.fromhex(
+        "00000000" "00000001" "7fffffff" "00" "00000000" "ffffffff" "01" "01" "01"  # no replica id up front
+        "01" "01" "0d" "00000003" "0000000000000009" "00")  # tag 1, 13 bytes: replica 3, epoch 9, no tags
+    assert request_class.decode(body, 15, strict=True) == request
+
+
+# --- Kafka 3.9's admin versions: CreateTopics v5-7, DeleteTopics v5-6, DescribeConfigs v3-4 -------------------
+
+def test_create_topics_response_v7_golden_bytes_carry_the_id_configs_and_the_tagged_config_error():
+    # CreateTopicsResponse.json: TopicId v7+ after Name; NumPartitions, ReplicationFactor, Configs v5+;
+    # TopicConfigErrorCode tag 0 of the topic's tag section, written only when not 0.
+    import uuid
+
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    response_class = messages.CreateTopicsResponse
+    response = response_class(throttle_time_ms=0, topics=[response_class.CreatableTopicResult(
+        name="t", topic_id=topic_id, error_code=0, error_message=None, topic_config_error_code=29,
+        num_partitions=3, replication_factor=1, configs=[response_class.CreatableTopicConfigs(
+            name="a", value="b", read_only=False, config_source=5, is_sensitive=False)])])
+    frame = codec.encode_response(RequestHeader(19, 7, 1, "c"), response)
+    topic = ("0274" + topic_id.hex + "0000" "00" "00000003" "0001"
+             "02" "0261" "0262" "00" "05" "00" "00"  # Configs: one, with its (empty) tag section
+             "01" "00" "02" "001d")  # tags: one, tag 0, 2 bytes, TOPIC_AUTHORIZATION_FAILED
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + "00000000" "02" + topic + "00"
+    assert codec.decode_response(19, 7, frame[4:], strict=True) == (1, response)
+    # v6 has the same fields but the id; v4 (not flexible) none of them.
+    v6 = codec.encode_response(RequestHeader(19, 6, 1, "c"), response)
+    assert v6.hex() == f"{len(v6) - 4:08x}" + "00000001" "00" + "00000000" "02" + topic.replace(topic_id.hex, "") + "00"
+    v4 = codec.encode_response(RequestHeader(19, 4, 1, "c"), response)
+    assert v4.hex() == f"{len(v4) - 4:08x}" + "00000001" + "00000000" "00000001" "0001" "74" "0000" "ffff"
+
+
+def test_delete_topics_request_v6_golden_bytes_name_a_topic_by_id():  # DeleteTopicsRequest.json v6
+    import uuid
+
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    request_class = messages.DeleteTopicsRequest
+    request = request_class(topics=[request_class.DeleteTopicState(name=None, topic_id=topic_id)], timeout_ms=5000)
+    frame = codec.encode_request(RequestHeader(20, 6, 1, "c"), request)
+    body = "02" "00" + topic_id.hex + "00" "00001388" "00"  # Topics [Name null, TopicId, tags], TimeoutMs, tags
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0014" "0006" "00000001" "0001" "63" "00" + body
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(20, 6, 1, "c"), request)
+    response_class = messages.DeleteTopicsResponse
+    response = response_class(throttle_time_ms=0, responses=[response_class.DeletableTopicResult(
+        name=None, topic_id=topic_id, error_code=100, error_message="x")])
+    frame = codec.encode_response(RequestHeader(20, 6, 1, "c"), response)
+    # Responses [Name null, TopicId, ErrorCode UNKNOWN_TOPIC_ID, ErrorMessage "x", tags]
+    body = "00000000" "02" "00" + topic_id.hex + "0064" "0278" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
+    assert codec.decode_response(20, 6, frame[4:], strict=True) == (1, response)
+
+
+def test_describe_configs_v3_golden_bytes_carry_the_config_type_and_null_documentation():
+    request_class = messages.DescribeConfigsRequest
+    request = request_class(resources=[request_class.DescribeConfigsResource(
+        resource_type=2, resource_name="t", configuration_keys=None)], include_synonyms=False,
+        include_documentation=True)
+    frame = codec.encode_request(RequestHeader(32, 3, 1, "c"), request)
+    body = "00000001" "02" "0001" "74" "ffffffff" "00" "01"  # v3 is not flexible: IncludeDocumentation last
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0020" "0003" "00000001" "0001" "63" + body
+    response_class = messages.DescribeConfigsResponse
+    response = response_class(throttle_time_ms=0, results=[response_class.DescribeConfigsResult(
+        error_code=0, error_message=None, resource_type=2, resource_name="t", configs=[
+            response_class.DescribeConfigsResourceResult(name="a", value="1", read_only=False, config_source=5,
+                                                         is_sensitive=False, synonyms=[], config_type=5,
+                                                         documentation=None)])])
+    frame = codec.encode_response(RequestHeader(32, 3, 1, "c"), response)
+    config = "0001" "61" "0001" "31" "00" "05" "00" "00000000" "05" "ffff"  # ..., Synonyms [], ConfigType, null
+    body = "00000000" "00000001" "0000" "ffff" "02" "0001" "74" "00000001" + config
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" + body
+    assert codec.decode_response(32, 3, frame[4:], strict=True) == (1, response)

@@ -123,7 +123,13 @@ def _bitfield_to_int32(bits: set[int] | None) -> int:
 
 def _to_kafka_python(theirs: type, ours: type, value: Any, version: int) -> Any:
     values = {}
+    # kafka-python writes a tagged struct it is given even at its default (FetchRequest v15's ReplicaState);
+    # Kafka's generated code, and ours, leave a tagged field at its default off the wire: give it only the others.
+    at_default = {name for _, name, _, _, make_default in compiled_codec_for(ours, version).tagged
+                  if getattr(value, name) == make_default()}
     for name, field_value in in_version_dict(ours, value, version).items():
+        if name in at_default:
+            continue
         their_name = _their_name(ours, name)
         if _is_bitfield(theirs, their_name):
             values[their_name] = _int32_to_bitfield(field_value)

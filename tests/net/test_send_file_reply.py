@@ -4,13 +4,18 @@ exact bytes in order either way."""
 
 from __future__ import annotations
 
-import os
+import uuid
 
+import pytest
 import trio
 
 from net import server
+from net.dispatcher import encode_reply
 from net.filestorage import FileStorage
-from partitions.log import FileSlice
+from net.protocol import codec, messages
+from net.protocol.codec import ApiKey, RequestHeader
+from net.server import FileReply
+from partitions.log import FetchData, FileSlice
 
 
 def _file(tmp_path, size: int):
@@ -141,3 +146,35 @@ def test_a_slice_cut_short_since_the_response_was_built_closes_the_connection(tm
     finally:
         handle.close()
     assert isinstance(error, trio.BrokenResourceError) and "short" in str(error)
+
+
+@pytest.mark.parametrize("api_version", [11, 12, 13, 16, 17])
+def test_a_flexible_fetch_response_of_file_slices_sends_the_bytes_of_its_in_memory_encoding(tmp_path, api_version):
+    # From Fetch v12 the records field is compact (an unsigned varint of size + 1, three bytes for this size) and
+    # the partition's tagged fields (here a DivergingEpoch and a CurrentLeader) follow the records on the wire:
+    # the parts sent around the sendfile'd slices must be the very bytes the in-memory encoding makes.
+    size = server.SENDFILE_SLICE_BYTES_MIN * 3
+    handle = _file(tmp_path, size)
+    try:
+        data = handle.read_at(0, size)
+
+        def response(records):
+            response_class = messages.FetchResponse
+            partition = response_class.PartitionData(
+                partition_index=0, high_watermark=size, aborted_transactions=None, records=records,
+                diverging_epoch=response_class.EpochEndOffset(epoch=3, end_offset=7),
+                current_leader=response_class.LeaderIdAndEpoch(leader_id=1, leader_epoch=4))
+            return response_class(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+                response_class.FetchableTopicResponse(topic="t", topic_id=uuid.UUID(int=5), partitions=[partition])])
+
+        header = RequestHeader(ApiKey.FETCH, api_version, 9, "c")
+        reply = encode_reply(header, response(FetchData(0, (FileSlice(handle, 0, size // 2),
+                                                            FileSlice(handle, size // 2, size - size // 2)))))
+        assert isinstance(reply, FileReply)
+        received, sendfile_calls, _ = trio.run(_send_and_receive, reply.parts)
+    finally:
+        handle.close()
+    assert received == codec.encode_response(header, response(data))
+    assert sendfile_calls >= 1
+    if api_version >= 12:
+        assert bytes([(size + 1) & 0x7F | 0x80, (size + 1) >> 7 & 0x7F | 0x80, (size + 1) >> 14]) + data in received

@@ -190,10 +190,14 @@ def test_transaction_version_1_setting_finalizes_1_and_caps_end_txn_and_txn_offs
 def test_api_versions_finalizes_transaction_version_2(cluster):
     with SyncKafkaClient(cluster.bootstrap_servers) as client:
         response = client.send(None, ApiKey.API_VERSIONS, messages.ApiVersionsRequest(
-            client_software_name="flotilla-test", client_software_version="1"), api_version=3)
+            client_software_name="flotilla-test", client_software_version="1"), api_version=4)
         assert {(f.name, f.max_version_level) for f in response.finalized_features} == {("transaction.version", 2)}
         assert {(f.name, f.min_version, f.max_version) for f in response.supported_features} == \
             {("transaction.version", 0, 2)}
+        # before v4 a supported range from level 0 is left out, as Kafka 3.9 does (KAFKA-17011)
+        older = client.send(None, ApiKey.API_VERSIONS, messages.ApiVersionsRequest(
+            client_software_name="flotilla-test", client_software_version="1"), api_version=3)
+        assert older.supported_features == [] and older.finalized_features == response.finalized_features
         versions = {key.api_key: key.max_version for key in response.api_keys}
         assert (versions[ApiKey.PRODUCE], versions[ApiKey.END_TXN], versions[ApiKey.TXN_OFFSET_COMMIT]) == (12, 5, 5)
 

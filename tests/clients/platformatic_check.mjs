@@ -1,0 +1,104 @@
+// @platformatic/kafka (a Kafka client written from scratch in TypeScript that speaks only recent request
+// versions: Fetch v12-17, JoinGroup v6-9, SyncGroup v4-5, CreateTopics v7, ...) against a Flotilla cluster,
+// unchanged:
+//   node platformatic_check.mjs BOOTSTRAP PREFIX
+// The test creates PREFIX-plain and PREFIX-txn (3 partitions each, RF 3); the admin part creates and deletes
+// PREFIX-admin itself. Prints one JSON object: what an idempotent acks=all producer sent, what a classic group
+// and a KIP-848 group read and committed, what a transactional producer committed and aborted, what a
+// read_committed consumer read, and what the admin client saw.
+import { Admin, Consumer, Producer, stringDeserializers, stringSerializers } from '@platformatic/kafka'
+
+const [bootstrap, prefix] = process.argv.slice(2)
+const bootstrapBrokers = bootstrap.split(',')
+const plain = `${prefix}-plain`
+const txnTopic = `${prefix}-txn`
+const RECORDS = 300
+const out = {}
+const json = value => JSON.parse(JSON.stringify(value, (_, v) => typeof v === 'bigint' ? v.toString() : v))
+
+async function readAll (groupId, topic, expected, options = {}) {
+  // Reads `expected` records from the start in group `groupId`, lets the autocommit (every 100 ms) commit them,
+  // then leaves. (Breaking out of a for-await loop would destroy the stream before its autocommit ran.)
+  const consumer = new Consumer({ groupId, clientId: groupId, bootstrapBrokers, deserializers: stringDeserializers,
+                                  ...options })
+  const stream = await consumer.consume({ topics: [topic], mode: 'earliest', autocommit: 100,
+                                          isolationLevel: options.isolationLevel ?? 0 })
+  const seen = {}
+  let count = 0
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`read ${count} of ${expected} from ${topic}`)), 60000)
+    stream.on('error', reject)
+    stream.on('autocommit', error => { if (error) reject(error) })
+    stream.on('data', message => {
+      (seen[message.partition] ||= []).push([Number(message.offset), message.value])
+      if (++count === expected) { clearTimeout(timer); resolve() }
+    })
+  })
+  await new Promise(resolve => setTimeout(resolve, 1000)) // several autocommit rounds
+  await stream.close()
+  await consumer.close()
+  return seen
+}
+
+async function committed (admin, groupId, topic) {
+  const [group] = await admin.listConsumerGroupOffsets({ groups: [groupId] })
+  const found = group.topics.find(t => t.name === topic)
+  return found.partitions.map(p => [p.partitionIndex, Number(p.committedOffset)]).sort((a, b) => a[0] - b[0])
+}
+
+const admin = new Admin({ clientId: 'platformatic-admin', bootstrapBrokers })
+
+// An idempotent acks=all producer: keys, headers, explicit partitions.
+const producer = new Producer({ clientId: 'platformatic-producer', bootstrapBrokers, serializers: stringSerializers,
+                                idempotent: true, acks: -1 })
+const messages = []
+for (let i = 0; i < RECORDS; i++) {
+  messages.push({ topic: plain, key: `k${i}`, value: `plain-${i}`, partition: i % 3, headers: { index: `${i}` } })
+}
+const sent = await producer.send({ messages })
+out.sent_offsets = sent.offsets.map(o => [o.partition, Number(o.offset)]).sort((a, b) => a[0] - b[0])
+await producer.close()
+
+// A classic group (JoinGroup/SyncGroup/Heartbeat/OffsetCommit), then a KIP-848 group (ConsumerGroupHeartbeat).
+out.classic_read = await readAll(`${prefix}-classic`, plain, RECORDS)
+out.classic_offsets = await committed(admin, `${prefix}-classic`, plain)
+out.consumer_protocol_read = await readAll(`${prefix}-848`, plain, RECORDS, { groupProtocol: 'consumer' })
+out.consumer_protocol_offsets = await committed(admin, `${prefix}-848`, plain)
+
+// Transactions: commit, abort, commit; a read_committed reader sees the committed ones only.
+const txnProducer = new Producer({ clientId: 'platformatic-txn', bootstrapBrokers, serializers: stringSerializers,
+                                   transactionalId: `${prefix}-tid`, idempotent: true, acks: -1 })
+out.committed = []
+for (const [index, commit] of [[0, true], [1, false], [2, true]]) {
+  const transaction = await txnProducer.beginTransaction()
+  const values = [0, 1, 2].map(p => `t${index}-${p}`)
+  await transaction.send({ messages: values.map((value, p) => ({ topic: txnTopic, value, partition: p })) })
+  if (commit) {
+    await transaction.commit()
+    out.committed.push(...values)
+  } else {
+    await transaction.abort()
+  }
+}
+await txnProducer.close()
+const readCommitted = await readAll(`${prefix}-rc`, txnTopic, out.committed.length, { isolationLevel: 1 })
+out.read_committed = Object.values(readCommitted).flat().map(([, value]) => value).sort()
+
+// The admin client: a topic created and deleted, groups listed, described and deleted.
+const created = await admin.createTopics({ topics: [`${prefix}-admin`], partitions: 2, replicas: 3 })
+out.admin_created = created.map(t => [t.name, t.partitions, t.replicas])
+out.admin_topics = (await admin.listTopics()).filter(name => name.startsWith(prefix)).sort()
+await admin.deleteTopics({ topics: [`${prefix}-admin`] })
+out.admin_topics_after_delete = (await admin.listTopics()).filter(name => name.startsWith(prefix)).sort()
+const groups = await admin.listGroups({ types: ['classic', 'consumer'] }) // (the client's default: classic)
+out.groups = [...groups.values()].filter(g => g.id.startsWith(prefix)).map(g => [g.id, g.protocolType]).sort()
+out.consumer_groups = [...(await admin.listGroups({ types: ['consumer'] })).values()]
+  .filter(g => g.id.startsWith(prefix)).map(g => g.id)
+const described = await admin.describeGroups({ groups: [`${prefix}-classic`] })
+out.described = [...described.values()].map(g => [g.id, g.state, g.protocolType])
+await admin.deleteGroups({ groups: [`${prefix}-classic`] })
+out.groups_after_delete = [...(await admin.listGroups({ types: ['classic', 'consumer'] })).values()]
+  .filter(g => g.id.startsWith(prefix))
+  .map(g => g.id).sort()
+await admin.close()
+console.log(JSON.stringify(json(out)))

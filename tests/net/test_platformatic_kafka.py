@@ -1,0 +1,80 @@
+"""@platformatic/kafka, a Kafka client written from scratch in TypeScript that implements only recent request
+versions (Fetch v12-17, JoinGroup v6-9, SyncGroup v4-5, Heartbeat v4, LeaveGroup v4-5, CreateTopics v7,
+DeleteTopics v6, DescribeGroups v5, DeleteGroups v2, ...), against a real three-node cluster, unchanged
+(tests/clients/platformatic_check.mjs): an idempotent acks=all producer with keys and headers, a classic
+consumer group and a KIP-848 consumer group that read and commit, a transactional producer that commits and
+aborts, a read_committed consumer, and the admin client (topics created and deleted, groups listed, described
+and deleted). A broker that serves older maxima only fails it at the first request ("No usable implementation
+found for API ...").
+
+The client comes from npm (pinned below) into build/js on first use; the script runs from there, since an ES
+module resolves its imports from its own directory. Without node and npm, or with a node older than the
+client's engines (20.19.4), the test is skipped."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, wait_for_quorum
+from tests.net.npm import npm_package
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLIENT = "@platformatic/kafka@1.35.0"
+NODE_VERSION_MIN = (20, 19, 4)
+SCRIPT = os.path.join(ROOT, "tests", "clients", "platformatic_check.mjs")
+
+
+@pytest.fixture(scope="module")
+def script():
+    modules = npm_package(CLIENT, "@platformatic/kafka", node_min=NODE_VERSION_MIN)
+    target = os.path.join(os.path.dirname(modules), os.path.basename(SCRIPT))
+    shutil.copyfile(SCRIPT, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("platformatic")), nodes=3, broker={
+        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
+    cluster.start()
+    wait_for_quorum(cluster)
+    yield cluster
+    cluster.stop()
+
+
+def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protocols_and_runs_transactions(
+        cluster, script):
+    create_topic(cluster, "pk-plain", 3, 3, min_insync_replicas="2")
+    create_topic(cluster, "pk-txn", 3, 3)
+    run = subprocess.run(["node", script, cluster.bootstrap_servers, "pk"], capture_output=True, text=True,
+                         timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+
+    # One batch per partition, each from offset 0 (the client reports a batch's base offset).
+    assert result["sent_offsets"] == [[0, 0], [1, 0], [2, 0]]
+
+    # Both groups read every record, each partition in offset order, and committed its end.
+    for read, offsets in (("classic_read", "classic_offsets"), ("consumer_protocol_read", "consumer_protocol_offsets")):
+        for partition in range(3):
+            values = [f"plain-{i}" for i in range(300) if i % 3 == partition]
+            assert result[read][str(partition)] == [[offset, value] for offset, value in enumerate(values)], read
+        assert result[offsets] == [[0, 100], [1, 100], [2, 100]], offsets
+
+    # A read_committed reader sees the two committed transactions and nothing of the aborted one.
+    assert result["committed"] == ["t0-0", "t0-1", "t0-2", "t2-0", "t2-1", "t2-2"]
+    assert result["read_committed"] == sorted(result["committed"])
+
+    # The admin client's view.
+    assert result["admin_created"] == [["pk-admin", 2, 3]]
+    assert result["admin_topics"] == ["pk-admin", "pk-plain", "pk-txn"]
+    assert result["admin_topics_after_delete"] == ["pk-plain", "pk-txn"]
+    assert result["groups"] == [["pk-848", "consumer"], ["pk-classic", "consumer"], ["pk-rc", "consumer"]]
+    assert result["consumer_groups"] == ["pk-848"]  # ListGroups v5's TypesFilter
+    assert result["described"] == [["pk-classic", "EMPTY", "consumer"]]  # (the client upper-cases states)
+    assert result["groups_after_delete"] == ["pk-848", "pk-rc"]
