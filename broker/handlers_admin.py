@@ -276,6 +276,7 @@ class AdminApis:
         refused_ms = self._quota_exceeded_ms(header, now_ms, False)
         answered: dict[int, tuple[str | None, uuid.UUID, int, str]] = {}  # index -> (name, id, code, message)
         deletions: dict[int, str] = {}  # index -> name of a topic to delete
+        deletion_ids: list[bytes] = []  # the id each name must still have at the controller (b"": asked by name)
         for index, (name, topic_id) in enumerate(asked):
             answer = self._deletion_refused(name, topic_id)
             if answer is not None:
@@ -286,6 +287,7 @@ class AdminApis:
                 answered[index] = (name, topic_id, ErrorCode.THROTTLING_QUOTA_EXCEEDED, QUOTA_EXCEEDED_MESSAGE)
             else:
                 deletions[index] = name
+                deletion_ids.append(topic_id.bytes if topic_id != NULL_UUID else b"")
         names = list(deletions.values())
         mutations = self._mutation_quota(header, now_ms, False)
 
@@ -307,7 +309,9 @@ class AdminApis:
             throttle_ms = refused_ms or mutations(0 if self.apis.bug_deletions_not_counted else deleted)
             return response_class(throttle_time_ms=throttle_ms, responses=answers)
 
-        return self.forward(header, [ControllerDeleteTopics(names=tuple(names))] if names else [], build)
+        by_id = tuple(deletion_ids) if any(deletion_ids) else ()
+        return self.forward(header, [ControllerDeleteTopics(names=tuple(names), topic_ids=by_id)] if names else [],
+                            build)
 
     def _deletion_refused(self, name: str | None, topic_id: uuid.UUID) -> tuple[str | None, uuid.UUID, int, str] | None:
         """(name, id, error code, message) of a topic that will not be deleted, or None. A topic asked for by

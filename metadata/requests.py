@@ -178,6 +178,10 @@ class CreateTopicsRequest:
 @_message
 class DeleteTopicsRequest:
     names: tuple[str, ...]
+    # Empty, or the id each name must still have (b"" where the client named the topic by name): a DeleteTopics
+    # v6 by id resolved to a name from the asking broker's image; a topic created again under that name since
+    # is left alone (UNKNOWN_TOPIC_ID), as Kafka's controller deletes by id.
+    topic_ids: tuple[bytes, ...] = ()
     version: int = _version()
 
 

@@ -191,10 +191,18 @@ def _new_topic_id(pending: Pending, name: str, digest: Digest) -> bytes:
 
 def delete_topics(pending: Pending, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results = []
-    for name in request.names:
+    expected_ids = request.topic_ids or (b"",) * len(request.names)
+    if len(expected_ids) != len(request.names):
+        message = f"{len(expected_ids)} topic ids for {len(request.names)} topic names"
+        return DeleteTopicsResponse(tuple(DeletableTopicResult(name, ErrorCode.INVALID_REQUEST, message)
+                                          for name in request.names))
+    for name, expected_id in zip(request.names, expected_ids):
         topic_id = pending.delta.topic_id(name)
         if request.names.count(name) > 1:
             results.append(DeletableTopicResult(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name"))
+        elif expected_id and topic_id != expected_id:
+            code = ErrorCode.UNKNOWN_TOPIC_ID
+            results.append(DeletableTopicResult(name, code, "This server does not host this topic ID."))
         elif topic_id is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             results.append(DeletableTopicResult(name, code, "This server does not host this topic."))

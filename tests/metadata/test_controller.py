@@ -612,6 +612,26 @@ def test_delete_topics_removes_topic_partitions_and_configs(cluster):
     assert not cluster.image.configs.topic("gone")
 
 
+def test_a_deletion_by_id_leaves_a_topic_created_again_under_the_name_alone(cluster):
+    # DeleteTopics v6 by id: the asking broker resolved the id to a name from its image; the controller deletes
+    # only while the name still has that id (Kafka's controller deletes by id).
+    cluster.create_topic("again", 1, 1)
+    old_id = cluster.image.topics.by_name["again"].topic_id
+    assert cluster.run(DeleteTopicsRequest(("again",))).topics[0].error_code == ErrorCode.NONE
+    cluster.create_topic("again", 1, 1)
+    new_id = cluster.image.topics.by_name["again"].topic_id
+    stale = cluster.run(DeleteTopicsRequest(("again",), topic_ids=(old_id,)))
+    assert [t.error_code for t in stale.topics] == [ErrorCode.UNKNOWN_TOPIC_ID]
+    assert cluster.image.topics.by_name["again"].topic_id == new_id
+    mismatched = cluster.run(DeleteTopicsRequest(("again",), topic_ids=(new_id, old_id)))
+    assert [t.error_code for t in mismatched.topics] == [ErrorCode.INVALID_REQUEST]
+    assert cluster.run(DeleteTopicsRequest(("again",), topic_ids=(new_id,))).topics[0].error_code == ErrorCode.NONE
+    assert "again" not in cluster.image.topics.by_name
+    from metadata.requests import decode_request, encode_request
+    request = DeleteTopicsRequest(("a", "b"), topic_ids=(b"", new_id))
+    assert decode_request(encode_request(request)) == request
+
+
 def test_create_partitions_adds_spread_partitions(cluster):
     cluster.create_topic("t", 3, 2)
     assert cluster.run(CreatePartitionsRequest("t", 3)).error_code == ErrorCode.INVALID_PARTITIONS
