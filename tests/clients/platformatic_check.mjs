@@ -100,5 +100,35 @@ await admin.deleteGroups({ groups: [`${prefix}-classic`] })
 out.groups_after_delete = [...(await admin.listGroups({ types: ['classic', 'consumer'] })).values()]
   .filter(g => g.id.startsWith(prefix))
   .map(g => g.id).sort()
+
+// Configs, partitions, records, offsets, log dirs and quotas through the admin client's newest versions.
+const topic = `${prefix}-plain`
+const TOPIC = 2 // ConfigResourceTypes.TOPIC
+await admin.alterConfigs({ resources: [{ resourceType: TOPIC, resourceName: topic,
+                                         configs: [{ name: 'retention.ms', value: '7200000' }] }] })
+await admin.incrementalAlterConfigs({ resources: [{ resourceType: TOPIC, resourceName: topic,
+  configs: [{ name: 'cleanup.policy', configOperation: 0, value: 'compact,delete' }] }] })
+const [described2] = await admin.describeConfigs({ resources: [{ resourceType: TOPIC, resourceName: topic,
+  configurationKeys: ['retention.ms', 'cleanup.policy', 'segment.bytes'] }] })
+out.configs = described2.configs.map(c => [c.name, c.value, c.configSource, c.configType]).sort()
+await admin.createPartitions({ topics: [{ name: topic, count: 4 }] })
+out.partitions_after_create = (await admin.metadata({ topics: [topic] })).topics.get(topic).partitionsCount
+const deleted = await admin.deleteRecords({ topics: [{ name: topic, partitions: [{ partition: 0, offset: 10n }] }] })
+out.low_watermark = deleted.map(t => t.partitions.map(p => [p.partition, Number(p.lowWatermark)]))
+const listed = await admin.listOffsets({ topics: [{ name: topic, partitions: [0, 1, 3].map(partitionIndex =>
+  ({ partitionIndex, timestamp: -1n })) }] })
+out.end_offsets = listed[0].partitions.map(p => [p.partitionIndex, Number(p.offset)]).sort((a, b) => a[0] - b[0])
+await admin.alterConsumerGroupOffsets({ groupId: `${prefix}-848`, topics: [{ name: topic,
+  partitionOffsets: [{ partition: 1, offset: 42n }] }] })
+await admin.deleteConsumerGroupOffsets({ groupId: `${prefix}-848`, topics: [{ name: topic, partitionIndexes: [2] }] })
+out.altered_offsets = await committed(admin, `${prefix}-848`, topic)
+const logDirs = await admin.describeLogDirs({ topics: [{ name: topic, partitions: [0, 1, 2, 3] }] })
+out.log_dir_replicas = logDirs.map(b => b.results.flatMap(r => r.topics.flatMap(t => t.partitions)).length)
+  .reduce((a, b) => a + b, 0)
+await admin.alterClientQuotas({ entries: [{ entities: [{ entityType: 'client-id', entityName: `${prefix}-app` }],
+                                            ops: [{ key: 'producer_byte_rate', value: 1048576, remove: false }] }] })
+const quotas = await admin.describeClientQuotas({ components: [{ entityType: 'client-id', matchType: 0,
+                                                                 match: `${prefix}-app` }] })
+out.quotas = quotas.map(q => [q.entity.map(e => [e.entityType, e.entityName]), q.values.map(v => [v.key, v.value])])
 await admin.close()
 console.log(JSON.stringify(json(out)))

@@ -4,7 +4,8 @@ DeleteTopics v6, DescribeGroups v5, DeleteGroups v2, ...), against a real three-
 (tests/clients/platformatic_check.mjs): an idempotent acks=all producer with keys and headers, a classic
 consumer group and a KIP-848 consumer group that read and commit, a transactional producer that commits and
 aborts, a read_committed consumer, and the admin client (topics created and deleted, groups listed, described
-and deleted). A broker that serves older maxima only fails it at the first request ("No usable implementation
+and deleted, configs altered both ways and described, partitions added, records deleted, offsets listed, a
+group's offsets altered and deleted, log dirs described, a client quota set and described). A broker that serves older maxima only fails it at the first request ("No usable implementation
 found for API ...").
 
 The client comes from npm (pinned below) into build/js on first use; the script runs from there, since an ES
@@ -78,3 +79,14 @@ def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protoc
     assert result["consumer_groups"] == ["pk-848"]  # ListGroups v5's TypesFilter
     assert result["described"] == [["pk-classic", "EMPTY", "consumer"]]  # (the client upper-cases states)
     assert result["groups_after_delete"] == ["pk-848", "pk-rc"]
+
+    # Configs: the legacy AlterConfigs set retention.ms, the incremental one added cleanup.policy; DescribeConfigs
+    # v4 names each value's source (1 dynamic topic config, 5 default) and type (7 LIST, 5 LONG, 3 INT).
+    assert result["configs"] == [["cleanup.policy", "compact,delete", 1, 7], ["retention.ms", "7200000", 1, 5],
+                                 ["segment.bytes", "1073741824", 5, 3]]
+    assert result["partitions_after_create"] == 4
+    assert result["low_watermark"] == [[[0, 10]]]  # DeleteRecords v2
+    assert result["end_offsets"] == [[0, 100], [1, 100], [3, 0]]  # ListOffsets, the new partition empty
+    assert result["altered_offsets"] == [[0, 100], [1, 42]]  # one offset set, one deleted (OffsetDelete)
+    assert result["log_dir_replicas"] == 12  # DescribeLogDirs: 4 partitions x 3 replicas over the 3 brokers
+    assert result["quotas"] == [[[["client-id", "pk-app"]], [["producer_byte_rate", 1048576]]]]
