@@ -84,6 +84,31 @@ await txnProducer.close()
 const readCommitted = await readAll(`${prefix}-rc`, txnTopic, out.committed.length, { isolationLevel: 1 })
 out.read_committed = Object.values(readCommitted).flat().map(([, value]) => value).sort()
 
+// Consume-transform-produce: 30 records a group consumer read go out transformed in one transaction with their
+// offsets (AddOffsetsToTxn, TxnOffsetCommit); the group's committed offsets are the transaction's.
+const eosConsumer = new Consumer({ groupId: `${prefix}-eos`, clientId: 'platformatic-eos', bootstrapBrokers,
+                                   deserializers: stringDeserializers })
+const eosStream = await eosConsumer.consume({ topics: [plain], mode: 'earliest', autocommit: false })
+const batch = await new Promise((resolve, reject) => {
+  const got = []
+  eosStream.on('error', reject)
+  eosStream.on('data', message => { if (got.length < 30 && got.push(message) === 30) resolve(got) })
+})
+const eosProducer = new Producer({ clientId: 'platformatic-eos', bootstrapBrokers, serializers: stringSerializers,
+                                   transactionalId: `${prefix}-eos-tid`, idempotent: true, acks: -1 })
+const eos = await eosProducer.beginTransaction()
+await eos.addConsumer(eosConsumer)
+await eos.send({ messages: batch.map(m => ({ topic: txnTopic, value: `eos-${m.value}`, partition: m.partition })) })
+for (const message of batch) await eos.addOffset(message)
+await eos.commit()
+await eosProducer.close()
+await eosStream.close()
+await eosConsumer.close()
+out.eos_read = batch.map(m => [m.partition, Number(m.offset)])
+out.eos_offsets = await committed(admin, `${prefix}-eos`, plain)
+const afterEos = await readAll(`${prefix}-rc2`, txnTopic, out.committed.length + batch.length, { isolationLevel: 1 })
+out.eos_output = Object.values(afterEos).flat().map(([, value]) => value).filter(v => v.startsWith('eos-')).sort()
+
 // The admin client: a topic created and deleted, groups listed, described and deleted.
 const created = await admin.createTopics({ topics: [`${prefix}-admin`], partitions: 2, replicas: 3 })
 out.admin_created = created.map(t => [t.name, t.partitions, t.replicas])

@@ -71,14 +71,25 @@ def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protoc
     assert result["committed"] == ["t0-0", "t0-1", "t0-2", "t2-0", "t2-1", "t2-2"]
     assert result["read_committed"] == sorted(result["committed"])
 
+    # Consume-transform-produce: the 30 records read went out once each, and the group's committed offsets are
+    # those the transaction carried (the next offset after the last record read of each partition).
+    read = result["eos_read"]
+    assert len(read) == 30 and len(set(map(tuple, read))) == 30
+    last = {}
+    for partition, offset in read:
+        last[partition] = max(last.get(partition, -1), offset)
+    assert result["eos_offsets"] == [[p, last[p] + 1] for p in sorted(last)]
+    assert result["eos_output"] == sorted(f"eos-plain-{offset * 3 + partition}" for partition, offset in read)
+
     # The admin client's view.
     assert result["admin_created"] == [["pk-admin", 2, 3]]
     assert result["admin_topics"] == ["pk-admin", "pk-plain", "pk-txn"]
     assert result["admin_topics_after_delete"] == ["pk-plain", "pk-txn"]
-    assert result["groups"] == [["pk-848", "consumer"], ["pk-classic", "consumer"], ["pk-rc", "consumer"]]
+    assert result["groups"] == [["pk-848", "consumer"], ["pk-classic", "consumer"], ["pk-eos", "consumer"],
+                                ["pk-rc", "consumer"], ["pk-rc2", "consumer"]]
     assert result["consumer_groups"] == ["pk-848"]  # ListGroups v5's TypesFilter
     assert result["described"] == [["pk-classic", "EMPTY", "consumer"]]  # (the client upper-cases states)
-    assert result["groups_after_delete"] == ["pk-848", "pk-rc"]
+    assert result["groups_after_delete"] == ["pk-848", "pk-eos", "pk-rc", "pk-rc2"]
 
     # Configs: the legacy AlterConfigs set retention.ms, the incremental one added cleanup.policy; DescribeConfigs
     # v4 names each value's source (1 dynamic topic config, 5 default) and type (7 LIST, 5 LONG, 3 INT).
