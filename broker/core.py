@@ -209,6 +209,7 @@ class BrokerCore:
         self.bug_quiet_sessions_never_age = False
         self.bug_truncate_to_own_hw = False
         self.bug_follower_reads_past_hw = False
+        self.bug_diverges_at_epoch_end = False  # planted (follower-fetch workload): see Partition
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
 
     # ------------------------------------------------------------------ metadata
@@ -314,6 +315,7 @@ class BrokerCore:
         replica.bug_hw_from_leader_leo = self.bug_hw_from_leader_leo
         replica.bug_truncate_to_own_hw = self.bug_truncate_to_own_hw
         replica.bug_follower_reads_past_hw = self.bug_follower_reads_past_hw
+        replica.bug_diverges_at_epoch_end = self.bug_diverges_at_epoch_end
         checkpointed = self._hw_checkpoint.get(key)
         if checkpointed is not None:
             replica.set_high_watermark_on_restart(checkpointed)

@@ -260,6 +260,9 @@ class Partition:
         self.bug_hw_from_leader_leo = False
         self.bug_truncate_to_own_hw = False
         self.bug_follower_reads_past_hw = False  # planted (follower-fetch workload): a follower serves its LEO
+        # planted (follower-fetch workload): a fetch at exactly the end offset of its last fetched epoch (as after
+        # every leader change) is told that epoch diverged
+        self.bug_diverges_at_epoch_end = False
         self._high_watermark = log.log_start_offset
         self._leader_hw_floor = self._high_watermark
         self._last_stable_offset_hook: Callable[[int], int] | None = None
@@ -589,6 +592,8 @@ class Partition:
                 f"fetch offset {fetch_offset} below log start offset {self.log.log_start_offset}"
             )
         if epoch < last_fetched_epoch or end_offset < fetch_offset:
+            return EpochEndOffset(epoch, end_offset)
+        if self.bug_diverges_at_epoch_end and end_offset == fetch_offset and epoch != self.log.latest_epoch:
             return EpochEndOffset(epoch, end_offset)
         return None
 

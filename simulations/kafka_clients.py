@@ -19,7 +19,14 @@ partition so that a retry cannot overtake. Retriable errors retry the same batch
 
 `SimConsumer` reads every partition from offset 0 with Fetch v11 (read_uncommitted, so up to the high
 watermark), checks every batch's CRC-32C (a corrupt batch is counted and fetched again, never consumed),
-and reports every record it consumes with the high watermark of the response that carried it.
+and reports every record it consumes with the high watermark of the response that carried it. With
+`fetch_version` 17 (the follower-fetch workload) it fetches as a client of Kafka 3.9's newest version does:
+the topic by its id (learnt with Metadata v12), and each partition with the epoch of the last batch it
+consumed (LastFetchedEpoch, KIP-320). An answer naming a DivergingEpoch is checked as Kafka's consumer checks
+it (its offset validation): OffsetForLeaderEpoch at the partition's leader for that epoch. An end offset at or
+past the consumer's position means nothing it read is gone (a replica behind the consumer answered), and it
+fetches again from the leader; one below it means records it consumed were truncated away, which
+`on_truncation` reports to the checkers.
 
 SASL (the sasl workload): a client with a `sasl_user` authenticates every connection with SaslHandshake and
 SaslAuthenticate v1 (PLAIN, or OAUTHBEARER with an unsecured token that lives `token_life_ms` from the moment
@@ -72,6 +79,10 @@ CONSUMER_MAX_WAIT_MS = 200
 CONSUMER_PARTITION_BYTES_MAX = 256 * 1024
 PRODUCE_VERSION = 7
 FETCH_VERSION = 11
+FETCH_VERSION_TOPIC_IDS = 13  # KIP-516: a Fetch names its topics by id
+FETCH_VERSION_LAST_FETCHED_EPOCH = 12  # KIP-320 for consumers: LastFetchedEpoch, answered by DivergingEpoch
+METADATA_VERSION_TOPIC_IDS = 12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 PREFERRED_REPLICA_MS = 5_000  # how long a consumer reads from the replica a leader named (librdkafka: metadata age)
 METADATA_VERSION = 8
 CREATE_TOPICS_VERSION = 4
@@ -127,6 +138,8 @@ class KafkaClientBase:
         self._outstanding: dict[int, dict[int, _Outstanding]] = {}  # broker -> correlation id -> request
         self._next_correlation_id = 0
         self.leaders: dict[int, PartitionLeader] = {}
+        self.metadata_version = METADATA_VERSION
+        self.topic_id: Any = None  # the topic's uuid.UUID once Metadata v10+ named it
         self._metadata_inflight = False
         self._metadata_due_ms = 0
         self.running = True
@@ -280,7 +293,7 @@ class KafkaClientBase:
         request = request_class(topics=[request_class.MetadataRequestTopic(name=self.topic)],
                                 allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
                                 include_topic_authorized_operations=False)
-        if self.send(broker_id, ApiKey.METADATA, METADATA_VERSION, request, self._on_metadata):
+        if self.send(broker_id, ApiKey.METADATA, self.metadata_version, request, self._on_metadata):
             self._metadata_inflight = True
 
     def _on_metadata(self, response: Any) -> None:
@@ -291,6 +304,8 @@ class KafkaClientBase:
         for topic in response.topics:
             if topic.name != self.topic or topic.error_code != ErrorCode.NONE:
                 continue
+            if self.metadata_version >= METADATA_VERSION_TOPIC_IDS:
+                self.topic_id = topic.topic_id
             for partition in topic.partitions:
                 if partition.error_code == ErrorCode.NONE and partition.leader_id >= 0:
                     self.leaders[partition.partition_index] = PartitionLeader(partition.leader_id, partition.leader_epoch)
@@ -503,6 +518,7 @@ class ConsumerStats:
     errors: int = 0
     redirects: int = 0  # answers naming a preferred read replica (KIP-392)
     follower_records: int = 0  # records read from a preferred read replica
+    diverged: int = 0  # answers naming a DivergingEpoch (Fetch v12+), each validated at the leader
 
 
 @dataclass
@@ -513,6 +529,7 @@ class _ConsumerPartition:
     high_watermark: int = 0
     read_from: int | None = None  # KIP-392: the preferred read replica a leader named (None: the leader)
     read_from_until_ms: int = 0
+    last_epoch: int = -1  # the partition leader epoch of the last batch consumed (LastFetchedEpoch)
 
 
 class SimConsumer(KafkaClientBase):
@@ -527,6 +544,16 @@ class SimConsumer(KafkaClientBase):
         # KIP-392 (client.rack): with a rack the consumer fetches from the replica a leader names, as librdkafka
         # does, until an error there or `PREFERRED_REPLICA_MS` have passed; then it asks the leader again.
         self.rack_id = ""
+        self.fetch_version = FETCH_VERSION
+        # Called with (partition, position, epoch, end offset) when the leader's log ends the epoch of the
+        # last batch consumed before the consumer's position: records it consumed are gone.
+        self.on_truncation: Callable[[int, int, int, int], None] = lambda *_: None
+
+    def use_fetch_version(self, version: int) -> None:
+        """Fetch at `version` (11-17; topic ids from 13 need Metadata v12)."""
+        self.fetch_version = version
+        if version >= FETCH_VERSION_TOPIC_IDS:
+            self.metadata_version = METADATA_VERSION_TOPIC_IDS
 
     def start(self) -> None:
         self.loop.call_later(CONSUMER_TICK_MS * US_PER_MS, self._tick)
@@ -553,16 +580,23 @@ class SimConsumer(KafkaClientBase):
                 target = state.read_from
             else:
                 state.read_from = None
+        version = self.fetch_version
+        if version >= FETCH_VERSION_TOPIC_IDS and self.topic_id is None:
+            self._metadata_due_ms = 0  # the topic's id first
+            return
         request_class = messages.FetchRequest
         fetch_partition = request_class.FetchPartition(
             partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=state.position,
-            log_start_offset=-1, partition_max_bytes=CONSUMER_PARTITION_BYTES_MAX)
+            log_start_offset=-1, partition_max_bytes=CONSUMER_PARTITION_BYTES_MAX,
+            last_fetched_epoch=state.last_epoch if version >= FETCH_VERSION_LAST_FETCHED_EPOCH else -1)
+        fetch_topic = (request_class.FetchTopic(topic_id=self.topic_id, partitions=[fetch_partition])
+                       if version >= FETCH_VERSION_TOPIC_IDS else
+                       request_class.FetchTopic(topic=self.topic, partitions=[fetch_partition]))
         request = request_class(
             replica_id=-1, max_wait_ms=CONSUMER_MAX_WAIT_MS, min_bytes=1, max_bytes=CONSUMER_PARTITION_BYTES_MAX,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[request_class.FetchTopic(topic=self.topic, partitions=[fetch_partition])],
+            isolation_level=0, session_id=0, session_epoch=-1, topics=[fetch_topic],
             forgotten_topics_data=[], rack_id=self.rack_id)
-        if self.send(target, ApiKey.FETCH, FETCH_VERSION, request,
+        if self.send(target, ApiKey.FETCH, version, request,
                      lambda response, p=partition, position=state.position: self._on_fetch(p, position, response)):
             state.fetching = True
             self.stats.fetches += 1
@@ -584,6 +618,9 @@ class SimConsumer(KafkaClientBase):
             state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
             state.read_from = None
             self._metadata_due_ms = 0
+            return
+        if data.diverging_epoch.epoch >= 0:
+            self._validate_position(partition, data.diverging_epoch)
             return
         if data.preferred_read_replica >= 0:
             state.read_from = data.preferred_read_replica
@@ -608,6 +645,39 @@ class SimConsumer(KafkaClientBase):
                 self.stats.follower_records += consumed
         self._maybe_fetch(partition)
 
+    def _validate_position(self, partition: int, diverging: Any) -> None:
+        """A DivergingEpoch answer (see the module docstring): OffsetForLeaderEpoch at the partition's leader
+        for the epoch of the last batch consumed; fetching goes on, from the leader, once it is answered."""
+        state = self.state[partition]
+        self.stats.diverged += 1
+        self.host.trace("client.diverged", self.name, partition, state.position, diverging.epoch,
+                        diverging.end_offset)
+        state.read_from = None
+        state.retry_at_ms = self.loop.now_ms + RETRY_BACKOFF_MS
+        leader = self.leaders.get(partition)
+        if leader is None:
+            return
+        request_class = messages.OffsetForLeaderEpochRequest
+        request = request_class(replica_id=-1, topics=[request_class.OffsetForLeaderTopic(
+            topic=self.topic, partitions=[request_class.OffsetForLeaderPartition(
+                partition=partition, current_leader_epoch=leader.leader_epoch, leader_epoch=state.last_epoch)])])
+        position, epoch = state.position, state.last_epoch
+        if self.send(leader.leader_id, ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, request,
+                     lambda response: self._on_validated(partition, position, epoch, response)):
+            state.fetching = True
+
+    def _on_validated(self, partition: int, position: int, epoch: int, response: Any) -> None:
+        state = self.state[partition]
+        state.fetching = False
+        if response is None or position != state.position:
+            return
+        answer = response.topics[0].partitions[0] if response.topics and response.topics[0].partitions else None
+        if answer is None or answer.error_code != ErrorCode.NONE:
+            self._metadata_due_ms = 0
+            return
+        if 0 <= answer.end_offset < position:  # (an undefined end offset: nothing to tell; the next fetch asks again)
+            self.on_truncation(partition, position, epoch, answer.end_offset)
+
     def _consume(self, partition: int, records: bytes, high_watermark: int) -> int:
         """Validate every whole batch first, then hand its records to the checkers. Returns the count."""
         decoded = [decode_batch(records[position:position + header.size])
@@ -621,6 +691,7 @@ class SimConsumer(KafkaClientBase):
                     continue
                 self.on_record(key, record.offset, bytes(record.value or b""), high_watermark)
                 state.position = record.offset + 1
+                state.last_epoch = batch.header.partition_leader_epoch
                 consumed += 1
         self.stats.records += consumed
         return consumed
