@@ -28,14 +28,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLIENT = "@platformatic/kafka@1.35.0"
 NODE_VERSION_MIN = (20, 19, 4)
 SCRIPT = os.path.join(ROOT, "tests", "clients", "platformatic_check.mjs")
+SECURE_SCRIPT = os.path.join(ROOT, "tests", "clients", "platformatic_secure.mjs")
+
+
+def installed(script: str) -> str:
+    """`script` copied beside the installed client (an ES module resolves its imports from its own directory)."""
+    modules = npm_package(CLIENT, "@platformatic/kafka", node_min=NODE_VERSION_MIN)
+    target = os.path.join(os.path.dirname(modules), os.path.basename(script))
+    shutil.copyfile(script, target)
+    return target
 
 
 @pytest.fixture(scope="module")
 def script():
-    modules = npm_package(CLIENT, "@platformatic/kafka", node_min=NODE_VERSION_MIN)
-    target = os.path.join(os.path.dirname(modules), os.path.basename(SCRIPT))
-    shutil.copyfile(SCRIPT, target)
-    return target
+    return installed(SCRIPT)
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +107,42 @@ def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protoc
     assert result["altered_offsets"] == [[0, 100], [1, 42]]  # one offset set, one deleted (OffsetDelete)
     assert result["log_dir_replicas"] == 12  # DescribeLogDirs: 4 partitions x 3 replicas over the 3 brokers
     assert result["quotas"] == [[[["client-id", "pk-app"]], [["producer_byte_rate", 1048576]]]]
+
+
+def test_the_client_over_sasl_ssl_with_scram_sha_512(tmp_path):
+    """TLS with the cluster's CA and SCRAM-SHA-512 (SaslHandshake v1, the flexible SaslAuthenticate v2) on a
+    secured node where erin may write and read one topic and its group (Kafka's authorizer: an idempotent producer
+    needs WRITE on a topic, KIP-679): records produced, read back in a group, only that topic listed; a wrong
+    password is refused."""
+    import sys
+
+    secure_script = installed(SECURE_SCRIPT)
+    cluster = LocalCluster(str(tmp_path / "secure"), nodes=1, secure=True,
+                           topic_defaults={"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1},
+                           broker={**FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 1,
+                                   "offsets_topic_replication_factor": 1})
+    cluster.start()
+    try:
+        properties = cluster.write_client_properties("admin.properties")
+
+        def flotilla(*args: str) -> None:
+            run = subprocess.run([sys.executable, "-m", "cli.main", *args, "-b", cluster.bootstrap_servers,
+                                  "--command-config", properties], capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr
+
+        flotilla("users", "add", "erin", "--password", "erin-secret", "--mechanism", "SCRAM-SHA-512")
+        flotilla("topics", "create", "secured", "--partitions", "1", "--replication-factor", "1")
+        flotilla("topics", "create", "hidden", "--partitions", "1", "--replication-factor", "1")
+        for operation, resource in (("Write", ("--topic", "secured")), ("Read", ("--topic", "secured")),
+                                    ("Read", ("--group", "secured-group"))):
+            flotilla("acls", "add", "--allow-principal", "User:erin", "--operation", operation, *resource)
+        run = subprocess.run(["node", secure_script, cluster.bootstrap_servers,
+                              os.path.join(cluster.certs_dir, "ca.pem"), "erin", "erin-secret", "secured"],
+                             capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stderr[-3000:]
+        result = json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        cluster.stop()
+    assert result["read"] == [f"s-{i}" for i in range(50)]
+    assert result["topics"] == ["secured"]  # not "hidden", which erin may not describe
+    assert result["wrong_password"] != "accepted" and "auth" in result["wrong_password"].lower(), result
