@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 # is allowed, which is what Kafka answers then; AUTHORIZED_OPERATIONS_OMITTED when the client did not ask.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
+DESCRIBE_TOPIC_PARTITIONS_MAX = 2000  # Kafka's max.request.partition.size.limit: partitions per answer at most
 CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
 ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER = 1, 2  # DescribeCluster v1+ (KIP-919)
@@ -52,6 +53,7 @@ class ClusterApis:
         return [
             (ApiKey.API_VERSIONS, 0, 4, self._api_versions),
             (ApiKey.METADATA, 0, 12, self._metadata),
+            (ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, self._describe_topic_partitions),
             (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
             (ApiKey.DESCRIBE_LOG_DIRS, 0, 4, self._describe_log_dirs),
         ]
@@ -115,6 +117,70 @@ class ClusterApis:
             cluster_authorized_operations=self._cluster_operations()
             if getattr(request, "include_cluster_authorized_operations", False) else AUTHORIZED_OPERATIONS_OMITTED,
         )
+
+    def _describe_topic_partitions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """KIP-966, as Kafka's DescribeTopicPartitionsRequestHandler: the named topics (every topic the principal
+        may describe when none is named) from the cursor on, in name order, at most ResponsePartitionLimit
+        partitions (1-2,000) per answer, and NextCursor where the next answer starts. A named topic the principal
+        may not describe answers TOPIC_AUTHORIZATION_FAILED without its id, an unknown one
+        UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an invalid name). A cursor on a topic that is not
+        named, or on a negative partition, makes every named topic INVALID_REQUEST. A leader that is not an
+        active broker is -1; Flotilla keeps no eligible leader replicas (KIP-966's ELR), so those lists are empty."""
+        response_class = messages.DescribeTopicPartitionsResponse
+        image = self.broker.image
+        cursor = request.cursor
+        cursor_topic = cursor.topic_name if cursor is not None else ""
+        every_topic = not request.topics
+        names = set(image.topics.by_name) if every_topic else {topic.name for topic in request.topics}
+        names = {name for name in names if name >= cursor_topic}
+        if cursor is not None and (cursor.partition_index < 0 or (not every_topic and cursor.topic_name not in names)):
+            return response_class(throttle_time_ms=0, topics=[
+                response_class.DescribeTopicPartitionsResponseTopic(
+                    error_code=ErrorCode.INVALID_REQUEST, name=topic.name, topic_id=uuid.UUID(int=0), partitions=[])
+                for topic in request.topics])
+        refused, topics, next_cursor = [], [], None
+        remaining = max(min(DESCRIBE_TOPIC_PARTITIONS_MAX, request.response_partition_limit), 1)
+        active = {b.broker_id for b in image.cluster.brokers.values() if not b.fenced and "broker" in b.roles}
+        for name in sorted(names):
+            if not self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, name):
+                if not every_topic:  # (nothing tells that the topic exists)
+                    refused.append(response_class.DescribeTopicPartitionsResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=uuid.UUID(int=0),
+                        partitions=[]))
+                continue
+            if remaining == 0:
+                next_cursor = response_class.Cursor(topic_name=name, partition_index=0)
+                break
+            topic = image.topics.by_name.get(name)
+            if topic is None:
+                if not every_topic:
+                    try:
+                        validate_topic_name(name)
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    except KafkaError as error:
+                        code = error.code
+                    topics.append(response_class.DescribeTopicPartitionsResponseTopic(
+                        error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=name.startswith("__"),
+                        partitions=[]))
+                continue
+            start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            end = min(len(topic.partitions), start + remaining)
+            partitions = [
+                response_class.DescribeTopicPartitionsResponsePartition(
+                    error_code=ErrorCode.NONE, partition_index=index,
+                    leader_id=state.leader if state.leader in active else -1, leader_epoch=state.leader_epoch,
+                    replica_nodes=list(state.replicas), isr_nodes=list(state.isr), eligible_leader_replicas=[],
+                    last_known_elr=[], offline_replicas=[r for r in state.replicas if r not in active])
+                for index in range(start, end) if (state := topic.partitions.get(index)) is not None]
+            topics.append(response_class.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.NONE, name=name, topic_id=uuid.UUID(bytes=topic.topic_id),
+                is_internal=name.startswith("__"), partitions=partitions,
+                topic_authorized_operations=self._operations(ResourceType.TOPIC, name, TOPIC_OPERATIONS)))
+            if end < len(topic.partitions):
+                next_cursor = response_class.Cursor(topic_name=name, partition_index=end)
+                break
+            remaining -= len(partitions)
+        return response_class(throttle_time_ms=0, topics=topics + refused, next_cursor=next_cursor)
 
     def _cluster_operations(self) -> int:
         from security.acl import CLUSTER_RESOURCE_NAME

@@ -113,6 +113,8 @@ ConsumerGroupHeartbeatRequest = build_message_class(specs.CONSUMER_GROUP_HEARTBE
 ConsumerGroupHeartbeatResponse = build_message_class(specs.CONSUMER_GROUP_HEARTBEAT_RESPONSE)
 ConsumerGroupDescribeRequest = build_message_class(specs.CONSUMER_GROUP_DESCRIBE_REQUEST)
 ConsumerGroupDescribeResponse = build_message_class(specs.CONSUMER_GROUP_DESCRIBE_RESPONSE)
+DescribeTopicPartitionsRequest = build_message_class(specs.DESCRIBE_TOPIC_PARTITIONS_REQUEST)
+DescribeTopicPartitionsResponse = build_message_class(specs.DESCRIBE_TOPIC_PARTITIONS_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:
     table = {}

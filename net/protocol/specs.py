@@ -1502,3 +1502,46 @@ CONSUMER_GROUP_DESCRIBE_RESPONSE = response(
         )),
     ),
 )
+
+# DescribeTopicPartitions (KIP-966; Kafka 3.7+): what Kafka's Java admin client's describeTopics asks a broker
+# that serves it, a page of partitions at a time from a cursor.
+DESCRIBE_TOPIC_PARTITIONS_REQUEST = request(
+    75, 'DescribeTopicPartitionsRequest', valid="0", flexible='0+', fields=(
+        field('Topics', '[]TopicRequest', '0+', fields=(
+            field('Name', 'string', '0+'),
+        )),
+        field('ResponsePartitionLimit', 'int32', '0+', default=2000),
+        field('Cursor', 'Cursor', '0+', nullable='0+', default=None, fields=(
+            field('TopicName', 'string', '0+'),
+            field('PartitionIndex', 'int32', '0+'),
+        )),
+    ),
+)
+
+DESCRIBE_TOPIC_PARTITIONS_RESPONSE = response(
+    75, 'DescribeTopicPartitionsResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Topics', '[]DescribeTopicPartitionsResponseTopic', '0+', fields=(
+            field('ErrorCode', 'int16', '0+'),
+            field('Name', 'string', '0+', nullable='0+'),
+            field('TopicId', 'uuid', '0+'),
+            field('IsInternal', 'bool', '0+', default=False),
+            field('Partitions', '[]DescribeTopicPartitionsResponsePartition', '0+', fields=(
+                field('ErrorCode', 'int16', '0+'),
+                field('PartitionIndex', 'int32', '0+'),
+                field('LeaderId', 'int32', '0+'),
+                field('LeaderEpoch', 'int32', '0+', default=-1),
+                field('ReplicaNodes', '[]int32', '0+'),
+                field('IsrNodes', '[]int32', '0+'),
+                field('EligibleLeaderReplicas', '[]int32', '0+', nullable='0+', default=None),
+                field('LastKnownElr', '[]int32', '0+', nullable='0+', default=None),
+                field('OfflineReplicas', '[]int32', '0+'),
+            )),
+            field('TopicAuthorizedOperations', 'int32', '0+', default=-2147483648),
+        )),
+        field('NextCursor', 'Cursor', '0+', nullable='0+', default=None, fields=(
+            field('TopicName', 'string', '0+'),
+            field('PartitionIndex', 'int32', '0+'),
+        )),
+    ),
+)

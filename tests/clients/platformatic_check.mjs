@@ -6,7 +6,8 @@
 // PREFIX-admin itself. Prints one JSON object: what an idempotent acks=all producer sent, what a classic group
 // and a KIP-848 group read and committed, what a transactional producer committed and aborted, what a
 // read_committed consumer read, and what the admin client saw.
-import { Admin, Consumer, Producer, stringDeserializers, stringSerializers } from '@platformatic/kafka'
+import { Admin, Connection, Consumer, Producer, describeTopicPartitionsV0, stringDeserializers, stringSerializers }
+  from '@platformatic/kafka'
 
 const [bootstrap, prefix] = process.argv.slice(2)
 const bootstrapBrokers = bootstrap.split(',')
@@ -156,4 +157,16 @@ const quotas = await admin.describeClientQuotas({ components: [{ entityType: 'cl
                                                                  match: `${prefix}-app` }] })
 out.quotas = quotas.map(q => [q.entity.map(e => [e.entityType, e.entityName]), q.values.map(v => [v.key, v.value])])
 await admin.close()
+
+// DescribeTopicPartitions (KIP-966), which the client has as a raw API: two pages of three partitions.
+const [host, port] = bootstrapBrokers[0].split(':')
+const connection = new Connection('platformatic-describe')
+await connection.connect(host, Number(port))
+const describePage = cursor => new Promise((resolve, reject) => describeTopicPartitionsV0.api(
+  connection, [{ name: topic }], 3, cursor, (error, response) => error ? reject(error) : resolve(response)))
+const page1 = await describePage(undefined)
+const page2 = await describePage(page1.nextCursor)
+out.describe_pages = [page1, page2].map(page => [page.topics.map(t => [t.name, t.partitions.map(p => p.partitionIndex)]),
+                                                 page.nextCursor ? [page.nextCursor.topicName, page.nextCursor.partitionIndex] : null])
+await connection.close()
 console.log(JSON.stringify(json(out)))

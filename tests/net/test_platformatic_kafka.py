@@ -107,6 +107,8 @@ def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protoc
     assert result["altered_offsets"] == [[0, 100], [1, 42]]  # one offset set, one deleted (OffsetDelete)
     assert result["log_dir_replicas"] == 12  # DescribeLogDirs: 4 partitions x 3 replicas over the 3 brokers
     assert result["quotas"] == [[[["client-id", "pk-app"]], [["producer_byte_rate", 1048576]]]]
+    # DescribeTopicPartitions (KIP-966) in pages of three: the cursor carries the fourth partition over.
+    assert result["describe_pages"] == [[[["pk-plain", [0, 1, 2]]], ["pk-plain", 3]], [[["pk-plain", [3]]], None]]
 
 
 def test_the_client_over_sasl_ssl_with_scram_sha_512(tmp_path):

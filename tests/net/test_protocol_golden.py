@@ -449,3 +449,30 @@ def test_describe_configs_v3_golden_bytes_carry_the_config_type_and_null_documen
     body = "00000000" "00000001" "0000" "ffff" "02" "0001" "74" "00000001" + config
     assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" + body
     assert codec.decode_response(32, 3, frame[4:], strict=True) == (1, response)
+
+
+def test_describe_topic_partitions_v0_golden_bytes_with_a_cursor_and_a_null_next_cursor():  # KIP-966
+    request_class = messages.DescribeTopicPartitionsRequest
+    request = request_class(topics=[request_class.TopicRequest(name="a")], response_partition_limit=2000,
+                            cursor=request_class.Cursor(topic_name="a", partition_index=3))
+    frame = codec.encode_request(RequestHeader(75, 0, 1, "c"), request)
+    # Topics [Name "a", tags], ResponsePartitionLimit 2000, Cursor present (01) [TopicName "a", PartitionIndex 3,
+    # tags], tags
+    body = "02" "0261" "00" "000007d0" "01" "0261" "00000003" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "004b" "0000" "00000001" "0001" "63" "00" + body
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(75, 0, 1, "c"), request)
+    response_class = messages.DescribeTopicPartitionsResponse
+    response = response_class(throttle_time_ms=0, topics=[response_class.DescribeTopicPartitionsResponseTopic(
+        error_code=3, name="a", topic_id=uuid_zero(), partitions=[])], next_cursor=None)
+    frame = codec.encode_response(RequestHeader(75, 0, 1, "c"), response)
+    # Topics [ErrorCode 3, Name "a", TopicId zero, IsInternal false, Partitions [], TopicAuthorizedOperations
+    # INT32_MIN, tags], NextCursor null (ff), tags
+    body = "00000000" "02" "0003" "0261" + "00" * 16 + "00" "01" "80000000" "00" "ff" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
+    assert codec.decode_response(75, 0, frame[4:], strict=True) == (1, response)
+
+
+def uuid_zero():
+    import uuid
+
+    return uuid.UUID(int=0)
