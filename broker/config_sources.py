@@ -57,9 +57,11 @@ def broker_chain(image: Any, broker_id: int, static: dict[str, str], broker_name
 
 
 def topic_chain(image: Any, broker_id: int, static: dict[str, str], topic: str,
-                name: str) -> list[tuple[str, str, int]]:
+                name: str, overrides: dict[str, str] | None = None) -> list[tuple[str, str, int]]:
+    """(name, value, source) of a topic config from the most to the least specific source; the topic's own
+    configs are `overrides` when given (a topic the image does not hold yet), else the image's."""
     chain = []
-    override = image.configs.topic(topic).get(name)
+    override = (image.configs.topic(topic) if overrides is None else overrides).get(name)
     if override is not None:
         chain.append((name, override, TOPIC_CONFIG))
     broker_name = TOPIC_TO_BROKER_CONFIG.get(name)
@@ -86,9 +88,13 @@ def _entry(chain: list[tuple[str, str, int]], name: str, read_only: bool = False
     return Entry(name, winner[1], winner[2], read_only, tuple(chain))
 
 
-def describe_topic(image: Any, broker_id: int, static: dict[str, str], topic: str) -> list[Entry]:
-    names = sorted(set(KAFKA_TOPIC_DEFAULTS) | set(image.configs.topic(topic)))
-    return [_entry(topic_chain(image, broker_id, static, topic, name), name) for name in names]
+def describe_topic(image: Any, broker_id: int, static: dict[str, str], topic: str,
+                   overrides: dict[str, str] | None = None) -> list[Entry]:
+    """Every config of the topic with its winning source; with `overrides`, of a topic created with those
+    configs that the image does not hold yet (Kafka's computeEffectiveTopicConfigs for CreateTopics v5+)."""
+    own = image.configs.topic(topic) if overrides is None else overrides
+    names = sorted(set(KAFKA_TOPIC_DEFAULTS) | set(own))
+    return [_entry(topic_chain(image, broker_id, static, topic, name, own), name) for name in names]
 
 
 def describe_broker(image: Any, broker_id: int, static: dict[str, str], resource_name: str,

@@ -247,25 +247,10 @@ class AdminApis:
         answer.replication_factor = created.replication_factor
         answer.configs = [response_class.CreatableTopicConfigs(
             name=entry.name, value=entry.value, read_only=entry.read_only, config_source=entry.source,
-            is_sensitive=False) for entry in self._new_topic_config_entries(name, created.configs)]
+            is_sensitive=False) for entry in config_sources.describe_topic(
+                self.broker.image, self.broker.node_id, self.broker.static_configs, name,
+                overrides={entry.name: entry.value for entry in created.configs})]
         return answer
-
-    def _new_topic_config_entries(self, topic: str, overrides: tuple[ConfigEntry, ...]) -> list[config_sources.Entry]:
-        """Every config of a topic the controller has just created with `overrides`, with its source: the
-        override, else this broker's chain (dynamic, static, Kafka's default), as DescribeConfigs will give it
-        once the topic is in this broker's image (Kafka's computeEffectiveTopicConfigs)."""
-        given = {entry.name: entry.value for entry in overrides}
-        entries = []
-        for name in sorted(set(config_sources.KAFKA_TOPIC_DEFAULTS) | set(given)):
-            if name in given:
-                entries.append(config_sources.Entry(name, given[name], config_sources.TOPIC_CONFIG))
-                continue
-            chain = [link for link in config_sources.topic_chain(self.broker.image, self.broker.node_id,
-                                                                 self.broker.static_configs, topic, name)
-                     if link[2] != config_sources.TOPIC_CONFIG]
-            value, source = (chain[0][1], chain[0][2]) if chain else (None, config_sources.DEFAULT_CONFIG)
-            entries.append(config_sources.Entry(name, value, source))
-        return entries
 
     def _delete_topics(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         """v0-5 name the topics; v6 names each by name or by id (Kafka's ControllerApis.deleteTopics rules)."""

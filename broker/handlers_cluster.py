@@ -19,6 +19,7 @@ from metadata.naming import validate_topic_name
 from metadata.requests import CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, api_versions_response
+from net.protocol.types import NULL_UUID
 from partitions.errors import ErrorCode, KafkaError
 from partitions.storage import StorageError
 from security.acl import AclOperation as Op, ResourceType
@@ -84,6 +85,21 @@ class ClusterApis:
                     active.append((b, *endpoint))
         return active
 
+    def _active_broker_ids(self) -> set[int]:
+        """The brokers a partition's leader or replicas may be on right now (not fenced; a leader elsewhere is
+        answered -1, a replica elsewhere offline)."""
+        return {b.broker_id for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles}
+
+    @staticmethod
+    def _missing_topic_code(name: str) -> ErrorCode:
+        """The error of a topic the image does not hold: INVALID_TOPIC_EXCEPTION (or another naming error) for
+        a name no topic may have, else UNKNOWN_TOPIC_OR_PARTITION."""
+        try:
+            validate_topic_name(name)
+        except KafkaError as error:
+            return error.code
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def _operations(self, resource_type: ResourceType, name: str, default: int) -> int:
         bits = self.apis.authorized_operations(resource_type, name)
         return default if bits is None else bits
@@ -136,16 +152,16 @@ class ClusterApis:
         if cursor is not None and (cursor.partition_index < 0 or (not every_topic and cursor.topic_name not in names)):
             return response_class(throttle_time_ms=0, topics=[
                 response_class.DescribeTopicPartitionsResponseTopic(
-                    error_code=ErrorCode.INVALID_REQUEST, name=topic.name, topic_id=uuid.UUID(int=0), partitions=[])
+                    error_code=ErrorCode.INVALID_REQUEST, name=topic.name, topic_id=NULL_UUID, partitions=[])
                 for topic in request.topics])
         refused, topics, next_cursor = [], [], None
         remaining = max(min(DESCRIBE_TOPIC_PARTITIONS_MAX, request.response_partition_limit), 1)
-        active = {b.broker_id for b in image.cluster.brokers.values() if not b.fenced and "broker" in b.roles}
+        active = self._active_broker_ids()
         for name in sorted(names):
             if not self.apis.authorize(Op.DESCRIBE, ResourceType.TOPIC, name):
                 if not every_topic:  # (nothing tells that the topic exists)
                     refused.append(response_class.DescribeTopicPartitionsResponseTopic(
-                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=uuid.UUID(int=0),
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=NULL_UUID,
                         partitions=[]))
                 continue
             if remaining == 0:
@@ -154,14 +170,9 @@ class ClusterApis:
             topic = image.topics.by_name.get(name)
             if topic is None:
                 if not every_topic:
-                    try:
-                        validate_topic_name(name)
-                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    except KafkaError as error:
-                        code = error.code
                     topics.append(response_class.DescribeTopicPartitionsResponseTopic(
-                        error_code=code, name=name, topic_id=uuid.UUID(int=0), is_internal=name.startswith("__"),
-                        partitions=[]))
+                        error_code=self._missing_topic_code(name), name=name, topic_id=NULL_UUID,
+                        is_internal=name.startswith("__"), partitions=[]))
                 continue
             start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
             end = min(len(topic.partitions), start + remaining)
@@ -194,10 +205,9 @@ class ClusterApis:
             return response_class.MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name,
                                                         partitions=[])
         if topic is None:
-            try:
-                validate_topic_name(name)
-            except KafkaError as error:
-                return response_class.MetadataResponseTopic(error_code=error.code, name=name, partitions=[])
+            code = self._missing_topic_code(name)
+            if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # a name no topic may have
+                return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
             if auto_create and not (self.apis.authorize_cluster(Op.CREATE)
                                     or self.apis.authorize(Op.CREATE, ResourceType.TOPIC, name)):
                 return response_class.MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -206,9 +216,8 @@ class ClusterApis:
                 self._auto_create(name)
                 return response_class.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name,
                                                             partitions=[])
-            return response_class.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
-                                                        partitions=[])
-        active = {b.broker_id for b in self.broker.image.cluster.brokers.values() if not b.fenced and "broker" in b.roles}
+            return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
+        active = self._active_broker_ids()
         partitions = []
         for index, state in sorted(topic.partitions.items()):
             partitions.append(

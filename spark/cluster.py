@@ -14,11 +14,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from net.client.aio import fetch_request
 from net.client.errors import error_from_code
 from net.client.results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from net.client.security import ClientSecurity
 from net.client.sync import SyncKafkaClient
-from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 
@@ -117,19 +117,11 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
     may answer with no records and the replica to read from in `preferred_read_replica`. `replica` sends the
     fetch to that replica instead of the leader, once: whatever fails there (an error code, the connection)
     comes back in `error`, for the caller to go back to the leader."""
-    request_class = messages.FetchRequest
     for attempt in range(FETCH_ATTEMPTS_MAX):
         leader = client.leader_for(topic, partition)
         topic_id = client.topic_metadata(topic).topic_id
-        fetch_partition = request_class.FetchPartition(
-            partition=partition, current_leader_epoch=leader.leader_epoch, fetch_offset=offset,
-            log_start_offset=-1, partition_max_bytes=bytes_max)
-        # The topic by name and by id: the negotiated version sends its own (the id from v13, KIP-516).
-        request = request_class(
-            replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=bytes_max, isolation_level=isolation_level,
-            session_id=0, session_epoch=-1,
-            topics=[request_class.FetchTopic(topic=topic, topic_id=topic_id, partitions=[fetch_partition])],
-            rack_id=rack_id)
+        request = fetch_request(topic, topic_id, partition, offset, bytes_max, FETCH_MAX_WAIT_MS, isolation_level, 1,
+                                leader.leader_epoch, rack_id)
         context = f"fetch {topic}-{partition} at offset {offset}"
         if replica is not None:
             try:

@@ -426,7 +426,7 @@ class KafkaClient:
             topic_id = (await self.topic_metadata(topic)).topic_id
             replica = routes.replica(key)
             if replica is not None:  # KIP-392: the replica the leader named; any failure there: back to the leader
-                request = _fetch_request(topic, topic_id, partition, offset, max_bytes, max_wait_ms, isolation_level,
+                request = fetch_request(topic, topic_id, partition, offset, max_bytes, max_wait_ms, isolation_level,
                                          min_bytes, leader.leader_epoch, routes.rack)
                 try:
                     response = await self._request(replica, ApiKey.FETCH, request, max_wait_ms)
@@ -437,7 +437,7 @@ class KafkaClient:
                 if data is not None and data.error_code == ErrorCode.NONE:
                     return _fetch_result(data, offset, isolation_level, f"{context} at {offset}")
                 routes.failed(key)
-            request = _fetch_request(topic, topic_id, partition, offset, max_bytes, max_wait_ms, isolation_level,
+            request = fetch_request(topic, topic_id, partition, offset, max_bytes, max_wait_ms, isolation_level,
                                      min_bytes, leader.leader_epoch, routes.rack_for_leader(key))
             response = await self._request(leader.leader, ApiKey.FETCH, request, max_wait_ms)
             raise_for_code(response.error_code, None, context)
@@ -700,7 +700,7 @@ def _chunks_by_size(items: list[tuple], bytes_max: int) -> Iterable[list[tuple]]
         yield chunk
 
 
-def _fetch_request(topic: str, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
+def fetch_request(topic: str, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
                    isolation_level: int, min_bytes: int, leader_epoch: int, rack_id: str = "") -> Message:
     """A sessionless consumer Fetch of one partition. The topic goes by name and by id: the negotiated version
     sends its own (the name below v13, the id from v13, KIP-516)."""
