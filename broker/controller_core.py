@@ -107,6 +107,15 @@ class ControllerCore:
             self._queue.append((operation_id, request))
         return operation_id
 
+    def answer_now(self, response: Any = None, error: KafkaError | None = None,
+                   leader_hint: int | None = None) -> int:
+        """An operation answered without the log (a question about the quorum itself): its id, with the outcome
+        among the next `take_responses()`."""
+        operation_id = self._next_operation_id
+        self._next_operation_id += 1
+        self._responses.append(ControllerOutcome(operation_id, response=response, error=error, leader_hint=leader_hint))
+        return operation_id
+
     def on_committed(self, index: int, entry: bytes) -> None:
         """Replay one committed entry (every node, in log order, each exactly once)."""
         assert index > self.last_applied_index, f"index={index} last_applied={self.last_applied_index}"

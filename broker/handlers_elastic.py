@@ -1,10 +1,19 @@
-"""Moving partitions and brokers (sans-IO): ElectLeaders, AlterPartitionReassignments and UnregisterBroker
-(forwarded to the active controller, answered when it answers) and ListPartitionReassignments (answered from
-this broker's metadata image, which every reassignment step reaches as committed records).
+"""Moving partitions and brokers, and the quorum that decides it (sans-IO): ElectLeaders,
+AlterPartitionReassignments, UnregisterBroker and DescribeQuorum (forwarded to the active controller, answered
+when it answers) and ListPartitionReassignments (answered from this broker's metadata image, which every
+reassignment step reaches as committed records).
 
 Authorization (Kafka's): ElectLeaders, AlterPartitionReassignments and UnregisterBroker need ALTER on the
-cluster, ListPartitionReassignments DESCRIBE on the cluster; refused requests answer
+cluster, ListPartitionReassignments and DescribeQuorum DESCRIBE on the cluster; refused requests answer
 CLUSTER_AUTHORIZATION_FAILED and reach no controller.
+
+DescribeQuorum (KIP-595, KIP-836, KIP-853) describes the metadata log, `__cluster_metadata` partition 0, as
+its Raft leader knows it: the leader and its epoch (the Raft term), the high watermark (the commit index; Raft
+indexes count from 1, so an index is also the count of entries below it, Kafka's offset), each voter's log end
+offset with the time the leader last heard from it, and the broker-only nodes that follow the log as
+observers. A request that names anything else is answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka's Raft client
+does. The voters' listeners (v2) are their controller ports, which speak this project's controller RPC, not
+Kafka's protocol, and voters carry no directory ids (no KIP-853 reconfiguration here).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from metadata import reassignment
 from metadata.requests import (
     AlterPartitionReassignmentsRequest as ControllerAlterReassignments,
+    DescribeQuorumRequest as ControllerDescribeQuorum,
     ElectionType,
     ElectLeadersRequest as ControllerElectLeaders,
     ReassignablePartition,
@@ -22,6 +32,7 @@ from metadata.requests import (
 )
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
+from net.protocol.types import NULL_UUID
 from partitions.errors import ErrorCode, KafkaError
 from security.acl import AclOperation as Op
 
@@ -34,6 +45,9 @@ if TYPE_CHECKING:
     from broker.handlers_admin import AdminApis
 
 _DENIED = "Cluster authorization failed."
+METADATA_TOPIC, METADATA_PARTITION = "__cluster_metadata", 0  # Kafka's metadata log, which the quorum keeps
+_NOT_HOSTED = "This server does not host this topic-partition."  # Kafka's message for UNKNOWN_TOPIC_OR_PARTITION
+CONTROLLER_LISTENER = "CONTROLLER"
 
 
 class ElasticityApis:
@@ -48,6 +62,7 @@ class ElasticityApis:
             (ApiKey.ELECT_LEADERS, 0, 2, self._elect_leaders),
             (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 0, self._alter_reassignments),
             (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, self._list_reassignments),
+            (ApiKey.DESCRIBE_QUORUM, 0, 2, self._describe_quorum),
             (ApiKey.UNREGISTER_BROKER, 0, 0, self._unregister_broker),
         ]
 
@@ -143,6 +158,67 @@ class ElasticityApis:
             return response_class(throttle_time_ms=0, error_code=code, error_message=message or None)
 
         return self.admin.forward(header, [ControllerUnregisterBroker(request.broker_id)], build)
+
+    def _describe_quorum(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        response_class = messages.DescribeQuorumResponse
+        if not self.apis.authorize_cluster(Op.DESCRIBE):
+            return response_class(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=_DENIED, topics=[],
+                                  nodes=[])
+        asked = [(topic.topic_name, [p.partition_index for p in topic.partitions]) for topic in request.topics]
+        if asked != [(METADATA_TOPIC, [METADATA_PARTITION])]:  # Kafka's KafkaRaftClient.hasValidTopicPartition
+            return _describe_quorum_errors(asked, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _NOT_HOSTED)
+
+        def build(results: list[Any]) -> Any:
+            result = results[0]
+            code, message = code_and_message(result)
+            if code == ErrorCode.NOT_CONTROLLER:  # no leader to answer: Kafka's answer of a Raft non-leader
+                return _describe_quorum_errors(asked, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                               "For requests intended only for the leader, this error indicates "
+                                               "that the broker is not the current leader.")
+            if code != ErrorCode.NONE:
+                return response_class(error_code=code, error_message=message or None, topics=[], nodes=[])
+            return _describe_quorum_answer(result, self.admin.answered_at_ms)
+
+        return self.admin.forward(header, [ControllerDescribeQuorum()], build)
+
+
+def _describe_quorum_errors(asked: list[tuple[str, list[int]]], code: int, message: str) -> Any:
+    """Kafka's DescribeQuorumRequest.getPartitionLevelErrorResponse: every asked partition with `code`."""
+    response_class = messages.DescribeQuorumResponse
+    return response_class(error_code=ErrorCode.NONE, error_message=None, nodes=[], topics=[
+        response_class.TopicData(topic_name=name, partitions=[
+            response_class.PartitionData(partition_index=index, error_code=code, error_message=message, leader_id=-1,
+                                         leader_epoch=-1, high_watermark=-1, current_voters=[], observers=[])
+            for index in indexes])
+        for name, indexes in asked])
+
+
+def _describe_quorum_answer(result: Any, now_ms: int) -> Any:
+    """The controller's DescribeQuorumResponse as Kafka's RaftUtil.singletonDescribeQuorumResponse lays it out:
+    the leader's timestamps are now; another replica's last fetch is when the leader last heard from it, and it
+    was last caught up then if it had every entry (otherwise unknown, -1)."""
+    response_class = messages.DescribeQuorumResponse
+
+    def state(replica: Any) -> Any:
+        if replica.replica_id == result.leader_id:
+            fetched = caught_up = now_ms
+        else:
+            fetched = -1 if replica.last_fetch_age_ms < 0 else now_ms - replica.last_fetch_age_ms
+            caught_up = fetched if replica.caught_up else -1
+        return response_class.ReplicaState(replica_id=replica.replica_id, replica_directory_id=NULL_UUID,
+                                           log_end_offset=replica.log_end_offset, last_fetch_timestamp=fetched,
+                                           last_caught_up_timestamp=caught_up)
+
+    partition = response_class.PartitionData(
+        partition_index=METADATA_PARTITION, error_code=ErrorCode.NONE, error_message=None, leader_id=result.leader_id,
+        leader_epoch=result.leader_epoch, high_watermark=result.high_watermark,
+        current_voters=[state(voter) for voter in result.voters],
+        observers=[state(observer) for observer in result.observers])
+    nodes = [response_class.Node(node_id=voter.replica_id, listeners=[
+        response_class.Listener(name=CONTROLLER_LISTENER, host=voter.host, port=voter.port)])
+        for voter in result.voters if voter.host]
+    return response_class(error_code=ErrorCode.NONE, error_message=None, nodes=nodes, topics=[
+        response_class.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
 
 
 def _election_results(entries: list[tuple[str, int, int, str | None]]) -> list[Any]:

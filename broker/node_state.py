@@ -25,6 +25,7 @@ import cbor2
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import decode_record, encode_record
+from metadata.requests import DescribeQuorumRequest, DescribeQuorumResponse, QuorumReplica
 from security.acl import Authorizer, AuthorizerSettings
 import dataclasses
 
@@ -45,7 +46,7 @@ from broker.transactions import TransactionApis
 from groupcoord.config import GroupConfig
 from groupcoord.shard import GroupCoordinatorShard
 from txn.coordinator import TransactionConfig, TransactionCoordinatorShard
-from partitions.errors import ErrorCode
+from partitions.errors import ErrorCode, KafkaError
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
 from raftlog.port import RaftConfig
@@ -319,7 +320,15 @@ class NodeState:
 
     def submit_controller_request(self, request: Any, now_ms: int) -> int:
         """Queue a request for the local controller; its outcome comes out of `step`. Only meaningful on
-        the Raft leader (elsewhere it is answered NOT_CONTROLLER)."""
+        the Raft leader (elsewhere it is answered NOT_CONTROLLER). DescribeQuorum is answered at once, by the
+        leader, from its Raft progress."""
+        if isinstance(request, DescribeQuorumRequest):
+            leader_id = self.quorum_leader_id()
+            if self.raft is None or leader_id != self.node_id:
+                return self.controller_core.answer_now(error=KafkaError(
+                    f"not the controller; leader is {leader_id}", ErrorCode.NOT_CONTROLLER), leader_hint=leader_id)
+            endpoints = {node.id: (node.host, node.controller_port) for node in self.config.nodes}
+            return self.controller_core.answer_now(describe_quorum_response(self._quorum_status(now_ms), endpoints))
         return self.controller_core.submit(request, now_ms)
 
     def controller_id_for_clients(self) -> int:
@@ -477,6 +486,25 @@ def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int,
              "last_contact_ms": max(0, now_ms - contact_ms)}
             for observer_id, (last_index, contact_ms) in sorted((observers or {}).items())],
     }
+
+
+def describe_quorum_response(status: dict, endpoints: dict[int, tuple[str, int]]) -> DescribeQuorumResponse:
+    """`quorum_status_dict`'s view as the controller answers DescribeQuorum, with the voters' controller
+    listeners (`endpoints`: node id -> host, port). Raft indexes count from 1, so the last index of a log is its
+    Kafka log end offset and the commit index its high watermark."""
+
+    def replica(member: dict, voter: bool) -> QuorumReplica:
+        age = member["last_contact_ms"]
+        host, port = endpoints.get(member["id"], ("", 0)) if voter else ("", 0)
+        return QuorumReplica(replica_id=member["id"], log_end_offset=member["last_index"],
+                             last_fetch_age_ms=-1 if age is None else age, caught_up=member["lag"] == 0,
+                             host=host, port=port)
+
+    return DescribeQuorumResponse(
+        error_code=ErrorCode.NONE, leader_id=-1 if status["leader_id"] is None else status["leader_id"],
+        leader_epoch=status["epoch"], high_watermark=status["commit_index"],
+        voters=tuple(replica(voter, True) for voter in status["voters"]),
+        observers=tuple(replica(observer, False) for observer in status["observers"]))
 
 
 def redacted(record: Any) -> Any:

@@ -287,6 +287,14 @@ class AlterClientQuotasRequest:
     version: int = _version()
 
 
+@_message
+class DescribeQuorumRequest:
+    """The metadata quorum as its leader sees it (Kafka's DescribeQuorum, which brokers forward to the active
+    controller). Answered by the Raft leader from its progress of each member, not through the log."""
+
+    version: int = _version()
+
+
 # ---- responses ------------------------------------------------------------------------------------------
 
 
@@ -473,6 +481,32 @@ class AlterClientQuotasResponse:
     version: int = _version()
 
 
+@_part
+class QuorumReplica:
+    """A voter or observer of the metadata log: its log end offset (-1 unknown) and how long ago the leader
+    last heard from it (-1 unknown). Ages rather than timestamps, so that the broker answering the client
+    turns them into its own wall-clock times."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_age_ms: int
+    caught_up: bool
+    host: str = ""  # a voter's controller listener (empty for an observer)
+    port: int = 0
+
+
+@_message
+class DescribeQuorumResponse:
+    error_code: int
+    message: str = ""
+    leader_id: int = -1
+    leader_epoch: int = -1
+    high_watermark: int = -1
+    voters: tuple[QuorumReplica, ...] = ()
+    observers: tuple[QuorumReplica, ...] = ()
+    version: int = _version()
+
+
 REQUEST_TYPES: tuple[type, ...] = (
     BrokerRegistrationRequest,
     BrokerHeartbeatRequest,
@@ -491,6 +525,7 @@ REQUEST_TYPES: tuple[type, ...] = (
     DeleteAclsRequest,
     AlterUserScramCredentialsRequest,
     AlterClientQuotasRequest,
+    DescribeQuorumRequest,
 )
 
 RESPONSE_TYPES: tuple[type, ...] = (
@@ -510,6 +545,7 @@ RESPONSE_TYPES: tuple[type, ...] = (
     DeleteAclsResponse,
     AlterUserScramCredentialsResponse,
     AlterClientQuotasResponse,
+    DescribeQuorumResponse,
 )
 
 _REQUESTS = Codec(REQUEST_TYPES, InvalidRequestError)

@@ -115,6 +115,8 @@ ConsumerGroupDescribeRequest = build_message_class(specs.CONSUMER_GROUP_DESCRIBE
 ConsumerGroupDescribeResponse = build_message_class(specs.CONSUMER_GROUP_DESCRIBE_RESPONSE)
 DescribeTopicPartitionsRequest = build_message_class(specs.DESCRIBE_TOPIC_PARTITIONS_REQUEST)
 DescribeTopicPartitionsResponse = build_message_class(specs.DESCRIBE_TOPIC_PARTITIONS_RESPONSE)
+DescribeQuorumRequest = build_message_class(specs.DESCRIBE_QUORUM_REQUEST)
+DescribeQuorumResponse = build_message_class(specs.DESCRIBE_QUORUM_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:
     table = {}

@@ -1545,3 +1545,52 @@ DESCRIBE_TOPIC_PARTITIONS_RESPONSE = response(
         )),
     ),
 )
+
+# DescribeQuorum (KIP-595): v1 adds LastFetchTimestamp and LastCaughtUpTimestamp (KIP-836), v2 ErrorMessage,
+# the partition's ErrorMessage, ReplicaDirectoryId and the voters' Nodes (KIP-853). The request is the same in all.
+DESCRIBE_QUORUM_REQUEST = request(
+    55, 'DescribeQuorumRequest', valid="0-2", flexible='0+', fields=(
+        field('Topics', '[]TopicData', '0+', fields=(
+            field('TopicName', 'string', '0+'),
+            field('Partitions', '[]PartitionData', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+_QUORUM_REPLICA_STATE = (  # Kafka's common struct ReplicaState, of the voters and of the observers
+    field('ReplicaId', 'int32', '0+'),
+    field('ReplicaDirectoryId', 'uuid', '2+'),
+    field('LogEndOffset', 'int64', '0+'),
+    field('LastFetchTimestamp', 'int64', '1+', default=-1),
+    field('LastCaughtUpTimestamp', 'int64', '1+', default=-1),
+)
+
+DESCRIBE_QUORUM_RESPONSE = response(
+    55, 'DescribeQuorumResponse', valid="0-2", flexible='0+', fields=(
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '2+', nullable='2+', default=None),
+        field('Topics', '[]TopicData', '0+', fields=(
+            field('TopicName', 'string', '0+'),
+            field('Partitions', '[]PartitionData', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+                field('ErrorMessage', 'string', '2+', nullable='2+', default=None),
+                field('LeaderId', 'int32', '0+'),
+                field('LeaderEpoch', 'int32', '0+'),
+                field('HighWatermark', 'int64', '0+'),
+                field('CurrentVoters', '[]ReplicaState', '0+', fields=_QUORUM_REPLICA_STATE),
+                field('Observers', '[]ReplicaState', '0+', fields=_QUORUM_REPLICA_STATE),
+            )),
+        )),
+        field('Nodes', '[]Node', '2+', fields=(
+            field('NodeId', 'int32', '2+'),
+            field('Listeners', '[]Listener', '2+', fields=(
+                field('Name', 'string', '2+'),
+                field('Host', 'string', '2+'),
+                field('Port', 'uint16', '2+'),
+            )),
+        )),
+    ),
+)

@@ -1,6 +1,7 @@
 """Broker-only nodes (KRaft observers) and live scale-out on real processes: 3 controllers + 2 broker-only
-nodes from one config file; a 4th node joining a running cluster, a third of the replicas moved onto it and
-back off, and its decommissioning, all under a confluent-kafka producer (acks=all) and consumer."""
+nodes from one config file, described by the CLI and by Kafka's DescribeQuorum asked of every node; a 4th node
+joining a running cluster, a third of the replicas moved onto it and back off, and its decommissioning, all
+under a confluent-kafka producer (acks=all) and consumer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
+from net.client.sync import SyncKafkaClient
+from net.protocol import messages
+from net.protocol.codec import ApiKey
 from tests.cli.test_reassign_cluster import Load, partitions
 from tests.net.cluster_helpers import (
     FAST_BROKER_SETTINGS,
@@ -30,6 +34,19 @@ def active_brokers(cluster) -> list[int]:
     return sorted(b["id"] for b in cli_json("brokers", "-b", cluster.bootstrap_servers) if b["status"] == "active")
 
 
+def describe_quorum(cluster, node_id: int, version: int):
+    """DescribeQuorum of the metadata log, asked of one node (a broker forwards it to the quorum's leader)."""
+    request_class = messages.DescribeQuorumRequest
+    request = request_class(topics=[request_class.TopicData(topic_name="__cluster_metadata", partitions=[
+        request_class.PartitionData(partition_index=0)])])
+    with SyncKafkaClient(cluster.bootstrap_servers) as client:
+        response = client.send(node_id, ApiKey.DESCRIBE_QUORUM, request, api_version=version)
+    assert response.error_code == 0 and [t.topic_name for t in response.topics] == ["__cluster_metadata"]
+    (partition,) = response.topics[0].partitions
+    assert partition.error_code == 0
+    return partition, response.nodes
+
+
 def test_three_controllers_and_two_broker_only_nodes(tmp_path):
     cluster = LocalCluster(str(tmp_path / "cluster"), nodes=3, broker_only=2, broker=FAST_BROKER_SETTINGS)
     cluster.start()
@@ -45,6 +62,19 @@ def test_three_controllers_and_two_broker_only_nodes(tmp_path):
         assert sorted(o["id"] for o in status["observers"]) == [4, 5]
         table = cli("quorum", "status", "-b", cluster.bootstrap_servers)
         assert "observer" in table.stdout and table.returncode == 0
+        # Kafka's DescribeQuorum, from a voter and from an observer alike: the leader the CLI names, the three
+        # voters with their controller listeners (v2), the two broker-only nodes as observers, every replica at
+        # most a few entries from the high watermark and heard from (v1+ timestamps).
+        for node_id, version in ((1, 2), (2, 1), (4, 2), (5, 0)):
+            partition, nodes = describe_quorum(cluster, node_id, version)
+            assert partition.leader_id == status["leader_id"] and partition.leader_epoch >= status["epoch"]
+            assert [v.replica_id for v in partition.current_voters] == [1, 2, 3]
+            assert sorted(o.replica_id for o in partition.observers) == [4, 5]
+            for replica in partition.current_voters + partition.observers:
+                assert 0 < replica.log_end_offset <= partition.high_watermark + 10
+                assert (replica.last_fetch_timestamp > 0) == (version >= 1)
+            assert [(n.node_id, [(l.name, l.port) for l in n.listeners]) for n in nodes] == (
+                [(i, [("CONTROLLER", cluster.controller_ports[i])]) for i in (1, 2, 3)] if version >= 2 else [])
 
         cluster.kill(4)
         eventually(lambda: all(p["leader"] != 4 for p in partitions(cluster, "spread").values()), 30,

@@ -6,7 +6,8 @@
 // PREFIX-admin itself. Prints one JSON object: what an idempotent acks=all producer sent, what a classic group
 // and a KIP-848 group read and committed, what a transactional producer committed and aborted, what a
 // read_committed consumer read, and what the admin client saw.
-import { Admin, Connection, Consumer, Producer, describeTopicPartitionsV0, stringDeserializers, stringSerializers }
+import { Admin, Connection, Consumer, Producer, describeQuorumV2, describeTopicPartitionsV0, stringDeserializers,
+         stringSerializers }
   from '@platformatic/kafka'
 
 const [bootstrap, prefix] = process.argv.slice(2)
@@ -168,5 +169,16 @@ const page1 = await describePage(undefined)
 const page2 = await describePage(page1.nextCursor)
 out.describe_pages = [page1, page2].map(page => [page.topics.map(t => [t.name, t.partitions.map(p => p.partitionIndex)]),
                                                  page.nextCursor ? [page.nextCursor.topicName, page.nextCursor.partitionIndex] : null])
+// DescribeQuorum v2 (KIP-595/836/853), also a raw API: the metadata log's quorum, asked of this node.
+const quorum = await new Promise((resolve, reject) => describeQuorumV2.api(
+  connection, [{ topicName: '__cluster_metadata', partitions: [{ partitionIndex: 0 }] }],
+  (error, response) => error ? reject(error) : resolve(response)))
+const [metadataLog] = quorum.topics[0].partitions
+out.quorum = { errorCode: quorum.errorCode, topic: quorum.topics[0].topicName, partitionError: metadataLog.errorCode,
+               leader: metadataLog.leaderId, epoch: metadataLog.leaderEpoch, highWatermark: metadataLog.highWatermark,
+               voters: metadataLog.currentVoters.map(v => [v.replicaId, v.logEndOffset, v.lastFetchTimestamp,
+                                                           v.lastCaughtUpTimestamp]),
+               observers: metadataLog.observers.map(o => o.replicaId),
+               nodes: quorum.nodes.map(n => [n.nodeId, n.listeners.map(l => [l.name, l.host, l.port])]) }
 await connection.close()
 console.log(JSON.stringify(json(out)))

@@ -5,7 +5,8 @@ DeleteTopics v6, DescribeGroups v5, DeleteGroups v2, ...), against a real three-
 consumer group and a KIP-848 consumer group that read and commit, a transactional producer that commits and
 aborts, a read_committed consumer, and the admin client (topics created and deleted, groups listed, described
 and deleted, configs altered both ways and described, partitions added, records deleted, offsets listed, a
-group's offsets altered and deleted, log dirs described, a client quota set and described). A broker that serves older maxima only fails it at the first request ("No usable implementation
+group's offsets altered and deleted, log dirs described, a client quota set and described; the raw
+DescribeTopicPartitions and DescribeQuorum APIs). A broker that serves older maxima only fails it at the first request ("No usable implementation
 found for API ...").
 
 The client comes from npm (pinned below) into build/js on first use; the script runs from there, since an ES
@@ -109,6 +110,16 @@ def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protoc
     assert result["quotas"] == [[[["client-id", "pk-app"]], [["producer_byte_rate", 1048576]]]]
     # DescribeTopicPartitions (KIP-966) in pages of three: the cursor carries the fourth partition over.
     assert result["describe_pages"] == [[[["pk-plain", [0, 1, 2]]], ["pk-plain", 3]], [[["pk-plain", [3]]], None]]
+    # DescribeQuorum v2, asked of the first node and answered by the quorum's leader: the three voters, each
+    # holding the whole metadata log or close behind, each heard from, with their controller listeners.
+    quorum = result["quorum"]
+    assert (quorum["errorCode"], quorum["topic"], quorum["partitionError"]) == (0, "__cluster_metadata", 0)
+    assert quorum["leader"] in (1, 2, 3) and quorum["epoch"] >= 1 and quorum["observers"] == []
+    assert [voter[0] for voter in quorum["voters"]] == [1, 2, 3]
+    # (int64 fields arrive as BigInt, which the script writes as strings)
+    high_watermark = int(quorum["highWatermark"])
+    assert all(0 < int(offset) <= high_watermark + 10 and int(fetched) > 0 for _, offset, fetched, _ in quorum["voters"])
+    assert quorum["nodes"] == [[node, [["CONTROLLER", "127.0.0.1", cluster.controller_ports[node]]]] for node in (1, 2, 3)]
 
 
 def test_the_client_over_sasl_ssl_with_scram_sha_512(tmp_path):

@@ -476,3 +476,32 @@ def uuid_zero():
     import uuid
 
     return uuid.UUID(int=0)
+
+
+def test_describe_quorum_v2_golden_bytes_with_a_voter_and_its_controller_listener():  # KIP-595, KIP-836, KIP-853
+    request_class = messages.DescribeQuorumRequest
+    request = request_class(topics=[request_class.TopicData(topic_name="m", partitions=[
+        request_class.PartitionData(partition_index=0)])])
+    frame = codec.encode_request(RequestHeader(55, 2, 1, "c"), request)
+    # Topics [TopicName "m", Partitions [PartitionIndex 0, tags], tags], tags (flexible from v0)
+    body = "02" "026d" "02" "00000000" "00" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0037" "0002" "00000001" "0001" "63" "00" + body
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(55, 2, 1, "c"), request)
+    response_class = messages.DescribeQuorumResponse
+    voter = response_class.ReplicaState(replica_id=1, replica_directory_id=uuid_zero(), log_end_offset=5,
+                                        last_fetch_timestamp=-1, last_caught_up_timestamp=7)
+    response = response_class(error_code=0, error_message=None, topics=[response_class.TopicData(
+        topic_name="m", partitions=[response_class.PartitionData(
+            partition_index=0, error_code=0, error_message=None, leader_id=1, leader_epoch=2, high_watermark=5,
+            current_voters=[voter], observers=[])])], nodes=[response_class.Node(node_id=1, listeners=[
+                response_class.Listener(name="C", host="h", port=9093)])])
+    frame = codec.encode_response(RequestHeader(55, 2, 1, "c"), response)
+    # ErrorCode 0, ErrorMessage null (00), Topics [TopicName "m", Partitions [PartitionIndex 0, ErrorCode 0,
+    # ErrorMessage null, LeaderId 1, LeaderEpoch 2, HighWatermark 5, CurrentVoters [ReplicaId 1, ReplicaDirectoryId
+    # zero, LogEndOffset 5, LastFetchTimestamp -1, LastCaughtUpTimestamp 7, tags], Observers [], tags], tags],
+    # Nodes [NodeId 1, Listeners [Name "C", Host "h", Port 9093 (uint16), tags], tags], tags
+    replica = "00000001" + "00" * 16 + "0000000000000005" "ffffffffffffffff" "0000000000000007" "00"
+    partition = "00000000" "0000" "00" "00000001" "00000002" "0000000000000005" "02" + replica + "01" "00"
+    body = "0000" "00" "02" "026d" "02" + partition + "00" "02" "00000001" "02" "0243" "0268" "2385" "00" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
+    assert codec.decode_response(55, 2, frame[4:], strict=True) == (1, response)
