@@ -1,11 +1,16 @@
 """Cluster APIs (sans-IO): ApiVersions (exactly what the registry serves), Metadata (with auto topic creation
-forwarded to the controller) and DescribeCluster, answered from the metadata image; DescribeLogDirs, answered
-from this broker's replicas and its storage.
+forwarded to the controller) and DescribeCluster, answered from the metadata image; DescribeLogDirs and
+AlterReplicaLogDirs, answered from this broker's replicas and its storage.
 
 Authorization (Kafka's): Metadata lists only the topics the principal may DESCRIBE (a named topic it may not
 gets TOPIC_AUTHORIZATION_FAILED), auto-creation needs CREATE on the cluster or the topic, DescribeCluster
-and DescribeLogDirs need DESCRIBE on the cluster. Brokers are advertised at the endpoint of the listener the
-request came in on."""
+and DescribeLogDirs need DESCRIBE on the cluster, AlterReplicaLogDirs ALTER on it. Brokers are advertised at
+the endpoint of the listener the request came in on.
+
+A node keeps its replicas in one log directory (the `logs` directory of its data_dir), so AlterReplicaLogDirs
+moves nothing: a replica asked into that directory is already there (NONE, as Kafka answers a move to the
+current directory), and any other path is LOG_DIR_NOT_FOUND, as Kafka answers a directory not in its
+log.dirs."""
 
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ DESCRIBE_TOPIC_PARTITIONS_MAX = 2000  # Kafka's max.request.partition.size.limit
 CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
 ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER = 1, 2  # DescribeCluster v1+ (KIP-919)
+FUTURE_LOG_DIR_NAME_MAX = 255  # Kafka refuses a move whose future log directory name would be longer (KAFKA-4893)
 
 
 class ClusterApis:
@@ -57,6 +63,7 @@ class ClusterApis:
             (ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, self._describe_topic_partitions),
             (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
             (ApiKey.DESCRIBE_LOG_DIRS, 0, 4, self._describe_log_dirs),
+            (ApiKey.ALTER_REPLICA_LOG_DIRS, 0, 2, self._alter_replica_log_dirs),
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
@@ -324,3 +331,45 @@ class ClusterApis:
         return response_class(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[
             response_class.DescribeLogDirsResult(error_code=ErrorCode.NONE, log_dir=volume.path, topics=topics,
                                                  total_bytes=volume.total_bytes, usable_bytes=volume.usable_bytes)])
+
+    def _alter_replica_log_dirs(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
+        """Kafka's ReplicaManager.alterReplicaLogDirs for a broker of one log directory, each partition in turn
+        (a partition named under two paths takes the last): a topic name too long for a future log's directory
+        INVALID_TOPIC_EXCEPTION, a path that is not this node's log directory LOG_DIR_NOT_FOUND, its volume
+        unreadable KAFKA_STORAGE_ERROR, a partition this broker holds no replica of REPLICA_NOT_AVAILABLE (or
+        UNKNOWN_TOPIC_OR_PARTITION when the topic is unknown), and else NONE: the replica is in that directory."""
+        response_class = messages.AlterReplicaLogDirsResponse
+        destinations: dict[tuple[str, int], str] = {}
+        for directory in request.dirs:
+            for topic in directory.topics:
+                for partition in topic.partitions:
+                    destinations[(topic.name, partition)] = directory.path
+        if not self.apis.authorize_cluster(Op.ALTER):
+            errors = dict.fromkeys(destinations, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        else:
+            try:
+                own = self.broker.storage.volume(LOGS_DIRECTORY).path
+            except StorageError:
+                own = None
+            errors = {key: self._log_dir_error(key, path, own) for key, path in destinations.items()}
+        by_topic: dict[str, list] = {}
+        for (topic, partition), code in errors.items():
+            by_topic.setdefault(topic, []).append(
+                response_class.AlterReplicaLogDirPartitionResult(partition_index=partition, error_code=code))
+        return response_class(throttle_time_ms=0, results=[
+            response_class.AlterReplicaLogDirTopicResult(topic_name=name, partitions=partitions)
+            for name, partitions in by_topic.items()])
+
+    def _log_dir_error(self, key: tuple[str, int], path: str, own: str | None) -> ErrorCode:
+        topic, partition = key
+        if len(f"{topic}-{partition}.{uuid.UUID(int=0).hex}-future") > FUTURE_LOG_DIR_NAME_MAX:
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        if own is None:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        if path != own:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if key in self.broker.partitions:
+            return ErrorCode.NONE
+        topic_image = self.broker.image.topics.by_name.get(topic)
+        known = topic_image is not None and partition in topic_image.partitions
+        return ErrorCode.REPLICA_NOT_AVAILABLE if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -116,6 +116,8 @@ ConsumerGroupDescribeResponse = build_message_class(specs.CONSUMER_GROUP_DESCRIB
 DescribeTopicPartitionsRequest = build_message_class(specs.DESCRIBE_TOPIC_PARTITIONS_REQUEST)
 DescribeTopicPartitionsResponse = build_message_class(specs.DESCRIBE_TOPIC_PARTITIONS_RESPONSE)
 DescribeQuorumRequest = build_message_class(specs.DESCRIBE_QUORUM_REQUEST)
+AlterReplicaLogDirsRequest = build_message_class(specs.ALTER_REPLICA_LOG_DIRS_REQUEST)
+AlterReplicaLogDirsResponse = build_message_class(specs.ALTER_REPLICA_LOG_DIRS_RESPONSE)
 DescribeQuorumResponse = build_message_class(specs.DESCRIBE_QUORUM_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:

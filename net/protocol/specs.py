@@ -954,6 +954,33 @@ DESCRIBE_CLUSTER_RESPONSE = response(
 )
 
 
+# AlterReplicaLogDirs: v1 as v0, v2 flexible.
+ALTER_REPLICA_LOG_DIRS_REQUEST = request(
+    34, 'AlterReplicaLogDirsRequest', valid="0-2", flexible='2+', fields=(
+        field('Dirs', '[]AlterReplicaLogDir', '0+', fields=(
+            field('Path', 'string', '0+'),
+            field('Topics', '[]AlterReplicaLogDirTopic', '0+', fields=(
+                field('Name', 'string', '0+'),
+                field('Partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_REPLICA_LOG_DIRS_RESPONSE = response(
+    34, 'AlterReplicaLogDirsResponse', valid="0-2", flexible='2+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('Results', '[]AlterReplicaLogDirTopicResult', '0+', fields=(
+            field('TopicName', 'string', '0+'),
+            field('Partitions', '[]AlterReplicaLogDirPartitionResult', '0+', fields=(
+                field('PartitionIndex', 'int32', '0+'),
+                field('ErrorCode', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+
 # DescribeLogDirs v4 (KIP-827) adds TotalBytes and UsableBytes to each log directory; v3 the top-level ErrorCode.
 DESCRIBE_LOG_DIRS_REQUEST = request(
     35, 'DescribeLogDirsRequest', valid="0-4", flexible='2+', fields=(

@@ -26,6 +26,8 @@ from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_res
 from partitions.errors import ErrorCode
 from partitions.records import build_batch, decode_batches
 from partitions.storage import MemoryStorage
+from security.acl import Authorizer, AuthorizerSettings
+from security.session import Session
 
 
 class Cluster:
@@ -565,6 +567,36 @@ def test_describe_log_dirs_lists_the_replicas_here_with_their_sizes(cluster):
     (only,) = cluster.call(leader, ApiKey.DESCRIBE_LOG_DIRS, 1, asked).results
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in only.topics] == [("t", [0])]
 
+
+def test_alter_replica_log_dirs_on_a_broker_of_one_log_directory(cluster):
+    """Kafka's ReplicaManager.alterReplicaLogDirs: a replica asked into the directory it is in stays (NONE);
+    another path is not a log directory of this broker; no replica here, or no such topic, each its error; a
+    partition named under two paths takes the last; ALTER on the cluster is required."""
+    request_class = messages.AlterReplicaLogDirsRequest
+    cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="single", num_partitions=1, replication_factor=1),)))
+    single_leader = cluster.images[1].topics.by_name["single"].partitions[0].leader
+    elsewhere = next(b for b in cluster.brokers if b != single_leader)
+
+    def alter(broker_id, version, *dirs):
+        response = cluster.call(broker_id, ApiKey.ALTER_REPLICA_LOG_DIRS, version, request_class(dirs=[
+            request_class.AlterReplicaLogDir(path=path, topics=[
+                request_class.AlterReplicaLogDirTopic(name=name, partitions=list(indexes)) for name, indexes in topics])
+            for path, topics in dirs]))
+        assert response.throttle_time_ms == 0
+        return [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in response.results]
+
+    assert alter(elsewhere, 2, ("/memory/logs", [("t", [0, 1]), ("single", [0]), ("absent", [0])]),
+                 ("/elsewhere", [("t", [2])])) == [
+        ("t", [(0, ErrorCode.NONE), (1, ErrorCode.NONE), (2, ErrorCode.LOG_DIR_NOT_FOUND)]),
+        ("single", [(0, ErrorCode.REPLICA_NOT_AVAILABLE)]), ("absent", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
+    assert alter(single_leader, 0, ("/elsewhere", [("single", [0])]), ("/memory/logs", [("single", [0])])) == [
+        ("single", [(0, ErrorCode.NONE)])]  # the last path named wins
+    assert alter(single_leader, 1, ("/memory/logs", [("x" * 220, [0])])) == [
+        ("x" * 220, [(0, ErrorCode.INVALID_TOPIC_EXCEPTION)])]  # its future log's directory name would be too long
+    cluster.apis[single_leader].authorizer = Authorizer(AuthorizerSettings(frozenset({"User:admin"})))
+    cluster.apis[single_leader].session = Session("SASL_SSL", "SASL_SSL", "127.0.0.1", "User:erin", authenticated=True)
+    assert alter(single_leader, 2, ("/memory/logs", [("single", [0])])) == [
+        ("single", [(0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)])]
 
 def test_a_stale_leadership_replayed_after_the_leader_moved_leaves_the_truncation_owed(cluster):
     """An older metadata snapshot installed on a live broker replays a leadership it has lost since (the

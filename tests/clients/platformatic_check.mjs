@@ -6,8 +6,8 @@
 // PREFIX-admin itself. Prints one JSON object: what an idempotent acks=all producer sent, what a classic group
 // and a KIP-848 group read and committed, what a transactional producer committed and aborted, what a
 // read_committed consumer read, and what the admin client saw.
-import { Admin, Connection, Consumer, Producer, describeQuorumV2, describeTopicPartitionsV0, stringDeserializers,
-         stringSerializers }
+import { Admin, Connection, Consumer, Producer, alterReplicaLogDirsV2, describeQuorumV2, describeTopicPartitionsV0,
+         stringDeserializers, stringSerializers }
   from '@platformatic/kafka'
 
 const [bootstrap, prefix] = process.argv.slice(2)
@@ -152,6 +152,7 @@ out.altered_offsets = await committed(admin, `${prefix}-848`, topic)
 const logDirs = await admin.describeLogDirs({ topics: [{ name: topic, partitions: [0, 1, 2, 3] }] })
 out.log_dir_replicas = logDirs.map(b => b.results.flatMap(r => r.topics.flatMap(t => t.partitions)).length)
   .reduce((a, b) => a + b, 0)
+const firstLogDir = logDirs.find(b => b.broker === 1).results[0].logDir
 await admin.alterClientQuotas({ entries: [{ entities: [{ entityType: 'client-id', entityName: `${prefix}-app` }],
                                             ops: [{ key: 'producer_byte_rate', value: 1048576, remove: false }] }] })
 const quotas = await admin.describeClientQuotas({ components: [{ entityType: 'client-id', matchType: 0,
@@ -180,5 +181,11 @@ out.quorum = { errorCode: quorum.errorCode, topic: quorum.topics[0].topicName, p
                                                            v.lastCaughtUpTimestamp]),
                observers: metadataLog.observers.map(o => o.replicaId),
                nodes: quorum.nodes.map(n => [n.nodeId, n.listeners.map(l => [l.name, l.host, l.port])]) }
+// AlterReplicaLogDirs v2, a raw API that throws on any partition's error (with the response): a replica asked
+// into the directory it is in, and another into a path that is no log directory of the node.
+const altered = await new Promise(resolve => alterReplicaLogDirsV2.api(connection, [
+  { path: firstLogDir, topics: [{ name: topic, partitions: [0] }] },
+  { path: '/nowhere', topics: [{ name: topic, partitions: [1] }] }], (error, response) => resolve(error ? error.response : response)))
+out.alter_log_dirs = altered.results.flatMap(r => r.partitions.map(p => [r.topicName === topic, p.partitionIndex, p.errorCode]))
 await connection.close()
 console.log(JSON.stringify(json(out)))

@@ -6,7 +6,7 @@ consumer group and a KIP-848 consumer group that read and commit, a transactiona
 aborts, a read_committed consumer, and the admin client (topics created and deleted, groups listed, described
 and deleted, configs altered both ways and described, partitions added, records deleted, offsets listed, a
 group's offsets altered and deleted, log dirs described, a client quota set and described; the raw
-DescribeTopicPartitions and DescribeQuorum APIs). A broker that serves older maxima only fails it at the first request ("No usable implementation
+DescribeTopicPartitions, DescribeQuorum and AlterReplicaLogDirs APIs). A broker that serves older maxima only fails it at the first request ("No usable implementation
 found for API ...").
 
 The client comes from npm (pinned below) into build/js on first use; the script runs from there, since an ES
@@ -120,6 +120,8 @@ def test_a_client_of_recent_versions_only_produces_consumes_in_both_group_protoc
     high_watermark = int(quorum["highWatermark"])
     assert all(0 < int(offset) <= high_watermark + 10 and int(fetched) > 0 for _, offset, fetched, _ in quorum["voters"])
     assert quorum["nodes"] == [[node, [["CONTROLLER", "127.0.0.1", cluster.controller_ports[node]]]] for node in (1, 2, 3)]
+    # AlterReplicaLogDirs: into the node's own log directory a replica stays (0); another path is not one (57).
+    assert result["alter_log_dirs"] == [[True, 0, 0], [True, 1, 57]]
 
 
 def test_the_client_over_sasl_ssl_with_scram_sha_512(tmp_path):

@@ -505,3 +505,22 @@ def test_describe_quorum_v2_golden_bytes_with_a_voter_and_its_controller_listene
     body = "0000" "00" "02" "026d" "02" + partition + "00" "02" "00000001" "02" "0243" "0268" "2385" "00" "00" "00"
     assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
     assert codec.decode_response(55, 2, frame[4:], strict=True) == (1, response)
+
+
+def test_alter_replica_log_dirs_v2_golden_bytes():  # flexible from v2
+    request_class = messages.AlterReplicaLogDirsRequest
+    request = request_class(dirs=[request_class.AlterReplicaLogDir(path="/d", topics=[
+        request_class.AlterReplicaLogDirTopic(name="t", partitions=[0, 1])])])
+    frame = codec.encode_request(RequestHeader(34, 2, 1, "c"), request)
+    # Dirs [Path "/d", Topics [Name "t", Partitions [0, 1], tags], tags], tags
+    body = "02" "032f64" "02" "0274" "03" "00000000" "00000001" "00" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0022" "0002" "00000001" "0001" "63" "00" + body
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(34, 2, 1, "c"), request)
+    response_class = messages.AlterReplicaLogDirsResponse
+    response = response_class(throttle_time_ms=0, results=[response_class.AlterReplicaLogDirTopicResult(
+        topic_name="t", partitions=[response_class.AlterReplicaLogDirPartitionResult(partition_index=1, error_code=57)])])
+    frame = codec.encode_response(RequestHeader(34, 2, 1, "c"), response)
+    # ThrottleTimeMs 0, Results [TopicName "t", Partitions [PartitionIndex 1, ErrorCode 57, tags], tags], tags
+    body = "00000000" "02" "0274" "02" "00000001" "0039" "00" "00" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
+    assert codec.decode_response(34, 2, frame[4:], strict=True) == (1, response)
