@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from broker.fetch_session import next_epoch
 from net.protocol import messages
 from net.protocol.codec import ApiKey
-from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.replica import EpochEndOffset
 from partitions.storage import StorageError
@@ -290,8 +289,8 @@ class ReplicaFetcher:
                 # Records that do not continue our log: re-validate our end against the leader's epochs.
                 hosted.needs_epoch_check = True
             else:
-                if not outcome.ignored and records:
-                    headers = [h for _, h in iter_batches(records) if h.base_offset >= log_end_offset]
+                if outcome.appended is not None:  # every batch of `records`, each at or past our former end
+                    headers = outcome.appended.batch_headers
                     hosted.producer_state.update(
                         headers, markers_in(records) if any(h.is_control for h in headers) else None)
                 if hosted.log.log_start_offset != log_start_offset:  # a directory listing: only when it moved

@@ -216,6 +216,7 @@ class FollowerFetchOutcome:
     high_watermark: int
     truncation_complete: bool = True
     ignored: bool = False  # a stale response (its fetch offset is no longer our LEO)
+    appended: Any = None  # the log's AppendInfo of what the response appended (its batch headers feed the producer state)
 
 
 @dataclass(slots=True)
@@ -828,8 +829,7 @@ class Partition:
         if diverging_epoch is not None:
             truncated_to, complete = self._truncate_to_epoch_end_offset(EpochEndOffset(*diverging_epoch))
             return FollowerFetchOutcome(truncated_to, self.log.log_end_offset, self._high_watermark, complete)
-        if records:
-            self.log.append_as_follower(records, now_ms)
+        appended = self.log.append_as_follower(records, now_ms) if records else None
         # Only forward (Kafka's UnifiedLog.maybeUpdateHighWatermark): a restarted leader that reports a lower
         # high watermark must not pull a follower's back. Truncation lowers it explicitly elsewhere.
         self._high_watermark = self._clamp_to_log(max(self._high_watermark, min(leader_hw, self.log.log_end_offset)))
@@ -838,7 +838,7 @@ class Partition:
         if self.log.log_start_offset < leader_log_start_offset <= self._high_watermark:
             self.log.delete_records_before(leader_log_start_offset)
         self._check_invariants()
-        return FollowerFetchOutcome(None, self.log.log_end_offset, self._high_watermark)
+        return FollowerFetchOutcome(None, self.log.log_end_offset, self._high_watermark, appended=appended)
 
     def follower_truncate_with_epoch_end_offset(self, leader_epoch_end: EpochEndOffset | tuple[int, int]) -> bool:
         """Truncate by the leader's OffsetsForLeaderEpoch answer for our latest epoch (KIP-101, KIP-279):
