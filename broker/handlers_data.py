@@ -111,7 +111,7 @@ class DataPlaneApis:
         return [
             (ApiKey.PRODUCE, 3, 12, self._produce),
             (ApiKey.FETCH, 4, 17, self._fetch),
-            (ApiKey.LIST_OFFSETS, 1, 9, self._list_offsets),
+            (ApiKey.LIST_OFFSETS, 1, 10, self._list_offsets),
             (ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4, self._offset_for_leader_epoch),
             (ApiKey.DELETE_RECORDS, 0, 2, self._delete_records),  # v2: v1, flexible
         ]

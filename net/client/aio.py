@@ -482,7 +482,7 @@ class KafkaClient:
         request_class = messages.ListOffsetsRequest
         request = request_class(replica_id=-1, isolation_level=isolation_level, topics=[request_class.ListOffsetsTopic(
             name=topic, partitions=[request_class.ListOffsetsPartition(partition_index=p, timestamp=timestamp)
-                                    for p in partitions])])
+                                    for p in partitions])], timeout_ms=self.request_timeout_ms)  # v10: for tiered lookups
         response = await self._request(leader, ApiKey.LIST_OFFSETS, request)
         for topic_response in response.topics:
             for answer in topic_response.partitions:

@@ -144,8 +144,10 @@ FETCH_RESPONSE = response(
     ),
 )
 
+# ListOffsets v10 (Kafka 4.0, KIP-1075) adds TimeoutMs, how long a lookup in tiered storage may take; the
+# response is v9's. Without tiered storage every answer is immediate and the timeout unused.
 LIST_OFFSETS_REQUEST = request(
-    2, 'ListOffsetsRequest', valid="1-9", flexible='6+', fields=(
+    2, 'ListOffsetsRequest', valid="1-10", flexible='6+', fields=(
         field('ReplicaId', 'int32', '0+'),
         field('IsolationLevel', 'int8', '2+'),
         field('Topics', '[]ListOffsetsTopic', '0+', fields=(
@@ -156,11 +158,12 @@ LIST_OFFSETS_REQUEST = request(
                 field('Timestamp', 'int64', '0+'),
             )),
         )),
+        field('TimeoutMs', 'int32', '10+', default=0),
     ),
 )
 
 LIST_OFFSETS_RESPONSE = response(
-    2, 'ListOffsetsResponse', valid="1-9", flexible='6+', fields=(
+    2, 'ListOffsetsResponse', valid="1-10", flexible='6+', fields=(
         field('ThrottleTimeMs', 'int32', '2+'),
         field('Topics', '[]ListOffsetsTopicResponse', '0+', fields=(
             field('Name', 'string', '0+'),

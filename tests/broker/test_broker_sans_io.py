@@ -388,17 +388,23 @@ def test_list_offsets_special_timestamps_answer_as_kafka_does(cluster):  # KIP-7
         request_class.TopicProduceData(name="t", partition_data=[request_class.PartitionProduceData(index=0, records=batch)])]))
     cluster.replicate()
 
-    def listed(timestamp):
+    def listed(timestamp, version=9):
         list_class = messages.ListOffsetsRequest
         request = list_class(replica_id=-1, isolation_level=0, topics=[list_class.ListOffsetsTopic(name="t", partitions=[
-            list_class.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])])
-        answer = cluster.call(leader, ApiKey.LIST_OFFSETS, 9, request).topics[0].partitions[0]
+            list_class.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])],
+            timeout_ms=30_000)
+        answer = cluster.call(leader, ApiKey.LIST_OFFSETS, version, request).topics[0].partitions[0]
         return answer.error_code, answer.offset, answer.timestamp
 
     assert listed(-3) == (ErrorCode.NONE, 1, 1_700_000_009_000)  # the record, inside its batch
     assert listed(-4) == (ErrorCode.NONE, 0, -1)  # earliest local: the log start, nothing is tiered
     assert listed(-5) == (ErrorCode.NONE, -1, -1)  # latest tiered: nothing is
     assert listed(-6)[0] == ErrorCode.INVALID_REQUEST
+    # v10 (Kafka 4.0, KIP-1075) carries the time a tiered-storage lookup may take: nothing is tiered, the answers
+    # are v9's
+    assert [listed(timestamp, 10) for timestamp in (-1, -2, -3, 1_700_000_006_000)] == [
+        (ErrorCode.NONE, 3, -1), (ErrorCode.NONE, 0, -1), (ErrorCode.NONE, 1, 1_700_000_009_000),
+        (ErrorCode.NONE, 1, 1_700_000_009_000)]
 
 
 def test_a_restarted_broker_serves_nothing_until_this_incarnation_is_unfenced(cluster):

@@ -524,3 +524,16 @@ def test_alter_replica_log_dirs_v2_golden_bytes():  # flexible from v2
     body = "00000000" "02" "0274" "02" "00000001" "0039" "00" "00" "00"
     assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
     assert codec.decode_response(34, 2, frame[4:], strict=True) == (1, response)
+
+
+def test_list_offsets_v10_golden_bytes_end_with_the_timeout():  # KIP-1075 (Kafka 4.0)
+    request_class = messages.ListOffsetsRequest
+    request = request_class(replica_id=-1, isolation_level=1, topics=[request_class.ListOffsetsTopic(
+        name="t", partitions=[request_class.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
+                                                                 timestamp=-1)])], timeout_ms=30000)
+    frame = codec.encode_request(RequestHeader(2, 10, 1, "c"), request)
+    # ReplicaId -1, IsolationLevel 1, Topics [Name "t", Partitions [PartitionIndex 0, CurrentLeaderEpoch -1,
+    # Timestamp -1, tags], tags], TimeoutMs 30000, tags
+    body = "ffffffff" "01" "02" "0274" "02" "00000000" "ffffffff" "ffffffffffffffff" "00" "00" "00007530" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0002" "000a" "00000001" "0001" "63" "00" + body
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(2, 10, 1, "c"), request)
