@@ -8,7 +8,8 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
   1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (a 100-byte record per request while none waits;
                             the Produce requests are counted): p50/p99 at record rates stepped up, and the
-                            highest rate with p99 <= 10 ms (--small-only runs just these rows)
+                            highest rate with p99 <= 10 ms; the 3-node row once more with the partition
+                            leader's node on a CPU of its own (--small-only runs just these rows)
   1 node,  RF=1, acks=1   : 1 KiB records over SASL_SSL (TLS 1.2+, SASL/PLAIN, the authorizer on) and over
                             PLAINTEXT on the same node: produce and consume, and their ratio (--security-only
                             runs just these rows)
@@ -208,24 +209,35 @@ def _produce_requests(reports: list[tuple[float, dict]], since: float, seconds_m
 
 SMALL_REQUEST_RATES = (1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000)
 SMALL_REQUEST_P99_MS_MAX = 10.0
-SMALL_REQUEST_CLUSTERS = ((1, "1"), (3, "all"))
+# (nodes, acks, the partition leader's node on a CPU of its own): the last row runs the 3-node one again with
+# the leader's process alone on the last CPU and the other nodes and the load generator on the others.
+SMALL_REQUEST_CLUSTERS = ((1, "1", False), (3, "all", False), (3, "all", True))
 
 
 def small_request_rows(root: str, seconds: float) -> None:
     """linger.ms=0 (a 100-byte record per Produce request, unless records queue behind one in flight; each row
     prints the Produce requests librdkafka sent): the record rate stepped up on a fresh cluster,
     p50/p99 at each step, and the highest rate whose p99 stays under 10 ms (1 node acks=1; 3 nodes RF=3
-    acks=all). Steps stop after the first one whose p99 exceeds 10 ms twice over (the broker fell behind)."""
-    for nodes, acks in SMALL_REQUEST_CLUSTERS:
-        cluster = start_cluster(os.path.join(root, f"small-{nodes}"), nodes)
+    acks=all, as the kernel schedules them and with the partition leader on a CPU of its own). Steps stop
+    after the first one whose p99 exceeds 10 ms twice over (the broker fell behind)."""
+    for nodes, acks, pinned in SMALL_REQUEST_CLUSTERS:
+        cpus = sorted(os.sched_getaffinity(0))
+        if pinned and len(cpus) < 2:
+            print("RESULT 3node.acksall.linger0.leader_on_own_cpu skipped: one CPU", flush=True)
+            continue
+        name = f"{nodes}node.acks{acks}.linger0" + (".leader_on_own_cpu" if pinned else "")
+        cluster = start_cluster(os.path.join(root, f"small-{nodes}{'-pinned' if pinned else ''}"), nodes)
         best = 0
         try:
             create_topic(cluster, "small", 1, 1 if nodes == 1 else 3, min_insync_replicas="1" if nodes == 1 else "2")
             eventually(lambda: topic_of(metadata(cluster), "small"))
+            if pinned:
+                leader = topic_of(metadata(cluster), "small")["partitions"][0]["leader"]
+                pin_leader(cluster, leader, cpus)
             latency(cluster.bootstrap_servers, "small", 500, 1.0, acks, 0)  # connections and metadata warm
             for rate in SMALL_REQUEST_RATES:
                 measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0)
-                print(f"RESULT {nodes}node.acks{acks}.linger0.rate_{rate} p50={measured['p50_ms']:.2f} ms "
+                print(f"RESULT {name}.rate_{rate} p50={measured['p50_ms']:.2f} ms "
                       f"p99={measured['p99_ms']:.2f} ms records={measured['records']} "
                       f"produce_requests={measured['produce_requests']} "
                       f"({measured['produce_requests'] / (rate * seconds):.2f} per record)", flush=True)
@@ -235,8 +247,19 @@ def small_request_rows(root: str, seconds: float) -> None:
                     break
         finally:
             cluster.stop()
-        print(f"RESULT {nodes}node.acks{acks}.linger0.highest_rate_p99_under_10ms {best:,} requests/s "
+            os.sched_setaffinity(0, cpus)
+        print(f"RESULT {name}.highest_rate_p99_under_10ms {best:,} requests/s "
               f"(steps {', '.join(map(str, SMALL_REQUEST_RATES))})", flush=True)
+
+
+def pin_leader(cluster: LocalCluster, leader: int, cpus: list[int]) -> None:
+    """The leader node's threads on the last CPU alone; the other nodes' threads, and this process's threads
+    from now on (the load generator's librdkafka threads start with its producer), on the other CPUs."""
+    own, rest = {cpus[-1]}, set(cpus[:-1])
+    for node_id, process in cluster.processes.items():
+        for thread in os.listdir(f"/proc/{process.pid}/task"):
+            os.sched_setaffinity(int(thread), own if node_id == leader else rest)
+    os.sched_setaffinity(0, rest)
 
 
 def start_cluster(directory: str, nodes: int) -> LocalCluster:
