@@ -104,6 +104,7 @@ class KafkaApis:
         # The address of the client whose request is being handled ("/127.0.0.1", as Kafka writes it), set
         # by the runtime that knows the connection; coordinators record it as a member's client host.
         self.client_host = ""
+        self.client_software: tuple[str | None, str | None] = (None, None)  # ApiVersions v3+ (name, version)
         # The security session of the request being handled (set by the dispatcher; anonymous without one),
         # and Kafka's standard authorizer over the image's ACLs, or None when no authorizer is configured
         # (then every request is allowed, as Kafka without authorizer.class.name).

@@ -26,6 +26,7 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+CLIENT_METRICS_CONFIG = 7  # a client telemetry subscription's config (KIP-714)
 CLUSTER_DEFAULT = ""  # the BROKER resource name of the cluster-wide dynamic defaults
 
 TOPIC_TO_BROKER_CONFIG = {topic: broker for broker, topic in BROKER_TO_TOPIC_CONFIG.items()}

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 RESOURCE_TYPE_TOPIC = 2
 RESOURCE_TYPE_BROKER = 4
+RESOURCE_TYPE_CLIENT_METRICS = 16  # a client telemetry subscription (KIP-714)
+CLIENT_METRICS_CONFIG_TYPES = {"metrics": 7, "interval.ms": 3, "match": 7}  # LIST, INT, LIST
 
 # KIP-599: the first version of each API whose controller mutation quota is strict (Kafka's
 # strictSinceVersion): an exceeded quota refuses the mutations; older versions accept them and throttle.
@@ -86,7 +88,9 @@ BROKER_ONLY_CONFIG_TYPES = {
 
 
 def config_type(resource_type: int, name: str) -> int:
-    """The DescribeConfigs ConfigType of config `name` of a TOPIC or BROKER resource."""
+    """The DescribeConfigs ConfigType of config `name` of a TOPIC, BROKER or CLIENT_METRICS resource."""
+    if resource_type == RESOURCE_TYPE_CLIENT_METRICS:
+        return CLIENT_METRICS_CONFIG_TYPES.get(name, CONFIG_TYPE_UNKNOWN)
     if resource_type == RESOURCE_TYPE_BROKER:
         if name in BROKER_ONLY_CONFIG_TYPES:
             return BROKER_ONLY_CONFIG_TYPES[name]
@@ -365,7 +369,7 @@ class AdminApis:
         if resource_type == RESOURCE_TYPE_TOPIC:
             return None if self.apis.authorize(operation, ResourceType.TOPIC, resource_name) \
                 else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        if resource_type == RESOURCE_TYPE_BROKER:
+        if resource_type in (RESOURCE_TYPE_BROKER, RESOURCE_TYPE_CLIENT_METRICS):
             return None if self.apis.authorize_cluster(operation) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return None
 
@@ -425,6 +429,13 @@ class AdminApis:
                 if entries is None:
                     result.error_code = ErrorCode.INVALID_REQUEST
                     result.error_message = f"Broker resource name must be empty or a broker id, not {resource.resource_name!r}"
+            elif resource.resource_type == RESOURCE_TYPE_CLIENT_METRICS:
+                # A subscription's configs as set (Kafka's ConfigHelper); an unknown name has none.
+                entries = [config_sources.Entry(name, value, config_sources.CLIENT_METRICS_CONFIG) for name, value in
+                           sorted(self.broker.image.configs.get(RESOURCE_TYPE_CLIENT_METRICS, resource.resource_name).items())]
+                if not resource.resource_name:
+                    result.error_code = ErrorCode.INVALID_REQUEST
+                    result.error_message = "Client metrics subscription name must not be empty"
             else:
                 entries = None
                 result.error_code = ErrorCode.INVALID_REQUEST

@@ -43,6 +43,8 @@ from broker.coordinators import (
 )
 from broker.groups import GroupApis
 from broker.transactions import TransactionApis
+from broker.handlers_telemetry import TelemetryApis
+from broker.telemetry import ClientMetricsManager
 from groupcoord.config import GroupConfig
 from groupcoord.shard import GroupCoordinatorShard
 from txn.coordinator import TransactionConfig, TransactionCoordinatorShard
@@ -215,6 +217,9 @@ class NodeState:
         self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service,
                                             settings.transaction_version)
         self.apis.register(self.transactions)
+        # Client telemetry (KIP-714) is served when the node has a metrics endpoint to show it on.
+        self.telemetry = ClientMetricsManager(self.rng)
+        self.apis.register(TelemetryApis(self.apis, self.telemetry, self.node_config.metrics_port is not None))
 
     # ------------------------------------------------------------------ metadata publishing
 

@@ -23,6 +23,7 @@ _SUBCOMMAND_MODULES = (
     "cli.transactions",
     "cli.security",
     "cli.quotas",
+    "cli.client_metrics",
     "cli.top",
     "cli.dump_log",
     "cli.simulate",

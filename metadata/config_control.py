@@ -1,6 +1,6 @@
 """The controller's config requests (Kafka's ConfigurationControlManager): AlterConfigs and
-IncrementalAlterConfigs for topics and brokers (per broker id, or the cluster default ""), and the validated
-configs of a new topic.
+IncrementalAlterConfigs for topics, brokers (per broker id, or the cluster default "") and client telemetry
+subscriptions (CLIENT_METRICS resources, KIP-714), and the validated configs of a new topic.
 
 Pure functions of the current image, as metadata/security_control.py: each validates a request and returns
 the records to commit and the response. A resource's changes are the ConfigRecords that take its current
@@ -9,7 +9,14 @@ configs to the requested ones (a record with value None deletes a key); validate
 
 from __future__ import annotations
 
-from metadata.configs import is_list_config, split_list, validate_broker_config, validate_topic_config
+from metadata.configs import (
+    CLIENT_METRICS_LIST_CONFIGS,
+    is_list_config,
+    split_list,
+    validate_broker_config,
+    validate_client_metrics_config,
+    validate_topic_config,
+)
 from metadata.image import MetadataImage
 from metadata.records import ConfigRecord, ConfigResourceType, MetadataRecord
 from metadata.requests import (
@@ -52,15 +59,18 @@ def alter_configs(image: MetadataImage, request: AlterConfigsRequest | Increment
 def _config_changes(image: MetadataImage, resource: ConfigResource, incremental: bool) -> list[ConfigRecord]:
     """The ConfigRecords that take `resource` to its requested configs. Raises KafkaError."""
     is_topic, replication_factor = _config_resource(image, resource)
+    client_metrics = resource.resource_type == ConfigResourceType.CLIENT_METRICS
     current = dict(image.configs.get(resource.resource_type, resource.resource_name))
     if incremental:
-        wanted = _apply_config_ops(current, resource.configs, is_topic)
+        wanted = _apply_config_ops(current, resource.configs, is_topic, client_metrics)
     else:
         wanted = _replacement_configs(resource.configs)
     for name, value in wanted.items():
         if current.get(name) != value:
             if is_topic:
                 validate_topic_config(name, value, replication_factor)
+            elif client_metrics:
+                validate_client_metrics_config(name, value)
             else:
                 validate_broker_config(name, value)
     changed = sorted(set(current) | set(wanted))
@@ -82,6 +92,10 @@ def _config_resource(image: MetadataImage, resource: ConfigResource) -> tuple[bo
         name = resource.resource_name
         if name != CLUSTER_DEFAULT_RESOURCE and not (name.isdigit() and int(name) <= BROKER_ID_MAX):
             raise InvalidRequestError(f"Broker resource name must be empty or a broker id, not {name!r}")
+        return False, None
+    if resource.resource_type == ConfigResourceType.CLIENT_METRICS:  # a telemetry subscription (KIP-714)
+        if not resource.resource_name:
+            raise InvalidRequestError("Subscription name can't be empty")
         return False, None
     raise InvalidRequestError(f"Unsupported config resource type {resource.resource_type}")
 
@@ -111,7 +125,8 @@ def _replacement_configs(entries: tuple[AlterableConfig, ...]) -> dict[str, str]
     return wanted
 
 
-def _apply_config_ops(current: dict[str, str], entries: tuple[AlterableConfig, ...], is_topic: bool) -> dict[str, str]:
+def _apply_config_ops(current: dict[str, str], entries: tuple[AlterableConfig, ...], is_topic: bool,
+                      client_metrics: bool = False) -> dict[str, str]:
     """Kafka's IncrementalAlterConfigs: SET, DELETE, and APPEND / SUBTRACT for LIST keys."""
     wanted = dict(current)
     seen: set[str] = set()
@@ -129,7 +144,7 @@ def _apply_config_ops(current: dict[str, str], entries: tuple[AlterableConfig, .
         if entry.op == AlterConfigOp.SET:
             wanted[entry.name] = entry.value
             continue
-        if not is_list_config(is_topic, entry.name):
+        if not (entry.name in CLIENT_METRICS_LIST_CONFIGS if client_metrics else is_list_config(is_topic, entry.name)):
             raise InvalidConfigError(
                 f"Can't {AlterConfigOp(entry.op).name} to key {entry.name} because its type is not LIST."
             )

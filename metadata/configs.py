@@ -13,9 +13,10 @@ named "" holds the cluster-wide defaults.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
-from partitions.errors import InvalidConfigError
+from partitions.errors import InvalidConfigError, InvalidRequestError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -207,3 +208,46 @@ def validate_broker_config(name: str, value: str) -> object:
 def _check_length(name: str, value: str) -> None:
     if len(value) > config_value_chars_max:
         raise InvalidConfigError(f"Invalid value for configuration {name}: longer than {config_value_chars_max}")
+
+
+# Client telemetry subscriptions (KIP-714; Kafka's ClientMetricsConfigs): CLIENT_METRICS config resources.
+CLIENT_METRICS_METRICS, CLIENT_METRICS_INTERVAL_MS, CLIENT_METRICS_MATCH = "metrics", "interval.ms", "match"
+CLIENT_METRICS_LIST_CONFIGS = frozenset({CLIENT_METRICS_METRICS, CLIENT_METRICS_MATCH})
+CLIENT_METRICS_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
+CLIENT_METRICS_INTERVAL_MS_RANGE = (100, 3_600_000)
+CLIENT_MATCH_SELECTORS = frozenset({"client_instance_id", "client_id", "client_software_name",
+                                    "client_software_version", "client_source_address", "client_source_port"})
+
+
+def validate_client_metrics_config(name: str, value: str) -> object:
+    """The parsed value of a subscription's config. Raises InvalidRequestError for an unknown key or an
+    interval outside 100 ms - 1 h and InvalidConfigError for a bad match pattern, as Kafka does."""
+    _check_length(name, value)
+    if name == CLIENT_METRICS_METRICS:
+        return split_list(value)
+    if name == CLIENT_METRICS_INTERVAL_MS:
+        try:
+            interval = int(value.strip())
+        except ValueError:
+            raise InvalidConfigError(f"Invalid value {value} for configuration {name}: Not a number of type INT") from None
+        low, high = CLIENT_METRICS_INTERVAL_MS_RANGE
+        if not low <= interval <= high:
+            raise InvalidRequestError(f"Invalid value {interval} for {name}, interval must be between 100 and 3600000 (1 hour)")
+        return interval
+    if name == CLIENT_METRICS_MATCH:
+        return client_match_patterns(split_list(value))
+    raise InvalidRequestError(f"Unknown client metrics configuration: {name}")
+
+
+def client_match_patterns(patterns: tuple[str, ...]) -> dict[str, re.Pattern[str]]:
+    """selector -> compiled pattern (matched against the whole attribute). Raises InvalidConfigError."""
+    compiled = {}
+    for pattern in patterns:
+        parts = pattern.split("=")
+        if len(parts) != 2 or parts[0].strip() not in CLIENT_MATCH_SELECTORS:
+            raise InvalidConfigError(f"Illegal client matching pattern: {pattern}")
+        try:
+            compiled[parts[0].strip()] = re.compile(parts[1].strip())
+        except re.error:
+            raise InvalidConfigError(f"Illegal client matching pattern: {pattern}") from None
+    return compiled

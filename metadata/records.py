@@ -31,6 +31,7 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    CLIENT_METRICS = 16  # a client telemetry subscription (KIP-714)
 
 
 _record = dataclasses.dataclass(frozen=True, slots=True)

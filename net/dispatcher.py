@@ -67,6 +67,7 @@ class KafkaDispatcher:
         # request id -> (reply, header, connection, started (perf_counter s), acks label)
         self._pending: dict[int, tuple[PendingReply, RequestHeader, int, float, str]] = {}
         self._client_hosts: dict[int, str] = {}
+        self._client_software: dict[int, tuple[str | None, str | None]] = {}  # ApiVersions v3+ (KIP-511)
         self._sessions: dict[int, Session] = {}
         self._anonymous = anonymous_session()
         self._batch_depth = 0  # > 0 while the server hands over the frames of one read (`batch`)
@@ -128,7 +129,10 @@ class KafkaDispatcher:
             raise CloseConnection(error.message) from None
         if not self.apis.is_supported(header.api_key, header.api_version):
             return self._unsupported(header)
+        if header.api_key == ApiKey.API_VERSIONS and header.api_version >= 3:
+            self._client_software[connection_id] = (request.client_software_name, request.client_software_version)
         self.apis.client_host = self._client_hosts.get(connection_id, "")
+        self.apis.client_software = self._client_software.get(connection_id, (None, None))
         self.apis.session = session
         started = time.perf_counter()
         acks = str(request.acks) if header.api_key == ApiKey.PRODUCE else ""
@@ -233,6 +237,7 @@ class KafkaDispatcher:
 
     def connection_closed(self, connection_id: int) -> None:
         self._client_hosts.pop(connection_id, None)
+        self._client_software.pop(connection_id, None)
         self._sessions.pop(connection_id, None)
         # Deferred requests of a closed connection still complete in the core (the produce is appended
         # either way); their replies are simply dropped when they arrive.

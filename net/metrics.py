@@ -11,6 +11,7 @@ the time it waits for it, and closes the connection after each answer.
 from __future__ import annotations
 
 import gc
+import re
 from typing import Any, Callable, Iterator
 
 import trio
@@ -51,6 +52,33 @@ GAUGE_HELP = {
 }
 
 
+CLIENT_LABELS = ("client_instance_id", "client_id", "client_software_name", "client_software_version")
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def client_telemetry_families(manager: Any) -> Iterator[Any]:
+    """What clients pushed (KIP-714; broker/telemetry.py): a gauge per OTLP metric, its name with every
+    character outside [a-zA-Z0-9_] turned into `_` (as OpenTelemetry's Prometheus exporter does), labelled
+    with the client instance and the data point's own attributes; and the instances known."""
+    instances = GaugeMetricFamily("flotilla_client_telemetry_instances", "Client instances this broker holds "
+                                  "telemetry subscriptions for (KIP-714)")
+    instances.add_metric([], len(manager.instances))
+    yield instances
+    by_metric: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for instance in manager.instances.values():
+        client = {label: instance.attributes.get(label) or "" for label in CLIENT_LABELS}
+        for (name, attributes), value in instance.series.items():
+            by_metric.setdefault(name, []).append(({**dict(attributes), **client}, value))
+    for name, points in sorted(by_metric.items()):
+        labels = sorted({label for point, _ in points for label in point} - set(CLIENT_LABELS))
+        label_names = [*CLIENT_LABELS, *(_NOT_IN_NAME.sub("_", label) for label in labels)]
+        family = GaugeMetricFamily(_NOT_IN_NAME.sub("_", name), f"{name} (pushed by clients, KIP-714)",
+                                   labels=label_names)
+        for point, value in points:
+            family.add_metric([point.get(label, "") for label in (*CLIENT_LABELS, *labels)], value)
+        yield family
+
+
 def _buckets(histogram: Histogram) -> list[tuple[str, int]]:
     return [("+Inf" if bound == float("inf") else repr(bound), count) for bound, count in histogram.cumulative()]
 
@@ -81,6 +109,9 @@ class NodeCollector:
             family.add_metric([value for _, value in sample.labels], sample.value)
         yield from families.values()
         yield from self._garbage_collector()
+        manager = getattr(self.state, "telemetry", None)
+        if manager is not None:
+            yield from client_telemetry_families(manager)
 
     @staticmethod
     def _connections(limits: dict[str, ConnectionLimits]) -> Iterator[Any]:

@@ -118,6 +118,12 @@ DescribeTopicPartitionsResponse = build_message_class(specs.DESCRIBE_TOPIC_PARTI
 DescribeQuorumRequest = build_message_class(specs.DESCRIBE_QUORUM_REQUEST)
 AlterReplicaLogDirsRequest = build_message_class(specs.ALTER_REPLICA_LOG_DIRS_REQUEST)
 AlterReplicaLogDirsResponse = build_message_class(specs.ALTER_REPLICA_LOG_DIRS_RESPONSE)
+GetTelemetrySubscriptionsRequest = build_message_class(specs.GET_TELEMETRY_SUBSCRIPTIONS_REQUEST)
+GetTelemetrySubscriptionsResponse = build_message_class(specs.GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE)
+PushTelemetryRequest = build_message_class(specs.PUSH_TELEMETRY_REQUEST)
+PushTelemetryResponse = build_message_class(specs.PUSH_TELEMETRY_RESPONSE)
+ListConfigResourcesRequest = build_message_class(specs.LIST_CLIENT_METRICS_RESOURCES_REQUEST)
+ListConfigResourcesResponse = build_message_class(specs.LIST_CLIENT_METRICS_RESOURCES_RESPONSE)
 DescribeQuorumResponse = build_message_class(specs.DESCRIBE_QUORUM_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:

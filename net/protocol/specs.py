@@ -1624,3 +1624,58 @@ DESCRIBE_QUORUM_RESPONSE = response(
         )),
     ),
 )
+
+# Client telemetry (KIP-714): a client asks which of its metrics to push and how often, then pushes them as
+# OpenTelemetry (OTLP) metrics, compressed as it chooses among the types the broker accepts. Api key 74 is
+# ListClientMetricsResources (Kafka 3.7-4.0), which Kafka 4.1 renames ListConfigResources and widens in v1.
+GET_TELEMETRY_SUBSCRIPTIONS_REQUEST = request(
+    71, 'GetTelemetrySubscriptionsRequest', valid="0", flexible='0+', fields=(
+        field('ClientInstanceId', 'uuid', '0+'),
+    ),
+)
+
+GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE = response(
+    71, 'GetTelemetrySubscriptionsResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ClientInstanceId', 'uuid', '0+'),
+        field('SubscriptionId', 'int32', '0+'),
+        field('AcceptedCompressionTypes', '[]int8', '0+'),
+        field('PushIntervalMs', 'int32', '0+'),
+        field('TelemetryMaxBytes', 'int32', '0+'),
+        field('DeltaTemporality', 'bool', '0+'),
+        field('RequestedMetrics', '[]string', '0+'),
+    ),
+)
+
+PUSH_TELEMETRY_REQUEST = request(
+    72, 'PushTelemetryRequest', valid="0", flexible='0+', fields=(
+        field('ClientInstanceId', 'uuid', '0+'),
+        field('SubscriptionId', 'int32', '0+'),
+        field('Terminating', 'bool', '0+'),
+        field('CompressionType', 'int8', '0+'),
+        field('Metrics', 'bytes', '0+'),
+    ),
+)
+
+PUSH_TELEMETRY_RESPONSE = response(
+    72, 'PushTelemetryResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+    ),
+)
+
+LIST_CLIENT_METRICS_RESOURCES_REQUEST = request(
+    74, 'ListConfigResourcesRequest', valid="0", flexible='0+', fields=(),
+)
+
+# v0 as Kafka 4.1 names it (ListConfigResources; the same bytes as 3.7's ListClientMetricsResources v0).
+LIST_CLIENT_METRICS_RESOURCES_RESPONSE = response(
+    74, 'ListConfigResourcesResponse', valid="0", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ConfigResources', '[]ConfigResource', '0+', fields=(
+            field('ResourceName', 'string', '0+'),
+        )),
+    ),
+)

@@ -537,3 +537,34 @@ def test_list_offsets_v10_golden_bytes_end_with_the_timeout():  # KIP-1075 (Kafk
     body = "ffffffff" "01" "02" "0274" "02" "00000000" "ffffffff" "ffffffffffffffff" "00" "00" "00007530" "00"
     assert frame.hex() == f"{len(frame) - 4:08x}" + "0002" "000a" "00000001" "0001" "63" "00" + body
     assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(2, 10, 1, "c"), request)
+
+
+def test_telemetry_golden_bytes():  # KIP-714: GetTelemetrySubscriptions and PushTelemetry v0, flexible
+    instance = uuid_from_int(7)
+    request = messages.GetTelemetrySubscriptionsRequest(client_instance_id=instance)
+    frame = codec.encode_request(RequestHeader(71, 0, 1, "c"), request)
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0047" "0000" "00000001" "0001" "63" "00" + f"{7:032x}" + "00"
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(71, 0, 1, "c"), request)
+    response_class = messages.GetTelemetrySubscriptionsResponse
+    response = response_class(throttle_time_ms=0, error_code=0, client_instance_id=instance, subscription_id=-2,
+                              accepted_compression_types=[4, 0], push_interval_ms=1000, telemetry_max_bytes=1048576,
+                              delta_temporality=False, requested_metrics=["m."])
+    frame = codec.encode_response(RequestHeader(71, 0, 1, "c"), response)
+    # ThrottleTimeMs, ErrorCode, ClientInstanceId, SubscriptionId -2, AcceptedCompressionTypes [4, 0] (int8),
+    # PushIntervalMs 1000, TelemetryMaxBytes 1 MiB, DeltaTemporality false, RequestedMetrics ["m."], tags
+    body = ("00000000" "0000" + f"{7:032x}" + "fffffffe" "03" "04" "00" "000003e8" "00100000" "00" "02" "036d2e" "00")
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "00000001" "00" + body
+    assert codec.decode_response(71, 0, frame[4:], strict=True) == (1, response)
+    request = messages.PushTelemetryRequest(client_instance_id=instance, subscription_id=-2, terminating=True,
+                                            compression_type=4, metrics=b"\x01\x02")
+    frame = codec.encode_request(RequestHeader(72, 0, 1, "c"), request)
+    # ClientInstanceId, SubscriptionId, Terminating true, CompressionType 4, Metrics (compact bytes), tags
+    body = f"{7:032x}" + "fffffffe" "01" "04" "03" "0102" "00"
+    assert frame.hex() == f"{len(frame) - 4:08x}" + "0048" "0000" "00000001" "0001" "63" "00" + body
+    assert codec.decode_request(frame[4:], strict=True) == (RequestHeader(72, 0, 1, "c"), request)
+
+
+def uuid_from_int(value):
+    import uuid
+
+    return uuid.UUID(int=value)

@@ -263,9 +263,11 @@ def test_old_struct_cross_check_covers_the_removed_kafka_4_versions():
 
 
 # kafka-python has no class for these (UnregisterBroker is an operator's API: kafka-cluster.sh; kafka-python
-# has no KIP-848 consumer); their bytes are pinned in tests/net/test_protocol_golden.py instead.
+# has no KIP-848 consumer and pushes no telemetry); their bytes are pinned in tests/net/test_protocol_golden.py
+# instead.
 NOT_IN_KAFKA_PYTHON = {codec.ApiKey.UNREGISTER_BROKER, codec.ApiKey.CONSUMER_GROUP_HEARTBEAT,
-                       codec.ApiKey.CONSUMER_GROUP_DESCRIBE}
+                       codec.ApiKey.CONSUMER_GROUP_DESCRIBE, codec.ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
+                       codec.ApiKey.PUSH_TELEMETRY}
 CROSS_CHECKED = sorted(set(codec.SUPPORTED) - NOT_IN_KAFKA_PYTHON)
 
 
