@@ -30,6 +30,9 @@ class TelemetryApis:
         self.apis = apis
         self.manager = manager
         self.serve_telemetry = serve_telemetry
+        # The simulator's checkers (simulations/telemetry_sim.py): observer(kind, request, client attributes,
+        # error code, image, manager, instance or None) with every answer, as given.
+        self.observer: Any = None
 
     def api_handlers(self):
         handlers = [(ApiKey.LIST_CONFIG_RESOURCES, 0, 0, self._list_client_metrics_resources)]
@@ -53,7 +56,10 @@ class TelemetryApis:
     def _get_telemetry_subscriptions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         response_class = messages.GetTelemetrySubscriptionsResponse
         self.manager.refresh(self.apis.broker.image)
-        code, instance = self.manager.get_subscriptions(request.client_instance_id, self._attributes(header), now_ms)
+        attributes = self._attributes(header)
+        code, instance = self.manager.get_subscriptions(request.client_instance_id, attributes, now_ms)
+        if self.observer is not None:
+            self.observer("get", request, attributes, code, self.apis.broker.image, self.manager, instance)
         if code != ErrorCode.NONE:
             return response_class(throttle_time_ms=0, error_code=code, client_instance_id=NULL_UUID, subscription_id=0,
                                   accepted_compression_types=[], push_interval_ms=0, telemetry_max_bytes=0,
@@ -66,9 +72,11 @@ class TelemetryApis:
 
     def _push_telemetry(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         self.manager.refresh(self.apis.broker.image)
+        attributes = self._attributes(header)
         code = self.manager.push(request.client_instance_id, request.subscription_id, request.terminating,
-                                 request.compression_type, bytes(request.metrics or b""), self._attributes(header),
-                                 now_ms)
+                                 request.compression_type, bytes(request.metrics or b""), attributes, now_ms)
+        if self.observer is not None:
+            self.observer("push", request, attributes, code, self.apis.broker.image, self.manager, None)
         return messages.PushTelemetryResponse(throttle_time_ms=0, error_code=code)
 
     def _list_client_metrics_resources(self, header: RequestHeader, request: Any, now_ms: int) -> Any:

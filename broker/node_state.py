@@ -219,7 +219,8 @@ class NodeState:
         self.apis.register(self.transactions)
         # Client telemetry (KIP-714) is served when the node has a metrics endpoint to show it on.
         self.telemetry = ClientMetricsManager(self.rng)
-        self.apis.register(TelemetryApis(self.apis, self.telemetry, self.node_config.metrics_port is not None))
+        self.telemetry_apis = TelemetryApis(self.apis, self.telemetry, self.node_config.metrics_port is not None)
+        self.apis.register(self.telemetry_apis)
 
     # ------------------------------------------------------------------ metadata publishing
 

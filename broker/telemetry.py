@@ -82,6 +82,9 @@ class ClientMetricsManager:
         self._subscriptions: tuple[Subscription, ...] = ()
         self._version = 0
         self.instances: collections.OrderedDict[uuid.UUID, ClientInstance] = collections.OrderedDict()
+        # A planted bug for the simulator (simulations/telemetry_sim.py), never configured: a client instance
+        # keeps the subscription it was first evaluated against when the subscriptions change.
+        self.bug_stale_subscription = False
 
     # -- subscriptions ---------------------------------------------------------------------------------------
     def refresh(self, image: Any) -> None:
@@ -156,7 +159,7 @@ class ClientMetricsManager:
     def _instance(self, instance_id: uuid.UUID, attributes: dict[str, str | None], now_ms: int) -> ClientInstance:
         self.expire(now_ms)
         instance = self.instances.get(instance_id)
-        if instance is None or instance.subscriptions_version != self._version:
+        if instance is None or (instance.subscriptions_version != self._version and not self.bug_stale_subscription):
             kept = instance
             instance = self._evaluate(instance_id, attributes if kept is None else kept.attributes)
             if kept is not None:

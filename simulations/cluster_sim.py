@@ -104,10 +104,11 @@ def simulation_raft_config() -> RaftConfig:
 
 def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
                    observer_ids: tuple[int, ...] = (), racks: bool = False,
-                   security: dict | None = None) -> ClusterConfig:
+                   security: dict | None = None, metrics_ports: bool = False) -> ClusterConfig:
     """The cluster every node runs: nodes broker+controller, `observer_ids` broker-only (KRaft observers);
     hosts and ports are labels only. `broker_extra` adds [broker] settings (a workload's coordinator settings);
-    with `racks` node n is in rack "rack-n"; `security` is a [security] table (the authorizer's settings)."""
+    with `racks` node n is in rack "rack-n"; `security` is a [security] table (the authorizer's settings); with
+    `metrics_ports` every node has a metrics port (none is served: it switches client telemetry on)."""
     document = {
         "cluster_id": "sim-cluster",
         "nodes": [{"id": n, "host": f"node-{n}", "kafka_port": 9000 + n, "controller_port": 9100 + n,
@@ -125,6 +126,9 @@ def cluster_config(node_ids: list[int], broker_extra: dict | None = None,
     if racks:
         for node in document["nodes"]:
             node["rack"] = f"rack-{node['id']}"
+    if metrics_ports:
+        for node in document["nodes"]:
+            node["metrics_port"] = 9200 + node["id"]
     return parse_config(document, "<simulation>", "/")
 
 
@@ -153,6 +157,7 @@ class ClusterSimulation(NodeFaultsMixin):
     idle_phase_ms = IDLE_PHASE_MS  # after the final checks; 0: none (the other workloads)
     observers = 0  # broker-only nodes after the `--nodes` broker+controller ones
     racks = False  # node n in rack "rack-n" (cluster_config)
+    metrics_ports = False  # a metrics port per node: client telemetry served (cluster_config)
 
     def __init__(self, config: RunConfig, trace: Trace, shape: ClusterShape | None = None) -> None:
         self.config = config
@@ -180,7 +185,7 @@ class ClusterSimulation(NodeFaultsMixin):
         self.trace("swarm", shape.records_per_s, int(shape.keyed), f"{shape.read_corruption_probability:g}",
                    ",".join(sorted(config.bugs_live)) or "-")
         self.cluster = cluster_config(self.node_ids, self.broker_settings_extra, self.observer_ids, self.racks,
-                                      self.security_settings_extra)
+                                      self.security_settings_extra, self.metrics_ports)
         self.raft_config = simulation_raft_config()
         self.network = Network(self.loop, NetworkConfig())
         self.disks = {n: SimDisk(self.loop.derive_rng(f"disk-{n}")) for n in self.node_ids}

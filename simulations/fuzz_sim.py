@@ -127,6 +127,7 @@ class FuzzSimulation(ClusterSimulation):
     checkers_class = FuzzCheckers
     extra_bugs = FUZZ_BUGS
     idle_phase_ms = 0
+    metrics_ports = True  # so that the nodes offer client telemetry (KIP-714) too, to be fuzzed with the rest
 
     def _build_clients(self) -> None:
         super()._build_clients()

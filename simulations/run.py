@@ -42,6 +42,7 @@ WORKLOADS: dict[str, str] = {
     "acls": "simulations.acl_sim",
     "fuzz": "simulations.fuzz_sim",
     "follower-fetch": "simulations.follower_fetch_sim",
+    "telemetry": "simulations.telemetry_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9
