@@ -97,8 +97,7 @@ class ControllerCore:
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def submit(self, request: Any, now_ms: int) -> int:
-        operation_id = self._next_operation_id
-        self._next_operation_id += 1
+        operation_id = self._new_operation_id()
         if len(self._queue) >= QUEUED_REQUESTS_MAX:
             self._responses.append(
                 ControllerOutcome(operation_id, error=KafkaError("controller queue full", ErrorCode.REQUEST_TIMED_OUT))
@@ -107,13 +106,23 @@ class ControllerCore:
             self._queue.append((operation_id, request))
         return operation_id
 
-    def answer_now(self, response: Any = None, error: KafkaError | None = None,
-                   leader_hint: int | None = None) -> int:
-        """An operation answered without the log (a question about the quorum itself): its id, with the outcome
+    def answer_now(self, response: Any) -> int:
+        """An operation answered without the log (a question about the quorum itself): its id, with `response`
         among the next `take_responses()`."""
+        operation_id = self._new_operation_id()
+        self._responses.append(ControllerOutcome(operation_id, response=response))
+        return operation_id
+
+    def refuse_now(self, leader_id: int | None) -> int:
+        """An operation this node cannot answer: NOT_CONTROLLER with the leader it knows, among the next
+        `take_responses()`."""
+        operation_id = self._new_operation_id()
+        self._responses.append(self._not_controller(operation_id, leader_id))
+        return operation_id
+
+    def _new_operation_id(self) -> int:
         operation_id = self._next_operation_id
         self._next_operation_id += 1
-        self._responses.append(ControllerOutcome(operation_id, response=response, error=error, leader_hint=leader_hint))
         return operation_id
 
     def on_committed(self, index: int, entry: bytes) -> None:

@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 RESOURCE_TYPE_TOPIC = 2
 RESOURCE_TYPE_BROKER = 4
 RESOURCE_TYPE_CLIENT_METRICS = 16  # a client telemetry subscription (KIP-714)
-CLIENT_METRICS_CONFIG_TYPES = {"metrics": 7, "interval.ms": 3, "match": 7}  # LIST, INT, LIST
 
 # KIP-599: the first version of each API whose controller mutation quota is strict (Kafka's
 # strictSinceVersion): an exceeded quota refuses the mutations; older versions accept them and throttle.
@@ -66,6 +65,7 @@ AUTHORIZATION_FAILED_MESSAGE = "Authorization failed."
 # (`log.retention.ms`) has the type of its topic config (`retention.ms`). Others answer UNKNOWN (0).
 CONFIG_TYPE_UNKNOWN, CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT = 0, 1, 2, 3
 CONFIG_TYPE_LONG, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = 5, 6, 7
+CLIENT_METRICS_CONFIG_TYPES = {"metrics": CONFIG_TYPE_LIST, "interval.ms": CONFIG_TYPE_INT, "match": CONFIG_TYPE_LIST}
 TOPIC_CONFIG_TYPES = {
     **dict.fromkeys(("delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
                      "max.compaction.lag.ms", "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",

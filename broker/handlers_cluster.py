@@ -362,7 +362,7 @@ class ClusterApis:
 
     def _log_dir_error(self, key: tuple[str, int], path: str, own: str | None) -> ErrorCode:
         topic, partition = key
-        if len(f"{topic}-{partition}.{uuid.UUID(int=0).hex}-future") > FUTURE_LOG_DIR_NAME_MAX:
+        if len(f"{topic}-{partition}.{NULL_UUID.hex}-future") > FUTURE_LOG_DIR_NAME_MAX:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
         if own is None:
             return ErrorCode.KAFKA_STORAGE_ERROR

@@ -48,7 +48,7 @@ from broker.telemetry import ClientMetricsManager
 from groupcoord.config import GroupConfig
 from groupcoord.shard import GroupCoordinatorShard
 from txn.coordinator import TransactionConfig, TransactionCoordinatorShard
-from partitions.errors import ErrorCode, KafkaError
+from partitions.errors import ErrorCode
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
 from raftlog.port import RaftConfig
@@ -331,8 +331,7 @@ class NodeState:
         if isinstance(request, DescribeQuorumRequest):
             leader_id = self.quorum_leader_id()
             if self.raft is None or leader_id != self.node_id:
-                return self.controller_core.answer_now(error=KafkaError(
-                    f"not the controller; leader is {leader_id}", ErrorCode.NOT_CONTROLLER), leader_hint=leader_id)
+                return self.controller_core.refuse_now(leader_id)
             endpoints = {node.id: (node.host, node.controller_port) for node in self.config.nodes}
             return self.controller_core.answer_now(describe_quorum_response(self._quorum_status(now_ms), endpoints))
         return self.controller_core.submit(request, now_ms)

@@ -18,8 +18,8 @@ that does not decompress or decode as OTLP INVALID_RECORD.
 What a client pushes is kept per instance, the latest value of each series (gauges and sums as numbers,
 histograms as their count and sum), for the node's metrics endpoint (net/metrics.py), which Kafka leaves to
 a ClientTelemetryReceiver plugin. Clients are asked for cumulative sums (DeltaTemporality false, where
-Kafka asks for deltas), so that the latest value of a counter is its total, as Prometheus expects. Memory is bounded: at most INSTANCES_MAX instances (the least recently
-heard from go first) and SERIES_MAX series each. The client_source_port selector never matches: the node
+Kafka asks for deltas), so that the latest value of a counter is its total, as Prometheus expects. Memory
+is bounded: at most INSTANCES_MAX instances (the least recently heard from go first) and SERIES_MAX series each. The client_source_port selector never matches: the node
 does not keep a connection's port.
 """
 
@@ -72,7 +72,6 @@ class ClientInstance:
     last_seen_ms: int = 0
     terminating: bool = False
     series: dict[tuple, float] = field(default_factory=dict)  # (metric, attributes) -> latest value
-    pushes: int = 0
 
 
 class ClientMetricsManager:
@@ -136,7 +135,6 @@ class ClientMetricsManager:
             self._keep(instance, decode_otlp(decompress(compression_type, payload, TELEMETRY_MAX_BYTES * 8)))
         except (KafkaError, ValueError):
             return ErrorCode.INVALID_RECORD
-        instance.pushes += 1
         return ErrorCode.NONE
 
     def _validate_push(self, instance: ClientInstance, subscription_id: int, terminating: bool,
@@ -163,7 +161,7 @@ class ClientMetricsManager:
             kept = instance
             instance = self._evaluate(instance_id, attributes if kept is None else kept.attributes)
             if kept is not None:
-                instance.series, instance.pushes = kept.series, kept.pushes
+                instance.series = kept.series
         instance.last_seen_ms = now_ms
         self.instances[instance_id] = instance
         self.instances.move_to_end(instance_id)

@@ -15,7 +15,17 @@ import argparse
 import sys
 
 from broker.config import ClusterConfig
-from cli.support import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cluster_options, emit, fail, print_table, run_with_client
+from cli.support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    cluster_options,
+    emit,
+    fail,
+    print_table,
+    run_with_client,
+)
 from metadata.configs import CLIENT_METRICS_INTERVAL_MS, CLIENT_METRICS_MATCH, CLIENT_METRICS_METRICS
 from metadata.records import ConfigResourceType
 from net.client.aio import KafkaClient
@@ -55,6 +65,14 @@ async def _configs(client: KafkaClient, name: str) -> dict[str, str]:
     return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
 
+async def _existing(client: KafkaClient, name: str) -> dict[str, str]:
+    """The subscription's configs. Raises CommandError when it has none (it does not exist)."""
+    configs = await _configs(client, name)
+    if not configs:
+        raise CommandError(f"no subscription named {name!r}")
+    return configs
+
+
 def _table(subscriptions: dict[str, dict[str, str]]) -> None:
     print_table(["NAME", "METRICS", "INTERVAL_MS", "MATCH"], [
         [name, configs.get(CLIENT_METRICS_METRICS, ""), configs.get(CLIENT_METRICS_INTERVAL_MS, "300000 (default)"),
@@ -76,9 +94,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
-        configs = await _configs(client, args.name)
-        if not configs:
-            return fail(f"no subscription named {args.name!r}", EXIT_FAILED)
+        configs = await _existing(client, args.name)
         emit(args, configs, lambda: _table({args.name: configs}))
         return EXIT_OK
 
@@ -103,9 +119,7 @@ def run_alter(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
-        configs = await _configs(client, args.name)
-        if not configs:
-            return fail(f"no subscription named {args.name!r}", EXIT_FAILED)
+        configs = await _existing(client, args.name)
         await client.alter_configs(args.name, {}, list(configs), resource_type=ConfigResourceType.CLIENT_METRICS)
         print(f"subscription {args.name!r}: deleted", file=sys.stderr)
         return EXIT_OK
