@@ -9,7 +9,10 @@ import sys
 import time
 from typing import Any, Callable
 
-FAST_BROKER_SETTINGS = {"broker_session_timeout_ms": 3000, "broker_heartbeat_interval_ms": 500}
+# A broker fenced 3 s after its last heartbeat, and a classic group's first rebalance not held back 3 s for more
+# members (Kafka's own config/server.properties sets group.initial.rebalance.delay.ms=0 for development and
+# testing): the settings of the embedded cluster, one definition.
+from flotilla_testing import FAST_BROKER_SETTINGS  # noqa: E402,F401
 
 
 def in_process_node(tmp_path, cluster_id: str = "single", broker: dict | None = None) -> Any:

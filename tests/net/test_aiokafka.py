@@ -45,6 +45,12 @@ async def admin_client(bootstrap: str) -> AIOKafkaAdminClient:
 
 async def create(admin: AIOKafkaAdminClient, name: str, partitions: int, configs: dict | None = None) -> None:
     await admin.create_topics([NewTopic(name, partitions, 3, topic_configs=configs or {})])
+    await wait_led(admin, name, partitions)
+
+
+async def wait_led(admin: AIOKafkaAdminClient, name: str, partitions: int) -> None:
+    """Until the node asked describes `partitions` partitions of the topic, each with a leader: the controller
+    answers once the change is committed, and the brokers learn it from the metadata log a moment later."""
     deadline = time.monotonic() + READ_SECONDS_MAX  # every partition led before the first produce
     while True:
         (described,) = await admin.describe_topics([name])
@@ -177,6 +183,7 @@ def test_admin_configs_partitions_records_and_deletion(bootstrap):
         entries = {entry[0]: entry[1] for entry in configs}
         assert (entries["cleanup.policy"], entries["retention.ms"]) == ("compact", "7200000")
         await admin.create_partitions({"ak-admin": NewPartitions(3)})
+        await wait_led(admin, "ak-admin", 3)
         (topic,) = await admin.describe_topics(["ak-admin"])
         assert sorted(p["partition"] for p in topic["partitions"]) == [0, 1, 2]
 
