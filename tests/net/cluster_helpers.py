@@ -9,10 +9,12 @@ import sys
 import time
 from typing import Any, Callable
 
+import flotilla_testing
+
 # A broker fenced 3 s after its last heartbeat, and a classic group's first rebalance not held back 3 s for more
 # members (Kafka's own config/server.properties sets group.initial.rebalance.delay.ms=0 for development and
 # testing): the settings of the embedded cluster, one definition.
-from flotilla_testing import FAST_BROKER_SETTINGS  # noqa: E402,F401
+FAST_BROKER_SETTINGS = flotilla_testing.FAST_BROKER_SETTINGS
 
 
 def in_process_node(tmp_path, cluster_id: str = "single", broker: dict | None = None) -> Any:

@@ -5,6 +5,7 @@ import collections
 import json
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -114,18 +115,24 @@ def test_kafka_python_producer_and_consumer_assign_seek(cluster):
     producer.flush(60)
     metadata_by_value = {f"v{i}".encode(): f.get(timeout=30) for i, f in enumerate(futures)}
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False,
-                             consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
     partitions = [TopicPartition("kafka-python", p) for p in range(2)]
     consumer.assign(partitions)
     consumer.seek(partitions[0], 10)
     consumer.seek(partitions[1], 0)
-    received = {m.value: (m.partition, m.offset) for m in consumer}
-    consumer.close()
     expected = {
         value: (md.partition, md.offset) for value, md in metadata_by_value.items()
         if md.partition == 1 or md.offset >= 10
     }
+    received: dict[bytes, tuple[int, int]] = {}
+    deadline = time.monotonic() + 30
+    polls_after = 2  # once every expected record is in, a second more: anything past them would show
+    while polls_after and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            received.update((m.value, (m.partition, m.offset)) for m in records)
+        if len(received) >= len(expected):
+            polls_after -= 1
+    consumer.close()
     assert received == expected
 
 

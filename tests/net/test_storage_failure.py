@@ -10,6 +10,7 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS
 
 FILE_SIZE_LIMIT = 2 * 1024 * 1024  # RLIMIT_FSIZE: a segment write past 2 MiB fails (EFBIG), as on a full disk
 RECORDS = 6_000
@@ -20,7 +21,7 @@ VALUE_BYTES = 1_000
 def test_a_node_whose_disk_fails_stops_and_recovers_every_acknowledged_record(tmp_path):
     from confluent_kafka import Consumer, Producer
 
-    cluster = LocalCluster(str(tmp_path), nodes=1, file_size_limit=FILE_SIZE_LIMIT,
+    cluster = LocalCluster(str(tmp_path), nodes=1, file_size_limit=FILE_SIZE_LIMIT, broker=FAST_BROKER_SETTINGS,
                            topic_defaults={"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1})
     cluster.start()
     try:
@@ -30,8 +31,9 @@ def test_a_node_whose_disk_fails_stops_and_recovers_every_acknowledged_record(tm
             if error is None:
                 acknowledged[message.offset()] = message.value()
 
+        # What the stopped node never answered fails after message.timeout.ms, which is all flush() waits for.
         producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5,
-                             "message.timeout.ms": 10_000})
+                             "message.timeout.ms": 5_000})
         for index in range(RECORDS):
             producer.produce("filling", b"%08d" % index + b"x" * (VALUE_BYTES - 8), on_delivery=delivered)
             producer.poll(0)
