@@ -241,6 +241,14 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
+def worker_pool(jobs: int) -> concurrent.futures.ProcessPoolExecutor:
+    """`jobs` worker processes for `run_one`, started fresh (spawn: nothing of this process's state, threads
+    or locks comes along) and each ending itself once this process is gone. A run is the same in any process:
+    its seed alone decides its trace."""
+    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
 def sweep(
     base: RunConfig,
     seeds: list[int],
@@ -248,11 +256,13 @@ def sweep(
     stop_at_first_failure: bool = False,
     wall_seconds_max: float = WALL_SECONDS_MAX_DEFAULT,
     jobs: int = 1,
+    pool: concurrent.futures.Executor | None = None,
 ) -> SweepSummary:
     """Run `base` once per seed, calling `on_result` after each run, in seed order. With `jobs` > 1 the runs
     go to that many worker processes (each seed is a fresh, deterministic run: the same trace hash in any
-    process); results are still taken, reported and summed in seed order, and a stop at the first failure
-    cancels the seeds not started yet."""
+    process), or to `pool`'s workers when one is given (left open: a test session keeps its workers from one
+    sweep to the next); results are still taken, reported and summed in seed order, and a stop at the first
+    failure cancels the seeds not started yet."""
     if jobs < 1:
         raise ValueError(f"jobs {jobs}: expected at least 1")
     configs = [
@@ -262,12 +272,13 @@ def sweep(
     ]
     summary = SweepSummary(jobs=jobs)
     started = time.perf_counter()
-    pool = None
-    if jobs > 1 and len(configs) > 1:
-        pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(configs)),
-                                                      mp_context=multiprocessing.get_context("spawn"),
-                                                      initializer=_exit_with_parent, initargs=(os.getpid(),))
-        results: Iterator[RunResult] = pool.map(run_one, configs, [wall_seconds_max] * len(configs))
+    owned = None
+    futures: list[concurrent.futures.Future] = []
+    if pool is None and jobs > 1 and len(configs) > 1:
+        pool = owned = worker_pool(min(jobs, len(configs)))
+    if pool is not None:
+        futures = [pool.submit(run_one, config, wall_seconds_max) for config in configs]
+        results: Iterator[RunResult] = (future.result() for future in futures)
     else:
         results = (run_one(config, wall_seconds_max) for config in configs)
     try:
@@ -282,8 +293,10 @@ def sweep(
             if stop_at_first_failure and not result.ok:
                 break
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:
+            future.cancel()  # the seeds not started yet, after a stop at the first failure
+        if owned is not None:
+            owned.shutdown(wait=True, cancel_futures=True)
     summary.elapsed_seconds = time.perf_counter() - started
     return summary
 

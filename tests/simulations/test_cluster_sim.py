@@ -17,7 +17,8 @@ from partitions.records import build_batch
 from simulations import cluster_sim
 from simulations.cluster_checkers import BatchSummary, ClusterCheckers, ReplicaLog
 from simulations.faults import DEFAULT_FAULTS
-from simulations.run import RunConfig, run_one, sweep
+from simulations.run import RunConfig, sweep
+from tests.simulations.workloads import run_all, session_pool
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUIET_SHAPE = cluster_sim.ClusterShape(records_per_s=200, keyed=True, read_corruption_probability=0.0)
@@ -203,12 +204,11 @@ BUG_CHECKERS = {"acked_not_lost", "replicas_identical", "reads_committed", "hw_m
 
 def _assert_teeth(bug: str, seed: int, faults: str) -> None:
     buggy = _config(seed=seed, duration_s=TEETH_DURATION_S, faults=faults, bugs=frozenset({bug}))
-    first = run_one(buggy)
+    first, replay, fixed = run_all(buggy, buggy, _config(seed=seed, duration_s=TEETH_DURATION_S, faults=faults))
     failed = set(_failed(first))
     assert failed & BUG_CHECKERS, [(v.name, v.detail) for v in first.checkers]
     assert "no_node_error" not in failed, [(v.name, v.detail) for v in first.checkers]
-    assert run_one(buggy).trace_sha256 == first.trace_sha256
-    fixed = run_one(_config(seed=seed, duration_s=TEETH_DURATION_S, faults=faults))
+    assert replay.trace_sha256 == first.trace_sha256
     assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
 
 
@@ -232,11 +232,10 @@ QUIET_BUG_SEED = 1
 @pytest.mark.slow
 def test_quiet_session_never_ages_fails_idle_isr_stable_at_its_known_seed():
     buggy = _config(seed=QUIET_BUG_SEED, bugs=frozenset({"quiet_session_never_ages"}))
-    first = run_one(buggy)
+    first, replay, fixed = run_all(buggy, buggy, _config(seed=QUIET_BUG_SEED))
     assert _failed(first) == ["idle_isr_stable"], [(v.name, v.detail) for v in first.checkers]
     assert "after the idle spell" in next(v.detail for v in first.checkers if v.name == "idle_isr_stable")
-    assert run_one(buggy).trace_sha256 == first.trace_sha256
-    fixed = run_one(_config(seed=QUIET_BUG_SEED))
+    assert replay.trace_sha256 == first.trace_sha256
     assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
 
 
@@ -256,16 +255,15 @@ STALL_SEED = 23
                                        ("sessions_count_stalls", STALL_SEED)])
 def test_a_live_broker_fenced_by_a_controller_s_pause_fails_live_brokers_kept_at_its_known_seed(bug, seed):
     buggy = _config(seed=seed, duration_s=10.0, faults="pauses", bugs=frozenset({bug}))
-    first = run_one(buggy)
+    first, replay, fixed = run_all(buggy, buggy, _config(seed=seed, duration_s=10.0, faults="pauses"))
     assert _failed(first) == ["live_brokers_kept"], [(v.name, v.detail) for v in first.checkers]
-    assert run_one(buggy).trace_sha256 == first.trace_sha256
-    fixed = run_one(_config(seed=seed, duration_s=10.0, faults="pauses"))
+    assert replay.trace_sha256 == first.trace_sha256
     assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
 
 
 @pytest.mark.slow
 def test_a_sweep_of_paused_nodes_with_every_fix_in_place_finds_no_failure():
-    summary = sweep(_config(seed=1, duration_s=10.0, faults="pauses"), list(range(1, 31)), jobs=2)
+    summary = sweep(_config(seed=1, duration_s=10.0, faults="pauses"), list(range(1, 31)), pool=session_pool())
     assert not summary.failed_seeds, summary.format()
 
 
@@ -273,5 +271,5 @@ def test_a_sweep_of_paused_nodes_with_every_fix_in_place_finds_no_failure():
 def test_sweep_with_every_fix_in_place_finds_no_failure():
     # The CLI's default fault mix (crashes, power loss, crash points, partitions, pauses, delays, drops,
     # resets): about two minutes for 50 seeds of 10 simulated seconds.
-    summary = sweep(_config(seed=1, duration_s=10.0, faults=DEFAULT_FAULTS), list(range(1, 51)), jobs=2)
+    summary = sweep(_config(seed=1, duration_s=10.0, faults=DEFAULT_FAULTS), list(range(1, 51)), pool=session_pool())
     assert not summary.failed_seeds, summary.format()

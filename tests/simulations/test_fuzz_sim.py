@@ -18,7 +18,7 @@ from simulations.cluster_checkers import ClusterCheckers
 from simulations.fuzz_requests import EXCLUDED_APIS, RequestFuzzer
 from simulations.faults import DEFAULT_FAULTS
 from simulations.run import RunConfig, run_one
-from tests.simulations.workloads import assert_sweep_passes, failed_checkers, workload_config
+from tests.simulations.workloads import assert_sweep_passes, failed_checkers, run_all, workload_config
 
 CREATE_TOPICS_FORWARD_NOTHING_SEED = 1
 DUPLICATE_PRODUCE_PARTITION_SEED = 6  # a Produce naming a partition twice raised out of the handler (fixed)
@@ -91,10 +91,10 @@ def test_a_fault_free_run_reaches_every_api_and_passes_every_checker():
 def test_create_topics_forward_nothing_ends_a_node_at_its_known_seed():
     config = RunConfig(seed=CREATE_TOPICS_FORWARD_NOTHING_SEED, nodes=3, duration_s=20.0, faults=DEFAULT_FAULTS,
                        workload="fuzz", bugs_live=frozenset({"create_topics_forward_nothing"}))
-    buggy = run_one(config)
+    buggy, replay, fixed = run_all(config, config, RunConfig(seed=config.seed, nodes=3, duration_s=20.0,
+                                                             faults=DEFAULT_FAULTS, workload="fuzz"))
     assert "IndexError" in failed_checkers(buggy).get("no_node_error", ""), failed_checkers(buggy)
-    assert run_one(config).trace_sha256 == buggy.trace_sha256
-    fixed = run_one(RunConfig(seed=config.seed, nodes=3, duration_s=20.0, faults=DEFAULT_FAULTS, workload="fuzz"))
+    assert replay.trace_sha256 == buggy.trace_sha256
     assert fixed.ok, failed_checkers(fixed)
 
 

@@ -30,6 +30,7 @@ from simulations.faults import DEFAULT_FAULTS, FAULT_PROFILES, FaultSchedule, pa
 from simulations.loop import EventLoop, Trace
 from simulations.raft_sim import SnapshotCrashPoint
 from simulations.run import RunConfig, run_one, sweep
+from tests.simulations.workloads import run_all, session_pool
 
 DURATION_S = 10.0
 SEEDS_PER_SWEEP_TEST = 20
@@ -59,8 +60,7 @@ def _failed(result) -> set[str]:
 @pytest.mark.parametrize("bug", sorted(FIRST_FAILING_SEED))
 def test_fix_off_fails_at_its_seed_and_the_replay_fails_identically(bug: str) -> None:
     _, _, checkers = FIRST_FAILING_SEED[bug]
-    first = run_one(_config(bug), WALL_SECONDS_MAX)
-    replay = run_one(_config(bug), WALL_SECONDS_MAX)
+    first, replay = run_all(_config(bug), _config(bug))
     assert checkers <= _failed(first), [(v.name, v.detail) for v in first.checkers if not v.ok]
     assert replay.trace_sha256 == first.trace_sha256 and _failed(replay) == _failed(first)
 
@@ -85,7 +85,8 @@ def _earlier_seed_ranges() -> list[tuple[str, int, int]]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("bug", "first", "last"), _earlier_seed_ranges())
 def test_no_earlier_seed_fails_with_the_fix_off(bug: str, first: int, last: int) -> None:
-    summary = sweep(_config(bug), list(range(first, last + 1)), wall_seconds_max=WALL_SECONDS_MAX, jobs=2)
+    summary = sweep(_config(bug), list(range(first, last + 1)), wall_seconds_max=WALL_SECONDS_MAX,
+                    pool=session_pool())
     assert summary.failed_seeds == [], f"fix {bug} off: seeds {summary.failed_seeds} fail before the recorded seed"
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from simulations.raft_sim import Checkers
 from simulations.run import RunConfig, run_one, sweep
+from tests.simulations.workloads import run_all, session_pool
 
 SWEEP_DURATION_S = 10.0
 SAFETY_CHECKERS = ("apply_in_order", "committed_identical", "acked_not_lost", "one_leader_per_term", "liveness")
@@ -43,10 +44,10 @@ def test_checker_flags_two_leaders_in_one_term_and_a_node_missing_an_acked_entry
 @pytest.mark.slow
 def test_fix_a_off_loses_an_acknowledged_write_at_its_seed_and_the_replay_fails_identically():
     config = RunConfig(seed=FIX_A_FIRST_FAILING_SEED, duration_s=SWEEP_DURATION_S, bugs_live=frozenset({"A"}))
-    first, replay = run_one(config), run_one(config)
+    first, replay, fixed = run_all(config, config, RunConfig(seed=FIX_A_FIRST_FAILING_SEED,
+                                                             duration_s=SWEEP_DURATION_S))
     assert "acked_not_lost" in _failed(first), _failed(first)
     assert replay.trace_sha256 == first.trace_sha256 and _failed(replay) == _failed(first)
-    fixed = run_one(RunConfig(seed=FIX_A_FIRST_FAILING_SEED, duration_s=SWEEP_DURATION_S))
     assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
 
 
@@ -54,7 +55,7 @@ def test_fix_a_off_loses_an_acknowledged_write_at_its_seed_and_the_replay_fails_
 def test_sweep_with_fix_a_off_first_fails_at_the_expected_seed():
     summary = sweep(
         RunConfig(seed=0, duration_s=SWEEP_DURATION_S, bugs_live=frozenset({"A"})),
-        list(range(1, 301)), stop_at_first_failure=True, jobs=2,
+        list(range(1, 301)), stop_at_first_failure=True, pool=session_pool(),
     )
     assert summary.failed_seeds == [FIX_A_FIRST_FAILING_SEED]
 
@@ -63,7 +64,7 @@ def test_sweep_with_fix_a_off_first_fails_at_the_expected_seed():
 def _all_fixes_on_sweep(seed_count=50):
     results = []
     sweep(RunConfig(seed=0, duration_s=SWEEP_DURATION_S), list(range(1, seed_count + 1)),
-          on_result=lambda result, config: results.append(result), jobs=2)
+          on_result=lambda result, config: results.append(result), pool=session_pool())
     return results
 
 
