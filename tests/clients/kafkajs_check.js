@@ -43,7 +43,13 @@ async function adminChecks (topic) {
   const described = await admin.describeConfigs({ resources: [{ type: 2, name: topic, configNames: ['retention.ms'] }] })
   seen.retention_ms = described.resources[0].configEntries.find(e => e.configName === 'retention.ms').configValue
   await admin.createPartitions({ topicPartitions: [{ topic, count: 3 }] })
-  seen.partitions = (await admin.fetchTopicMetadata({ topics: [topic] })).topics[0].partitions.length
+  // The controller answers once the change is committed; the broker asked next learns it from the metadata log
+  // a moment later: asked again until it shows the new partition (or 10 s pass and the test sees 2).
+  for (let tries = 0; tries < 50; tries++) {
+    seen.partitions = (await admin.fetchTopicMetadata({ topics: [topic] })).topics[0].partitions.length
+    if (seen.partitions === 3) break
+    await new Promise(resolve => setTimeout(resolve, 200))
+  }
   const producer = kafka.producer()
   await producer.connect()
   await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [0, 1, 2, 3, 4, 5].map(i =>
