@@ -4,10 +4,9 @@ The suite starts a Python process for every node, every `flotilla` command it ru
 worker, each importing a good part of the packages. Where the environment says not to write bytecode
 (PYTHONDONTWRITEBYTECODE, as some container images set), each of them compiled every module it imports from
 source again: 0.1 s of CPU more for a `flotilla` command, 0.2 s for a node's imports, on the two-core machine
-the suite is timed on. For
-the processes the session starts, that setting is lifted and their bytecode goes to a temporary directory of
-the session's own (PYTHONPYCACHEPREFIX), removed when the session ends: the source tree gets no
-`__pycache__`, and what the user set for other processes is unchanged."""
+the suite is timed on. For the processes the session starts, that setting is lifted and their bytecode goes to
+a temporary directory of the session's own (PYTHONPYCACHEPREFIX), removed when the session ends: the source
+tree gets no `__pycache__`, and what the user set for other processes is unchanged."""
 
 from __future__ import annotations
 

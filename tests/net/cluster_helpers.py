@@ -77,6 +77,21 @@ def eventually(check: Callable[[], Any], seconds: float = 30, interval: float = 
     raise AssertionError(f"not true within {seconds} s: {what or check}; last error: {last_error!r}")
 
 
+def poll_records(consumer: Any, expected: int, seconds: float = 30) -> list:
+    """The records a kafka-python consumer polls until it has `expected` (or `seconds` pass), and then in one
+    more second: any record past those it should have is read too, where iterating until a consumer_timeout_ms
+    passed after the last record would wait that long every time."""
+    records: list = []
+    deadline = time.monotonic() + seconds
+    while len(records) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            records.extend(batch)
+    for _ in range(2):
+        for batch in consumer.poll(timeout_ms=500).values():
+            records.extend(batch)
+    return records
+
+
 def quorum_status(cluster, *targets: int) -> dict:
     if targets:
         bootstrap = ",".join(cluster.bootstrap_of(node_id) for node_id in targets)

@@ -5,13 +5,21 @@ import collections
 import json
 import shutil
 import subprocess
-import time
 
 import pytest
 
 from cli.local_cluster import LocalCluster
 from partitions.murmur2 import default_partition
-from tests.net.cluster_helpers import cli, cli_json, create_topic, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import (
+    cli,
+    cli_json,
+    create_topic,
+    eventually,
+    metadata,
+    poll_records,
+    topic_of,
+    wait_for_quorum,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 MESSAGES = 10_000
@@ -124,14 +132,7 @@ def test_kafka_python_producer_and_consumer_assign_seek(cluster):
         value: (md.partition, md.offset) for value, md in metadata_by_value.items()
         if md.partition == 1 or md.offset >= 10
     }
-    received: dict[bytes, tuple[int, int]] = {}
-    deadline = time.monotonic() + 30
-    polls_after = 2  # once every expected record is in, a second more: anything past them would show
-    while polls_after and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=500).values():
-            received.update((m.value, (m.partition, m.offset)) for m in records)
-        if len(received) >= len(expected):
-            polls_after -= 1
+    received = {m.value: (m.partition, m.offset) for m in poll_records(consumer, len(expected))}
     consumer.close()
     assert received == expected
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, eventually
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, eventually, poll_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 RECORDS = 300
@@ -187,7 +187,9 @@ def test_replication_reauthenticates_on_the_inter_broker_listener(cluster):
 
 
 def produce_throttles(cluster: LocalCluster, user: str, mechanism: str, topic: str, records: int) -> list[float]:
-    """The throttle times librdkafka reported while `user` produced `records` 1 KiB records to `topic`."""
+    """The throttle times librdkafka reported while `user` produced `records` 1 KiB records to partition 0 of
+    `topic`: all to one broker, as a quota is enforced per broker (spread over three, each broker's share of a
+    few hundred records can stay within the burst it allows)."""
     from confluent_kafka import Producer
 
     throttles: list[float] = []
@@ -196,7 +198,7 @@ def produce_throttles(cluster: LocalCluster, user: str, mechanism: str, topic: s
     for _ in range(records):
         while True:
             try:
-                producer.produce(topic, value=b"x" * 1024)
+                producer.produce(topic, value=b"x" * 1024, partition=0)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -207,8 +209,9 @@ def produce_throttles(cluster: LocalCluster, user: str, mechanism: str, topic: s
 
 def test_a_user_quota_throttles_that_sasl_user_and_not_another(cluster):
     # A quota on the user (its SASL principal's name), shared by every client id of that user; the admin (a
-    # super user, no quota) produces to the same topic unthrottled. 20 kB/s lets a fresh client send about
-    # 220 kB before its first throttle; 400 1 KiB records go well past it (and take bob about 9 s more).
+    # super user, no quota) produces to the same partition unthrottled. 20 kB/s lets a fresh client send about
+    # 220 kB to a broker before its first throttle; 400 1 KiB records to one broker go well past it (and take
+    # bob about 9 s more).
     ok(flotilla(cluster, "quotas", "alter", "--user", "bob", "--add", "producer_byte_rate=20000"))
     eventually(lambda: {"entity": {"user": "bob"}, "quotas": {"producer_byte_rate": 20000.0}} in
                json.loads(ok(flotilla(cluster, "quotas", "describe", "--json"))), 30, what="bob's quota")
@@ -370,21 +373,6 @@ def single(tmp_path_factory):
         cluster.stop()
 
 
-def read_values(consumer, expected: int, seconds: float = 30) -> list[bytes]:
-    """The values a kafka-python consumer reads until it has `expected` (or `seconds` pass), and then in one
-    more second: any record past those it should have is read too, where waiting out a consumer_timeout_ms
-    after the last record would take that long every time."""
-    values: list[bytes] = []
-    deadline = time.monotonic() + seconds
-    while len(values) < expected and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=500).values():
-            values.extend(record.value for record in records)
-    for _ in range(2):
-        for records in consumer.poll(timeout_ms=500).values():
-            values.extend(record.value for record in records)
-    return values
-
-
 def test_kafka_python_over_sasl_plaintext_plain_and_over_ssl_with_a_client_certificate(single):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.admin import ACL, ACLPermissionType, KafkaAdminClient, ResourcePattern, ResourceType, ACLOperation
@@ -398,7 +386,7 @@ def test_kafka_python_over_sasl_plaintext_plain_and_over_ssl_with_a_client_certi
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer("kp", **sasl, auto_offset_reset="earliest")
-    assert sorted(read_values(consumer, 50)) == sorted(f"v{i}".encode() for i in range(50))
+    assert sorted(m.value for m in poll_records(consumer, 50)) == sorted(f"v{i}".encode() for i in range(50))
     consumer.close()
     # The client certificate's subject is the principal: allowed to read kp by an ACL made with kafka-python.
     from cryptography import x509
@@ -416,7 +404,7 @@ def test_kafka_python_over_sasl_plaintext_plain_and_over_ssl_with_a_client_certi
                   "ssl_cafile": f"{certs}/ca.pem", "ssl_certfile": f"{certs}/client.pem",
                   "ssl_keyfile": f"{certs}/client.key"}
     consumer = KafkaConsumer("kp", **ssl_config, auto_offset_reset="earliest")
-    assert len(read_values(consumer, 50)) == 50
+    assert len(poll_records(consumer, 50)) == 50
     consumer.close()
     denied = KafkaProducer(**ssl_config, acks="all", max_block_ms=10_000)
     future = denied.send("kp", b"no")

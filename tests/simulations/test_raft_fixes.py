@@ -60,7 +60,7 @@ def _failed(result) -> set[str]:
 @pytest.mark.parametrize("bug", sorted(FIRST_FAILING_SEED))
 def test_fix_off_fails_at_its_seed_and_the_replay_fails_identically(bug: str) -> None:
     _, _, checkers = FIRST_FAILING_SEED[bug]
-    first, replay = run_all(_config(bug), _config(bug))
+    first, replay = run_all(_config(bug), _config(bug), wall_seconds_max=WALL_SECONDS_MAX)
     assert checkers <= _failed(first), [(v.name, v.detail) for v in first.checkers if not v.ok]
     assert replay.trace_sha256 == first.trace_sha256 and _failed(replay) == _failed(first)
 

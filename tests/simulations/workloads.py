@@ -8,7 +8,7 @@ import concurrent.futures
 from collections.abc import Collection
 
 from simulations.faults import DEFAULT_FAULTS
-from simulations.run import RunConfig, RunResult, run_one, worker_pool
+from simulations.run import WALL_SECONDS_MAX_DEFAULT, RunConfig, RunResult, run_one, worker_pool
 
 # Runs that do not depend on one another (a planted bug's run, its replay and the run without it) go to
 # worker processes kept for the whole test session, so that they take the machine's cores together and the
@@ -27,9 +27,9 @@ def session_pool() -> concurrent.futures.ProcessPoolExecutor:
     return _pool
 
 
-def run_all(*configs: RunConfig) -> list[RunResult]:
+def run_all(*configs: RunConfig, wall_seconds_max: float = WALL_SECONDS_MAX_DEFAULT) -> list[RunResult]:
     """`run_one` of each config, at once in the session's workers; the results in the configs' order."""
-    return list(session_pool().map(run_one, configs))
+    return list(session_pool().map(run_one, configs, [wall_seconds_max] * len(configs)))
 
 
 def workload_config(workload: str, seed: int, duration_s: float = 20.0, faults: str = "none",
