@@ -102,6 +102,7 @@ class DataPlaneApis:
         self._produces: dict[int, _DelayedProduce] = {}
         self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
+        self._fetch_deadline_ms: int | None = None  # the earliest deadline of `_fetches` (None: none parked)
         self.fetch_sessions = FetchSessionCache()
         # A planted bug for the simulator (simulations/reassign_sim.py), never configured: a parked fetch whose
         # arrival read found news without records answers empty at its deadline, and the news is never sent.
@@ -121,8 +122,12 @@ class DataPlaneApis:
         self._complete_fetches(changed, now_ms)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [delayed.deadline_ms for delayed in self._fetches.values()]
-        return min(deadlines) if deadlines else None
+        return self._fetch_deadline_ms
+
+    def _park_fetch(self, request_id: int, delayed: _DelayedFetch) -> None:
+        self._fetches[request_id] = delayed
+        if self._fetch_deadline_ms is None or delayed.deadline_ms < self._fetch_deadline_ms:
+            self._fetch_deadline_ms = delayed.deadline_ms
 
     def _partition_error(self, topic: str, partition: int) -> ErrorCode:
         """Why this broker cannot serve (topic, partition) as leader."""
@@ -324,8 +329,8 @@ class DataPlaneApis:
             # What a walk would find: every partition quiet, so an empty answer once the wait is over, unless
             # one moves first (then the delayed fetch reads them all, as any other).
             request_id = self.apis.defer()
-            self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
-                                                      frozenset(), context, session=self.apis.session)
+            self._park_fetch(request_id, _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
+                                                       frozenset(), context, session=self.apis.session))
             return Deferred(request_id)
         session = self.apis.session
         denied = self._fetch_denied(request, context)
@@ -336,8 +341,8 @@ class DataPlaneApis:
         # `touched` when the read found news other than records (a high watermark, last stable offset or log
         # start the session has not sent): the answer at the deadline must read again to carry it.
         news = bool(response.responses) and not self.bug_parked_fetch_drops_news
-        self._fetches[request_id] = _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
-                                                  denied, context, touched=news, session=session)
+        self._park_fetch(request_id, _DelayedFetch(header, request, now_ms + max_wait_ms, context.partitions(),
+                                                   denied, context, touched=news, session=session))
         return Deferred(request_id)
 
     def _topic_name(self, topic_id: Any) -> str | None:
@@ -391,6 +396,11 @@ class DataPlaneApis:
         return self._denied_topics(topics, Op.READ)
 
     def _complete_fetches(self, dirty: AbstractSet[TopicPartition], now_ms: int) -> None:
+        """Answer the parked fetches that expired or that a moved partition completes. With nothing moved and no
+        deadline reached, none can complete: the walk (one per event the node handles, over every consumer's
+        and follower's long poll) is skipped."""
+        if self._fetch_deadline_ms is None or (not dirty and now_ms < self._fetch_deadline_ms):
+            return
         for request_id, delayed in list(self._fetches.items()):
             expired = now_ms >= delayed.deadline_ms
             moved = bool(dirty) and not delayed.partitions.isdisjoint(dirty)
@@ -413,22 +423,38 @@ class DataPlaneApis:
                 del self._fetches[request_id]
                 self.apis.completed.append((request_id, delayed.header, self._answer_fetch(
                     delayed.header, delayed.request, delayed.context, response, delayed.session, now_ms)))
+        self._fetch_deadline_ms = min((delayed.deadline_ms for delayed in self._fetches.values()), default=None)
 
     def _nothing_to_read(self, delayed: _DelayedFetch) -> bool:
-        """Kafka's DelayedFetch.tryComplete for a consumer's parked fetch: True when a read now would find
-        neither records nor an error in any of its partitions (each led here at the epoch the request names,
-        its fetch offset within the log and at or past what its isolation level may read: the high watermark
-        or the last stable offset), so the fetch stays parked without a read. The partitions that wake a
-        consumer's fetch are mostly ones whose log end moved while their high watermark did not (an acks=all
-        append waits for the followers): a read of every parked consumer fetch then found nothing. What else
-        moved (a high watermark the session has not sent) is `touched`, read at the deadline.
-        Followers' fetches are read as before: their read also records the follower's progress."""
+        """Kafka's DelayedFetch.tryComplete for a parked fetch: True when a read now would find neither records
+        nor an error in any of its partitions, so the fetch stays parked without a read. What else moved (a high
+        watermark the session has not sent) is `touched`, read at the deadline.
+        - A consumer's: each partition led here at the epoch the request names, its fetch offset within the log
+          and at or past what its isolation level may read (the high watermark or the last stable offset). The
+          partitions that wake a consumer's fetch are mostly ones whose log end moved while their high
+          watermark did not (an acks=all append waits for the followers): a read of every parked consumer
+          fetch then found nothing.
+        - A follower's: each partition led here at the epoch the request names, with the follower at our log
+          end (Partition.follower_read_finds_nothing). What wakes a parked follower fetch is mostly the high
+          watermark moving when the other follower's fetch arrives: its read found no records, stayed parked,
+          and cost the leader a third read per replicated write."""
         request = delayed.request
         broker = self.broker
-        if request.replica_id >= 0 or delayed.denied or not broker.serving or broker.replica_selector:
+        if delayed.denied or not broker.serving or (request.replica_id < 0 and broker.replica_selector):
             return False  # (with a replica selector, a read may also name a preferred replica: read it)
-        isolation = _isolation(request)
         partitions = broker.partitions
+        if request.replica_id >= 0:
+            replica_id = request.replica_id
+            for topic in delayed.context.topics:
+                for fetch_partition in topic.partitions:
+                    hosted = partitions.get((topic.name, fetch_partition.partition))
+                    if hosted is None or (topic.topic_id != NULL_UUID and hosted.topic_id != topic.topic_id.bytes) \
+                            or not hosted.replica.follower_read_finds_nothing(
+                                replica_id, fetch_partition.fetch_offset, fetch_partition.last_fetched_epoch,
+                                fetch_partition.current_leader_epoch):
+                        return False
+            return True
+        isolation = _isolation(request)
         for topic in delayed.context.topics:
             for fetch_partition in topic.partitions:
                 hosted = partitions.get((topic.name, fetch_partition.partition))

@@ -674,6 +674,20 @@ class Partition:
         bound = self._high_watermark if isolation == IsolationLevel.READ_UNCOMMITTED else self.last_stable_offset
         return bound <= fetch_offset and self.log.log_start_offset <= fetch_offset <= self.log.log_end_offset
 
+    def follower_read_finds_nothing(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int | None,
+                                    current_leader_epoch: int | None) -> bool:
+        """True when `handle_follower_fetch` here would raise nothing, answer no records and no diverging epoch,
+        and could not move the high watermark or the ISR: this replica leads at the epoch the request names,
+        `replica_id` is one of its followers, and `fetch_offset` is our log end (under our latest epoch, when
+        the fetch names the epoch it last fetched). A parked follower fetch for which this holds stays parked
+        without a read, as Kafka's DelayedFetch.tryComplete keeps one whose fetch offset is the log end: the
+        fetch state the read would touch was touched when the fetch arrived."""
+        if not self.is_leader or self._names_other_epoch(current_leader_epoch):
+            return False
+        if replica_id not in self.follower_states or fetch_offset != self.log.log_end_offset:
+            return False
+        return last_fetched_epoch is None or last_fetched_epoch < 0 or last_fetched_epoch == self.log.latest_epoch
+
     def _names_other_epoch(self, current_leader_epoch: int | None) -> bool:
         return (current_leader_epoch is not None and current_leader_epoch >= 0
                 and current_leader_epoch != self.leader_epoch)

@@ -262,6 +262,67 @@ def test_a_quiet_followers_session_is_parked_without_a_walk_until_a_partition_mo
     assert {p.partition for t in named.topics if t.topic == "u" for p in t.partitions} == led_u
 
 
+def test_a_parked_follower_fetch_at_the_log_end_is_not_read_again_when_only_the_high_watermark_moves(cluster):
+    """Kafka's DelayedFetch.tryComplete for a follower: a parked fetch whose follower is at the leader's log end
+    stays parked without a read when the partition moves without new records (the other follower's fetch
+    moving the high watermark of an acks=all write). It carries the high watermark at its deadline, and a
+    record wakes it with the record."""
+    from broker.apis import Deferred
+
+    leader = leader_of(cluster, 0)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate(rounds=5)
+    first, second = sorted(b for b in cluster.brokers if b != leader)
+    partition = cluster.brokers[leader].hosted("t", 0).replica
+    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
+    reads = []
+    original = data._read_fetch
+    data._read_fetch = lambda header, request, *rest: reads.append(request.replica_id) or original(
+        header, request, *rest)
+
+    def fetch_now(follower_id):
+        follower = cluster.brokers[follower_id]
+        sent = follower.next_replica_request(leader, cluster.now_ms)
+        sent.request.max_wait_ms = 0
+        follower.on_replica_response(sent, cluster.call(leader, sent.api_key, sent.api_version, sent.request),
+                                     cluster.now_ms)
+
+    def park(follower_id):
+        follower = cluster.brokers[follower_id]
+        sent = follower.next_replica_request(leader, cluster.now_ms)
+        sent.request.max_wait_ms = 500
+        parked = cluster.call(leader, sent.api_key, sent.api_version, sent.request)
+        assert isinstance(parked, Deferred)
+        return follower, sent, parked
+
+    def answered(parked):
+        cluster.completed.setdefault(leader, []).extend(cluster.apis[leader].poll(cluster.now_ms))
+        return {request_id: r for request_id, _, r in cluster.completed[leader]}.get(parked.request_id)
+
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"b"], acks=1))
+    fetch_now(first)  # the record
+    follower, sent, parked = park(first)  # at the log end; the high watermark waits for the other follower
+    assert partition.high_watermark == 1 and answered(parked) is None
+    reads.clear()
+    fetch_now(second)  # the record
+    fetch_now(second)  # its new position: the high watermark passes the record, the partition moves
+    assert partition.high_watermark == 2
+    assert answered(parked) is None and first not in reads  # still parked, and not read again
+    cluster.now_ms += 500
+    response = answered(parked)
+    assert [(p.partition_index, p.high_watermark, bool(p.records)) for t in response.responses
+            for p in t.partitions] == [(0, 2, False)]
+    assert reads.count(first) == 1  # read once, at the deadline, to carry the news
+    follower.on_replica_response(sent, response, cluster.now_ms)
+    assert cluster.brokers[first].hosted("t", 0).replica.high_watermark == 2
+    # parked again at the log end: a record wakes it at once, with the record
+    follower, sent, parked = park(first)
+    assert answered(parked) is None
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"c"], acks=1))
+    response = answered(parked)
+    assert [(p.partition_index, bool(p.records)) for t in response.responses for p in t.partitions] == [(0, True)]
+
+
 def test_an_incremental_fetch_carries_a_preferred_read_replica_as_news():  # KIP-392 over KIP-227
     from tests.broker.test_broker_sans_io import RACKS, racked_cluster
 

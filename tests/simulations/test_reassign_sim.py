@@ -17,9 +17,11 @@ from simulations.run import RunConfig, run_one
 
 REASSIGN_WITHOUT_CATCH_UP_SEED = 1
 # Of `--duration 20`; both seeds moved from 23 to 11 when a broker's controller calls began to follow a change of
-# controller at once and a controller's sessions stopped counting its own stalls (the runs took other courses).
-FETCH_SESSION_SILENT_SEED = 11  # the defect the sweep found in the first fetch sessions
-PARKED_FETCH_DROPS_NEWS_SEED = 11  # found once log cleanup stopped waking every partition
+# controller at once and a controller's sessions stopped counting its own stalls, and back to 23 (of seeds 1-100:
+# 23 and 32 catch both, 52 the second) when a parked follower fetch at the log end stopped being read again each
+# time the high watermark moved (the followers' fetch states are touched less often: the runs took other courses).
+FETCH_SESSION_SILENT_SEED = 23  # the defect the sweep found in the first fetch sessions
+PARKED_FETCH_DROPS_NEWS_SEED = 23  # found once log cleanup stopped waking every partition
 SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}
 
 
