@@ -535,8 +535,10 @@ class Partition:
         if state is None:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a follower of {self.topic}-{self.partition}")
         leader_log_end_offset = self.log.log_end_offset
-        if fetch_offset == leader_log_end_offset and (last_fetched_epoch is None or last_fetched_epoch < 0):
-            # An idle follower at our log end (most fetches of most partitions): nothing to read or check.
+        if fetch_offset == leader_log_end_offset and (last_fetched_epoch is None or last_fetched_epoch < 0
+                                                      or last_fetched_epoch == self.log.latest_epoch):
+            # A follower at our log end (most fetches of most partitions, and the fetch that reports a follower's
+            # progress): nothing to read, and nothing to diverge from when it last fetched our latest epoch.
             previous_log_end_offset = state.log_end_offset
             self._update_follower_fetch_state(state, fetch_offset, follower_log_start_offset, now_ms,
                                               leader_log_end_offset)

@@ -421,3 +421,25 @@ def test_touching_a_caught_up_follower_advances_its_fetch_state_as_a_fetch_at_th
     leader.append_records(batch(b"b"), 1, now_ms=6_000)
     assert not leader.touch_caught_up_follower(2, 1, epoch, 0, now_ms=6_000)  # the log end moved
     assert leader.follower_states[2].last_fetch_time_ms == 5_000  # refusals touch nothing
+
+
+def test_a_follower_at_the_log_end_that_last_fetched_our_latest_epoch_is_answered_without_a_read():
+    """The fetch that reports a follower's progress (v12+ name the epoch it last fetched) is at our log end: it has
+    nothing to read and nothing to diverge from under our latest epoch, so the log is not read, and its state and
+    the high watermark move as a read's would. Another epoch is still checked for divergence."""
+    cluster = started_cluster()
+    leader = cluster[1]
+    leader.append_records(batch(b"a", b"b"), 1, now_ms=10)
+    reads = []
+    original = leader.log.read
+    leader.log.read = lambda *args, **kwargs: reads.append(args[0]) or original(*args, **kwargs)
+    epoch = leader.log.latest_epoch
+    below = leader.handle_follower_fetch(2, 0, None, now_ms=20, max_bytes=1 << 20)
+    assert below.records and reads == [0]
+    at_end = leader.handle_follower_fetch(2, 2, epoch, now_ms=30, max_bytes=1 << 20)
+    assert (at_end.records, at_end.diverging_epoch, reads) == (b"", None, [0])  # not read
+    assert leader.follower_states[2].log_end_offset == 2 and leader.follower_states[2].last_fetch_time_ms == 30
+    assert leader.high_watermark == 0  # follower 3, in the ISR, has not fetched the records yet
+    leader.handle_follower_fetch(3, 0, None, now_ms=40, max_bytes=1 << 20)
+    leader.handle_follower_fetch(3, 2, epoch, now_ms=50, max_bytes=1 << 20)
+    assert leader.high_watermark == 2 and reads == [0, 0]  # its progress moved it, without a read
