@@ -8,8 +8,10 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
   1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (a 100-byte record per request while none waits;
                             the Produce requests are counted): p50/p99 at record rates stepped up, and the
-                            highest rate with p99 <= 10 ms; the 3-node row once more with the partition
-                            leader's node on a CPU of its own (--small-only runs just these rows)
+                            highest rate with p99 <= 10 ms there and at every step below; the 3-node row
+                            once more with the partition leader's node on a CPU of its own; both once more
+                            with the rate spread over producer processes of at most 5,000 records/s each,
+                            so that every request carries one record (--small-only runs just these rows)
   1 node,  RF=1, acks=1   : 1 KiB records over SASL_SSL (TLS 1.2+, SASL/PLAIN, the authorizer on) and over
                             PLAINTEXT on the same node: produce and consume, and their ratio (--security-only
                             runs just these rows)
@@ -135,8 +137,8 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: in
     return {"records": count, "seconds": elapsed, "rec_per_s": count / elapsed, "mb_per_s": count * size / elapsed / MB}
 
 
-def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "all",
-            linger_ms: int | None = None) -> dict:
+def latency(bootstrap: str, topic: str, rate: float, seconds: float, acks: str = "all",
+            linger_ms: int | None = None, keep_latencies: bool = False) -> dict:
     from confluent_kafka import Producer
 
     # librdkafka's default linger (5 ms) batches what arrives within it, as a producer does out of the box;
@@ -189,9 +191,12 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str = "
         serving.clear()
         reporter.join()
     latencies_ms.sort()
-    return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
-            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
-            "produce_requests": requests}
+    result = {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
+              "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
+              "produce_requests": requests}
+    if keep_latencies:
+        result["latencies_ms"] = latencies_ms
+    return result
 
 
 STATISTICS_INTERVAL_MS = 200
@@ -211,23 +216,61 @@ SMALL_REQUEST_RATES = (1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000
 SMALL_REQUEST_P99_MS_MAX = 10.0
 # (nodes, acks, the partition leader's node on a CPU of its own): the last row runs the 3-node one again with
 # the leader's process alone on the last CPU and the other nodes and the load generator on the others.
-SMALL_REQUEST_CLUSTERS = ((1, "1", False), (3, "all", False), (3, "all", True))
+SMALL_REQUEST_CLUSTERS = ((1, "1", False, False), (3, "all", False, False), (3, "all", True, False),
+                          (1, "1", False, True), (3, "all", False, True))
+# A producer at up to this rate sends each record as its own request (about 0.99 requests per record measured on
+# one node at 5,000 records/s; 0.73 at 10,000).
+PER_PRODUCER_RATE_MAX = 5_000
+
+
+def _latency_worker(arguments: tuple) -> dict:
+    """`latency` in a process of its own, with its sorted latencies (a producer process of the
+    one-record-per-request rows)."""
+    bootstrap, topic, rate, seconds, acks, start_at = arguments
+    delay = start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)  # every producer's clock starts together
+    return latency(bootstrap, topic, rate, seconds, acks, 0, keep_latencies=True)
+
+
+def parallel_latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str, producers: int) -> dict:
+    """`rate` records/s from `producers` confluent-kafka producers, each in a process of its own at
+    rate/producers: at up to PER_PRODUCER_RATE_MAX each sends every record as its own Produce request, where one
+    producer at a higher rate pairs records behind its request in flight (and its Python loop, waking late,
+    does too). p50/p99 over every record of every producer."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 3.0  # the processes start, import and connect first (their warm-up record)
+    with context.Pool(producers) as pool:
+        results = pool.map(_latency_worker, [(bootstrap, topic, rate / producers, seconds, acks, start_at)
+                                             for _ in range(producers)])
+    latencies_ms = sorted(value for result in results for value in result["latencies_ms"])
+    return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
+            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
+            "produce_requests": sum(result["produce_requests"] for result in results)}
 
 
 def small_request_rows(root: str, seconds: float) -> None:
     """linger.ms=0 (a 100-byte record per Produce request, unless records queue behind one in flight; each row
-    prints the Produce requests librdkafka sent): the record rate stepped up on a fresh cluster,
-    p50/p99 at each step, and the highest rate whose p99 stays under 10 ms (1 node acks=1; 3 nodes RF=3
-    acks=all, as the kernel schedules them and with the partition leader on a CPU of its own). Steps stop
-    after the first one whose p99 exceeds 10 ms twice over (the broker fell behind)."""
-    for nodes, acks, pinned in SMALL_REQUEST_CLUSTERS:
+    prints the Produce requests librdkafka sent): the record rate stepped up on a fresh cluster, p50/p99 at each
+    step, and the highest rate whose p99 stays under 10 ms there and at every step below it, with the Produce
+    requests/s sent at that step (1 node acks=1; 3 nodes RF=3 acks=all, as the kernel schedules them and with
+    the partition leader on a CPU of its own). One producer sends a record alone only while none waits: above
+    about 7,500 records/s it pairs them, so the `one_record_per_request` rows spread the same rates over
+    producer processes of at most PER_PRODUCER_RATE_MAX records/s each, whose requests carry one record each:
+    their request rate is the record rate. Steps stop after the first one whose p99 exceeds 10 ms twice over
+    (the broker fell behind)."""
+    for nodes, acks, pinned, spread in SMALL_REQUEST_CLUSTERS:
         cpus = sorted(os.sched_getaffinity(0))
         if pinned and len(cpus) < 2:
             print("RESULT 3node.acksall.linger0.leader_on_own_cpu skipped: one CPU", flush=True)
             continue
-        name = f"{nodes}node.acks{acks}.linger0" + (".leader_on_own_cpu" if pinned else "")
-        cluster = start_cluster(os.path.join(root, f"small-{nodes}{'-pinned' if pinned else ''}"), nodes)
-        best = 0
+        name = f"{nodes}node.acks{acks}.linger0" + (".leader_on_own_cpu" if pinned else "") + \
+            (".one_record_per_request" if spread else "")
+        cluster = start_cluster(os.path.join(root, f"small-{nodes}{'-pinned' if pinned else ''}"
+                                                   f"{'-spread' if spread else ''}"), nodes)
+        best, best_requests, failed = 0, 0.0, False
         try:
             create_topic(cluster, "small", 1, 1 if nodes == 1 else 3, min_insync_replicas="1" if nodes == 1 else "2")
             eventually(lambda: topic_of(metadata(cluster), "small"))
@@ -236,20 +279,30 @@ def small_request_rows(root: str, seconds: float) -> None:
                 pin_leader(cluster, leader, cpus)
             latency(cluster.bootstrap_servers, "small", 500, 1.0, acks, 0)  # connections and metadata warm
             for rate in SMALL_REQUEST_RATES:
-                measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0)
+                producers = -(-rate // PER_PRODUCER_RATE_MAX) if spread else 1
+                if spread:
+                    measured = parallel_latency(cluster.bootstrap_servers, "small", rate, seconds, acks, producers)
+                else:
+                    measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0)
+                requests_per_s = measured["produce_requests"] / seconds
                 print(f"RESULT {name}.rate_{rate} p50={measured['p50_ms']:.2f} ms "
                       f"p99={measured['p99_ms']:.2f} ms records={measured['records']} "
                       f"produce_requests={measured['produce_requests']} "
-                      f"({measured['produce_requests'] / (rate * seconds):.2f} per record)", flush=True)
+                      f"({measured['produce_requests'] / (rate * seconds):.2f} per record, "
+                      f"{requests_per_s:,.0f} requests/s, {producers} producer{'s' if producers > 1 else ''})",
+                      flush=True)
                 if measured["p99_ms"] <= SMALL_REQUEST_P99_MS_MAX:
-                    best = rate
-                elif measured["p99_ms"] > 2 * SMALL_REQUEST_P99_MS_MAX:
-                    break
+                    if not failed:  # the highest step with every step up to it under the line
+                        best, best_requests = rate, requests_per_s
+                else:
+                    failed = True
+                    if measured["p99_ms"] > 2 * SMALL_REQUEST_P99_MS_MAX:
+                        break
         finally:
             cluster.stop()
             os.sched_setaffinity(0, cpus)
-        print(f"RESULT {name}.highest_rate_p99_under_10ms {best:,} requests/s "
-              f"(steps {', '.join(map(str, SMALL_REQUEST_RATES))})", flush=True)
+        print(f"RESULT {name}.highest_rate_p99_under_10ms {best:,} records/s, {best_requests:,.0f} Produce "
+              f"requests/s (steps {', '.join(map(str, SMALL_REQUEST_RATES))})", flush=True)
 
 
 def pin_leader(cluster: LocalCluster, leader: int, cpus: list[int]) -> None:
