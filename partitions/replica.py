@@ -678,12 +678,13 @@ class Partition:
 
     def follower_read_finds_nothing(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int | None,
                                     current_leader_epoch: int | None) -> bool:
-        """True when `handle_follower_fetch` here would raise nothing, answer no records and no diverging epoch,
-        and could not move the high watermark or the ISR: this replica leads at the epoch the request names,
-        `replica_id` is one of its followers, and `fetch_offset` is our log end (under our latest epoch, when
-        the fetch names the epoch it last fetched). A parked follower fetch for which this holds stays parked
-        without a read, as Kafka's DelayedFetch.tryComplete keeps one whose fetch offset is the log end: the
-        fetch state the read would touch was touched when the fetch arrived."""
+        """True when `handle_follower_fetch` here would raise nothing and answer no records and no diverging
+        epoch: this replica leads at the epoch the request names, `replica_id` is one of its followers, and
+        `fetch_offset` is our log end (under our latest epoch, when the fetch names the epoch it last fetched).
+        A parked follower fetch for which this holds stays parked without a read, as Kafka's
+        DelayedFetch.tryComplete keeps one whose fetch offset is the log end. Its progress was recorded when it
+        arrived; what a read would redo (an ISR expansion refused then, e.g. while another ISR change was in flight)
+        is done again at its answer or at the follower's next fetch, as in Kafka."""
         if not self.is_leader or self._names_other_epoch(current_leader_epoch):
             return False
         if replica_id not in self.follower_states or fetch_offset != self.log.log_end_offset:
