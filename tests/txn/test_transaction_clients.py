@@ -15,7 +15,7 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, wait_for_quorum
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, poll_records, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,10 +117,8 @@ def test_commits_and_aborts_across_two_topics_are_seen_exactly_by_read_committed
     consumer.assign(partitions)
     consumer.seek_to_beginning(*partitions)
     seen: dict[tuple[str, int], list[str]] = {}
-    deadline = time.monotonic() + 60
-    while sum(len(v) for v in seen.values()) < total_committed and time.monotonic() < deadline:
-        for tp, records in consumer.poll(timeout_ms=500).items():
-            seen.setdefault((tp.topic, tp.partition), []).extend(r.value.decode() for r in records)
+    for record in poll_records(consumer, total_committed, seconds=60):  # and a second more: nothing else
+        seen.setdefault((record.topic, record.partition), []).append(record.value.decode())
     consumer.close()
     assert seen == committed
 
