@@ -190,13 +190,18 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, acks: str =
     finally:
         serving.clear()
         reporter.join()
-    latencies_ms.sort()
-    result = {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
-              "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
-              "produce_requests": requests}
+    result = latency_summary(latencies_ms, requests)
     if keep_latencies:
         result["latencies_ms"] = latencies_ms
     return result
+
+
+def latency_summary(latencies_ms: list[float], produce_requests: int) -> dict:
+    """Records, p50, p99 and max of `latencies_ms` (sorted here), with the Produce requests that carried them."""
+    latencies_ms.sort()
+    return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
+            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
+            "produce_requests": produce_requests}
 
 
 STATISTICS_INTERVAL_MS = 200
@@ -245,10 +250,8 @@ def parallel_latency(bootstrap: str, topic: str, rate: int, seconds: float, acks
     with context.Pool(producers) as pool:
         results = pool.map(_latency_worker, [(bootstrap, topic, rate / producers, seconds, acks, start_at)
                                              for _ in range(producers)])
-    latencies_ms = sorted(value for result in results for value in result["latencies_ms"])
-    return {"records": len(latencies_ms), "p50_ms": statistics.median(latencies_ms),
-            "p99_ms": latencies_ms[int(len(latencies_ms) * 0.99) - 1], "max_ms": latencies_ms[-1],
-            "produce_requests": sum(result["produce_requests"] for result in results)}
+    return latency_summary([value for result in results for value in result["latencies_ms"]],
+                           sum(result["produce_requests"] for result in results))
 
 
 def small_request_rows(root: str, seconds: float) -> None:

@@ -442,26 +442,22 @@ class DataPlaneApis:
         broker = self.broker
         if delayed.denied or not broker.serving or (request.replica_id < 0 and broker.replica_selector):
             return False  # (with a replica selector, a read may also name a preferred replica: read it)
-        partitions = broker.partitions
-        if request.replica_id >= 0:
-            replica_id = request.replica_id
-            for topic in delayed.context.topics:
-                for fetch_partition in topic.partitions:
-                    hosted = partitions.get((topic.name, fetch_partition.partition))
-                    if hosted is None or (topic.topic_id != NULL_UUID and hosted.topic_id != topic.topic_id.bytes) \
-                            or not hosted.replica.follower_read_finds_nothing(
-                                replica_id, fetch_partition.fetch_offset, fetch_partition.last_fetched_epoch,
-                                fetch_partition.current_leader_epoch):
-                        return False
-            return True
+        replica_id = request.replica_id
         isolation = _isolation(request)
-        for topic in delayed.context.topics:
-            for fetch_partition in topic.partitions:
-                hosted = partitions.get((topic.name, fetch_partition.partition))
-                if hosted is None or not hosted.replica.consumer_read_finds_nothing(
-                        fetch_partition.fetch_offset, isolation, fetch_partition.current_leader_epoch):
-                    return False
-        return True
+
+        def finds_nothing(topic: Any, hosted: HostedPartition, fetch_partition: Any) -> bool:
+            if replica_id < 0:
+                return hosted.replica.consumer_read_finds_nothing(
+                    fetch_partition.fetch_offset, isolation, fetch_partition.current_leader_epoch)
+            return (topic.topic_id == NULL_UUID or hosted.topic_id == topic.topic_id.bytes) and \
+                hosted.replica.follower_read_finds_nothing(replica_id, fetch_partition.fetch_offset,
+                                                           fetch_partition.last_fetched_epoch,
+                                                           fetch_partition.current_leader_epoch)
+
+        partitions = broker.partitions
+        return all((hosted := partitions.get((topic.name, fetch_partition.partition))) is not None
+                   and finds_nothing(topic, hosted, fetch_partition)
+                   for topic in delayed.context.topics for fetch_partition in topic.partitions)
 
     def _read_fetch(self, header: RequestHeader, request: Any, context: FetchContext, now_ms: int,
                     denied: frozenset[str], session: Any = None) -> tuple[Any, int, bool]:

@@ -535,8 +535,7 @@ class Partition:
         if state is None:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a follower of {self.topic}-{self.partition}")
         leader_log_end_offset = self.log.log_end_offset
-        if fetch_offset == leader_log_end_offset and (last_fetched_epoch is None or last_fetched_epoch < 0
-                                                      or last_fetched_epoch == self.log.latest_epoch):
+        if fetch_offset == leader_log_end_offset and self._cannot_diverge(last_fetched_epoch):
             # A follower at our log end (most fetches of most partitions, and the fetch that reports a follower's
             # progress): nothing to read, and nothing to diverge from when it last fetched our latest epoch.
             previous_log_end_offset = state.log_end_offset
@@ -687,8 +686,12 @@ class Partition:
         is done again at its answer or at the follower's next fetch, as in Kafka."""
         if not self.is_leader or self._names_other_epoch(current_leader_epoch):
             return False
-        if replica_id not in self.follower_states or fetch_offset != self.log.log_end_offset:
-            return False
+        return (replica_id in self.follower_states and fetch_offset == self.log.log_end_offset
+                and self._cannot_diverge(last_fetched_epoch))
+
+    def _cannot_diverge(self, last_fetched_epoch: int | None) -> bool:
+        """A follower at our log end that names no epoch it last fetched (below v12), or our latest one, has
+        nothing to diverge from (KIP-320)."""
         return last_fetched_epoch is None or last_fetched_epoch < 0 or last_fetched_epoch == self.log.latest_epoch
 
     def _names_other_epoch(self, current_leader_epoch: int | None) -> bool:
