@@ -429,6 +429,8 @@ class DataPlaneApis:
         """Kafka's DelayedFetch.tryComplete for a parked fetch: True when a read now would find neither records
         nor an error in any of its partitions, so the fetch stays parked without a read. What else moved (a high
         watermark the session has not sent) is `touched`, read at the deadline.
+        Neither when a partition named by topic id has another topic under its name now (recreated): the read
+        answers INCONSISTENT_TOPIC_ID.
         - A consumer's: each partition led here at the epoch the request names, its fetch offset within the log
           and at or past what its isolation level may read (the high watermark or the last stable offset). The
           partitions that wake a consumer's fetch are mostly ones whose log end moved while their high
@@ -446,13 +448,14 @@ class DataPlaneApis:
         isolation = _isolation(request)
 
         def finds_nothing(topic: Any, hosted: HostedPartition, fetch_partition: Any) -> bool:
+            if topic.topic_id != NULL_UUID and hosted.topic_id != topic.topic_id.bytes:
+                return False  # the name's topic was recreated: a read answers INCONSISTENT_TOPIC_ID
             if replica_id < 0:
                 return hosted.replica.consumer_read_finds_nothing(
                     fetch_partition.fetch_offset, isolation, fetch_partition.current_leader_epoch)
-            return (topic.topic_id == NULL_UUID or hosted.topic_id == topic.topic_id.bytes) and \
-                hosted.replica.follower_read_finds_nothing(replica_id, fetch_partition.fetch_offset,
-                                                           fetch_partition.last_fetched_epoch,
-                                                           fetch_partition.current_leader_epoch)
+            return hosted.replica.follower_read_finds_nothing(replica_id, fetch_partition.fetch_offset,
+                                                              fetch_partition.last_fetched_epoch,
+                                                              fetch_partition.current_leader_epoch)
 
         partitions = broker.partitions
         return all((hosted := partitions.get((topic.name, fetch_partition.partition))) is not None

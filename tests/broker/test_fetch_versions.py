@@ -212,3 +212,25 @@ def test_v16_names_the_current_leader_and_its_endpoint_on_a_leadership_error(clu
     # Other errors name no leader.
     unknown = cluster.call(new_leader, ApiKey.FETCH, 16, fetch([(0, 0)], topic_id=UNKNOWN_ID))
     assert unknown.responses[0].partitions[0].current_leader.leader_id == -1 and unknown.node_endpoints == []
+
+
+def test_a_parked_fetch_of_a_topic_recreated_under_its_name_is_answered_when_it_moves_not_at_its_deadline(cluster):
+    # KIP-516: the parked fetch names the old topic id. When the partition under its name moves, a read would answer
+    # INCONSISTENT_TOPIC_ID: it is not "nothing to read" even where the new log holds nothing past the fetch offset.
+    from broker.apis import Deferred
+
+    leader = leader_of(cluster, 0)
+    old_id = topic_id(cluster)
+    full = cluster.call(leader, ApiKey.FETCH, 13, fetch([(0, 0)], topic_id=old_id, epoch=0))
+    assert answered(full)[0][3] == ErrorCode.NONE
+    parked = cluster.call(leader, ApiKey.FETCH, 13, fetch([], session_id=full.session_id, epoch=1, max_wait_ms=500))
+    assert isinstance(parked, Deferred)
+    cluster.commit(DeleteTopicsRequest(names=("t",)))
+    cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=3, replication_factor=3),)))
+    assert leader_of(cluster, 0) == leader
+    # An acks=all record appended under the name: the log end moves, the high watermark waits for the followers.
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"], acks=-1))
+    done = {request_id: r for request_id, _, r in cluster.apis[leader].poll(cluster.now_ms)}
+    assert parked.request_id in done, "the parked fetch of the old topic id waited for its deadline"
+    assert [(tid, p, e) for _, tid, p, e, _, _ in answered(done[parked.request_id])] == \
+        [(old_id, 0, ErrorCode.INCONSISTENT_TOPIC_ID)]
