@@ -11,6 +11,13 @@ Figures:
               confluent-kafka producer each, 10-record transactions) for CONCURRENT_SECONDS, vs the single
               producer's 10-record transactions/s above, with their p50/p99 transaction time (begin to commit):
               how coordinators, markers and verifications scale with concurrent transactions.
+  saturated   the produce ratio at 1,000 records per transaction again with SATURATED_PRODUCERS producers on
+              each side, each in a process of its own writing its share of `--records` (transactional, vs
+              idempotent acks=all on a fresh topic): records/s from the common start to the last producer's end.
+              One producer's transactions wait for four replicated writes in turn (AddPartitionsToTxn's record,
+              the records, EndTxn's Prepare record, then the markers and the Complete record before the next
+              transaction's partitions are added); producers side by side overlap those waits, so this ratio
+              is what the coordinator, markers and verifications cost a cluster kept busy.
   consume     records/s of a read_committed confluent-kafka consumer reading the transactional topic from the
               start (timed from its first records), vs a read_uncommitted one on the same data; five reads of
               each, taking turns, and the median of each. Target: >= 90%.
@@ -42,9 +49,11 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-def produce(bootstrap: str, topic: str, records: int, per_txn: int | None, transactional_id: str) -> dict:
+def produce(bootstrap: str, topic: str, records: int, per_txn: int | None, transactional_id: str,
+            start_at: float | None = None) -> dict:
     """records/s (and commit latencies) of one confluent-kafka producer: transactional with `per_txn` records
-    per transaction, or idempotent acks=all when `per_txn` is None."""
+    per transaction, or idempotent acks=all when `per_txn` is None. With `start_at` (a time.time()), the clock
+    starts then, after the warm-up, and the result also holds the wall time the producer finished at."""
     from confluent_kafka import Producer
 
     config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "acks": "all"}
@@ -63,6 +72,8 @@ def produce(bootstrap: str, topic: str, records: int, per_txn: int | None, trans
     producer.flush(60)
     if per_txn is not None:
         producer.commit_transaction(60)
+    if start_at is not None and start_at > time.time():
+        time.sleep(start_at - time.time())  # every producer's clock starts together
     started = time.perf_counter()
     sent = 0
     while sent < records:
@@ -84,11 +95,35 @@ def produce(bootstrap: str, topic: str, records: int, per_txn: int | None, trans
             commits.append((time.perf_counter() - commit_started) * 1000)
     producer.flush(60)
     elapsed = time.perf_counter() - started
-    result = {"records": records, "seconds": round(elapsed, 2), "records_per_s": round(records / elapsed)}
+    result = {"records": records, "seconds": round(elapsed, 2), "records_per_s": round(records / elapsed),
+              "ended_at": time.time()}
     if commits:
         result.update(commit_p50_ms=round(percentile(commits, 0.5), 1), commit_p99_ms=round(percentile(commits, 0.99), 1),
                       transactions_per_s=round(len(commits) / elapsed, 1))
     return result
+
+
+SATURATED_PRODUCERS = 4
+SATURATED_START_S = 5.0  # the processes start, import, connect and warm up before the common start
+
+
+def _produce_worker(arguments: tuple) -> dict:
+    return produce(*arguments)
+
+
+def produce_saturated(bootstrap: str, topic: str, records: int, per_txn: int | None, producers: int) -> dict:
+    """records/s of `producers` producer processes writing `records` together (`produce` in each, a share
+    each), from their common start to the end of the last one."""
+    import multiprocessing
+
+    start_at = time.time() + SATURATED_START_S
+    share = records // producers
+    with multiprocessing.get_context("spawn").Pool(producers) as pool:
+        results = pool.map(_produce_worker, [(bootstrap, topic, share, per_txn, f"{topic}-{index}", start_at)
+                                             for index in range(producers)])
+    elapsed = max(result["ended_at"] for result in results) - start_at
+    return {"producers": producers, "records": share * producers, "seconds": round(elapsed, 2),
+            "records_per_s": round(share * producers / elapsed)}
 
 
 CONCURRENT_PRODUCERS = 16
@@ -162,7 +197,8 @@ def run(records: int) -> dict:
         cluster.start()
         try:
             wait_for_quorum(cluster)
-            for name in ("bench-idempotent", "bench-txn-10", "bench-txn-1000", "bench-txn-concurrent"):
+            for name in ("bench-idempotent", "bench-txn-10", "bench-txn-1000", "bench-txn-concurrent",
+                         "bench-idempotent-saturated", "bench-txn-1000-saturated"):
                 create_topic(cluster, name, PARTITIONS, 3)
             bootstrap = cluster.bootstrap_servers
             small = max(records // 20, 2_000)  # 10-record transactions are slow: a smaller run of them
@@ -171,6 +207,9 @@ def run(records: int) -> dict:
             txn_10 = produce(bootstrap, "bench-txn-10", small, 10, "bench-10")
             concurrent = produce_concurrently(bootstrap, "bench-txn-concurrent", CONCURRENT_PRODUCERS,
                                               CONCURRENT_SECONDS)
+            saturated_baseline = produce_saturated(bootstrap, "bench-idempotent-saturated", records, None,
+                                                   SATURATED_PRODUCERS)
+            saturated = produce_saturated(bootstrap, "bench-txn-1000-saturated", records, 1_000, SATURATED_PRODUCERS)
             # Each read takes a fraction of a second: the two isolation levels take turns five times and each
             # keeps its median, so one slow read does not decide the ratio.
             reads: dict[str, list[dict]] = {"read_committed": [], "read_uncommitted": []}
@@ -189,6 +228,9 @@ def run(records: int) -> dict:
             txn_10["records_per_s"] / baseline["records_per_s"], 2)},
         "concurrent_10_per_txn": {**concurrent, "ratio_to_one_producer": round(
             concurrent["transactions_per_s"] / txn_10["transactions_per_s"], 2)},
+        "saturated_idempotent_acks_all": saturated_baseline,
+        "saturated_transactional_1000_per_txn": {**saturated, "ratio_to_idempotent": round(
+            saturated["records_per_s"] / saturated_baseline["records_per_s"], 2)},
         "read_committed": {**committed, "ratio_to_read_uncommitted": round(
             committed["records_per_s"] / uncommitted["records_per_s"], 2)},
         "read_uncommitted": uncommitted,
@@ -214,6 +256,10 @@ def main() -> None:
         print(f"RESULT concurrent: {many['producers']} producers {many['transactions_per_s']} txn/s (transaction p50 "
               f"{many['transaction_p50_ms']} ms, p99 {many['transaction_p99_ms']} ms) vs one producer "
               f"{small['transactions_per_s']} txn/s; ratio {many['ratio_to_one_producer']}")
+        busy, busy_base = result["saturated_transactional_1000_per_txn"], result["saturated_idempotent_acks_all"]
+        print(f"RESULT saturated: {busy['producers']} producer processes each side, transactional 1,000/txn "
+              f"{busy['records_per_s']:,} records/s vs idempotent acks=all {busy_base['records_per_s']:,}; ratio "
+              f"{busy['ratio_to_idempotent']} (target >= 0.5 at 1,000/txn)")
         print(f"RESULT consume: read_committed {result['read_committed']['records_per_s']:,} records/s vs "
               f"read_uncommitted {result['read_uncommitted']['records_per_s']:,}; ratio "
               f"{result['read_committed']['ratio_to_read_uncommitted']} (target >= 0.9)")
@@ -225,6 +271,7 @@ def main() -> None:
                      ("transactional_10_per_txn", "ratio_to_idempotent"),
                      ("transactional_10_per_txn", "commit_p50_ms"), ("transactional_10_per_txn", "commit_p99_ms"),
                      ("concurrent_10_per_txn", "ratio_to_one_producer"),
+                     ("saturated_transactional_1000_per_txn", "ratio_to_idempotent"),
                      ("read_committed", "ratio_to_read_uncommitted")):
             mid, low, high = median(path)
             print(f"{'.'.join(path)}: median {mid} (range {low}..{high})")
