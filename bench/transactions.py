@@ -74,8 +74,9 @@ def produce(bootstrap: str, topic: str, records: int, per_txn: int | None, trans
     producer.flush(60)
     if per_txn is not None:
         producer.commit_transaction(60)
-    if start_at is not None and start_at > time.time():
-        time.sleep(start_at - time.time())  # every producer's clock starts together
+    delay = 0.0 if start_at is None else start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)  # every producer's clock starts together
     started = time.perf_counter()
     sent = 0
     while sent < records:
