@@ -7,7 +7,8 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
   3 nodes, RF=3, acks=all : 100-byte records, produce records/s, consume records/s
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
   1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (a 100-byte record per request while none waits;
-                            the Produce requests are counted): p50/p99 at record rates stepped up, and the
+                            the Produce requests are counted, and the nodes' CPU per request and cores in
+                            use while the step runs): p50/p99 at record rates stepped up, and the
                             highest rate with p99 <= 10 ms there and at every step below; the 3-node row
                             once more with the partition leader's node on a CPU of its own; both once more
                             with the rate spread over producer processes of at most 5,000 records/s each,
@@ -138,7 +139,7 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: in
 
 
 def latency(bootstrap: str, topic: str, rate: float, seconds: float, acks: str = "all",
-            linger_ms: int | None = None, keep_latencies: bool = False) -> dict:
+            linger_ms: int | None = None, keep_latencies: bool = False, on_start=None) -> dict:
     from confluent_kafka import Producer
 
     # librdkafka's default linger (5 ms) batches what arrives within it, as a producer does out of the box;
@@ -176,6 +177,8 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, acks: str =
     producer.flush(30)
     requests_before = _produce_requests(reports, time.perf_counter())
     started = time.perf_counter()
+    if on_start is not None:
+        on_start()
     try:
         for index in range(total):
             scheduled = started + index / rate
@@ -238,7 +241,8 @@ def _latency_worker(arguments: tuple) -> dict:
     return latency(bootstrap, topic, rate, seconds, acks, 0, keep_latencies=True)
 
 
-def parallel_latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str, producers: int) -> dict:
+def parallel_latency(bootstrap: str, topic: str, rate: int, seconds: float, acks: str, producers: int,
+                     window: CpuWindow | None = None) -> dict:
     """`rate` records/s from `producers` confluent-kafka producers, each in a process of its own at
     rate/producers: at up to PER_PRODUCER_RATE_MAX each sends every record as its own Produce request, where one
     producer at a higher rate pairs records behind its request in flight (and its Python loop, waking late,
@@ -247,9 +251,15 @@ def parallel_latency(bootstrap: str, topic: str, rate: int, seconds: float, acks
 
     context = multiprocessing.get_context("spawn")
     start_at = time.time() + 3.0  # the processes start, import and connect first (their warm-up record)
+    timer = None
+    if window is not None:  # the nodes' CPU from the producers' common start, not during their start-up
+        timer = threading.Timer(max(0.0, start_at - time.time()), window.begin)
+        timer.start()
     with context.Pool(producers) as pool:
         results = pool.map(_latency_worker, [(bootstrap, topic, rate / producers, seconds, acks, start_at)
                                              for _ in range(producers)])
+    if timer is not None:
+        timer.join()
     return latency_summary([value for result in results for value in result["latencies_ms"]],
                            sum(result["produce_requests"] for result in results))
 
@@ -283,16 +293,24 @@ def small_request_rows(root: str, seconds: float) -> None:
             latency(cluster.bootstrap_servers, "small", 500, 1.0, acks, 0)  # connections and metadata warm
             for rate in SMALL_REQUEST_RATES:
                 producers = -(-rate // PER_PRODUCER_RATE_MAX) if spread else 1
+                window = CpuWindow(cluster)
                 if spread:
-                    measured = parallel_latency(cluster.bootstrap_servers, "small", rate, seconds, acks, producers)
+                    measured = parallel_latency(cluster.bootstrap_servers, "small", rate, seconds, acks, producers,
+                                                window)
                 else:
-                    measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0)
+                    measured = latency(cluster.bootstrap_servers, "small", rate, seconds, acks, 0,
+                                       on_start=window.begin)
+                window.end()
                 requests_per_s = measured["produce_requests"] / seconds
+                node_cpu, node_cores = window.seconds(), window.cores()
                 print(f"RESULT {name}.rate_{rate} p50={measured['p50_ms']:.2f} ms "
                       f"p99={measured['p99_ms']:.2f} ms records={measured['records']} "
                       f"produce_requests={measured['produce_requests']} "
                       f"({measured['produce_requests'] / (rate * seconds):.2f} per record, "
-                      f"{requests_per_s:,.0f} requests/s, {producers} producer{'s' if producers > 1 else ''})",
+                      f"{requests_per_s:,.0f} requests/s, {producers} producer{'s' if producers > 1 else ''}; "
+                      f"node CPU {sum(node_cpu.values()) * 1e6 / max(1, measured['produce_requests']):,.0f} us "
+                      f"per request, " + ", ".join(f"node {node_id} {cores:.2f} cores"
+                                                    for node_id, cores in sorted(node_cores.items())) + ")",
                       flush=True)
                 if measured["p99_ms"] <= SMALL_REQUEST_P99_MS_MAX:
                     if not failed:  # the highest step with every step up to it under the line
@@ -306,6 +324,44 @@ def small_request_rows(root: str, seconds: float) -> None:
             os.sched_setaffinity(0, cpus)
         print(f"RESULT {name}.highest_rate_p99_under_10ms {best:,} records/s, {best_requests:,.0f} Produce "
               f"requests/s (steps {', '.join(map(str, SMALL_REQUEST_RATES))})", flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid` so far: the scheduler's own count of every thread's run time
+    (/proc/PID/task/TID/schedstat, nanoseconds), which /proc/PID/stat's tick-sampled utime and stime only
+    approximate when a process wakes for short moments thousands of times a second."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/schedstat") as schedstat:
+                total += int(schedstat.read().split()[0])
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            pass
+    return total / 1e9
+
+
+class CpuWindow:
+    """The nodes' CPU over a window of the load: `begin()` when its clock starts (from any thread), `end()` when
+    it is over (its last record acknowledged). `seconds()` is each node's CPU time in between, `cores()` that
+    time over the window's length."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = {node_id: process.pid for node_id, process in cluster.processes.items()}
+        self.began: dict[int, float] = {}
+        self.ended: dict[int, float] = {}
+        self.began_at = self.ended_at = 0.0
+
+    def begin(self) -> None:
+        self.began, self.began_at = {node_id: cpu_seconds(pid) for node_id, pid in self.pids.items()}, time.monotonic()
+
+    def end(self) -> None:
+        self.ended, self.ended_at = {node_id: cpu_seconds(pid) for node_id, pid in self.pids.items()}, time.monotonic()
+
+    def seconds(self) -> dict[int, float]:
+        return {node_id: self.ended[node_id] - self.began[node_id] for node_id in self.began}
+
+    def cores(self) -> dict[int, float]:
+        return {node_id: used / (self.ended_at - self.began_at) for node_id, used in self.seconds().items()}
 
 
 def pin_leader(cluster: LocalCluster, leader: int, cpus: list[int]) -> None:
