@@ -7,8 +7,9 @@ Scenarios (each on a fresh LocalCluster on 127.0.0.1):
   3 nodes, RF=3, acks=all : 100-byte records, produce records/s, consume records/s
   3 nodes, RF=3, acks=all : produce latency p50/p99 at a fixed 10,000 records/s
   1 node acks=1 and 3 nodes RF=3 acks=all, linger.ms=0 (a 100-byte record per request while none waits;
-                            the Produce requests are counted, and the nodes' CPU per request and cores in
-                            use while the step runs): p50/p99 at record rates stepped up, and the
+                            the Produce requests are counted, with the nodes' CPU per request and the cores
+                            the nodes and the load generator use while the step runs, the machine's two cores
+                            being shared by both): p50/p99 at record rates stepped up, and the
                             highest rate with p99 <= 10 ms there and at every step below; the 3-node row
                             once more with the partition leader's node on a CPU of its own; both once more
                             with the rate spread over producer processes of at most 5,000 records/s each,
@@ -179,6 +180,7 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, acks: str =
     started = time.perf_counter()
     if on_start is not None:
         on_start()
+    cpu_before = cpu_seconds(os.getpid())  # the load generator's own CPU: Python and librdkafka's threads
     try:
         for index in range(total):
             scheduled = started + index / rate
@@ -189,11 +191,13 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, acks: str =
                              on_delivery=lambda error, message, s=scheduled: latencies_ms.append(
                                  (time.perf_counter() - s) * 1000) if error is None else None)
         producer.flush(30)
+        client_cores = (cpu_seconds(os.getpid()) - cpu_before) / (time.perf_counter() - started)
         requests = _produce_requests(reports, time.perf_counter()) - requests_before
     finally:
         serving.clear()
         reporter.join()
     result = latency_summary(latencies_ms, requests)
+    result["client_cores"] = client_cores
     if keep_latencies:
         result["latencies_ms"] = latencies_ms
     return result
@@ -260,8 +264,10 @@ def parallel_latency(bootstrap: str, topic: str, rate: int, seconds: float, acks
                                              for _ in range(producers)])
     if timer is not None:
         timer.join()
-    return latency_summary([value for result in results for value in result["latencies_ms"]],
-                           sum(result["produce_requests"] for result in results))
+    summary = latency_summary([value for result in results for value in result["latencies_ms"]],
+                              sum(result["produce_requests"] for result in results))
+    summary["client_cores"] = sum(result["client_cores"] for result in results)
+    return summary
 
 
 def small_request_rows(root: str, seconds: float) -> None:
@@ -310,7 +316,8 @@ def small_request_rows(root: str, seconds: float) -> None:
                       f"{requests_per_s:,.0f} requests/s, {producers} producer{'s' if producers > 1 else ''}; "
                       f"node CPU {sum(node_cpu.values()) * 1e6 / max(1, measured['produce_requests']):,.0f} us "
                       f"per request, " + ", ".join(f"node {node_id} {cores:.2f} cores"
-                                                    for node_id, cores in sorted(node_cores.items())) + ")",
+                                                    for node_id, cores in sorted(node_cores.items()))
+                      + f", load generator {measured['client_cores']:.2f} cores)",
                       flush=True)
                 if measured["p99_ms"] <= SMALL_REQUEST_P99_MS_MAX:
                     if not failed:  # the highest step with every step up to it under the line
