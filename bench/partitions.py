@@ -3,9 +3,10 @@
 rejoin every ISR.
 
 Figures (LocalCluster: 3 controller+broker node processes on 127.0.0.1, default broker settings):
-  idle       cores used by the three node processes together (utime+stime from /proc over `--window` s, after
-             every partition is led with a full ISR and a settling pause), and each node's RSS; baseline: the
-             same cluster with no topics, measured first in the same run; the ratio is idle(N) / idle(0).
+  idle       cores used by the three node processes together (the scheduler's run time of their threads,
+             /proc/PID/task/TID/schedstat, over `--window` s, after every partition is led with a full ISR and
+             a settling pause), and each node's RSS; baseline: the same cluster with no topics, measured first
+             in the same run; the ratio is idle(N) / idle(0).
   create     seconds from CreateTopics (1,000 partitions, RF=3) until Metadata shows a leader for every
              partition, and until every ISR is full.
   rejoin     node 3 is killed (SIGKILL) with 3,000 partitions; once it is out of every ISR it is restarted: seconds
@@ -25,16 +26,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cli.local_cluster import LocalCluster  # noqa: E402
+from bench.produce_consume import cpu_seconds  # noqa: E402
 from tests.net.cluster_helpers import eventually, wait_for_quorum  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 PARTITIONS_PER_TOPIC = 1000
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15 of stat)
 
 
 def rss_mib(pid: int) -> float:

@@ -336,7 +336,9 @@ def small_request_rows(root: str, seconds: float) -> None:
 def cpu_seconds(pid: int) -> float:
     """CPU time of process `pid` so far: the scheduler's own count of every thread's run time
     (/proc/PID/task/TID/schedstat, nanoseconds), which /proc/PID/stat's tick-sampled utime and stime only
-    approximate when a process wakes for short moments thousands of times a second."""
+    approximate when a process wakes for short moments thousands of times a second. A thread that ends
+    between two readings takes its time with it; a node runs one thread, a producer's librdkafka threads live
+    as long as the producer."""
     total = 0
     for thread in os.listdir(f"/proc/{pid}/task"):
         try:

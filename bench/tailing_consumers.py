@@ -3,8 +3,8 @@
 3 nodes, RF=3, one partition. A confluent-kafka producer sends 100-byte records with linger.ms=0 and acks=all at
 a fixed rate while N confluent-kafka consumers (no group, each assigned the partition at its end) tail it with
 librdkafka's long-polled fetches. Each consumer's fetch waits at the leader; every record wakes it. Prints the
-partition leader's CPU (user + system, from /proc) per record and the produce p50/p99, for N = 0 (the baseline,
-same run and cluster) and each N asked, with the ratio to the baseline. Usage:
+partition leader's CPU (the scheduler's run time of its threads, from /proc) per record and the produce p50/p99,
+for N = 0 (the baseline, same run and cluster) and each N asked, with the ratio to the baseline. Usage:
 
     python bench/tailing_consumers.py [--rate 2000] [--seconds 8] [--consumers 0,4,8] [--rounds 2]
 """
@@ -21,16 +21,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.produce_consume import latency, start_cluster  # noqa: E402
+from bench.produce_consume import cpu_seconds, latency, start_cluster  # noqa: E402
 from tests.net.cluster_helpers import create_topic, eventually, metadata, topic_of  # noqa: E402
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 def tail(bootstrap: str, topic: str, stop: threading.Event, counts: list[int], index: int) -> None:
