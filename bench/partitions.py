@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cli.local_cluster import LocalCluster  # noqa: E402
-from bench.produce_consume import cpu_seconds  # noqa: E402
+from bench.produce_consume import CpuWindow  # noqa: E402
 from tests.net.cluster_helpers import eventually, wait_for_quorum  # noqa: E402
 
 PARTITIONS_PER_TOPIC = 1000
@@ -41,13 +41,12 @@ def rss_mib(pid: int) -> float:
 
 
 def idle_cores(cluster: LocalCluster, window: float) -> tuple[float, dict[int, float], dict[int, float]]:
-    pids = {node_id: process.pid for node_id, process in cluster.processes.items()}
-    before = {node_id: cpu_seconds(pid) for node_id, pid in pids.items()}
-    started = time.monotonic()
+    cpu = CpuWindow(cluster)
+    cpu.begin()
     time.sleep(window)
-    elapsed = time.monotonic() - started
-    per_node = {node_id: (cpu_seconds(pid) - before[node_id]) / elapsed for node_id, pid in pids.items()}
-    return sum(per_node.values()), per_node, {node_id: rss_mib(pid) for node_id, pid in pids.items()}
+    cpu.end()
+    per_node = cpu.cores()
+    return sum(per_node.values()), per_node, {node_id: rss_mib(pid) for node_id, pid in cpu.pids.items()}
 
 
 def partition_states(admin) -> list:

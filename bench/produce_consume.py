@@ -361,10 +361,13 @@ class CpuWindow:
         self.began_at = self.ended_at = 0.0
 
     def begin(self) -> None:
-        self.began, self.began_at = {node_id: cpu_seconds(pid) for node_id, pid in self.pids.items()}, time.monotonic()
+        self.began, self.began_at = self._read()
 
     def end(self) -> None:
-        self.ended, self.ended_at = {node_id: cpu_seconds(pid) for node_id, pid in self.pids.items()}, time.monotonic()
+        self.ended, self.ended_at = self._read()
+
+    def _read(self) -> tuple[dict[int, float], float]:
+        return {node_id: cpu_seconds(pid) for node_id, pid in self.pids.items()}, time.monotonic()
 
     def seconds(self) -> dict[int, float]:
         return {node_id: self.ended[node_id] - self.began[node_id] for node_id in self.began}

@@ -25,7 +25,6 @@ from bench.produce_consume import cpu_seconds, latency, start_cluster  # noqa: E
 from tests.net.cluster_helpers import create_topic, eventually, metadata, topic_of  # noqa: E402
 
 
-
 def tail(bootstrap: str, topic: str, stop: threading.Event, counts: list[int], index: int) -> None:
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
