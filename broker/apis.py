@@ -93,6 +93,7 @@ class KafkaApis:
         from broker.handlers_elastic import ElasticityApis
         from broker.handlers_cluster import ClusterApis
         from broker.handlers_data import DataPlaneApis
+        from broker.handlers_features import FeatureApis
         from broker.handlers_quotas import QuotaApis
         from broker.handlers_security import SecurityApis
 
@@ -134,9 +135,11 @@ class KafkaApis:
         self._request_ids = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self.supported_apis: dict[int, tuple[int, int]] = {}
+        self._registered: dict[int, tuple[int, int]] = {}  # the versions each group registered
         self._groups: list[HandlerGroup] = []
         admin = AdminApis(self)
         for group in (ClusterApis(self), DataPlaneApis(self), admin, SecurityApis(self, admin), QuotaApis(self, admin),
+                      FeatureApis(self, admin),
                       ElasticityApis(admin)):
             self.register(group)
 
@@ -147,7 +150,17 @@ class KafkaApis:
             assert SUPPORTED[api_key][0] <= lowest <= highest <= SUPPORTED[api_key][1], (api_key, SUPPORTED[api_key])
             self._handlers[api_key] = handler
             self.supported_apis[api_key] = (lowest, highest)
+            self._registered[api_key] = (lowest, highest)
         self._groups.append(group)
+
+    def limit_highest(self, api_key: int, highest: int) -> None:
+        """Serve and advertise `api_key` up to `highest` at most, within what its group registered (a version
+        a cluster feature gates); a key not registered stays unserved."""
+        registered = self._registered.get(api_key)
+        if registered is not None:
+            lowest, registered_highest = registered
+            assert lowest <= highest, (api_key, lowest, highest)
+            self.supported_apis[api_key] = (lowest, min(highest, registered_highest))
 
     def is_supported(self, api_key: int, api_version: int) -> bool:
         versions = self.supported_apis.get(api_key)

@@ -32,6 +32,7 @@ from broker import throttle
 from broker.config_sources import broker_chain, effective_topic_configs
 from broker.metrics import BrokerMetrics
 from broker.replica_fetcher import REPLICA_FETCH_BACKOFF_MS, ReplicaFetcher, ReplicaRequest, after_follower_truncation
+from metadata.features import SUPPORTED_FEATURES, supported_features
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.requests import (
     AllocateProducerIdsRequest,
@@ -154,6 +155,8 @@ class BrokerCore:
         self.roles = roles
         self.storage = storage
         self.incarnation_id = incarnation_id
+        # The feature levels this broker's code supports, as it registers them (metadata/features.py).
+        self.supported_features: dict[str, tuple[int, int]] = dict(SUPPORTED_FEATURES)
         self.default_min_insync_replicas = default_min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -625,6 +628,7 @@ class BrokerCore:
                     BrokerRegistrationRequest(
                         broker_id=self.node_id, incarnation_id=self.incarnation_id, host=self.host, port=self.port,
                         rack=self.rack, roles=tuple(self.roles),
+                        features=supported_features(self.supported_features),
                     ),
                     self._on_registration,
                 )

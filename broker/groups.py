@@ -55,14 +55,11 @@ _ADD_OFFSETS_PARTITION_ERRORS = {ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDI
 class GroupApis:
     """The group APIs over the group coordinator service (see the module docstring)."""
 
-    def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService,
-                 transaction_version: int = 2) -> None:
+    def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService) -> None:
         self.apis = apis
         self.coordinators = coordinators
         self.service = service
         self._txn_offset_commit_one = self._single(txn_offset_commit_error, Op.READ, Op.READ)
-        self._txn_offset_commit_version_max = \
-            TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION if transaction_version >= 2 else TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION - 1
         self._topics_image: Any = None
         self._topics_view: dict[str, TopicInfo] = {}
         self._offset_fetch_one = self._single(_offset_fetch_error, Op.DESCRIBE, Op.DESCRIBE)
@@ -76,7 +73,8 @@ class GroupApis:
             (ApiKey.LEAVE_GROUP, 0, 5, self._single(
                 lambda r, c: messages.LeaveGroupResponse(throttle_time_ms=0, error_code=c, members=[]), Op.READ)),
             (ApiKey.OFFSET_COMMIT, 2, 9, self._single(offset_commit_error, Op.READ, Op.READ)),
-            (ApiKey.TXN_OFFSET_COMMIT, 0, self._txn_offset_commit_version_max, self._txn_offset_commit),
+            # v5 is advertised at transaction.version 2 only (broker/transactions.py)
+            (ApiKey.TXN_OFFSET_COMMIT, 0, TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION, self._txn_offset_commit),
             (ApiKey.OFFSET_FETCH, 1, 9, self._offset_fetch),
             (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, self._single(
                 lambda r, c: messages.ConsumerGroupHeartbeatResponse(error_code=c, member_epoch=-1), Op.READ)),

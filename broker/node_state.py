@@ -23,6 +23,7 @@ from typing import Any, Callable
 import cbor2
 
 from metadata.controller import ControllerConfig, QuorumController
+from metadata.features import TRANSACTION_VERSION
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import decode_record, encode_record
 from metadata.requests import DescribeQuorumRequest, DescribeQuorumResponse, QuorumReplica
@@ -112,6 +113,7 @@ class NodeState:
                 auto_leader_rebalance_enable=settings.auto_leader_rebalance_enable,
                 leader_imbalance_per_broker_percentage=settings.leader_imbalance_per_broker_percentage,
                 leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_seconds * 1000,
+                bootstrap_features=((TRANSACTION_VERSION, settings.transaction_version),),
             ),
             rng,
         )
@@ -197,7 +199,7 @@ class NodeState:
                                      min_insync_replicas=self.config.topic_defaults.min_insync_replicas,
                                      configured_brokers=self._configured_brokers())
         self.coordinators.add_service(service)
-        self.apis.register(GroupApis(self.apis, self.coordinators, service, settings.transaction_version))
+        self.apis.register(GroupApis(self.apis, self.coordinators, service))
         self._add_transaction_coordinator(service)
 
     def _configured_brokers(self) -> int:
@@ -217,6 +219,7 @@ class NodeState:
         self.transactions = TransactionApis(self.apis, self.coordinators, service, group_service,
                                             settings.transaction_version)
         self.apis.register(self.transactions)
+        self.transactions.gate_versions()
         # Client telemetry (KIP-714) is served when the node has a metrics endpoint to show it on.
         self.telemetry = ClientMetricsManager(self.rng)
         self.telemetry_apis = TelemetryApis(self.apis, self.telemetry, self.node_config.metrics_port is not None)

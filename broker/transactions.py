@@ -25,12 +25,16 @@ by a `CoordinatorService` (broker/coordinators.py), as groups live in `__consume
 
 Old clients get INVALID_PRODUCER_EPOCH where PRODUCER_FENCED did not exist yet (KIP-588), as Kafka maps it.
 
-Transaction version 2 (KIP-890 part 2). The broker setting `transaction_version` (default 2, as Kafka 4.0
-enables it) is advertised in ApiVersions as the finalized feature `transaction.version`, from which Kafka 4.0
-clients decide to use it. At 2, EndTxn v5 ends a transaction with an epoch bump (answered with the producer id
-and epoch to use next) and a transactional Produce v12 adds its partitions to the transaction (the leader
-sends AddPartitionsToTxn v5 without VerifyOnly to the coordinator). Below 2, EndTxn stops at v4 and Produce
-v12 only verifies, as v11 does. Clients that never negotiate these versions (every TV1 client) see no change.
+Transaction version 2 (KIP-890 part 2). The cluster's finalized feature `transaction.version` (in the
+metadata log, set by UpdateFeatures; a new cluster starts at the broker setting `transaction_version`, default 2
+as Kafka 4.0 enables it: metadata/features.py) is advertised in ApiVersions, from which Kafka 4.0 clients
+decide to use it. At 2, EndTxn v5 ends a transaction with an epoch bump (answered with the producer id and
+epoch to use next) and a transactional Produce v12 adds its partitions to the transaction (the leader sends
+AddPartitionsToTxn v5 without VerifyOnly to the coordinator). Below 2, EndTxn and TxnOffsetCommit stop at v4
+and Produce v12 only verifies, as v11 does. The level is read from the broker's metadata image, so a change
+takes effect on every broker as it replays the record; the coordinator keeps each transaction's own client
+version in its records, so a transaction begun under one level ends under the other. Clients that never
+negotiate these versions (every TV1 client) see no change.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from broker.apis import Deferred
 from broker.coordinators import CoordinatorApis, CoordinatorService
+from broker.groups import TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION
+from metadata.features import TRANSACTION_VERSION, TRANSACTION_VERSION_MAX, finalized_level
 from net.protocol import messages
 from net.protocol.codec import ApiKey, Features, RequestHeader
 from security.acl import AclOperation as Op, ResourceType
@@ -67,8 +73,6 @@ MARKER_RETRY_MS = 100
 MARKER_COMPLETE_RETRY_MS = 5_000
 MARKER_WRITE_TIMEOUT_MS = 30_000
 WRITE_TXN_MARKERS_VERSION = 1
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-TRANSACTION_VERSION_MAX = 2  # the highest transaction.version this broker implements (KIP-890 part 2)
 END_TXN_VERSION_BUMPS_EPOCH = 5
 ADD_PARTITIONS_VERSION_FROM_BROKERS = 4  # v4+: batched, from brokers; VerifyOnly false adds (KIP-890 part 2)
 ADD_PARTITIONS_VERSION_ADDS = 5
@@ -118,7 +122,8 @@ class TransactionApis:
     def __init__(self, apis: "KafkaApis", coordinators: CoordinatorApis, service: CoordinatorService,
                  group_service: CoordinatorService, transaction_version: int = TRANSACTION_VERSION_MAX) -> None:
         assert 0 <= transaction_version <= TRANSACTION_VERSION_MAX, f"transaction_version={transaction_version}"
-        self.transaction_version = transaction_version
+        self.configured_transaction_version = transaction_version  # until the metadata log has a level
+        self._gated_features: Any = None  # the image's FeaturesImage the version gates were last set from
         self.apis = apis
         self.broker = apis.broker
         self.coordinators = coordinators
@@ -134,23 +139,42 @@ class TransactionApis:
         apis.features = self.features
 
     @property
+    def transaction_version(self) -> int:
+        """The finalized transaction.version (the configured one until the metadata log has a level)."""
+        return finalized_level(self.broker.image, TRANSACTION_VERSION, self.configured_transaction_version)
+
+    @property
     def bumps_epoch(self) -> bool:
         return self.transaction_version >= TRANSACTION_VERSION_BUMPS_EPOCH
 
     def features(self) -> Features:
-        """transaction.version for ApiVersions; the epoch follows the metadata log (it only moves forward), so a
-        Kafka client re-reads the level after a restart that changed it."""
-        return Features({TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION_MAX)},
-                        {TRANSACTION_VERSION_FEATURE: self.transaction_version},
-                        max(0, self.broker.image.provenance.raft_index))
+        """The supported and finalized features for ApiVersions; the epoch follows the metadata log (it only
+        moves forward), so a Kafka client re-reads the levels after a change."""
+        self.gate_versions()
+        image = self.broker.image
+        finalized = image.features.finalized()
+        if TRANSACTION_VERSION not in image.features.levels and self.configured_transaction_version > 0:
+            finalized[TRANSACTION_VERSION] = self.configured_transaction_version
+        return Features(dict(self.broker.supported_features), finalized, max(0, image.provenance.raft_index))
+
+    def gate_versions(self) -> None:
+        """Advertise EndTxn v5 and TxnOffsetCommit v5 only at transaction.version 2 (requests of higher versions
+        are then refused as unsupported); redone when the image's features change."""
+        features = self.broker.image.features
+        if features is self._gated_features:
+            return
+        self._gated_features = features
+        bumps = self.bumps_epoch
+        self.apis.limit_highest(ApiKey.END_TXN, END_TXN_VERSION_BUMPS_EPOCH if bumps else END_TXN_VERSION_BUMPS_EPOCH - 1)
+        self.apis.limit_highest(ApiKey.TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION if bumps
+                                else TXN_OFFSET_COMMIT_VERSION_ADDS_PARTITION - 1)
 
     def api_handlers(self):
         return [
             (ApiKey.INIT_PRODUCER_ID, 0, 5, self._init_producer_id),  # v5: v4, TRANSACTION_ABORTABLE known
             (ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, self._add_partitions_to_txn),
             (ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, self._add_offsets_to_txn),
-            (ApiKey.END_TXN, 0, END_TXN_VERSION_BUMPS_EPOCH if self.bumps_epoch else END_TXN_VERSION_BUMPS_EPOCH - 1,
-             self._end_txn),
+            (ApiKey.END_TXN, 0, END_TXN_VERSION_BUMPS_EPOCH, self._end_txn),  # v5 gated: gate_versions
             (ApiKey.WRITE_TXN_MARKERS, 0, 1, self._write_txn_markers),
             (ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, self._describe_transactions),
             (ApiKey.LIST_TRANSACTIONS, 0, 1, self._list_transactions),
@@ -158,6 +182,8 @@ class TransactionApis:
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
+        if self.broker.image.features is not self._gated_features:
+            self.gate_versions()
         runtime = self.service.runtime
         if runtime.has_shards() or self._markers or runtime.generation != self._scanned_generation:
             self._send_markers(now_ms, self.service.changed_partitions(changed))

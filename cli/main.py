@@ -18,6 +18,7 @@ _SUBCOMMAND_MODULES = (
     "cli.topics",
     "cli.reassign",
     "cli.quorum",
+    "cli.features",
     "cli.data",
     "cli.groups",
     "cli.transactions",

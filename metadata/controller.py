@@ -72,7 +72,8 @@ from metadata.records import (
     RegisterBrokerRecord,
     UnregisterBrokerRecord,
 )
-from metadata import config_control, quota_control, security_control, topic_control
+from metadata import config_control, features, quota_control, security_control, topic_control
+from metadata.features import SUPPORTED_FEATURES, TRANSACTION_VERSION, TRANSACTION_VERSION_MAX
 from metadata.requests import (
     PRODUCER_ID_BLOCK_SIZE,
     AlterClientQuotasRequest,
@@ -104,6 +105,7 @@ from metadata.requests import (
     ReplicaAssignment,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UpdateFeaturesRequest,
 )
 from partitions.errors import (
     ErrorCode,
@@ -129,6 +131,8 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True  # Kafka's auto.leader.rebalance.enable
     leader_imbalance_per_broker_percentage: int = 10  # Kafka's leader.imbalance.per.broker.percentage
     leader_imbalance_check_interval_ms: int = 300_000  # Kafka's leader.imbalance.check.interval.seconds
+    # The level each feature starts at in a new cluster (written with the first registration; metadata/features.py)
+    bootstrap_features: tuple[tuple[str, int], ...] = ((TRANSACTION_VERSION, TRANSACTION_VERSION_MAX),)
 
     def __post_init__(self) -> None:
         assert self.broker_session_timeout_ms > 0, f"broker_session_timeout_ms={self.broker_session_timeout_ms}"
@@ -137,6 +141,9 @@ class ControllerConfig:
         assert self.producer_id_block_size >= 1, f"producer_id_block_size={self.producer_id_block_size}"
         assert 0 <= self.leader_imbalance_per_broker_percentage <= 100, f"{self.leader_imbalance_per_broker_percentage}"
         assert self.leader_imbalance_check_interval_ms > 0, f"{self.leader_imbalance_check_interval_ms}"
+        for name, level in self.bootstrap_features:
+            low, high = SUPPORTED_FEATURES.get(name, (0, 0))
+            assert low <= level <= high, f"bootstrap level {level} of {name} outside {low}-{high}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -188,6 +195,7 @@ class QuorumController:
             DeleteAclsRequest: self._handle_delete_acls,
             AlterUserScramCredentialsRequest: self._handle_alter_scram,
             AlterClientQuotasRequest: self._handle_alter_client_quotas,
+            UpdateFeaturesRequest: self._handle_update_features,
         }
 
     # ---- state -------------------------------------------------------------------------------------------
@@ -284,6 +292,11 @@ class QuorumController:
                     f"Another broker is registered with broker id {request.broker_id}",
                     ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                 )
+        bootstrap = dict(self._config.bootstrap_features)
+        if error is None:
+            reason = features.registration_error(self._image, request.features, bootstrap)
+            if reason is not None:
+                error = KafkaError(reason, ErrorCode.UNSUPPORTED_VERSION)
         if error is not None:
             return ControllerResult([], BrokerRegistrationResponse(error.code, error.message))
         self._sessions[request.broker_id] = now_ms  # soft state (module docstring)
@@ -291,6 +304,8 @@ class QuorumController:
         if record is None:  # a retry of the registration in force
             return ControllerResult([], BrokerRegistrationResponse(ErrorCode.NONE, "", existing.broker_epoch))
         pending = Pending(self._image)
+        for level_record in features.bootstrap_records(self._image, bootstrap):
+            pending.emit(level_record)
         pending.emit(record)
         self._move_replicas_away(pending, request.broker_id)
         return ControllerResult(pending.records, BrokerRegistrationResponse(ErrorCode.NONE, "", record.broker_epoch))
@@ -302,7 +317,8 @@ class QuorumController:
             existing.port,
             existing.rack,
             existing.roles,
-        ) == (request.incarnation_id, request.host, request.port, request.rack, request.roles):
+            existing.features,
+        ) == (request.incarnation_id, request.host, request.port, request.rack, request.roles, request.features):
             return None
         broker_epoch = self._image.provenance.raft_index + 1
         if existing is not None:
@@ -316,6 +332,7 @@ class QuorumController:
             rack=request.rack,
             roles=request.roles,
             fenced=True,
+            features=request.features,
         )
 
     def _handle_heartbeat(self, request: BrokerHeartbeatRequest, now_ms: int) -> ControllerResult:
@@ -689,6 +706,9 @@ class QuorumController:
 
     def _handle_alter_client_quotas(self, request: AlterClientQuotasRequest, now_ms: int) -> ControllerResult:
         return ControllerResult(*quota_control.alter_client_quotas(self._image, request))
+
+    def _handle_update_features(self, request: UpdateFeaturesRequest, now_ms: int) -> ControllerResult:
+        return ControllerResult(*features.update_features(self._image, request))
 
     # ---- configs (metadata/config_control.py) -------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    SupportedFeature,
     TopicRecord,
     UnregisterBrokerRecord,
 )
@@ -110,6 +111,7 @@ class BrokerRegistration:
     roles: tuple[str, ...]
     fenced: bool
     in_controlled_shutdown: bool
+    features: tuple[SupportedFeature, ...] = ()  # the levels its code supports (RegisterBrokerRecord)
 
     @property
     def is_active(self) -> bool:
@@ -220,7 +222,14 @@ class ProducerIdsImage:
 
 @_frozen
 class FeaturesImage:
+    """Each feature's level as the last FeatureLevelRecord set it, 0 included (turned off, not finalized); a
+    feature never written is absent (metadata/features.py)."""
+
     levels: FrozenMap[str, int] = EMPTY_MAP
+
+    def finalized(self) -> dict[str, int]:
+        """The finalized features: those at a level above 0 (what ApiVersions advertises)."""
+        return {name: level for name, level in self.levels.items() if level > 0}
 
 
 @_frozen
@@ -315,7 +324,7 @@ class MetadataDelta:
         self._partitions: dict[bytes, dict[int, PartitionRegistration]] = {}  # changed or new partitions
         self._configs: dict[tuple[int, str], dict[str, str | None]] = {}  # None: deleted
         self._next_producer_id: int | None = None
-        self._features: dict[str, int] = {}  # level 0: removed
+        self._features: dict[str, int] = {}  # level 0: turned off (kept)
         self._acls: dict[bytes, AccessControlEntryRecord | None] = {}  # None: removed
         self._scram: dict[tuple[str, int], UserScramCredentialRecord | None] = {}  # None: removed
         self._quotas: dict[QuotaEntity, dict[str, float | None]] = {}  # None: removed
@@ -358,6 +367,7 @@ class MetadataDelta:
             roles=record.roles,
             fenced=record.fenced,
             in_controlled_shutdown=record.in_controlled_shutdown,
+            features=record.features,
         )
 
     def _replay_broker_change(self, record: BrokerRegistrationChangeRecord) -> None:
@@ -618,11 +628,7 @@ class MetadataDelta:
         if not self._features:
             return self._image.features
         levels = dict(self._image.features.levels)
-        for name, level in self._features.items():
-            if level == 0:
-                levels.pop(name, None)
-            else:
-                levels[name] = level
+        levels.update(self._features)
         return FeaturesImage(FrozenMap(sorted(levels.items())))
 
     # ---- what changed ---------------------------------------------------------------------------------------
@@ -753,6 +759,7 @@ def _broker_record(registration: BrokerRegistration) -> RegisterBrokerRecord:
         roles=registration.roles,
         fenced=registration.fenced,
         in_controlled_shutdown=registration.in_controlled_shutdown,
+        features=registration.features,
     )
 
 

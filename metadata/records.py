@@ -37,13 +37,25 @@ class ConfigResourceType(enum.IntEnum):
 _record = dataclasses.dataclass(frozen=True, slots=True)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SupportedFeature:
+    """A feature and the range of its levels a node's code supports (KIP-584)."""
+
+    name: str
+    min_level: int
+    max_level: int
+
+
 def _version(default: int = 0):
     return dataclasses.field(default=default, kw_only=True)
 
 
 @_record
 class RegisterBrokerRecord:
-    """A broker registered (or re-registered with a new incarnation). Written fenced, as in KRaft."""
+    """A broker registered (or re-registered with a new incarnation). Written fenced, as in KRaft.
+
+    `features`: the feature levels the broker's code supports (Kafka's BrokerFeature of the record); empty in
+    the records of nodes that predate them (metadata/features.py reads that as LEGACY_SUPPORTED)."""
 
     broker_id: int
     incarnation_id: bytes
@@ -54,6 +66,7 @@ class RegisterBrokerRecord:
     roles: tuple[str, ...]
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    features: tuple[SupportedFeature, ...] = ()
     version: int = _version()
 
 
@@ -151,7 +164,8 @@ class ProducerIdsRecord:
 
 @_record
 class FeatureLevelRecord:
-    """A cluster feature's finalized level (level 0 removes it)."""
+    """A cluster feature's finalized level; level 0 turns the feature off (no longer finalized), and the image
+    keeps that 0 so the controller's bootstrap levels never overwrite it (metadata/features.py)."""
 
     name: str
     level: int

@@ -13,7 +13,7 @@ import dataclasses
 import enum
 
 from metadata.codec import Codec
-from metadata.records import QuotaEntityPart
+from metadata.records import QuotaEntityPart, SupportedFeature
 from partitions.errors import ErrorCode, InvalidRequestError
 
 _message = dataclasses.dataclass(frozen=True, slots=True)
@@ -149,6 +149,7 @@ class BrokerRegistrationRequest:
     port: int
     rack: str | None = None
     roles: tuple[str, ...] = ("broker",)
+    features: tuple[SupportedFeature, ...] = ()  # the feature levels the broker's code supports
     version: int = _version()
 
 
@@ -283,6 +284,23 @@ class AlterUserScramCredentialsRequest:
 @_message
 class AlterClientQuotasRequest:
     entries: tuple[QuotaAlteration, ...]
+    validate_only: bool = False
+    version: int = _version()
+
+
+@_part
+class FeatureUpdate:
+    """One feature of an UpdateFeatures: its new level (0 turns it off) and Kafka's upgrade type (1 upgrade,
+    2 safe downgrade, 3 unsafe downgrade)."""
+
+    name: str
+    level: int
+    upgrade_type: int = 1
+
+
+@_message
+class UpdateFeaturesRequest:
+    updates: tuple[FeatureUpdate, ...]
     validate_only: bool = False
     version: int = _version()
 
@@ -481,6 +499,15 @@ class AlterClientQuotasResponse:
     version: int = _version()
 
 
+@_message
+class UpdateFeaturesResponse:
+    """All or nothing, as Kafka's FeatureControlManager: one error for the whole request."""
+
+    error_code: int
+    message: str = ""
+    version: int = _version()
+
+
 @_part
 class QuorumReplica:
     """A voter or observer of the metadata log: its log end offset (-1 unknown) and how long ago the leader
@@ -525,6 +552,7 @@ REQUEST_TYPES: tuple[type, ...] = (
     DeleteAclsRequest,
     AlterUserScramCredentialsRequest,
     AlterClientQuotasRequest,
+    UpdateFeaturesRequest,
     DescribeQuorumRequest,
 )
 
@@ -545,6 +573,7 @@ RESPONSE_TYPES: tuple[type, ...] = (
     DeleteAclsResponse,
     AlterUserScramCredentialsResponse,
     AlterClientQuotasResponse,
+    UpdateFeaturesResponse,
     DescribeQuorumResponse,
 )
 

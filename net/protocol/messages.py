@@ -125,6 +125,8 @@ PushTelemetryResponse = build_message_class(specs.PUSH_TELEMETRY_RESPONSE)
 ListConfigResourcesRequest = build_message_class(specs.LIST_CLIENT_METRICS_RESOURCES_REQUEST)
 ListConfigResourcesResponse = build_message_class(specs.LIST_CLIENT_METRICS_RESOURCES_RESPONSE)
 DescribeQuorumResponse = build_message_class(specs.DESCRIBE_QUORUM_RESPONSE)
+UpdateFeaturesRequest = build_message_class(specs.UPDATE_FEATURES_REQUEST)
+UpdateFeaturesResponse = build_message_class(specs.UPDATE_FEATURES_RESPONSE)
 
 def _by_api_key(kind: str) -> dict[int, type[Message]]:
     table = {}

@@ -1451,6 +1451,34 @@ ALTER_CLIENT_QUOTAS_RESPONSE = response(
     ),
 )
 
+# UpdateFeatures (KIP-584): v1 replaces AllowDowngrade with UpgradeType (1 upgrade, 2 safe downgrade, 3 unsafe
+# downgrade) and adds ValidateOnly; v2 drops the per-feature Results (KIP-1022: one top-level error).
+UPDATE_FEATURES_REQUEST = request(
+    57, 'UpdateFeaturesRequest', valid="0-2", flexible='0+', fields=(
+        field('TimeoutMs', 'int32', '0+', default=60000),
+        field('FeatureUpdates', '[]FeatureUpdateKey', '0+', fields=(
+            field('Feature', 'string', '0+'),
+            field('MaxVersionLevel', 'int16', '0+'),
+            field('AllowDowngrade', 'bool', '0', default=False),
+            field('UpgradeType', 'int8', '1+', default=1),
+        )),
+        field('ValidateOnly', 'bool', '1+', default=False),
+    ),
+)
+
+UPDATE_FEATURES_RESPONSE = response(
+    57, 'UpdateFeaturesResponse', valid="0-2", flexible='0+', fields=(
+        field('ThrottleTimeMs', 'int32', '0+'),
+        field('ErrorCode', 'int16', '0+'),
+        field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        field('Results', '[]UpdatableFeatureResult', '0-1', fields=(
+            field('Feature', 'string', '0+'),
+            field('ErrorCode', 'int16', '0+'),
+            field('ErrorMessage', 'string', '0+', nullable='0+', default=None),
+        )),
+    ),
+)
+
 CONSUMER_GROUP_HEARTBEAT_REQUEST = request(
     68, 'ConsumerGroupHeartbeatRequest', valid="0-1", flexible='0+', fields=(
         field('GroupId', 'string', '0+'),
