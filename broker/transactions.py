@@ -135,6 +135,8 @@ class TransactionApis:
         # Test-only planted bug for the simulator: a transaction is completed once its markers are sent, before
         # the leaders have written them, so the producer's next transaction may reach a partition first.
         self.bug_complete_before_markers_written = False
+        # Planted for the simulator (simulations/features_sim.py): the version gates never follow the image.
+        self.bug_gates_fixed = False
         apis.transaction_verifier = self.verify
         apis.features = self.features
 
@@ -161,7 +163,7 @@ class TransactionApis:
         """Advertise EndTxn v5 and TxnOffsetCommit v5 only at transaction.version 2 (requests of higher versions
         are then refused as unsupported); redone when the image's features change."""
         features = self.broker.image.features
-        if features is self._gated_features:
+        if features is self._gated_features or self.bug_gates_fixed and self._gated_features is not None:
             return
         self._gated_features = features
         bumps = self.bumps_epoch

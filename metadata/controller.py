@@ -177,6 +177,8 @@ class QuorumController:
         self._leaderless: tuple[TopicsImage | None, dict[bytes, frozenset[int]]] = (None, {})
         self.bug_reassign_without_catch_up = False  # a planted bug for the simulator (metadata/reassignment.py)
         self.bug_sessions_count_stalls = False  # planted for the simulator: a stall of the controller costs sessions
+        # planted for the simulator (simulations/features_sim.py): every registration writes the bootstrap levels
+        self.bug_bootstrap_every_registration = False
         self._handlers: dict[type, Callable] = {
             BrokerRegistrationRequest: self._handle_registration,
             BrokerHeartbeatRequest: self._handle_heartbeat,
@@ -304,7 +306,8 @@ class QuorumController:
         if record is None:  # a retry of the registration in force
             return ControllerResult([], BrokerRegistrationResponse(ErrorCode.NONE, "", existing.broker_epoch))
         pending = Pending(self._image)
-        for level_record in features.bootstrap_records(self._image, bootstrap):
+        levels = EMPTY_IMAGE if self.bug_bootstrap_every_registration else self._image
+        for level_record in features.bootstrap_records(levels, bootstrap):
             pending.emit(level_record)
         pending.emit(record)
         self._move_replicas_away(pending, request.broker_id)

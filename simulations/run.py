@@ -43,6 +43,7 @@ WORKLOADS: dict[str, str] = {
     "fuzz": "simulations.fuzz_sim",
     "follower-fetch": "simulations.follower_fetch_sim",
     "telemetry": "simulations.telemetry_sim",
+    "features": "simulations.features_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9
