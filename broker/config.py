@@ -112,8 +112,10 @@ class BrokerSettings:
     transaction_state_log_min_isr: int = 2
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
-    # The finalized feature transaction.version (KIP-890): 2 bumps the producer epoch per transaction for
-    # clients that use it (Kafka 4.0's default); 0 or 1 keeps every client on the transaction protocol of 3.x.
+    # The level of the feature transaction.version (KIP-890) a new cluster starts at: 2 bumps the producer epoch
+    # per transaction for clients that use it (Kafka 4.0's default); 0 or 1 keeps every client on the
+    # transaction protocol of 3.x. The active controller writes it to the metadata log with the first broker
+    # registration; from then on the log's level holds (changed with UpdateFeatures, `flotilla features`).
     transaction_version: int = 2
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
