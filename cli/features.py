@@ -54,9 +54,12 @@ def run_describe(args: argparse.Namespace) -> int:
         document = {"finalized_epoch": epoch, "features": [
             {"feature": r.name, "supported_min": r.supported_min, "supported_max": r.supported_max,
              "finalized": r.finalized} for r in rows]}
-        emit(args, document, lambda: (print_table(["FEATURE", "SUPPORTED-MIN", "SUPPORTED-MAX", "FINALIZED"], [
-            [r.name, r.supported_min, r.supported_max, r.finalized] for r in rows]),
-            print(f"finalized epoch {epoch}", file=sys.stderr)))
+        def table() -> None:
+            print_table(["FEATURE", "SUPPORTED-MIN", "SUPPORTED-MAX", "FINALIZED"],
+                        [[r.name, r.supported_min, r.supported_max, r.finalized] for r in rows])
+            print(f"finalized epoch {epoch}", file=sys.stderr)
+
+        emit(args, document, table)
         return EXIT_OK
 
     return run_with_client(args, body)
