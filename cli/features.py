@@ -98,8 +98,8 @@ def run_update(args: argparse.Namespace) -> int:
 
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
         await admin.update_features(client, levels, upgrade_type, args.dry_run)
-        verb = "valid" if args.dry_run else "finalized"
         for name, level in levels.items():
+            verb = "valid" if args.dry_run else "finalized" if level else "turned off"
             print(f"{name} {level}: {verb}", file=sys.stderr)
         return EXIT_OK
 
