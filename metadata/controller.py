@@ -37,7 +37,9 @@ Never imports time, random or I/O; ids come from a seed drawn once from the inje
 Layout (Kafka's control managers): this module holds the dispatch, replay, brokers (registration,
 heartbeats, fencing), elections, ISR changes, reassignment and producer ids; topics live in
 metadata/topic_control.py, configs in metadata/config_control.py, ACLs and SCRAM credentials in
-metadata/security_control.py; metadata/pending.py is the scratch delta every handler decides on.
+metadata/security_control.py, client quotas in metadata/quota_control.py, feature levels (UpdateFeatures, the
+bootstrap levels a registration writes) in metadata/features.py; metadata/pending.py is the scratch delta every
+handler decides on.
 """
 
 from __future__ import annotations
