@@ -211,8 +211,9 @@ def log_line(raft_index: int, record: dict) -> str:
 
 def print_image(document: dict) -> None:
     """The metadata image as an operator reads it: brokers, then each topic's partitions and configs."""
+    features = ", ".join(f"{name} {level}" for name, level in document.get("features", {}).items())
     print(f"metadata image at raft index {document['raft_index']} (term {document['raft_term']}), "
-          f"next producer id {document['next_producer_id']}")
+          f"next producer id {document['next_producer_id']}" + (f", features: {features}" if features else ""))
     print()
     print_table(["BROKER", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS"],
                 [[b["id"], b["host"], b["port"], b.get("rack") or "-", ",".join(b["roles"]), b["epoch"],
@@ -240,6 +241,8 @@ def _jsonable(value: Any) -> Any:
         return value.hex()
     if isinstance(value, tuple):
         return [_jsonable(item) for item in value]
+    if hasattr(value, "__dataclass_fields__"):  # a record's part (a quota entity's, a broker's supported feature)
+        return {name: _jsonable(getattr(value, name)) for name in value.__dataclass_fields__}
     return value
 
 
@@ -269,4 +272,5 @@ def image_to_json(image: Any) -> dict[str, Any]:
         "brokers": brokers,
         "topics": topics,
         "next_producer_id": image.producer_ids.next_producer_id,
+        "features": dict(image.features.levels),
     }

@@ -136,3 +136,19 @@ def test_metadata_dump_prints_a_readable_image_and_log_without_json(capsys):
     assert "orders  0          1       2             5                1,2,3     1,2" in out
     assert "orders  cleanup.policy  compact" in out
     assert log_line(9, {"type": "TopicRecord", "name": "orders"}).split() == ["9", "TopicRecord", "name=orders"]
+
+
+def test_metadata_dump_turns_records_with_parts_into_json_and_shows_the_feature_levels(capsys):
+    from cli.quorum import print_image, record_to_json
+    from metadata.records import ClientQuotaRecord, QuotaEntityPart, RegisterBrokerRecord, SupportedFeature
+
+    registration = RegisterBrokerRecord(1, b"\x01" * 16, 7, "127.0.0.1", 9092, None, ("broker",),
+                                        features=(SupportedFeature("transaction.version", 0, 2),))
+    quota = ClientQuotaRecord((QuotaEntityPart("user", None),), "producer_byte_rate", 1024.0)
+    documents = json.loads(json.dumps([record_to_json(registration), record_to_json(quota)]))
+    assert documents[0]["features"] == [{"name": "transaction.version", "min_level": 0, "max_level": 2}]
+    assert documents[1]["entity"] == [{"entity_type": "user", "entity_name": None}]
+    print_image({"raft_index": 5, "raft_term": 1, "next_producer_id": 0, "brokers": [], "topics": [],
+                 "features": {"transaction.version": 1}})
+    assert capsys.readouterr().out.startswith(
+        "metadata image at raft index 5 (term 1), next producer id 0, features: transaction.version 1")
