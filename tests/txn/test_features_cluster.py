@@ -14,6 +14,7 @@ from cli.local_cluster import LocalCluster
 from net.client.sync import SyncKafkaClient
 from net.protocol import messages
 from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode
 from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -122,4 +123,23 @@ def test_flotilla_features_describes_and_changes_the_level_and_a_restart_keeps_i
     assert off.returncode == 0, off.stderr
     every_node_at(cluster, ({}, 4, 4))  # level 0: not finalized at all
     assert cli("features", "upgrade", "--feature", f"{TV}=2", "-b", b).returncode == 0
+    every_node_at(cluster, ({TV: 2}, 5, 5))
+
+
+def test_update_features_v0_reads_allow_downgrade_and_answers_per_feature_until_v2(cluster):
+    request_class = messages.UpdateFeaturesRequest
+
+    def update(version: int, level: int, **fields):
+        request = request_class(feature_updates=[request_class.FeatureUpdateKey(
+            feature=TV, max_version_level=level, **fields)])
+        with SyncKafkaClient(cluster.bootstrap_servers) as client:
+            return client.send(None, ApiKey.UPDATE_FEATURES, request, api_version=version)
+
+    refused = update(0, 1)  # v0 without AllowDowngrade: an upgrade only
+    assert refused.error_code == ErrorCode.INVALID_UPDATE_VERSION and refused.results == []  # none per feature
+    done = update(0, 1, allow_downgrade=True)
+    assert done.error_code == ErrorCode.NONE and [(r.feature, r.error_code) for r in done.results] == [(TV, 0)]
+    every_node_at(cluster, ({TV: 1}, 4, 4))
+    again = update(2, 2)
+    assert again.error_code == ErrorCode.NONE and again.results == []  # v2: the top-level answer alone
     every_node_at(cluster, ({TV: 2}, 5, 5))
