@@ -4,7 +4,7 @@ clients through ApiVersions v3+ (broker/handlers_cluster.py), as in Kafka; there
 
 Authorization (Kafka's): ALTER on the cluster. v0 says a downgrade with AllowDowngrade (read as a safe
 downgrade, as Kafka's UpdateFeaturesRequest does); v1+ with UpgradeType. v0-1 answer each feature with the
-request's one result when it succeeded, v2 only at the top (KIP-1022); a failure is the top-level error with no
+request's one result when it succeeded, v2 only at the top (KAFKA-16308); a failure is the top-level error with no
 per-feature results, as Kafka's QuorumController answers it.
 """
 

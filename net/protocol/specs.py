@@ -1452,7 +1452,7 @@ ALTER_CLIENT_QUOTAS_RESPONSE = response(
 )
 
 # UpdateFeatures (KIP-584): v1 replaces AllowDowngrade with UpgradeType (1 upgrade, 2 safe downgrade, 3 unsafe
-# downgrade) and adds ValidateOnly; v2 drops the per-feature Results (KIP-1022: one top-level error).
+# downgrade) and adds ValidateOnly; v2 drops the per-feature Results (KAFKA-16308: one top-level answer).
 UPDATE_FEATURES_REQUEST = request(
     57, 'UpdateFeaturesRequest', valid="0-2", flexible='0+', fields=(
         field('TimeoutMs', 'int32', '0+', default=60000),
