@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.handlers_admin import AdminApis, code_and_message
 from broker.handlers_security import CLUSTER_DENIED
 from metadata.features import SAFE_DOWNGRADE, UPGRADE
 from metadata.requests import FeatureUpdate, UpdateFeaturesRequest as ControllerUpdateFeatures
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
-from partitions.errors import ErrorCode, KafkaError
+from partitions.errors import ErrorCode
 from security.acl import AclOperation as Op
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
     from broker.apis import KafkaApis
     from broker.core import TopicPartition
-    from broker.handlers_admin import AdminApis
 
 UPDATE_FEATURES_VERSION_UPGRADE_TYPE = 1  # v1+: UpgradeType and ValidateOnly
 UPDATE_FEATURES_VERSION_NO_RESULTS = 2  # v2: the top-level error alone
@@ -73,11 +73,7 @@ class FeatureApis:
         controller_request = ControllerUpdateFeatures(tuple(updates), validate_only=validate_only)
 
         def build(results: list[Any]) -> Any:
-            result = results[0] if results else None
-            if result is None:
-                return answer(ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller")
-            if isinstance(result, KafkaError):
-                return answer(result.code, result.message)
-            return answer(result.error_code, result.message or None)
+            code, message = code_and_message(results[0] if results else None)
+            return answer(code, message or None)
 
         return self.admin.forward(header, [controller_request], build)

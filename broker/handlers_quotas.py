@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.handlers_admin import AdminApis, code_and_message
 from broker.handlers_security import CLUSTER_DENIED
 from metadata.image import QuotaEntity
 from metadata.quota_control import CLIENT_ID, IP, USER
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
     from broker.apis import KafkaApis
     from broker.core import TopicPartition
-    from broker.handlers_admin import AdminApis
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
@@ -94,9 +94,7 @@ class QuotaApis:
         def build(results: list[Any]) -> Any:
             result = results[0] if results else None
             if result is None or isinstance(result, KafkaError):
-                code, message = ((ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller") if result is None
-                                 else (result.code, result.message))
-                return answer(code, message)
+                return answer(*code_and_message(result))
             return response_class(throttle_time_ms=0, entries=[
                 response_class.EntryData(error_code=r.error_code, error_message=r.message or None,
                                          entity=_wire_entity(response_class, r.entity)) for r in result.results])

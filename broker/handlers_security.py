@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.handlers_admin import AdminApis, code_and_message
 from metadata.requests import (
     AclEntry,
     AclFilterEntry,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
     from broker.apis import KafkaApis
     from broker.core import TopicPartition
-    from broker.handlers_admin import AdminApis
 
 NO_AUTHORIZER = "No Authorizer is configured."
 CLUSTER_DENIED = "Cluster authorization failed."
@@ -118,7 +118,7 @@ class SecurityApis:
         def build(results: list[Any]) -> Any:
             answer = results[0] if results else None
             if answer is None or isinstance(answer, KafkaError):
-                code, message = _failure(answer)
+                code, message = code_and_message(answer)
                 entries = [response_class.AclCreationResult(error_code=code, error_message=message)] * count
             else:
                 entries = [response_class.AclCreationResult(error_code=r.error_code, error_message=r.message or None)
@@ -141,7 +141,7 @@ class SecurityApis:
         def build(results: list[Any]) -> Any:
             answer = results[0] if results else None
             if answer is None or isinstance(answer, KafkaError):
-                code, message = _failure(answer)
+                code, message = code_and_message(answer)
                 entries = [response_class.DeleteAclsFilterResult(error_code=code, error_message=message,
                                                                  matching_acls=[])] * count
             else:
@@ -203,7 +203,7 @@ class SecurityApis:
         def build(results: list[Any]) -> Any:
             answer = results[0] if results else None
             if answer is None or isinstance(answer, KafkaError):
-                code, message = _failure(answer)
+                code, message = code_and_message(answer)
                 entries = [response_class.AlterUserScramCredentialsResult(user=u, error_code=code, error_message=message)
                            for u in users]
             else:
@@ -213,8 +213,3 @@ class SecurityApis:
 
         return self.admin.forward(header, [controller_request] if users else [], build)
 
-
-def _failure(answer: Any) -> tuple[ErrorCode, str]:
-    if answer is None:
-        return ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller"
-    return answer.code, answer.message
