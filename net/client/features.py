@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from net.client.aio import KafkaClient
+from net.client.errors import raise_for_code
 from net.protocol import messages
 from net.protocol.codec import ApiKey
-from partitions.errors import ErrorCode, KafkaError
 
 API_VERSIONS_WITH_FEATURES = 3  # KIP-584: supported and finalized features, as tagged fields
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # UpdateFeatures v1+ UpgradeType
@@ -30,9 +30,7 @@ async def describe_features(client: KafkaClient) -> tuple[list[FeatureLevels], i
     """([FeatureLevels by name], finalized epoch) as the broker the client reaches first reports them."""
     request = messages.ApiVersionsRequest(client_software_name="flotilla-cli", client_software_version="1")
     response = await client._request_any(ApiKey.API_VERSIONS, request)
-    if response.error_code != ErrorCode.NONE:
-        raise KafkaError(f"cannot describe features: {ErrorCode(response.error_code).name}",
-                         ErrorCode(response.error_code))
+    raise_for_code(response.error_code, None, "cannot describe features")
     supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features or []}
     finalized = {f.name: f.max_version_level for f in response.finalized_features or []}
     rows = [FeatureLevels(name, *supported.get(name, (0, 0)), finalized.get(name, 0))
@@ -48,6 +46,4 @@ async def update_features(client: KafkaClient, levels: dict[str, int], upgrade_t
         feature=name, max_version_level=level, allow_downgrade=upgrade_type != UPGRADE, upgrade_type=upgrade_type)
         for name, level in levels.items()], validate_only=validate_only)
     response = await client._request_any(ApiKey.UPDATE_FEATURES, request)
-    if response.error_code != ErrorCode.NONE:
-        raise KafkaError(f"cannot update features: {response.error_message or ErrorCode(response.error_code).name}",
-                         ErrorCode(response.error_code))
+    raise_for_code(response.error_code, response.error_message, "cannot update features")
