@@ -155,8 +155,9 @@ class TransactionApis:
         self.gate_versions()
         image = self.broker.image
         finalized = image.features.finalized()
-        if TRANSACTION_VERSION not in image.features.levels and self.configured_transaction_version > 0:
-            finalized[TRANSACTION_VERSION] = self.configured_transaction_version
+        level = self.transaction_version  # the log's level, or the configured one before the log has any
+        if level > 0:
+            finalized[TRANSACTION_VERSION] = level
         return Features(dict(self.broker.supported_features), finalized, max(0, image.provenance.raft_index))
 
     def gate_versions(self) -> None:
@@ -184,8 +185,7 @@ class TransactionApis:
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
-        if self.broker.image.features is not self._gated_features:
-            self.gate_versions()
+        self.gate_versions()
         runtime = self.service.runtime
         if runtime.has_shards() or self._markers or runtime.generation != self._scanned_generation:
             self._send_markers(now_ms, self.service.changed_partitions(changed))
