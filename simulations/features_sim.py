@@ -167,9 +167,7 @@ class FeatureSimulation(ClusterSimulation):
         super()._check_idle()
         expected = self.feature_admin.current
         for node_id in sorted(self.processes):
-            state = self.processes[node_id].state
-            image = state.broker.image if state.broker is not None else state.controller.image()
-            level = image.features.levels.get(TRANSACTION_VERSION)
+            level = self.processes[node_id].state.metadata_image.features.levels.get(TRANSACTION_VERSION)
             if level != expected:
                 self.checkers.violate("feature_level_as_set", f"node {node_id}'s image holds {TRANSACTION_VERSION} "
                                                               f"{level} after the run, the administrator last set "
