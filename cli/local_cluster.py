@@ -90,6 +90,9 @@ class LocalCluster:
     racks: dict = field(default_factory=dict)  # node id -> its `rack` (Kafka's broker.rack)
     descriptor_limit: int | None = None  # the nodes' RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it
     file_size_limit: int | None = None  # the nodes' RLIMIT_FSIZE in bytes: a write past it fails as on a full disk
+    # node id -> a directory holding another release's source tree, which that node runs instead of this
+    # installation's code (a rolling upgrade rehearsed: nodes of two releases in one cluster)
+    node_sources: dict = field(default_factory=dict)
 
     ADMIN_USER = "admin"
     ADMIN_PASSWORD = "admin-secret"
@@ -235,13 +238,18 @@ class LocalCluster:
     def start_node(self, node_id: int, wait: bool = True) -> None:
         assert node_id not in self.processes or self.processes[node_id].poll() is not None, f"node {node_id} runs"
         log_path = os.path.join(self.directory, f"node-{node_id}.log")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        source = self.node_sources.get(node_id)
+        if source is not None:  # `-m` puts the working directory first on the path, then PYTHONPATH
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
         with open(log_path, "ab") as log_file:
             self.processes[node_id] = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "node", "--config", self.config_path, "--id", str(node_id),
-                 "--log-level", self.log_level],
+                [sys.executable, "-m", "cli.main", "node", "--config", os.path.abspath(self.config_path),
+                 "--id", str(node_id), "--log-level", self.log_level],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=env,
+                cwd=source,
                 preexec_fn=functools.partial(_prepare_child, self.descriptor_limit, self.file_size_limit),
             )
         if wait:

@@ -11,6 +11,21 @@ field, wrong type, out-of-range integer, oversized string / bytes / tuple, or by
 Every top-level class carries a `version: int` field whose default is the newest version this code writes
 and reads; an older or equal version decodes, a newer one is refused (its fields are not known here).
 
+Evolution, so that nodes of two versions of this code read each other's records and controller requests
+during a rolling upgrade (the part of Kafka's message schemas that KIP-482's tagged fields serve):
+- A field equal to its default is not written, and a missing field takes its default. So a field added with
+  a default costs an older reader nothing until a writer sets it, and a writer of this code can be read by
+  the older code as long as it writes only what that code knows. A field's default never changes once
+  released: readers fill it in.
+- A field declared with `tagged(default)` is optional information an older reader may ignore. When it is
+  not its default it travels in the map under "t" (`TAGGED_KEY`) rather than beside the other fields; a
+  reader skips the names there that it does not know, as Kafka's readers skip unknown tagged fields, and
+  refuses an unknown name anywhere else. Every other field a new version adds carries meaning an older
+  reader must not drop: the writer sets it only once every node reads it (a finalized feature level,
+  metadata/features.py), or the class's version goes up and older readers refuse the record.
+- Nodes from before this rule read a missing field as its default too, and refuse any "t" map; what they
+  receive from this code decodes as long as no tagged field is set.
+
 Limits are per value, so a hostile peer cannot make the decoder build an unbounded structure beyond what
 cbor2 itself reads from the (already size-bounded) input.
 """
@@ -38,6 +53,15 @@ tuple_items_max = 1_000_000  # replicas, topics in a request, records in a snaps
 TYPE_KEY = "type"
 VERSION_KEY = "v"
 VERSION_FIELD = "version"
+TAGGED_KEY = "t"
+_TAGGED = "codec_tagged"
+
+
+def tagged(default: Any) -> Any:
+    """A dataclass field that travels as a tagged field: written under TAGGED_KEY when not `default`, and
+    skipped by a reader that does not know it. `default` must be immutable (None, a number, a string, a
+    tuple)."""
+    return dataclasses.field(default=default, metadata={_TAGGED: True})
 
 
 class Codec:
@@ -62,9 +86,7 @@ class Codec:
         if self._by_name.get(cls.__name__) is not cls:
             raise ValueError(f"{cls.__name__} is not in the allow-list")
         body: dict[str, Any] = {TYPE_KEY: cls.__name__, VERSION_KEY: value.version}
-        for field in dataclasses.fields(value):
-            if field.name != VERSION_FIELD:
-                body[field.name] = _to_plain(getattr(value, field.name))
+        body.update(_plain_fields(value))
         data = cbor2.dumps(body)
         assert len(data) <= encoded_bytes_max, f"encoded {cls.__name__} is {len(data)} bytes"
         return data
@@ -108,9 +130,58 @@ def _version_max(cls: type) -> int:
     raise AssertionError(f"{cls.__name__} has no version field")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    required: bool
+    default: Any  # the default value, or dataclasses.MISSING (required, or a default_factory)
+    factory: Any  # the default_factory, or dataclasses.MISSING
+    tagged: bool
+
+
+_FIELDS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[_Field, ...]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = tuple(
+            _Field(f.name,
+                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                   f.default, f.default_factory, bool(f.metadata.get(_TAGGED)))
+            for f in dataclasses.fields(cls))
+        assert all(f.name != TAGGED_KEY for f in fields), f"{cls.__name__}: a field may not be named {TAGGED_KEY!r}"
+        assert all(not f.tagged or not f.required for f in fields), f"{cls.__name__}: a tagged field needs a default"
+        _FIELDS[cls] = fields
+    return fields
+
+
+def _is_default(value: Any, field: _Field) -> bool:
+    if field.required:
+        return False
+    default = field.default if field.factory is dataclasses.MISSING else field.factory()
+    return type(value) is type(default) and value == default
+
+
+def _plain_fields(value: Any) -> dict[str, Any]:
+    """The fields of a dataclass instance that differ from their defaults, the tagged ones under TAGGED_KEY."""
+    body: dict[str, Any] = {}
+    tags: dict[str, Any] = {}
+    for field in _fields(type(value)):
+        if field.name == VERSION_FIELD:
+            continue
+        item = getattr(value, field.name)
+        if _is_default(item, field):
+            continue
+        (tags if field.tagged else body)[field.name] = _to_plain(item)
+    if tags:
+        body[TAGGED_KEY] = tags
+    return body
+
+
 def _to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return _plain_fields(value)
     if isinstance(value, (tuple, list)):
         return [_to_plain(v) for v in value]
     if isinstance(value, enum.Enum):
@@ -132,17 +203,27 @@ def _build(cls: type, body: Any, path: str, error: type[KafkaError]) -> Any:
     if not isinstance(body, dict):
         raise error(f"{path}: expected a map, got {type(body).__name__}")
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = [key for key in body if key not in fields]
+    fields = _fields(cls)
+    tags = body.get(TAGGED_KEY, {})
+    if not isinstance(tags, dict):
+        raise error(f"{path}.{TAGGED_KEY}: expected a map, got {type(tags).__name__}")
+    plain = {field.name for field in fields if not field.tagged}
+    unknown = [key for key in body if key not in plain and key != TAGGED_KEY]
     if unknown:
         raise error(f"{path}: unknown field(s) {sorted(map(str, unknown))}")
+    misplaced = [key for key in tags if type(key) is not str or key in plain]
+    if misplaced:
+        raise error(f"{path}.{TAGGED_KEY}: not tagged field names {sorted(map(str, misplaced))}")
     kwargs = {}
-    for name, field in fields.items():
-        if name not in body:
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+    for field in fields:
+        name = field.name
+        # A tagged name this class does not know is skipped (a newer writer's); a known one read from the map.
+        source = tags if field.tagged else body
+        if name not in source:
+            if field.required:
                 raise error(f"{path}: missing field {name!r}")
             continue
-        kwargs[name] = _convert(body[name], hints[name], f"{path}.{name}", error)
+        kwargs[name] = _convert(source[name], hints[name], f"{path}.{name}", error)
     return cls(**kwargs)
 
 

@@ -1,0 +1,154 @@
+"""A rolling upgrade: three real nodes start on the previous release's code and are restarted one by one on this
+code while a confluent-kafka producer writes (idempotent, acks=all), as an operator upgrades a running cluster.
+
+Nodes of the two releases share the metadata log (records written by either controller are replayed by the
+other's brokers), the controller's requests (a registration reaches whichever node leads the quorum), the
+Kafka protocol between brokers and each other's data directories. The test passes through the two mixed
+states that matter: the previous release leading the quorum with this code's brokers registering with it, and
+this code leading it with a node of the previous release replaying what it writes (a topic created then must
+reach that node's metadata). In the end every acknowledged record is read back once and a group's offsets,
+committed under the previous release, are still there.
+
+PREVIOUS_RELEASE is the oldest code this one must roll from; its source comes from this repository's history
+(`git archive`), so the test needs a clone with that commit.
+"""
+
+import os
+import subprocess
+import tarfile
+import threading
+import time
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, create_topic, eventually, metadata, quorum_status,
+                                      topic_of, wait_for_quorum)
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+
+PREVIOUS_RELEASE = "18adfc5743572cf900065758ced505119327aef4"
+TOPIC = "rolling"
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _previous_release(tmp_path) -> str:
+    archive = tmp_path / "previous.tar"
+    found = subprocess.run(["git", "-C", REPOSITORY, "archive", "--format=tar", "-o", str(archive), PREVIOUS_RELEASE],
+                           capture_output=True, text=True)
+    assert found.returncode == 0, f"the previous release {PREVIOUS_RELEASE} is not in this clone: {found.stderr}"
+    source = tmp_path / "previous"
+    with tarfile.open(archive) as tar:
+        tar.extractall(source, filter="data")
+    return str(source)
+
+
+class _Writer(threading.Thread):
+    """Writes numbered records until stopped; `acknowledged` holds the numbers the cluster acknowledged."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 120_000})
+        self.acknowledged: set[int] = set()
+        self.failures: list = []
+        self.stopping = threading.Event()
+
+    def _delivered(self, error, message) -> None:
+        if error is None:
+            self.acknowledged.add(int(message.value()))
+        else:
+            self.failures.append(error)
+
+    def run(self) -> None:
+        number = 0
+        while not self.stopping.is_set() and number < 200_000:
+            self.producer.produce(TOPIC, value=str(number).encode(), on_delivery=self._delivered)
+            number += 1
+            self.producer.poll(0)
+            time.sleep(0.002)
+        self.producer.flush(120)
+
+
+def _restart(cluster: LocalCluster, node_id: int, source: str | None) -> None:
+    """Stop the node cleanly and start it on `source` (None: this code); wait until the cluster is whole."""
+    cluster.kill(node_id, 15)
+    if source is None:
+        cluster.node_sources.pop(node_id, None)
+    else:
+        cluster.node_sources[node_id] = source
+    cluster.start_node(node_id)
+    wait_for_quorum(cluster, seconds=60)
+
+
+def _read_all(bootstrap: str, group: str, expected: int) -> list[int]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([TOPIC])
+    numbers: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(numbers) < expected and time.monotonic() < deadline:
+        for message in consumer.consume(10_000, timeout=0.5):
+            if message.error() is None:
+                numbers.append(int(message.value()))
+    if numbers:
+        consumer.commit(asynchronous=False)
+    consumer.close()
+    return numbers
+
+
+def test_a_cluster_rolls_from_the_previous_release_under_load(tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    previous = _previous_release(tmp_path)
+    cluster = LocalCluster(str(tmp_path / "cluster"), nodes=3, broker=FAST_BROKER_SETTINGS, log_level="warning",
+                           node_sources={node_id: previous for node_id in (1, 2, 3)})
+    cluster.start()
+    writer = None
+    try:
+        wait_for_quorum(cluster, seconds=60)
+        create_topic(cluster, TOPIC, 3, 3, min_insync_replicas="2")
+        writer = _Writer(cluster.bootstrap_servers)
+        writer.start()
+        eventually(lambda: len(writer.acknowledged) >= 500, 60, what="records acknowledged by the previous release")
+        committed_before = len(_read_all(cluster.bootstrap_servers, "before", 500))
+        assert committed_before >= 500
+
+        # The two nodes that do not lead the quorum first: the previous release's controller registers them.
+        leader = quorum_status(cluster)["leader_id"]
+        for node_id in [n for n in (1, 2, 3) if n != leader]:
+            _restart(cluster, node_id, None)
+        # Move the quorum's leadership to this code while the last node still runs the previous release.
+        _restart(cluster, leader, previous)
+        now_leading = quorum_status(cluster)["leader_id"]
+        assert now_leading != leader, "a node of this code should lead once the old leader restarted"
+        create_topic(cluster, "after", 2, 3)
+        seen = eventually(lambda: topic_of(metadata(cluster, leader), "after"), 30,
+                          what="the previous release's node replaying a topic this code's controller created")
+        assert all(p["leader"] >= 0 for p in seen["partitions"]), seen
+        _restart(cluster, leader, None)
+
+        writer.stopping.set()
+        writer.join(150)
+        assert not writer.is_alive()
+        assert writer.failures == []
+        acknowledged = writer.acknowledged
+        assert len(acknowledged) >= 1_000
+
+        numbers = _read_all(cluster.bootstrap_servers, "after", len(acknowledged))
+        assert acknowledged <= set(numbers), sorted(acknowledged - set(numbers))[:10]
+        assert len(numbers) == len(set(numbers)), "an idempotent producer's record was written twice"
+
+        # The offsets the group committed under the previous release, read through this code's coordinator.
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "before"})
+        offsets = consumer.committed([TopicPartition(TOPIC, p) for p in range(3)], timeout=30)
+        consumer.close()
+        assert sum(tp.offset for tp in offsets) == committed_before
+    finally:
+        if writer is not None:
+            writer.stopping.set()
+        cluster.stop()
