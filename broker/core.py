@@ -45,6 +45,7 @@ from metadata.requests import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    error_name,
 )
 from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from partitions.log import AppendOrigin, LogClock, PartitionLog
@@ -190,6 +191,10 @@ class BrokerCore:
         self._controller_calls: list[ControllerCall] = []
         self._call_ids = itertools.count(1)
         self._registration_in_flight = False
+        # The controller's last refusal of this broker's registration that retrying will not cure (an
+        # unsupported feature level, a request an older controller cannot read): (error name, message), for
+        # the node's log; None once registered or while the refusals are retriable (no controller yet).
+        self.registration_refused: tuple[str, str] | None = None
         self._heartbeat_in_flight = False
         self._next_heartbeat_ms = 0
         self._next_isr_check_ms = 0
@@ -651,9 +656,14 @@ class BrokerCore:
         self._registration_in_flight = False
         if isinstance(response, BrokerRegistrationResponse) and response.error_code == ErrorCode.NONE:
             self.broker_epoch = response.broker_epoch
+            self.registration_refused = None
             self._next_heartbeat_ms = now_ms
-        else:
-            self._next_heartbeat_ms = now_ms + REPLICA_FETCH_BACKOFF_MS * 5
+            return
+        self._next_heartbeat_ms = now_ms + REPLICA_FETCH_BACKOFF_MS * 5
+        if isinstance(response, BrokerRegistrationResponse):
+            response = KafkaError(response.message, response.error_code)
+        if isinstance(response, KafkaError) and not response.retriable:
+            self.registration_refused = (error_name(response.code), response.message)
 
     def _on_heartbeat(self, response: Any, now_ms: int) -> None:
         self._heartbeat_in_flight = False

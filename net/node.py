@@ -120,6 +120,7 @@ class Node:
         self._logged_quorum_leader: int | None = None  # _log_cluster_changes: what the log last said
         self._logged_image: Any = None
         self._logged_replicas = (0, 0)
+        self._logged_registration_refused: tuple[str, str] | None = None
         # (where, subject, exception type) -> (when last logged, times since): a failure that repeats (a poll that
         # keeps raising) is logged once a minute, not on every request; keyed by type, not message, to stay bounded.
         self._logged_failures: dict[tuple[str, str, str], tuple[int, int]] = {}
@@ -150,13 +151,19 @@ class Node:
 
     def _log_cluster_changes(self) -> None:
         """One log line per change an operator reconstructs an incident from: the quorum leader this node knows,
-        broker registrations (registered, fenced, unfenced, shutting down, gone) and how many partitions this
+        broker registrations (registered, fenced, unfenced, shutting down, gone), this broker's registration
+        refused for a reason retrying will not cure (a warning, once per reason), and how many partitions this
         broker leads and follows. Compared after each step; the image part only when the image changed."""
         leader_id = self.state.quorum_leader_id()
         if leader_id != self._logged_quorum_leader:
             self._logged_quorum_leader = leader_id
             if leader_id is not None:
                 self.log.info("quorum_leader", leader_id=leader_id)
+        refused = self.broker.registration_refused if self.broker is not None else None
+        if refused != self._logged_registration_refused:
+            self._logged_registration_refused = refused
+            if refused is not None:  # the broker retries; the log says why it does not serve, once per reason
+                self.log.warning("broker_registration_refused", error=refused[0], reason=refused[1])
         image = self.broker.image if self.broker is not None else None
         if image is None or image is self._logged_image:
             return

@@ -643,3 +643,27 @@ def test_a_produce_naming_a_partition_twice_writes_and_answers_it_once(cluster, 
     fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0))
     batches = list(decode_batches(bytes(fetched.responses[0].partitions[0].records)))
     assert [r.value for batch in batches for r in batch.records] == [b"last"]
+
+
+def test_a_registration_refused_for_good_is_kept_for_the_log_and_cleared_once_registered():
+    from metadata.requests import BrokerRegistrationResponse
+    from partitions.errors import KafkaError
+
+    broker = BrokerCore(9, "127.0.0.1", 9009, ("broker",), MemoryStorage(), incarnation_id=b"\x09" * 16)
+
+    def answer(response):
+        broker._maybe_register_or_heartbeat(broker._next_heartbeat_ms)
+        [call] = broker.take_controller_requests()
+        assert isinstance(call.request, BrokerRegistrationRequest)
+        call.on_response(response, broker._next_heartbeat_ms)
+
+    answer(KafkaError("not the controller", ErrorCode.NOT_CONTROLLER))  # no quorum leader yet: retried quietly
+    assert broker.registration_refused is None and broker.broker_epoch is None
+    # An older controller that cannot read this release's request: the node's log says so (net/node.py).
+    answer(KafkaError("BrokerRegistrationRequest: unknown field(s) ['x']", ErrorCode.INVALID_REQUEST))
+    assert broker.registration_refused == ("INVALID_REQUEST", "BrokerRegistrationRequest: unknown field(s) ['x']")
+    answer(BrokerRegistrationResponse(ErrorCode.UNSUPPORTED_VERSION, "transaction.version 3 is not supported"))
+    assert broker.registration_refused == ("UNSUPPORTED_VERSION", "transaction.version 3 is not supported")
+    assert broker.broker_epoch is None
+    answer(BrokerRegistrationResponse(ErrorCode.NONE, broker_epoch=4))
+    assert broker.registration_refused is None and broker.broker_epoch == 4

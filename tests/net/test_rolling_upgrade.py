@@ -11,6 +11,9 @@ committed under the previous release, are still there.
 
 PREVIOUS_RELEASE is the oldest code this one must roll from; its source comes from this repository's history
 (`git archive`), so the test needs a clone with that commit.
+
+The other way round, a node of a later release whose registration this code's controller cannot read (a field
+it does not know) is refused, and its log says why instead of the node waiting in silence.
 """
 
 import os
@@ -151,4 +154,53 @@ def test_a_cluster_rolls_from_the_previous_release_under_load(tmp_path):
     finally:
         if writer is not None:
             writer.stopping.set()
+        cluster.stop()
+
+
+# Loaded by the interpreter of a node started with this directory on its path: its BrokerRegistrationRequest
+# carries a field this code does not know, as a later release's would.
+_LATER_RELEASE = """
+import cbor2
+import metadata.requests
+
+_encode = metadata.requests._REQUESTS.encode
+
+
+def _encode_as_a_later_release(value):
+    data = _encode(value)
+    if type(value).__name__ == "BrokerRegistrationRequest":
+        body = cbor2.loads(data)
+        body["availability_zone"] = "az-1"
+        data = cbor2.dumps(body)
+    return data
+
+
+metadata.requests._REQUESTS.encode = _encode_as_a_later_release
+"""
+
+
+def test_a_later_release_whose_registration_cannot_be_read_is_refused_and_says_why(tmp_path):
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "sitecustomize.py").write_text(_LATER_RELEASE)
+    cluster = LocalCluster(str(tmp_path / "cluster"), nodes=3, broker=FAST_BROKER_SETTINGS, log_level="warning",
+                           broker_only=1)
+    [newcomer] = cluster.broker_only_ids
+    cluster.node_sources[newcomer] = str(later)
+    cluster.start()
+    try:
+        wait_for_quorum(cluster, (1, 2, 3), seconds=60)
+
+        def refused():
+            with open(cluster.log_path(newcomer)) as log:
+                return [line for line in log if "broker_registration_refused" in line]
+
+        [line] = eventually(refused, 30, what="the later release's node logging its refused registration")
+        assert "INVALID_REQUEST" in line and "unknown field(s) ['availability_zone']" in line, line
+        brokers = {b["id"] for b in metadata(cluster, 1, 2, 3)["brokers"]}
+        assert brokers == {1, 2, 3}  # refused, so never registered; the others serve on
+        assert cluster.is_running(newcomer)
+        time.sleep(2)  # its retries go on, refused each time: still one line, not one per retry
+        assert len(refused()) == 1
+    finally:
         cluster.stop()
