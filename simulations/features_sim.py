@@ -7,6 +7,12 @@ typed as one), each retried every `RETRY_MS` until answered without error; then 
 while the faults go on (crashed nodes restart and register again). All along it asks a random broker for
 ApiVersions every `ASK_MS`.
 
+An answer that never comes leaves the administrator unsure: the broker may still forward the request, which
+then applies after later changes (a broker forwards for up to its controller call timeout, longer than a
+client waits). So before the last change it does what an operator does after a timeout: it waits until such a
+request can no longer apply (`STALE_MS`), reads the level an ApiVersions answer finalizes, and changes it from
+there (a refusal of its upgrade type, INVALID_UPDATE_VERSION, sends it back to that wait and read).
+
 Checkers:
 - `feature_gates_follow_level`: every ApiVersions answer advertises EndTxn v5 and TxnOffsetCommit v5 exactly
   when the transaction.version it finalizes in the same answer is 2 (broker/transactions.py's gates).
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.controller_core import PROPOSAL_TIMEOUT_MS
 from broker.transactions import END_TXN_VERSION_BUMPS_EPOCH
 from metadata.features import SAFE_DOWNGRADE, TRANSACTION_VERSION, UPGRADE
 from net.protocol import messages
@@ -34,6 +41,7 @@ from simulations.cluster_checkers import ClusterCheckers
 from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
 from simulations.kafka_clients import KafkaClientBase
 from simulations.loop import US_PER_MS
+from simulations.node_process import CONTROLLER_CALL_TIMEOUT_MS
 from simulations.run import RunConfig, RunResult
 
 DESCRIPTION = "the cluster workload while an administrator changes transaction.version with UpdateFeatures"
@@ -42,6 +50,8 @@ ASK_MS = 400
 RETRY_MS = 200
 FLIPPING_SHARE = 0.4  # of the fault phase; the level stays put after it while faults go on
 FINAL_LEVEL = 1  # not the bootstrap level, so that a registration writing the bootstrap level shows
+# After a lost answer: how long the request may still apply (a broker's forward, then the controller's proposal)
+STALE_MS = CONTROLLER_CALL_TIMEOUT_MS + PROPOSAL_TIMEOUT_MS
 UPDATE_FEATURES_VERSION = 1
 API_VERSIONS_VERSION = 4
 FEATURE_CHECKER_NAMES = ("feature_gates_follow_level", "feature_level_as_set")
@@ -60,7 +70,7 @@ class FeatureCheckers(ClusterCheckers):
 
     def observe_api_versions(self, broker_id: int, response: Any) -> None:
         self.answers += 1
-        level = {f.name: f.max_version_level for f in response.finalized_features}.get(TRANSACTION_VERSION, 0)
+        level = finalized_level(response)
         versions = {key.api_key: key.max_version for key in response.api_keys}
         bumps = level >= 2
         expected = END_TXN_VERSION_BUMPS_EPOCH if bumps else END_TXN_VERSION_BUMPS_EPOCH - 1
@@ -83,6 +93,9 @@ class SimFeatureAdmin(KafkaClientBase):
         self._next_change_us = 0
         self.flips = 0
         self._inflight = False
+        self.lost_at_us: int | None = None  # the last answer lost (or type refused) since the level was read
+        self._confirm = False  # send the final level even if it is the level read (a broker's image may lag)
+        self.observed: tuple[int, int] | None = None  # (level, when) of the last ApiVersions answer to this admin
 
     def start(self, flipping_until_us: int) -> None:
         self.flipping_until_us = flipping_until_us
@@ -94,6 +107,15 @@ class SimFeatureAdmin(KafkaClientBase):
         if not self.running:
             return
         now_us = self.loop.now_us
+        if now_us >= self.flipping_until_us and self.lost_at_us is not None:
+            # Before the last change: wait until a lost request cannot apply any more, then read the level. The
+            # answering broker's image may lag, so the final level is sent even when it is the level read.
+            if self.observed is None or self.observed[1] < self.lost_at_us + STALE_MS * US_PER_MS:
+                self.loop.call_later(RETRY_MS * US_PER_MS, self._flip)
+                return
+            self.current, self.target, self._confirm = self.observed[0], FINAL_LEVEL, True
+            self.lost_at_us = None
+            self.host.trace("client.features_read", TRANSACTION_VERSION, self.current)
         if self.target == self.current and now_us >= self._next_change_us:  # the last change is done
             if now_us < self.flipping_until_us:
                 self.target = self.level_rng.choice([level for level in (0, 1, 2) if level != self.current])
@@ -101,27 +123,31 @@ class SimFeatureAdmin(KafkaClientBase):
                 self.target = FINAL_LEVEL
             self._next_change_us = now_us + FLIP_MS * US_PER_MS
         broker_id = self.any_broker()
-        if self.target != self.current and broker_id is not None and not self._inflight:
+        if (self.target != self.current or self._confirm) and broker_id is not None and not self._inflight:
             request_class = messages.UpdateFeaturesRequest
             target = self.target
             request = request_class(feature_updates=[request_class.FeatureUpdateKey(
                 feature=TRANSACTION_VERSION, max_version_level=target,
-                upgrade_type=UPGRADE if target > self.current else SAFE_DOWNGRADE)])
+                upgrade_type=UPGRADE if target >= self.current else SAFE_DOWNGRADE)])
             self._inflight = self.send(broker_id, ApiKey.UPDATE_FEATURES, UPDATE_FEATURES_VERSION, request,
                                        lambda response: self._on_update(response, target))
         self.loop.call_later(RETRY_MS * US_PER_MS, self._flip)
 
     def _on_update(self, response: Any, target: int) -> None:
         self._inflight = False
-        if response is None or response.error_code != ErrorCode.NONE:
+        if response is None or response.error_code == ErrorCode.INVALID_UPDATE_VERSION:
+            self.lost_at_us = self.loop.now_us
+            return
+        if response.error_code != ErrorCode.NONE:
             return  # tried again; a change that committed unanswered is answered NONE then (nothing to write)
         self.current = target
+        self._confirm = False
         self.flips += 1
         self.host.trace("client.features", TRANSACTION_VERSION, target)
 
     @property
     def settled(self) -> bool:
-        return self.current == self.target == FINAL_LEVEL
+        return self.current == self.target == FINAL_LEVEL and self.lost_at_us is None and not self._confirm
 
     def _ask(self) -> None:
         if not self.running:
@@ -130,9 +156,20 @@ class SimFeatureAdmin(KafkaClientBase):
         if broker_id is not None:
             request = messages.ApiVersionsRequest(client_software_name="features-admin", client_software_version="1")
             self.send(broker_id, ApiKey.API_VERSIONS, API_VERSIONS_VERSION, request,
-                      lambda response: response is not None and response.error_code == ErrorCode.NONE
-                      and self.on_api_versions(broker_id, response))
+                      lambda response: self._on_api_versions(broker_id, response))
         self.loop.call_later(ASK_MS * US_PER_MS, self._ask)
+
+
+    def _on_api_versions(self, broker_id: int, response: Any) -> None:
+        if response is None or response.error_code != ErrorCode.NONE:
+            return
+        self.observed = (finalized_level(response), self.loop.now_us)
+        self.on_api_versions(broker_id, response)
+
+
+def finalized_level(response: Any) -> int:
+    """The transaction.version an ApiVersions answer finalizes (0: none)."""
+    return {f.name: f.max_version_level for f in response.finalized_features}.get(TRANSACTION_VERSION, 0)
 
 
 class FeatureSimulation(ClusterSimulation):

@@ -15,6 +15,7 @@ import pytest
 
 from net.protocol.codec import ApiKey
 from simulations.features_sim import FeatureCheckers
+from simulations.faults import DEFAULT_FAULTS
 from simulations.run import run_one
 from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 
@@ -60,3 +61,13 @@ def test_features_gates_fixed_fails_feature_gates_follow_level_at_its_known_seed
 @pytest.mark.slow
 def test_features_sweep_with_every_fix_in_place_finds_no_failure():
     assert_sweep_passes("features", 12, 30.0)
+
+
+@pytest.mark.slow
+def test_a_lost_update_that_applies_after_later_changes_does_not_leave_the_administrator_wrong():
+    # Seed 17005: an UpdateFeatures to level 2 goes unanswered; the administrator sets 2 again, then 0, and the
+    # first request, still forwarded by its broker, applies after them. An administrator that trusted its own
+    # account kept asking for an upgrade from 0 to 1 (refused: the level was 2) until the run ended.
+    result = run_one(workload_config("features", 17005, 60.0, DEFAULT_FAULTS))
+    assert result.ok, failed_checkers(result)
+    assert result.stats["feature_level"] == 1
