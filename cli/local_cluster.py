@@ -86,7 +86,7 @@ class LocalCluster:
     inter_broker: dict = field(default_factory=dict)  # secure clusters: replaces [security.inter_broker] (TOML values)
     client_listeners: tuple[str, ...] = ("SASL_SSL",)  # secure clusters: the first is `kafka_ports`
     metrics: bool = False  # serve Prometheus metrics on `metrics_ports`
-    broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers; not secure
+    broker_only: int = 0  # broker-only nodes (KRaft observers), ids after the `nodes` controllers
     racks: dict = field(default_factory=dict)  # node id -> its `rack` (Kafka's broker.rack)
     descriptor_limit: int | None = None  # the nodes' RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it
     file_size_limit: int | None = None  # the nodes' RLIMIT_FSIZE in bytes: a write past it fails as on a full disk
@@ -113,7 +113,6 @@ class LocalCluster:
             self.listener_ports[self.client_listeners[0]] = dict(self.kafka_ports)
         self.internal_ports = self.listener_ports.get("INTERNAL", {})
         self.metrics_ports = dict(zip(self.kafka_ports, free_ports(self.nodes, avoid=ports))) if self.metrics else {}
-        assert not (self.secure and self.broker_only), "broker-only nodes are not wired for secure clusters"
         self.broker_only_ids: list[int] = []
         for _ in range(self.broker_only):
             self._add_broker_only_node()
@@ -140,13 +139,20 @@ class LocalCluster:
 
     def _add_broker_only_node(self) -> int:
         node_id = max(self.kafka_ports) + 1
-        self.kafka_ports[node_id] = free_ports(1, avoid=self.ports_in_use())[0]
+        names = [*self.client_listeners[1:], "INTERNAL"] if self.secure else []
+        ports = free_ports(1 + len(names), avoid=self.ports_in_use())
+        self.kafka_ports[node_id] = ports[0]
+        if self.secure:  # its own listeners, as a controller node's; the first client listener is `kafka_ports`
+            self.listener_ports[self.client_listeners[0]][node_id] = ports[0]
+            for name, port in zip(names, ports[1:]):
+                self.listener_ports[name][node_id] = port
         self.broker_only_ids.append(node_id)
         return node_id
 
     def add_broker(self, wait: bool = True) -> int:
         """A new broker-only node: the cluster file gains its [[nodes]] entry (the running nodes keep the one
         they started with) and the node starts, registers and serves. Returns its id."""
+        assert not self.secure, "a secure cluster's certificates are written once, for the nodes it starts with"
         node_id = self._add_broker_only_node()
         self._write_config()
         self.start_node(node_id, wait=wait)
@@ -157,20 +163,14 @@ class LocalCluster:
         if self.secret:
             lines.append(f'secret = "{self.secret}"')
         for node_id in self.broker_only_ids:
-            lines += ["[[nodes]]", f"id = {node_id}", 'host = "127.0.0.1"', f"kafka_port = {self.kafka_ports[node_id]}",
+            lines += ["[[nodes]]", f"id = {node_id}", 'host = "127.0.0.1"', self._endpoint_line(node_id),
                       'roles = ["broker"]', f'data_dir = "node-{node_id}"', *self._rack_line(node_id)]
         for node_id in self.controller_ports:
-            if self.secure:
-                names = list(self.client_listeners) + ["INTERNAL"]
-                endpoint = "listeners = [" + ", ".join(
-                    f'"{name}://127.0.0.1:{self.listener_ports[name][node_id]}"' for name in names) + "]"
-            else:
-                endpoint = f"kafka_port = {self.kafka_ports[node_id]}"
             lines += [
                 "[[nodes]]",
                 f"id = {node_id}",
                 'host = "127.0.0.1"',
-                endpoint,
+                self._endpoint_line(node_id),
                 f"controller_port = {self.controller_ports[node_id]}",
                 *([f"metrics_port = {self.metrics_ports[node_id]}"] if self.metrics else []),
                 'roles = ["broker", "controller"]',
@@ -186,6 +186,13 @@ class LocalCluster:
             lines += self._security_lines()
         with open(self.config_path, "w") as config_file:
             config_file.write("\n".join(lines) + "\n")
+
+    def _endpoint_line(self, node_id: int) -> str:
+        if not self.secure:
+            return f"kafka_port = {self.kafka_ports[node_id]}"
+        names = [*self.client_listeners, "INTERNAL"]
+        return "listeners = [" + ", ".join(
+            f'"{name}://127.0.0.1:{self.listener_ports[name][node_id]}"' for name in names) + "]"
 
     def _rack_line(self, node_id: int) -> list[str]:
         return [f"rack = {_toml_value(self.racks[node_id])}"] if node_id in self.racks else []
