@@ -140,6 +140,7 @@ class _Field:
 
 
 _FIELDS: dict[type, tuple[_Field, ...]] = {}
+_PLAIN_NAMES: dict[type, frozenset[str]] = {}  # the fields that are not tagged
 
 
 def _fields(cls: type) -> tuple[_Field, ...]:
@@ -153,6 +154,7 @@ def _fields(cls: type) -> tuple[_Field, ...]:
         assert all(f.name != TAGGED_KEY for f in fields), f"{cls.__name__}: a field may not be named {TAGGED_KEY!r}"
         assert all(not f.tagged or not f.required for f in fields), f"{cls.__name__}: a tagged field needs a default"
         _FIELDS[cls] = fields
+        _PLAIN_NAMES[cls] = frozenset(field.name for field in fields if not field.tagged)
     return fields
 
 
@@ -207,7 +209,7 @@ def _build(cls: type, body: Any, path: str, error: type[KafkaError]) -> Any:
     tags = body.get(TAGGED_KEY, {})
     if not isinstance(tags, dict):
         raise error(f"{path}.{TAGGED_KEY}: expected a map, got {type(tags).__name__}")
-    plain = {field.name for field in fields if not field.tagged}
+    plain = _PLAIN_NAMES[cls]
     unknown = [key for key in body if key not in plain and key != TAGGED_KEY]
     if unknown:
         raise error(f"{path}: unknown field(s) {sorted(map(str, unknown))}")
