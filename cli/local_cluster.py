@@ -90,8 +90,9 @@ class LocalCluster:
     racks: dict = field(default_factory=dict)  # node id -> its `rack` (Kafka's broker.rack)
     descriptor_limit: int | None = None  # the nodes' RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it
     file_size_limit: int | None = None  # the nodes' RLIMIT_FSIZE in bytes: a write past it fails as on a full disk
-    # node id -> a directory holding another release's source tree, which that node runs instead of this
-    # installation's code (a rolling upgrade rehearsed: nodes of two releases in one cluster)
+    # node id -> a directory first on that node's import path and its working directory: another release's
+    # source tree, which it runs instead of this installation's code (a rolling upgrade rehearsed), or a
+    # sitecustomize.py that changes this code before the node starts
     node_sources: dict = field(default_factory=dict)
 
     ADMIN_USER = "admin"

@@ -159,7 +159,6 @@ class SimFeatureAdmin(KafkaClientBase):
                       lambda response: self._on_api_versions(broker_id, response))
         self.loop.call_later(ASK_MS * US_PER_MS, self._ask)
 
-
     def _on_api_versions(self, broker_id: int, response: Any) -> None:
         if response is None or response.error_code != ErrorCode.NONE:
             return
