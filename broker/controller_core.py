@@ -43,6 +43,18 @@ def encode_entry(term: int, records: list[Any]) -> bytes:
     return cbor2.dumps([ENTRY_VERSION, term, encode_record_batch(records)])
 
 
+class UnreadableMetadataError(Exception):
+    """A committed metadata entry (or snapshot) this code cannot read: written by a later release (a record type
+    or a field it does not know) or damaged. The node stops (net/node.py): replaying the rest of the log
+    without it would leave its image wrong, and every node holding the entry stops at it, as Kafka's controllers
+    treat a metadata fault as fatal."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
 def decode_entry(entry: bytes) -> tuple[int, list[Any]]:
     """(term, records) of one Raft entry. Raises KafkaError(CORRUPT_MESSAGE) for anything else."""
     try:
@@ -128,7 +140,10 @@ class ControllerCore:
     def on_committed(self, index: int, entry: bytes) -> None:
         """Replay one committed entry (every node, in log order, each exactly once)."""
         assert index > self.last_applied_index, f"index={index} last_applied={self.last_applied_index}"
-        term, records = decode_entry(entry)
+        try:
+            term, records = decode_entry(entry)
+        except KafkaError as error:
+            raise UnreadableMetadataError(f"metadata log entry {index}", error.message) from None
         provenance = Provenance(raft_index=index, raft_term=term)
         self.controller.replay_batch(records, provenance)
         self.last_applied_index = index

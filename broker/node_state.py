@@ -33,7 +33,7 @@ import dataclasses
 from metadata.records import UserScramCredentialRecord
 from broker.core import BrokerCore, BrokerRequest, ControllerCall, InternalFailure
 from broker.config import ClusterConfig, NodeConfig
-from broker.controller_core import ControllerCore, ControllerOutcome
+from broker.controller_core import ControllerCore, ControllerOutcome, UnreadableMetadataError
 from broker.apis import KafkaApis
 from broker.coordinators import (
     COORDINATOR_KEY_TYPE_GROUP,
@@ -49,7 +49,7 @@ from broker.telemetry import ClientMetricsManager
 from groupcoord.config import GroupConfig
 from groupcoord.shard import GroupCoordinatorShard
 from txn.coordinator import TransactionConfig, TransactionCoordinatorShard
-from partitions.errors import ErrorCode
+from partitions.errors import ErrorCode, KafkaError
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
 from raftlog.port import RaftConfig
@@ -269,7 +269,10 @@ class NodeState:
     def _restore(self, blob: bytes) -> None:
         version, raft_index, raft_term, encoded = cbor2.loads(blob)
         assert version == SNAPSHOT_VERSION, f"snapshot version {version}"
-        records = [decode_record(item) for item in encoded]
+        try:
+            records = [decode_record(item) for item in encoded]
+        except KafkaError as error:
+            raise UnreadableMetadataError(f"metadata snapshot at entry {raft_index}", error.message) from None
         provenance = Provenance(raft_index=raft_index, raft_term=raft_term)
         self.controller.load_snapshot(records, provenance)
         self.metadata_log.clear()  # the entries it held may not reach the snapshot: observers get the snapshot
@@ -410,7 +413,10 @@ class NodeState:
         for index, term, encoded in answer.get("entries", ()):
             if index <= self.metadata_image.provenance.raft_index:
                 continue
-            records = [decode_record(item) for item in encoded]
+            try:
+                records = [decode_record(item) for item in encoded]
+            except KafkaError as error:
+                raise UnreadableMetadataError(f"metadata log entry {index}", error.message) from None
             provenance = Provenance(raft_index=index, raft_term=term)
             self.controller.replay_batch(records, provenance)
             self._publish(provenance, records)

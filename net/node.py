@@ -43,7 +43,7 @@ from metadata.requests import (
 from broker.core import BrokerRequest, ControllerCall
 from broker.quotas import ip_connection_rate
 from broker.config import ClusterConfig, NodeConfig, parse_connection_overrides
-from broker.controller_core import ControllerOutcome
+from broker.controller_core import ControllerOutcome, UnreadableMetadataError
 from net.connections import (DESCRIPTORS_FOR_CONTROLLER, ConnectionLimits, default_total_max,
                              raise_descriptor_limit, serve_listeners)
 from net.dispatcher import KafkaDispatcher
@@ -742,6 +742,7 @@ def inter_broker_security(config: ClusterConfig, node_id: int) -> ClientSecurity
 
 EXIT_CONFIG = 2
 EXIT_STORAGE = 1  # the data directory failed (net/node.py run_node_forever)
+EXIT_METADATA = 4  # the metadata log holds an entry this code cannot read (a later release's, or damaged)
 LOCK_FILE = ".lock"
 LISTEN_ERRNOS = (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
 
@@ -774,6 +775,7 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
         return EXIT_CONFIG
     failure: OSError | None = None
     storage_failure: StorageError | None = None
+    unreadable: UnreadableMetadataError | None = None
     raise_descriptor_limit()
     keep_heap_pages()
     time_collections()
@@ -793,6 +795,11 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
             get_logger(node_id=node_id).error("storage_failed", error=str(storage_failure),
                                               exc_info=(type(storage_failure), storage_failure,
                                                         storage_failure.__traceback__))
+        except* UnreadableMetadataError as group:
+            # Applying the rest of the log without the entry would leave this node's image wrong; every node
+            # holding it stops at it, and starts again once it runs code that reads it.
+            unreadable = _leaves(group)[0]
+            get_logger(node_id=node_id).error("metadata_unreadable", where=unreadable.where, reason=unreadable.reason)
     except KeyboardInterrupt:
         pass
     finally:
@@ -806,4 +813,9 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
               "Fix the disk (free space, permissions) and start the node again: it recovers its logs from what is on "
               "disk.", file=sys.stderr)
         return EXIT_STORAGE
+    if unreadable is not None:
+        print(f"flotilla: node {node_id}: stopped: this release cannot read the {unreadable.where} "
+              f"({unreadable.reason}). A node of a later release wrote it: start this node on that release (README, "
+              "Upgrading). If no node runs a later release, the entry is damaged.", file=sys.stderr)
+        return EXIT_METADATA
     return 0

@@ -13,7 +13,8 @@ PREVIOUS_RELEASE is the oldest code this one must roll from; its source comes fr
 (`git archive`), so the test needs a clone with that commit.
 
 The other way round, a node of a later release whose registration this code's controller cannot read (a field
-it does not know) is refused, and its log says why instead of the node waiting in silence.
+it does not know) is refused, and its log says why instead of the node waiting in silence; a metadata entry this
+code cannot read stops the node that reaches it, with exit code 4 and a line naming the entry, at every start.
 """
 
 import os
@@ -202,5 +203,49 @@ def test_a_later_release_whose_registration_cannot_be_read_is_refused_and_says_w
         assert cluster.is_running(newcomer)
         time.sleep(2)  # its retries go on, refused each time: still one line, not one per retry
         assert len(refused()) == 1
+    finally:
+        cluster.stop()
+
+
+# Every metadata record this node writes carries a field this code does not know, as a later release's might.
+_LATER_RECORDS = """
+import cbor2
+import metadata.records
+
+_encode = metadata.records._CODEC.encode
+
+
+def _encode_as_a_later_release(value):
+    body = cbor2.loads(_encode(value))
+    body["written_by"] = "a later release"
+    return cbor2.dumps(body)
+
+
+metadata.records._CODEC.encode = _encode_as_a_later_release
+"""
+
+
+def _exit_code(cluster: LocalCluster, node_id: int) -> int:
+    cluster.start_node(node_id, wait=False)
+    return cluster.processes[node_id].wait(timeout=60)
+
+
+def test_a_metadata_entry_this_code_cannot_read_stops_the_node_at_every_start(tmp_path):
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "sitecustomize.py").write_text(_LATER_RECORDS)
+    cluster = LocalCluster(str(tmp_path / "cluster"), nodes=1, broker=FAST_BROKER_SETTINGS, log_level="warning",
+                           node_sources={1: str(later)})
+    try:
+        assert _exit_code(cluster, 1) == 4  # it wrote its first entry, then could not read it back
+        del cluster.node_sources[1]
+        assert _exit_code(cluster, 1) == 4  # on this code too: the entry is in its log
+        with open(cluster.log_path(1)) as log:
+            text = log.read()
+        assert text.count('"event": "metadata_unreadable"') == 2, text[-2000:]
+        stopped = [line for line in text.splitlines() if line.startswith("flotilla: node 1: stopped")]
+        assert len(stopped) == 2 and all("cannot read the metadata log entry" in line and
+                                         "unknown field(s) ['written_by']" in line for line in stopped), stopped
+        assert "Traceback" not in text
     finally:
         cluster.stop()
