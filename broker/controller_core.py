@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import cbor2
 
 from metadata.image import Provenance
-from metadata.records import NoOpRecord, decode_record_batch, encode_record_batch
+from metadata.records import NoOpRecord, decode_record, decode_record_batch, encode_record_batch
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import NotLeaderError, RaftError, RaftLog
 
@@ -53,6 +53,15 @@ class UnreadableMetadataError(Exception):
         super().__init__(f"{where}: {reason}")
         self.where = where
         self.reason = reason
+
+
+def decode_records(encoded: Iterable[bytes], where: str) -> list[Any]:
+    """The records of a committed entry or a snapshot as its records' bytes (what an observer fetches).
+    Raises UnreadableMetadataError naming `where` for any this code cannot read."""
+    try:
+        return [decode_record(item) for item in encoded]
+    except KafkaError as error:
+        raise UnreadableMetadataError(where, error.message) from None
 
 
 def decode_entry(entry: bytes) -> tuple[int, list[Any]]:

@@ -25,7 +25,7 @@ import cbor2
 from metadata.controller import ControllerConfig, QuorumController
 from metadata.features import TRANSACTION_VERSION
 from metadata.image import MetadataDelta, MetadataImage, Provenance
-from metadata.records import decode_record, encode_record
+from metadata.records import encode_record
 from metadata.requests import DescribeQuorumRequest, DescribeQuorumResponse, QuorumReplica
 from security.acl import Authorizer, AuthorizerSettings
 import dataclasses
@@ -33,7 +33,7 @@ import dataclasses
 from metadata.records import UserScramCredentialRecord
 from broker.core import BrokerCore, BrokerRequest, ControllerCall, InternalFailure
 from broker.config import ClusterConfig, NodeConfig
-from broker.controller_core import ControllerCore, ControllerOutcome, UnreadableMetadataError
+from broker.controller_core import ControllerCore, ControllerOutcome, decode_records
 from broker.apis import KafkaApis
 from broker.coordinators import (
     COORDINATOR_KEY_TYPE_GROUP,
@@ -49,7 +49,7 @@ from broker.telemetry import ClientMetricsManager
 from groupcoord.config import GroupConfig
 from groupcoord.shard import GroupCoordinatorShard
 from txn.coordinator import TransactionConfig, TransactionCoordinatorShard
-from partitions.errors import ErrorCode, KafkaError
+from partitions.errors import ErrorCode
 from partitions.storage import Storage
 from raftlog.driver import RaftDriver
 from raftlog.port import RaftConfig
@@ -269,10 +269,7 @@ class NodeState:
     def _restore(self, blob: bytes) -> None:
         version, raft_index, raft_term, encoded = cbor2.loads(blob)
         assert version == SNAPSHOT_VERSION, f"snapshot version {version}"
-        try:
-            records = [decode_record(item) for item in encoded]
-        except KafkaError as error:
-            raise UnreadableMetadataError(f"metadata snapshot at entry {raft_index}", error.message) from None
+        records = decode_records(encoded, f"metadata snapshot at entry {raft_index}")
         provenance = Provenance(raft_index=raft_index, raft_term=raft_term)
         self.controller.load_snapshot(records, provenance)
         self.metadata_log.clear()  # the entries it held may not reach the snapshot: observers get the snapshot
@@ -413,10 +410,7 @@ class NodeState:
         for index, term, encoded in answer.get("entries", ()):
             if index <= self.metadata_image.provenance.raft_index:
                 continue
-            try:
-                records = [decode_record(item) for item in encoded]
-            except KafkaError as error:
-                raise UnreadableMetadataError(f"metadata log entry {index}", error.message) from None
+            records = decode_records(encoded, f"metadata log entry {index}")
             provenance = Provenance(raft_index=index, raft_term=term)
             self.controller.replay_batch(records, provenance)
             self._publish(provenance, records)
