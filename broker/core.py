@@ -45,9 +45,11 @@ from metadata.requests import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    code_and_message,
     error_name,
 )
-from partitions.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from partitions.errors import (RETRIABLE_CODES, ErrorCode, KafkaError, NotLeaderOrFollowerError,
+                               UnknownTopicOrPartitionError)
 from partitions.log import AppendOrigin, LogClock, PartitionLog
 from partitions.log_config import LogConfig
 from partitions.replica import Partition
@@ -660,10 +662,10 @@ class BrokerCore:
             self._next_heartbeat_ms = now_ms
             return
         self._next_heartbeat_ms = now_ms + REPLICA_FETCH_BACKOFF_MS * 5
-        if isinstance(response, BrokerRegistrationResponse):
-            response = KafkaError(response.message, response.error_code)
-        if isinstance(response, KafkaError) and not response.retriable:
-            self.registration_refused = (error_name(response.code), response.message)
+        if isinstance(response, (BrokerRegistrationResponse, KafkaError)):
+            code, message = code_and_message(response)
+            if code not in RETRIABLE_CODES:
+                self.registration_refused = (error_name(code), message)
 
     def _on_heartbeat(self, response: Any, now_ms: int) -> None:
         self._heartbeat_in_flight = False

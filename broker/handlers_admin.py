@@ -36,6 +36,7 @@ from metadata.requests import (
     DeleteTopicsRequest as ControllerDeleteTopics,
     IncrementalAlterConfigsRequest as ControllerIncrementalAlterConfigs,
     ReplicaAssignment,
+    code_and_message,
 )
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader
@@ -475,14 +476,6 @@ class AdminApis:
         }
         return config_sources.describe_broker(self.broker.image, self.broker.node_id, self.broker.static_configs,
                                               resource_name, read_only)
-
-
-def code_and_message(result: Any) -> tuple[int, str]:
-    if result is None:
-        return ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller"
-    if isinstance(result, KafkaError):
-        return result.code, result.message
-    return result.error_code, getattr(result, "message", "")
 
 
 def _entries(result: Any, attribute: str) -> tuple[Any, ...]:

@@ -14,7 +14,7 @@ import enum
 
 from metadata.codec import Codec
 from metadata.records import QuotaEntityPart, SupportedFeature
-from partitions.errors import ErrorCode, InvalidRequestError
+from partitions.errors import ErrorCode, InvalidRequestError, KafkaError
 
 _message = dataclasses.dataclass(frozen=True, slots=True)
 _part = dataclasses.dataclass(frozen=True, slots=True)
@@ -599,6 +599,16 @@ def encode_response(response: object) -> bytes:
 def decode_response(data: bytes) -> object:
     """The controller response in `data`. Raises InvalidRequestError for anything else."""
     return _RESPONSES.decode(data)
+
+
+def code_and_message(result: object) -> tuple[int, str]:
+    """(error code, message) of a controller call's answer: None (no answer in time), a KafkaError (the call
+    failed) or the controller's response."""
+    if result is None:
+        return ErrorCode.REQUEST_TIMED_OUT, "no answer from the controller"
+    if isinstance(result, KafkaError):
+        return result.code, result.message
+    return result.error_code, getattr(result, "message", "")
 
 
 def error_name(code: int) -> str:
