@@ -158,36 +158,40 @@ def test_a_cluster_rolls_from_the_previous_release_under_load(tmp_path):
         cluster.stop()
 
 
-# Loaded by the interpreter of a node started with this directory on its path: its BrokerRegistrationRequest
-# carries a field this code does not know, as a later release's would.
-_LATER_RELEASE = """
+def _later_release(directory, codec: str, field: str, only: str | None = None) -> str:
+    """A directory whose sitecustomize.py, loaded by a node started with it on its path, adds `field` to what
+    the codec `codec` (its module's path, then its name there) writes: every value, or `only` that type's, as a
+    later release's additions would. Returns the directory."""
+    module = codec.rsplit(".", 1)[0]
+    directory.mkdir()
+    (directory / "sitecustomize.py").write_text(f"""
 import cbor2
-import metadata.requests
+import {module}
 
-_encode = metadata.requests._REQUESTS.encode
+_encode = {codec}.encode
 
 
 def _encode_as_a_later_release(value):
     data = _encode(value)
-    if type(value).__name__ == "BrokerRegistrationRequest":
+    if {only!r} in (None, type(value).__name__):
         body = cbor2.loads(data)
-        body["availability_zone"] = "az-1"
+        body[{field!r}] = "a later release"
         data = cbor2.dumps(body)
     return data
 
 
-metadata.requests._REQUESTS.encode = _encode_as_a_later_release
-"""
+{codec}.encode = _encode_as_a_later_release
+""")
+    return str(directory)
 
 
 def test_a_later_release_whose_registration_cannot_be_read_is_refused_and_says_why(tmp_path):
-    later = tmp_path / "later"
-    later.mkdir()
-    (later / "sitecustomize.py").write_text(_LATER_RELEASE)
+    later = _later_release(tmp_path / "later", "metadata.requests._REQUESTS", "availability_zone",
+                           only="BrokerRegistrationRequest")
     cluster = LocalCluster(str(tmp_path / "cluster"), nodes=3, broker=FAST_BROKER_SETTINGS, log_level="warning",
                            broker_only=1)
     [newcomer] = cluster.broker_only_ids
-    cluster.node_sources[newcomer] = str(later)
+    cluster.node_sources[newcomer] = later
     cluster.start()
     try:
         wait_for_quorum(cluster, (1, 2, 3), seconds=60)
@@ -207,35 +211,15 @@ def test_a_later_release_whose_registration_cannot_be_read_is_refused_and_says_w
         cluster.stop()
 
 
-# Every metadata record this node writes carries a field this code does not know, as a later release's might.
-_LATER_RECORDS = """
-import cbor2
-import metadata.records
-
-_encode = metadata.records._CODEC.encode
-
-
-def _encode_as_a_later_release(value):
-    body = cbor2.loads(_encode(value))
-    body["written_by"] = "a later release"
-    return cbor2.dumps(body)
-
-
-metadata.records._CODEC.encode = _encode_as_a_later_release
-"""
-
-
 def _exit_code(cluster: LocalCluster, node_id: int) -> int:
     cluster.start_node(node_id, wait=False)
     return cluster.processes[node_id].wait(timeout=60)
 
 
 def test_a_metadata_entry_this_code_cannot_read_stops_the_node_at_every_start(tmp_path):
-    later = tmp_path / "later"
-    later.mkdir()
-    (later / "sitecustomize.py").write_text(_LATER_RECORDS)
+    later = _later_release(tmp_path / "later", "metadata.records._CODEC", "written_by")
     cluster = LocalCluster(str(tmp_path / "cluster"), nodes=1, broker=FAST_BROKER_SETTINGS, log_level="warning",
-                           node_sources={1: str(later)})
+                           node_sources={1: later})
     try:
         assert _exit_code(cluster, 1) == 4  # it wrote its first entry, then could not read it back
         del cluster.node_sources[1]
