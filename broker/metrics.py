@@ -141,17 +141,41 @@ def _error_name(code: int) -> str:
 
 
 def response_error_codes(message: Any) -> Iterator[int]:
-    """Every `error_code` in a response message, at any depth (record bytes are not walked)."""
+    """Every `error_code` in a response message, at any depth (record bytes are not walked). A generated
+    message class is walked by its plan (_walk_plan: whether it has an `error_code`, which fields are arrays
+    of structs), not by a getattr of every slot of every item: a response is walked per request when metrics
+    are on."""
     stack = [message]
     while stack:
         item = stack.pop()
-        code = getattr(item, "error_code", None)
-        if isinstance(code, int):
-            yield code
-        for name in getattr(item, "__slots__", ()):
+        plan = _WALK_PLANS.get(type(item))
+        if plan is None:
+            plan = _walk_plan(type(item))
+        has_code, nested = plan
+        if has_code:
+            code = item.error_code
+            if isinstance(code, int):
+                yield code
+        for name in nested:
             value = getattr(item, name, None)
             if isinstance(value, list) and value and hasattr(value[0], "__slots__"):
                 stack.extend(value)
+
+
+_WALK_PLANS: dict[type, tuple[bool, tuple[str, ...]]] = {}
+
+
+def _walk_plan(cls: type) -> tuple[bool, tuple[str, ...]]:
+    """(has an `error_code` field, the fields to descend into) for a response class: a generated message's
+    arrays of structs, or every slot of another class with slots."""
+    fields = getattr(cls, "_fields", None)
+    if fields is not None:
+        plan = ("error_code" in cls._names, tuple(f.name for f in fields if f.is_array and f.is_struct))
+    else:
+        plan = (hasattr(cls, "error_code") or "error_code" in getattr(cls, "__slots__", ()),
+                tuple(getattr(cls, "__slots__", ())))
+    _WALK_PLANS[cls] = plan
+    return plan
 
 
 # ---- gauges, read when scraped -----------------------------------------------------------------------------

@@ -28,6 +28,45 @@ def test_every_error_code_of_a_response_is_found_at_any_depth():
     assert sorted(response_error_codes(response)) == [ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER]
 
 
+def _every_slot_walk(message):
+    """The reference: every error_code found by a getattr of every slot of every item."""
+    stack, codes = [message], []
+    while stack:
+        item = stack.pop()
+        code = getattr(item, "error_code", None)
+        if isinstance(code, int):
+            codes.append(code)
+        for name in getattr(item, "__slots__", ()):
+            value = getattr(item, name, None)
+            if isinstance(value, list) and value and hasattr(value[0], "__slots__"):
+                stack.extend(value)
+    return sorted(codes)
+
+
+class _SlottedAnswer:
+    __slots__ = ("error_code", "parts")
+
+    def __init__(self, error_code, parts):
+        self.error_code, self.parts = error_code, parts
+
+
+def test_error_codes_three_levels_deep_and_of_a_class_that_is_not_generated():
+    response_class = messages.WriteTxnMarkersResponse
+    response = response_class(markers=[response_class.WritableTxnMarkerResult(producer_id=7, topics=[
+        response_class.WritableTxnMarkerTopicResult(name=name, partitions=[
+            response_class.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code)
+            for index, code in enumerate(codes)])
+        for name, codes in (("a", [ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER]),
+                            ("b", [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]))])])
+    assert sorted(response_error_codes(response)) == _every_slot_walk(response) == sorted(
+        [ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+    group_class = messages.DescribeGroupsResponse
+    groups = group_class(groups=[group_class.DescribedGroup(group_id="g", error_code=ErrorCode.GROUP_ID_NOT_FOUND)])
+    assert list(response_error_codes(groups)) == _every_slot_walk(groups) == [ErrorCode.GROUP_ID_NOT_FOUND]
+    other = _SlottedAnswer(ErrorCode.INVALID_REQUEST, [_SlottedAnswer(ErrorCode.NONE, [])])
+    assert sorted(response_error_codes(other)) == _every_slot_walk(other) == [ErrorCode.NONE, ErrorCode.INVALID_REQUEST]
+
+
 def test_produce_and_fetch_count_messages_and_bytes_per_topic():
     cluster = Cluster()
     cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="t", num_partitions=1, replication_factor=3),)))
