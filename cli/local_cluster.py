@@ -13,7 +13,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -48,13 +50,31 @@ def _toml_value(value: object) -> str:
 
 def _die_with_parent() -> None:
     """In the child, before exec: SIGKILL when the process that started it dies (Linux's PR_SET_PDEATHSIG), so
-    a test run that is killed or crashes leaves no node behind. Elsewhere a no-op."""
+    a test run that is killed or crashes leaves no node behind. Elsewhere a no-op. The kernel sends the signal
+    when the *thread* that forked the child ends, so every node is started from one thread that lives as long
+    as the process (_spawn)."""
     if sys.platform != "linux":
         return
     import ctypes
 
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_SPAWNER: ThreadPoolExecutor | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(start):
+    """`start()` (a subprocess.Popen) run on the process's node-starting thread, its result returned. A node
+    started from a thread that later ends (a test's chaos thread, a pool's worker) would otherwise be
+    SIGKILLed with that thread, silently, while the cluster goes on as if it ran. The thread is
+    ThreadPoolExecutor's single worker: it waits for the next start until the interpreter exits."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flotilla-node-starter")
+    return _SPAWNER.submit(start).result()
 
 
 def _prepare_child(descriptor_limit: int | None, file_size_limit: int | None) -> None:
@@ -251,7 +271,8 @@ class LocalCluster:
         if source is not None:  # `-m` puts the working directory first on the path, then PYTHONPATH
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
         with open(log_path, "ab") as log_file:
-            self.processes[node_id] = subprocess.Popen(
+            self.processes[node_id] = _spawn(functools.partial(
+                subprocess.Popen,
                 [sys.executable, "-m", "cli.main", "node", "--config", os.path.abspath(self.config_path),
                  "--id", str(node_id), "--log-level", self.log_level],
                 stdout=log_file,
@@ -259,7 +280,7 @@ class LocalCluster:
                 env=env,
                 cwd=source,
                 preexec_fn=functools.partial(_prepare_child, self.descriptor_limit, self.file_size_limit),
-            )
+            ))
         if wait:
             self.wait_listening(node_id)
 

@@ -7,10 +7,12 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
+from cli.local_cluster import LocalCluster
 from flotilla_testing import EmbeddedCluster
 
 pytestmark = [pytest.mark.slow]
@@ -81,3 +83,25 @@ def test_a_failing_test_and_a_killed_pytest_leave_no_node_and_no_port(tmp_path):
     while (listening(port) or any(alive(pid) for pid in pids)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not listening(port) and not any(alive(pid) for pid in pids)
+
+
+def test_a_node_restarted_from_a_thread_outlives_the_thread(tmp_path):
+    """The nodes die with the process that started them (PR_SET_PDEATHSIG), which Linux ties to the thread that
+    forked them: a node restarted from a thread that then ended (a test's chaos thread) was SIGKILLed with it
+    while the cluster went on as if it ran. Every node now starts from one thread that lives with the process."""
+    cluster = LocalCluster(str(tmp_path / "cluster"), nodes=1, log_level="warning")
+    cluster.start()
+    try:
+        def restart() -> None:
+            cluster.kill(1)
+            cluster.start_node(1)
+
+        chaos = threading.Thread(target=restart)
+        chaos.start()
+        chaos.join(90)
+        assert not chaos.is_alive()
+        pid = cluster.processes[1].pid
+        time.sleep(1.0)  # SIGKILL on the thread's end would have landed by now
+        assert cluster.is_running(1) and alive(pid) and listening(cluster.kafka_ports[1])
+    finally:
+        cluster.stop()
