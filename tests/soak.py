@@ -42,13 +42,10 @@ from tests.net.test_failover_no_loss import assert_replicas_identical_up_to_high
 
 SOAK, TXN, EOS = "soak", "txn-out", "eos-out"
 stop = threading.Event()
-log_lines = []
 
 
 def say(*args):
-    line = f"{time.strftime('%H:%M:%S')} " + " ".join(str(a) for a in args)
-    log_lines.append(line)
-    print(line, flush=True)
+    print(f"{time.strftime('%H:%M:%S')} " + " ".join(str(a) for a in args), flush=True)
 
 
 def idempotent_producer(bootstrap, acked, failures):
@@ -260,7 +257,7 @@ def main() -> int:
             if t.is_alive():
                 problems.append(f"a client thread did not end: {t}")
         wait_for_quorum(cluster)
-        for topic in (SOAK, TXN):
+        for topic in (SOAK, TXN, EOS):
             eventually(lambda: all(len(p["isr"]) == 3 for p in topic_of(metadata(cluster), topic)["partitions"]), 120)
         soak_ends.update(end_offsets(bootstrap, SOAK, 6))  # the pipeline runs until it has committed these
         pipeline.join(360)
@@ -283,8 +280,9 @@ def main() -> int:
     finally:
         cluster.stop()
     try:
-        assert_replicas_identical_up_to_high_watermark(cluster, SOAK)
+        assert_replicas_identical_up_to_high_watermark(cluster, SOAK, partitions=6)
         assert_replicas_identical_up_to_high_watermark(cluster, TXN)
+        assert_replicas_identical_up_to_high_watermark(cluster, EOS)
     except AssertionError as error:
         problems.append(f"replicas differ: {error}")
     for node_id in (1, 2, 3):

@@ -88,10 +88,10 @@ def test_acknowledged_writes_survive_the_leader_being_killed(tmp_path):
 
 
 def assert_replicas_identical_up_to_high_watermark(cluster, topic: str = TOPIC,
-                                                   hosts: dict[int, list[int]] | None = None):
-    """Every replica of partitions 0-2 (on all three nodes, or `hosts[partition]`) holds the same batches below
-    the lowest checkpointed high watermark."""
-    for partition in range(3):
+                                                   hosts: dict[int, list[int]] | None = None, partitions: int = 3):
+    """Every replica of partitions 0 to `partitions` - 1 (on all three nodes, or `hosts[partition]`) holds the
+    same batches below the lowest checkpointed high watermark."""
+    for partition in range(partitions):
         logs = {}
         high_watermarks = []
         for node_id in (hosts or {}).get(partition, (1, 2, 3)):
