@@ -153,7 +153,7 @@ def response_error_codes(message: Any) -> Iterator[int]:
             plan = _walk_plan(type(item))
         has_code, nested = plan
         if has_code:
-            code = item.error_code
+            code = getattr(item, "error_code", None)
             if isinstance(code, int):
                 yield code
         for name in nested:
@@ -166,14 +166,14 @@ _WALK_PLANS: dict[type, tuple[bool, tuple[str, ...]]] = {}
 
 
 def _walk_plan(cls: type) -> tuple[bool, tuple[str, ...]]:
-    """(has an `error_code` field, the fields to descend into) for a response class: a generated message's
-    arrays of structs, or every slot of another class with slots."""
+    """(may have an `error_code`, the fields to descend into) for a response class: a generated message's own
+    field and arrays of structs; for another class, whatever its instances carry and every slot, as the walk
+    looks at any object."""
     fields = getattr(cls, "_fields", None)
     if fields is not None:
         plan = ("error_code" in cls._names, tuple(f.name for f in fields if f.is_array and f.is_struct))
     else:
-        plan = (hasattr(cls, "error_code") or "error_code" in getattr(cls, "__slots__", ()),
-                tuple(getattr(cls, "__slots__", ())))
+        plan = (True, tuple(getattr(cls, "__slots__", ())))
     _WALK_PLANS[cls] = plan
     return plan
 

@@ -65,6 +65,9 @@ def test_error_codes_three_levels_deep_and_of_a_class_that_is_not_generated():
     assert list(response_error_codes(groups)) == _every_slot_walk(groups) == [ErrorCode.GROUP_ID_NOT_FOUND]
     other = _SlottedAnswer(ErrorCode.INVALID_REQUEST, [_SlottedAnswer(ErrorCode.NONE, [])])
     assert sorted(response_error_codes(other)) == _every_slot_walk(other) == [ErrorCode.NONE, ErrorCode.INVALID_REQUEST]
+    plain = type("PlainAnswer", (), {})()  # no slots, the code set on the instance only
+    plain.error_code = ErrorCode.NOT_CONTROLLER
+    assert list(response_error_codes(plain)) == _every_slot_walk(plain) == [ErrorCode.NOT_CONTROLLER]
 
 
 def test_produce_and_fetch_count_messages_and_bytes_per_topic():
