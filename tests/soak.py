@@ -99,24 +99,34 @@ def transactional_producer(bootstrap, outcomes):
             outcomes[txn] = "unknown"
             say("txn", txn, "error", error.name(), "retriable", error.retriable(), "abortable",
                 error.txn_requires_abort(), "fatal", error.fatal())
-            if error.fatal():
-                p = new()
-            else:  # abortable, or retriable (a timeout): abort and start anew; a new producer if that fails
-                try:
-                    p.abort_transaction(60)
-                    outcomes[txn] = "aborted"
-                except KafkaException as again:
-                    say("abort failed", again.args[0].name())
-                    p = new()
+            p, aborted = abort_or_renew(p, error, new)
+            if aborted:
+                outcomes[txn] = "aborted"
         txn += 1
         time.sleep(0.02)
     say("transactional producer done:", collections.Counter(outcomes.values()))
 
 
+def abort_or_renew(producer, error, new_producer):
+    """After a transactional call raised `error`: (the producer to go on with, whether the transaction was
+    aborted). A fatal error needs a new producer (its init_transactions fences the old one); otherwise the
+    transaction is aborted (abortable, or retriable: a timeout), and a new producer replaces one that cannot."""
+    from confluent_kafka import KafkaException
+
+    if error.fatal():
+        return new_producer(), False
+    try:
+        producer.abort_transaction(60)
+        return producer, True
+    except KafkaException as again:
+        say("abort failed", again.args[0].name())
+        return new_producer(), False
+
+
 def exactly_once_pipeline(bootstrap, soak_ends, summary):
     """Read `soak` (read_committed) and write each record to `eos-out` in transactions that commit the input
-    offsets with them (send_offsets_to_transaction). On an error: abort when possible, then a new consumer
-    (it resumes from the group's committed offsets) and, after a fatal one, a new producer. After the load
+    offsets with them (send_offsets_to_transaction). On an error: abort_or_renew, then a new consumer (it
+    resumes from the group's committed offsets). After the load
     stops it runs until its committed offsets reach `soak`'s ends (`soak_ends`, filled in then)."""
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -150,23 +160,18 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
             for m in messages:
                 producer.produce(EOS, key=m.key(), value=m.value(), partition=m.partition() % 3)
             summary["in"] = "send_offsets_to_transaction"
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), 60)
-            summary["in"] = None
+            try:
+                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                     consumer.consumer_group_metadata(), 60)
+            finally:
+                summary["in"] = None
             producer.commit_transaction(60)
             committed += 1
         except KafkaException as exc:
             error = exc.args[0]
             say("eos error", error.name(), "abortable", error.txn_requires_abort(), "fatal", error.fatal())
-            try:
-                if not error.fatal():
-                    producer.abort_transaction(60)
-                    aborted += 1
-            except KafkaException as again:
-                say("eos abort failed", again.args[0].name())
-                error = again.args[0]
-            if error.fatal() or not error.txn_requires_abort() and not error.retriable():
-                producer = new_producer()
+            producer, was_aborted = abort_or_renew(producer, error, new_producer)
+            aborted += was_aborted
             consumer.close()
             consumer = new_consumer()
     consumer.close()
