@@ -48,6 +48,25 @@ async function committed (admin, groupId, topic) {
   return found.partitions.map(p => [p.partitionIndex, Number(p.committedOffset)]).sort((a, b) => a[0] - b[0])
 }
 
+async function untilEveryBroker (what, sees) {
+  // The controller answers CreateTopics, DeleteTopics and CreatePartitions once its records are committed; each
+  // broker describes the change once it has applied them, a moment later (as in Kafka, whose own tests wait the
+  // same way). The client asks its first bootstrap broker and then trusts its cache, so wait for every broker.
+  for (const broker of bootstrapBrokers) {
+    const probe = new Admin({ clientId: 'platformatic-probe', bootstrapBrokers: [broker] })
+    try {
+      for (let attempt = 0; !(await sees(probe)); attempt++) {
+        if (attempt === 100) throw new Error(`${broker} does not describe ${what} after 10 s`)
+        await new Promise(resolve => setTimeout(resolve, 100))
+      }
+    } finally {
+      await probe.close()
+    }
+  }
+}
+const partitionsOf = async (probe, topic) =>
+  (await probe.metadata({ topics: [topic], forceUpdate: true })).topics.get(topic).partitionsCount
+
 const admin = new Admin({ clientId: 'platformatic-admin', bootstrapBrokers })
 
 // An idempotent acks=all producer: keys, headers, explicit partitions.
@@ -114,8 +133,11 @@ out.eos_output = Object.values(afterEos).flat().map(([, value]) => value).filter
 // The admin client: a topic created and deleted, groups listed, described and deleted.
 const created = await admin.createTopics({ topics: [`${prefix}-admin`], partitions: 2, replicas: 3 })
 out.admin_created = created.map(t => [t.name, t.partitions, t.replicas])
+await untilEveryBroker(`${prefix}-admin`, async probe => (await probe.listTopics()).includes(`${prefix}-admin`))
 out.admin_topics = (await admin.listTopics()).filter(name => name.startsWith(prefix)).sort()
 await admin.deleteTopics({ topics: [`${prefix}-admin`] })
+await untilEveryBroker(`${prefix}-admin deleted`,
+                       async probe => !(await probe.listTopics()).includes(`${prefix}-admin`))
 out.admin_topics_after_delete = (await admin.listTopics()).filter(name => name.startsWith(prefix)).sort()
 const groups = await admin.listGroups({ types: ['classic', 'consumer'] }) // (the client's default: classic)
 out.groups = [...groups.values()].filter(g => g.id.startsWith(prefix)).map(g => [g.id, g.protocolType]).sort()
@@ -139,7 +161,9 @@ const [described2] = await admin.describeConfigs({ resources: [{ resourceType: T
   configurationKeys: ['retention.ms', 'cleanup.policy', 'segment.bytes'] }] })
 out.configs = described2.configs.map(c => [c.name, c.value, c.configSource, c.configType]).sort()
 await admin.createPartitions({ topics: [{ name: topic, count: 4 }] })
-out.partitions_after_create = (await admin.metadata({ topics: [topic] })).topics.get(topic).partitionsCount
+await untilEveryBroker(`4 partitions of ${topic}`, async probe => await partitionsOf(probe, topic) === 4)
+out.partitions_after_create = (await admin.metadata({ topics: [topic], forceUpdate: true })).topics.get(topic)
+  .partitionsCount
 const deleted = await admin.deleteRecords({ topics: [{ name: topic, partitions: [{ partition: 0, offset: 10n }] }] })
 out.low_watermark = deleted.map(t => t.partitions.map(p => [p.partition, Number(p.lowWatermark)]))
 const listed = await admin.listOffsets({ topics: [{ name: topic, partitions: [0, 1, 3].map(partitionIndex =>
