@@ -125,10 +125,11 @@ def abort_or_renew(producer, error, new_producer):
 
 def exactly_once_pipeline(bootstrap, soak_ends, summary):
     """Read `soak` (read_committed) and write each record to `eos-out` in transactions that commit the input
-    offsets with them (send_offsets_to_transaction). On an error: abort_or_renew, then a new consumer (it
-    resumes from the group's committed offsets). After the load
-    stops it runs until its committed offsets reach `soak`'s ends (`soak_ends`, filled in then)."""
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    offsets with them (send_offsets_to_transaction): each partition's offset after the last record of the
+    batch. On an error: abort_or_renew, then the consumer goes back to the group's committed offsets (rewind).
+    After the load stops it runs until its committed offsets reach `soak`'s ends (`soak_ends`, filled in
+    then)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
     def new_consumer():
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-eos", "auto.offset.reset": "earliest",
@@ -142,6 +143,28 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
                       "transaction.timeout.ms": 30_000})
         p.init_transactions(120)
         return p
+
+    def rewind():
+        """Seek each assigned partition back to the group's committed offset, so that the aborted transaction's
+        input is read again (a partition no longer assigned starts there at its next owner anyway). Closing the
+        consumer and making a new one would do the same, but librdkafka 2.16 can hang for good in close() while a
+        rebalance runs (its issue #4041: rd_kafka_rebalance_protocol, called from the rebalance callback, waits
+        on an answer that never comes), and confluent-kafka holds the GIL there: the whole soak stopped."""
+        while True:
+            try:
+                assignment = consumer.assignment()
+                positions = consumer.committed(assignment, 30) if assignment else []
+                break
+            except KafkaException as exc:
+                say("rewind: committed", exc.args[0].name())
+                time.sleep(1)
+        for tp in positions:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING  # nothing committed yet (auto.offset.reset is earliest)
+            try:
+                consumer.seek(tp)
+            except KafkaException as exc:  # revoked meanwhile, or not fetching yet: it starts at the offset
+                say("rewind: seek", tp.partition, exc.args[0].name())
 
     consumer, producer = new_consumer(), new_producer()
     committed = aborted = 0
@@ -159,9 +182,12 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
             producer.begin_transaction()
             for m in messages:
                 producer.produce(EOS, key=m.key(), value=m.value(), partition=m.partition() % 3)
+            ends = {}
+            for m in messages:
+                ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
             summary["in"] = "send_offsets_to_transaction"
             try:
-                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                producer.send_offsets_to_transaction([TopicPartition(SOAK, p, o) for p, o in sorted(ends.items())],
                                                      consumer.consumer_group_metadata(), 60)
             finally:
                 summary["in"] = None
@@ -172,8 +198,7 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
             say("eos error", error.name(), "abortable", error.txn_requires_abort(), "fatal", error.fatal())
             producer, was_aborted = abort_or_renew(producer, error, new_producer)
             aborted += was_aborted
-            consumer.close()
-            consumer = new_consumer()
+            rewind()
     consumer.close()
     summary.update(committed=committed, aborted=aborted)
     say("exactly-once pipeline done:", committed, "transactions committed,", aborted, "aborted")
