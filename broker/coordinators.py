@@ -255,7 +255,9 @@ class CoordinatorApis:
             if not runtime.has_shards() and not runtime.has_answers():
                 continue  # leads none of its partitions (most polls of most brokers with few of them)
             moved = set() if self.bug_poll_ignores_changes else service.changed_partitions(changed)
-            for runtime_id, answer in runtime.poll(now_ms, moved):
+            answers = runtime.poll(now_ms, moved)
+            self.broker.notices += runtime.take_notices()
+            for runtime_id, answer in answers:
                 waiting = self._waiting.pop((key_type, runtime_id), None)
                 if waiting is None:
                     continue  # already answered (a request both parked and failed), or internal

@@ -32,6 +32,7 @@ from broker import throttle
 from broker.config_sources import broker_chain, effective_topic_configs
 from broker.metrics import BrokerMetrics
 from broker.replica_fetcher import REPLICA_FETCH_BACKOFF_MS, ReplicaFetcher, ReplicaRequest, after_follower_truncation
+from coordinator.shard import Notice
 from metadata.features import SUPPORTED_FEATURES, supported_features
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.requests import (
@@ -175,6 +176,7 @@ class BrokerCore:
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
         self.failures: list[InternalFailure] = []  # survived exceptions, taken by the runtime (take_failures)
+        self.notices: list[Notice] = []  # the coordinators' decisions for the node's log (take_notices)
         # Moves on whenever partitions may have changed (dirty partitions polled, metadata applied, a replica
         # removed): a follower's fetch session found quiet at one generation stays quiet while it holds.
         self.partition_generation = 0
@@ -617,6 +619,10 @@ class BrokerCore:
     def take_failures(self) -> list[InternalFailure]:
         failures, self.failures = self.failures, []
         return failures
+
+    def take_notices(self) -> list[Notice]:
+        notices, self.notices = self.notices, []
+        return notices
 
     def take_broker_requests(self) -> list[BrokerRequest]:
         requests, self._outbox = self._outbox, []

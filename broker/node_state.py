@@ -32,6 +32,7 @@ import dataclasses
 
 from metadata.records import UserScramCredentialRecord
 from broker.core import BrokerCore, BrokerRequest, ControllerCall, InternalFailure
+from coordinator.shard import Notice
 from broker.config import ClusterConfig, NodeConfig
 from broker.controller_core import ControllerCore, ControllerOutcome, decode_records
 from broker.apis import KafkaApis
@@ -73,6 +74,7 @@ class StepOutput:
     controller_calls: list[ControllerCall] = field(default_factory=list)
     broker_requests: list[BrokerRequest] = field(default_factory=list)  # the outbox, for other brokers
     failures: list[InternalFailure] = field(default_factory=list)  # exceptions the broker survived (bugs)
+    notices: list[Notice] = field(default_factory=list)  # the coordinators' decisions, for the node's log
 
 
 class NodeState:
@@ -312,6 +314,7 @@ class NodeState:
             self.broker.tick(broker_now_ms)
             output.kafka_completions = self.apis.poll(broker_now_ms)
             output.failures = self.broker.take_failures()
+            output.notices = self.broker.take_notices()
             output.controller_calls = self.broker.take_controller_requests()
             output.broker_requests = self.broker.take_broker_requests()
         return output
@@ -323,6 +326,7 @@ class NodeState:
         if self.broker is not None:
             output.kafka_completions = self.apis.poll(now_ms)
             output.failures = self.broker.take_failures()
+            output.notices = self.broker.take_notices()
             output.controller_calls = self.broker.take_controller_requests()
             output.broker_requests = self.broker.take_broker_requests()
         return output

@@ -47,7 +47,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from coordinator.shard import CoordinatorRecord, CoordinatorResult, CoordinatorShard, LoadedRecord, TransactionalWrite
+from coordinator.shard import (CoordinatorRecord, CoordinatorResult, CoordinatorShard, LoadedRecord, Notice,
+                               TransactionalWrite)
 from partitions.errors import ErrorCode, KafkaError
 
 LOAD_BYTES_PER_POLL_DEFAULT = 1024 * 1024
@@ -147,6 +148,7 @@ class CoordinatorRuntime:
         # answers leave without waiting for the high watermark.
         self.bug_answer_before_commit = False
         self._answers: list[tuple[int, Any]] = []
+        self._notices: list[Notice] = []  # of appended results, for the node's log (take_notices)
 
     # --- leadership ----------------------------------------------------------------------------------------
 
@@ -267,6 +269,11 @@ class CoordinatorRuntime:
         if context is not None and context.state is ShardState.ACTIVE:
             context.deadline_ms = context.shard.next_deadline_ms()
 
+    def take_notices(self) -> list[Notice]:
+        """The notices of the results appended since the last call (CoordinatorResult.notices)."""
+        notices, self._notices = self._notices, []
+        return notices
+
     def waiting_on_high_watermark(self) -> list[int]:
         """Partitions with answers held for their high watermark (the broker polls when those move)."""
         return sorted(p for p, c in self._contexts.items() if c.held)
@@ -285,6 +292,7 @@ class CoordinatorRuntime:
             assert last >= context.last_written_offset + len(result.records), (last, context.last_written_offset)
             context.last_written_offset = last
             self._replay_available(context)
+        self._notices.extend(result.notices)
         # Held answers stay in offset order: completions released before this result's records go first.
         completions_offset = written_before if result.completions_precede_records else context.last_written_offset
         deadline_ms = now_ms + self.write_timeout_ms

@@ -60,6 +60,9 @@ class LoadedRecord:
     control_type: int | None = None  # 0 ABORT, 1 COMMIT (Kafka's ControlRecordType), when is_control
 
 
+Notice = tuple[str, dict[str, Any]]  # (event, fields) for the node's log
+
+
 @dataclass
 class TransactionalWrite:
     """The records of a result belong to a producer's transaction (TxnOffsetCommit): the batch is written
@@ -81,6 +84,10 @@ class CoordinatorResult:
     # The completions report nothing this result's records add (a transaction's markers are written; its
     # Complete record is bookkeeping): they wait only for the shard's earlier writes.
     completions_precede_records: bool = False
+    # Decisions an operator wants a log line for (a transaction aborted at its timeout, a member whose session
+    # expired), each (event, fields): reported once this result's records are appended, never for a result
+    # whose append failed.
+    notices: list[Notice] = field(default_factory=list)
 
     @staticmethod
     def answer(response: Any, records: list[CoordinatorRecord] | None = None) -> "CoordinatorResult":

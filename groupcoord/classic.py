@@ -35,7 +35,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.shard import CoordinatorRecord
+from coordinator.shard import CoordinatorRecord, Notice
 from groupcoord.config import GroupConfig
 from groupcoord.records import (
     GroupMetadataKey,
@@ -91,6 +91,7 @@ class Outcome:
     records: list[CoordinatorRecord] = field(default_factory=list)
     response: Any = None
     completions: Completions = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)  # for the node's log (CoordinatorResult.notices)
 
 
 class ClassicGroup:
@@ -489,6 +490,10 @@ class ClassicGroup:
             # A member waiting in a JoinGroup is not heartbeating: the rebalance timeout bounds it instead.
             if member.join_request is None and member.session_deadline_ms <= now_ms and member.member_id in self.members:
                 outcome = merge(outcome, self.remove_member(member, now_ms))
+                outcome.notices.append(("group_member_expired", dict(
+                    group_id=self.group_id, member_id=member.member_id, group_instance_id=member.group_instance_id,
+                    client_id=member.client_id, client_host=member.client_host, protocol="classic",
+                    reason="session expired", session_timeout_ms=member.session_timeout_ms)))
         if self.state is GroupState.PREPARING_REBALANCE:
             if self.rebalance_deadline_ms is not None and self.rebalance_deadline_ms <= now_ms:
                 self.initial_delay_deadline_ms = None
@@ -569,7 +574,7 @@ def vote_protocol(protocol_lists: list) -> str | None:
 
 def merge(first: Outcome, second: Outcome) -> Outcome:
     return Outcome(first.records + second.records, second.response if second.response is not None else first.response,
-                   first.completions + second.completions)
+                   first.completions + second.completions, first.notices + second.notices)
 
 
 def join_error(code: ErrorCode, member_id: str) -> Any:

@@ -442,12 +442,12 @@ class GroupCoordinatorShard:
             deadline = group.next_deadline_ms()
             if deadline is not None and deadline <= now_ms:
                 outcome = merge(outcome, group.poll(now_ms))
-        outcome.records += self._expire_consumer_members(now_ms)
+        self._expire_consumer_members(now_ms, outcome)
         if self.next_retention_check_ms is not None and self.next_retention_check_ms <= now_ms:
             self.next_retention_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
             outcome.records += self._expire_offsets(now_ms)
         self._forget_unrecorded_groups()
-        return CoordinatorResult(outcome.records, None, outcome.completions)
+        return CoordinatorResult(outcome.records, None, outcome.completions, notices=outcome.notices)
 
     def _expire_offsets(self, now_ms: int) -> list[CoordinatorRecord]:
         """Tombstones for offsets past retention of groups without members (Kafka's cleanupGroupMetadata),
@@ -713,29 +713,36 @@ class GroupCoordinatorShard:
         names = {info.topic_id: name for name, info in (request.topics or {}).items()}
         return Outcome(response=group.describe(names))
 
-    def _expire_consumer_members(self, now_ms: int) -> list[CoordinatorRecord]:
+    def _expire_consumer_members(self, now_ms: int, outcome: Outcome) -> None:
         """Fence consumer members whose session expired, who did not revoke within their rebalance timeout, or
-        (classic members) who did not join again within it when told to."""
-        expired = {key for key, deadline in self.consumer_sessions.items() if deadline <= now_ms}
-        expired |= {key for key, deadline in self.join_deadlines.items() if deadline <= now_ms}
+        (classic members) who did not join again within it when told to: their records and a notice each
+        go into `outcome`."""
+        reasons = {key: "session expired" for key, deadline in self.consumer_sessions.items() if deadline <= now_ms}
+        for key, deadline in self.join_deadlines.items():
+            if deadline <= now_ms:
+                reasons.setdefault(key, "did not join again within the rebalance timeout")
         for key, (deadline, epoch) in self.revocation_deadlines.items():
             member = self._consumer_member(key)
             if deadline <= now_ms and member is not None and member.state is MemberState.UNREVOKED_PARTITIONS \
                     and member.member_epoch == epoch:
-                expired.add(key)
-        records = []
+                reasons.setdefault(key, "did not revoke its partitions within the rebalance timeout")
+        records = outcome.records
         fenced: dict[str, set[str]] = {}  # group -> members fenced by this poll (their records not replayed yet)
-        for key in sorted(expired):
+        for key in sorted(reasons):
             self._untrack(*key)
             group = self.consumer_groups.get(key[0])
             if group is None or key[1] not in group.members or key[1] in fenced.get(key[0], ()) \
                     or key[0] in self.downgraded:  # (a group turned classic by this poll: its members are classic)
                 continue
+            member = group.members[key[1]]
+            outcome.notices.append(("group_member_expired", dict(
+                group_id=key[0], member_id=key[1], group_instance_id=member.instance_id, client_id=member.client_id,
+                client_host=member.client_host, protocol="consumer" if member.classic is None else "classic",
+                reason=reasons[key])))
             records += group.fence(key[1])
             fenced.setdefault(key[0], set()).add(key[1])
-            if group.members[key[1]].classic is None:
+            if member.classic is None:
                 records += self._downgraded(group, fenced[key[0]], now_ms)
-        return records
 
     def _consumer_member(self, key: tuple[str, str]):
         group = self.consumer_groups.get(key[0])

@@ -194,6 +194,8 @@ class Node:
     def _deliver(self, output) -> None:
         if output.failures:
             self._report_failures(output.failures)
+        for event, fields in output.notices:
+            self.log.info(event, **fields)
         for outcome in output.controller_outcomes:
             waiter = self._operation_waiters.pop(outcome.operation_id, None)
             if waiter is not None:

@@ -33,7 +33,8 @@ only by `replay`; every transition writes the whole metadata of its id, as Kafka
   a new coordinator finishes what the old one started.
 - Timers (`poll`): an Ongoing transaction older than its timeout is aborted with a bumped epoch (the
   producer is fenced, as Kafka's abortTimedOutTransactions does); an idle Empty/Complete* id older than
-  `transactional_id_expiration_ms` is removed by a tombstone.
+  `transactional_id_expiration_ms` is removed by a tombstone. Each fencing abort (a timeout, or an
+  InitProducerId of a new producer) carries a notice for the node's log, as Kafka logs its rollbacks.
 
 Transaction version 2 (KIP-890 part 2, Kafka 4.0's TransactionCoordinator.endTransaction and
 TransactionMetadata.prepareAbortOrCommit / prepareComplete). A client on transaction.version 2 never sends
@@ -59,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from coordinator.shard import CoordinatorRecord, CoordinatorResult, LoadedRecord
+from coordinator.shard import CoordinatorRecord, CoordinatorResult, LoadedRecord, Notice
 from partitions.errors import ErrorCode, KafkaError
 from txn.records import (
     NO_PRODUCER_ID,
@@ -271,15 +272,18 @@ class TransactionCoordinatorShard:
                     self.parked_adds[transactional_id] = kept
                 else:
                     del self.parked_adds[transactional_id]
-        records = []
+        records, notices = [], []
         for metadata in self.transactions.values():
             value = metadata.value
             if value.state is S.ONGOING and value.start_ms + value.timeout_ms <= now_ms:
-                records.append(self._record(metadata.transactional_id, _fence_abort(value, now_ms)))
+                fenced = _fence_abort(value, now_ms)
+                records.append(self._record(metadata.transactional_id, fenced))
+                notices.append(_fence_notice("transaction_timed_out", metadata.transactional_id, value, fenced,
+                                             open_ms=now_ms - value.start_ms, timeout_ms=value.timeout_ms))
             elif value.state in FINISHED_STATES and \
                     value.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms:
                 records.append(CoordinatorRecord(encode_key(metadata.transactional_id), None))
-        return CoordinatorResult(records=records, completions=completions)
+        return CoordinatorResult(records=records, completions=completions, notices=notices)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [deadline_ms for waiting in self.parked_adds.values() for _, _, deadline_ms in waiting]
@@ -348,8 +352,11 @@ class TransactionCoordinatorShard:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
         if value.state is S.ONGOING:
             # Fence the open transaction: abort it under a bumped epoch; the client retries after the abort.
-            return self._write(transactional_id, _fence_abort(value, now_ms),
-                               TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+            fenced = _fence_abort(value, now_ms)
+            result = self._write(transactional_id, fenced, TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
+            result.notices.append(_fence_notice("transaction_fenced_by_new_producer", transactional_id, value,
+                                                fenced, open_ms=now_ms - value.start_ms))
+            return result
         if value.state not in FINISHED_STATES:
             return CoordinatorResult.answer(TxnAnswer(ErrorCode.INVALID_TXN_STATE))
         if expected and request.producer_epoch != value.producer_epoch:
@@ -532,6 +539,15 @@ def _added(value: TransactionLogValue, request: AddPartitions, now_ms: int) -> T
         max(value.client_transaction_version, request.client_transaction_version)
     return replace(value, state=S.ONGOING, partitions=tuple(sorted(wanted | set(value.partitions))),
                    last_update_ms=now_ms, start_ms=start_ms, client_transaction_version=version)
+
+
+def _fence_notice(event: str, transactional_id: str, value: TransactionLogValue, fenced: TransactionLogValue,
+                  **fields: int) -> Notice:
+    """The log line of an open transaction aborted to fence its producer (Kafka logs the timeout's rollback):
+    the producer gets PRODUCER_FENCED or INVALID_PRODUCER_EPOCH at its next call with the old epoch."""
+    return event, dict(transactional_id=transactional_id, producer_id=value.producer_id,
+                       producer_epoch=value.producer_epoch, fencing_epoch=fenced.producer_epoch,
+                       partitions=len(value.partitions), **fields)
 
 
 def _fence_abort(value: TransactionLogValue, now_ms: int) -> TransactionLogValue:

@@ -182,6 +182,10 @@ def test_a_member_whose_session_expires_is_removed_and_the_group_rebalances():
             ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS)
     group = coordinator.shard.groups["g"]
     assert silent not in group.members and group.state.value == "PreparingRebalance"
+    [(event, fields)] = coordinator.runtime.take_notices()  # for the node's log
+    assert event == "group_member_expired" and fields["member_id"] == silent and fields["group_id"] == "g"
+    assert (fields["protocol"], fields["reason"], fields["session_timeout_ms"]) == (
+        "classic", "session expired", SESSION_MS)
     rejoin = coordinator.send(ApiKey.JOIN_GROUP, 5, join_request(member_id=survivor))
     assert coordinator.answers.pop(rejoin).generation_id == 2
 

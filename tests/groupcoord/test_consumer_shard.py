@@ -218,14 +218,21 @@ def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced():
     a.heartbeat()
     b.heartbeat()
     a.owned = {T: set(range(6))}
-    response = coordinator.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, Request(
-        group_id="g", member_id="a", member_epoch=1, rebalance_timeout_ms=-1,
-        topic_partitions=[Request.TopicPartitions(topic_id=T, partitions=list(range(6)))]))
-    assert response.error_code == ErrorCode.NONE  # a keeps claiming all six: it has not revoked
-    for _ in range(3):  # past the rebalance timeout a joined with (30 s); b keeps its session alive
-        coordinator.advance(10_001)
+
+    def claim_all():  # a heartbeats (its session stays alive) and keeps claiming all six: it has not revoked
+        return coordinator.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, Request(
+            group_id="g", member_id="a", member_epoch=1, rebalance_timeout_ms=-1,
+            topic_partitions=[Request.TopicPartitions(topic_id=T, partitions=list(range(6)))]))
+
+    assert claim_all().error_code == ErrorCode.NONE
+    for _ in range(4):  # within the session timeout (20 s), past the rebalance timeout a joined with (30 s)
+        coordinator.advance(SESSION_MS // 2)
+        claim_all()
         b.heartbeat()
     assert "a" not in coordinator.shard.consumer_groups["g"].members
+    assert [(event, fields["member_id"], fields["protocol"], fields["reason"])
+            for event, fields in coordinator.runtime.take_notices()] == [
+        ("group_member_expired", "a", "consumer", "did not revoke its partitions within the rebalance timeout")]
     b.heartbeat()
     assert b.partitions() == set(range(6))
 

@@ -21,7 +21,8 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli_json, create_topic, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, cli_json, create_topic, eventually, logged_events, metadata,
+                                      topic_of, wait_for_quorum)
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 PARTITIONS = 6
@@ -160,6 +161,11 @@ def test_confluent_group_shares_partitions_reads_once_survives_kill_close_and_re
         members[0].kill()
         took = wait_assignment(members[1:], [3, 3], 60)
         print(f"{variant}: partitions of a SIGKILLed member reassigned after {took:.1f} s")
+        expired = [e for e in logged_events(cluster, "group_member_expired") if e["group_id"] == group]
+        protocol = "consumer" if variant == "consumer-protocol" else "classic"
+        assert [(e["protocol"], e["reason"]) for e in expired] == [(protocol, "session expired")], expired
+        assert expired[0]["member_id"] not in {m["member_id"] for m in cli_json(  # who left, and why
+            "groups", "describe", group, "-b", cluster.bootstrap_servers)["members"]}
         second = produce(cluster, topic, 30_000, 3_000)
         wait_all_consumed(members[1:], second)
 

@@ -108,6 +108,16 @@ def topic_of(document: dict, name: str) -> dict | None:
     return next((t for t in document["topics"] if t["name"] == name), None)
 
 
+def logged_events(cluster, event: str, *targets: int) -> list[dict]:
+    """The JSON log lines of `event` the nodes (all, or `targets`) wrote so far, in each node's order."""
+    found = []
+    for node_id in targets or cluster.kafka_ports:
+        with open(cluster.log_path(node_id), encoding="utf-8") as log:
+            found += [entry for entry in map(json.loads, (line for line in log if line.startswith("{")))
+                      if entry.get("event") == event]
+    return found
+
+
 def create_topic(cluster, name: str, partitions: int, replication_factor: int, **configs: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

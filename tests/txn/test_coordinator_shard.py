@@ -225,6 +225,25 @@ def test_an_expired_transaction_is_aborted_with_a_bumped_epoch_and_fences_its_pr
     metadata = coordinator.shard.metadata("t")
     assert (metadata.state, metadata.value.producer_epoch) == (S.PREPARE_ABORT, 1)
     assert coordinator.call(EndTransaction("t", answer.producer_id, 0, True), 6_001).error == ErrorCode.PRODUCER_FENCED
+    # The node logs why its producer was fenced, once.
+    assert coordinator.runtime.take_notices() == [("transaction_timed_out", dict(
+        transactional_id="t", producer_id=answer.producer_id, producer_epoch=0, fencing_epoch=1, partitions=1,
+        open_ms=5_000, timeout_ms=5_000))]
+    assert coordinator.runtime.take_notices() == []
+
+
+def test_a_fencing_abort_is_noticed_only_once_its_record_is_appended():
+    coordinator = Coordinator()
+    answer = coordinator.init(timeout_ms=5_000)
+    coordinator.call(AddPartitions("t", answer.producer_id, 0, (("out", 0),)), 1_000)
+    coordinator.port.fail_next = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    coordinator.runtime.poll(6_000)  # the abort's append fails: nothing happened, nothing to log
+    assert coordinator.state() is S.ONGOING and coordinator.runtime.take_notices() == []
+    # A new producer with the same id fences the open transaction: noticed as such.
+    assert coordinator.init(timeout_ms=5_000, now_ms=2_000).error == ErrorCode.CONCURRENT_TRANSACTIONS
+    [(event, fields)] = coordinator.runtime.take_notices()
+    assert (event, fields["producer_epoch"], fields["fencing_epoch"], fields["open_ms"]) == (
+        "transaction_fenced_by_new_producer", 0, 1, 1_000)
 
 
 def test_a_new_coordinator_loads_a_prepared_transaction_and_lists_its_markers_again():

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, poll_records, wait_for_quorum
+from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, cli, create_topic, eventually, logged_events, poll_records,
+                                      wait_for_quorum)
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -243,6 +244,10 @@ def test_a_transaction_left_open_by_a_killed_producer_is_aborted_after_its_timeo
     print(f"\nthe open transaction was aborted and the record after it read in {waited:.1f} s")
     described = json.loads(cli("transactions", "describe", "doomed", "-b", cluster.bootstrap_servers, "--json").stdout)
     assert described["state"] in ("CompleteAbort", "PrepareAbort") and described["producer_epoch"] >= 1
+    # The coordinator's node says why the producer of "doomed" is fenced now.
+    [timed_out] = [e for e in logged_events(cluster, "transaction_timed_out") if e["transactional_id"] == "doomed"]
+    assert (timed_out["level"], timed_out["producer_epoch"], timed_out["fencing_epoch"]) == ("info", 0, 1)
+    assert timed_out["timeout_ms"] == 4_000 and timed_out["open_ms"] >= 4_000 and timed_out["partitions"] == 1
 
 
 def test_flotilla_transactions_list_describe_and_producers_describe(cluster):
