@@ -180,10 +180,9 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
             continue
         try:
             producer.begin_transaction()
+            ends = {}  # partition -> the offset after its last record in the batch
             for m in messages:
                 producer.produce(EOS, key=m.key(), value=m.value(), partition=m.partition() % 3)
-            ends = {}
-            for m in messages:
                 ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
             summary["in"] = "send_offsets_to_transaction"
             try:
