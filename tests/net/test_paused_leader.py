@@ -12,14 +12,13 @@ acknowledged message is read exactly once, in order, the resumed node is back in
 logs are identical up to the high watermark."""
 
 import collections
-import json
 import time
 
 import pytest
 
 from cli.local_cluster import LocalCluster
 from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, NumberedDeliveries, cli_json, create_topic, eventually,
-                                      metadata, topic_of, wait_for_quorum)
+                                      logged_events, metadata, topic_of, wait_for_quorum)
 from tests.net.test_failover_no_loss import assert_replicas_identical_up_to_high_watermark
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -80,10 +79,9 @@ def test_a_paused_controller_and_leader_is_replaced_and_rejoins_without_losing_a
         # What happened is in the survivors' logs: the new quorum leader, the paused broker fenced, the
         # partitions this node took over.
         for node_id in survivors:
-            events = [json.loads(line) for line in open(cluster.log_path(node_id)) if line.startswith("{")]
-            assert any(e["event"] == "quorum_leader" and e["leader_id"] in survivors for e in events), node_id
-            assert any(e["event"] == "broker_fenced" and e["broker_id"] == victim for e in events), node_id
-            assert any(e["event"] == "partition_replicas" for e in events), node_id
+            assert any(e["leader_id"] in survivors for e in logged_events(cluster, "quorum_leader", node_id)), node_id
+            assert any(e["broker_id"] == victim for e in logged_events(cluster, "broker_fenced", node_id)), node_id
+            assert logged_events(cluster, "partition_replicas", node_id), node_id
         log = cli_json("metadata", "dump", "--log", "-b", ",".join(cluster.bootstrap_of(n) for n in survivors))
         fenced = [r["broker_id"] for entry in log for r in entry["records"]
                   if r["type"] == "BrokerRegistrationChangeRecord" and r["fenced"] is True]
