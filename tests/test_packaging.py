@@ -30,3 +30,33 @@ def test_every_bench_script_puts_the_repository_root_first_on_sys_path():
             continue
         insert = text.find("sys.path.insert(0,")
         assert 0 <= insert < min(imports), f"{script.name}: imports the project before putting the root on sys.path"
+
+
+def _readme_set_up_commands() -> list[str]:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Set up"):readme.index("## First steps")]
+    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+
+
+def test_ci_runs_the_readme_test_command():
+    """CI runs what the README tells a newcomer to paste, only quieter (`-q`, `-qq`, output to /dev/null)."""
+    import re
+
+    commands = _readme_set_up_commands()
+    assert len(commands) == 2 and "\n" not in "".join(commands), commands  # one line each, to paste
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("apt-get update")]
+    assert len(ci) == 1, ci
+    quiet = re.sub(r" -qq?(?= )| >/dev/null", "", ci[0])  # pytest keeps its own -q, at the end
+    assert quiet == commands[1], f"\n.ci/run:  {quiet}\nREADME:   {commands[1]}"
+
+
+def test_the_set_up_commands_install_into_a_virtual_environment():
+    """A distribution's Python refuses `pip install` beside its own packages (PEP 668): both commands make and
+    activate .venv first, and the test command installs the venv module where the distribution packs it apart."""
+    up, tests = _readme_set_up_commands()
+    for command in (up, tests):
+        assert "python3 -m venv .venv && . .venv/bin/activate && pip install -e " in command, command
+    assert up.endswith("&& flotilla up") and tests.endswith("&& python3 -m pytest -q")
+    assert "python3-venv" in tests.split("&&")[0] + tests.split("&&")[1]
