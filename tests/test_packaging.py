@@ -1,6 +1,8 @@
-"""Every package directory is listed in pyproject.toml, so a wheel (not only an editable install) works."""
+"""Packaging: every package directory is listed in pyproject.toml, so a wheel (not only an editable install) works;
+bench scripts find the project before a bench module shadows it; the README's set-up commands are what CI runs."""
 
 import pathlib
+import re
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -20,8 +22,6 @@ def test_every_package_directory_is_listed_in_pyproject():
 def test_every_bench_script_puts_the_repository_root_first_on_sys_path():
     """`python bench/x.py` puts bench/ first on sys.path, where bench/partitions.py shadows the partitions
     package: a script that imports the project must insert the repository root before it does."""
-    import re
-
     project = ("partitions", "net", "broker", "metadata", "cli", "tests", "groupcoord", "txn", "spark", "raftlog")
     for script in sorted((ROOT / "bench").glob("*.py")):
         text = script.read_text()
@@ -33,8 +33,6 @@ def test_every_bench_script_puts_the_repository_root_first_on_sys_path():
 
 
 def _readme_set_up_commands() -> list[str]:
-    import re
-
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Set up"):readme.index("## First steps")]
     return re.findall(r"```sh\n(.*?)\n```", section, re.S)
@@ -42,8 +40,6 @@ def _readme_set_up_commands() -> list[str]:
 
 def test_ci_runs_the_readme_test_command():
     """CI runs what the README tells a newcomer to paste, only quieter (`-q`, `-qq`, output to /dev/null)."""
-    import re
-
     commands = _readme_set_up_commands()
     assert len(commands) == 2 and "\n" not in "".join(commands), commands  # one line each, to paste
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("apt-get update")]
@@ -59,4 +55,5 @@ def test_the_set_up_commands_install_into_a_virtual_environment():
     for command in (up, tests):
         assert "python3 -m venv .venv && . .venv/bin/activate && pip install -e " in command, command
     assert up.endswith("&& flotilla up") and tests.endswith("&& python3 -m pytest -q")
-    assert "python3-venv" in tests.split("&&")[0] + tests.split("&&")[1]
+    install = next(step for step in tests.split(" && ") if step.startswith("apt-get install"))
+    assert "python3-venv" in install.split(), install
