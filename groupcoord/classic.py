@@ -15,8 +15,17 @@ through Kafka's states:
   `initial_rebalance_delay_ms` so that a starting fleet joins one generation.
 - CompletingRebalance parks SyncGroup requests until the leader's arrives with the assignment; the
   GroupMetadata record (generation, protocol, leader, members with their assignments) is written then, and
-  every parked SyncGroup is answered with its member's assignment once that record is committed.
+  every parked SyncGroup is answered with its member's assignment once that record is committed. A member
+  that has not sent its SyncGroup within the rebalance timeout of the join's completion is removed and the
+  group rebalances (Kafka's pending-sync expiry), whether the group is still CompletingRebalance or Stable.
 - Stable answers SyncGroup at once with the member's assignment, and Heartbeat with NONE.
+- A member waiting in a parked JoinGroup or SyncGroup counts as heartbeating (Kafka's
+  `hasSatisfiedHeartbeat`): clients stop heartbeating while they rebalance, and the rebalance timeout (join)
+  or the pending-sync expiry bounds the wait instead of the session timeout.
+- A member has at most one parked JoinGroup and one parked SyncGroup. A newer one from the same member
+  replaces the older, which is answered REBALANCE_IN_PROGRESS at once: Kafka drops it unanswered, which is
+  harmless there because its socket server reads one request per connection at a time, but replies on a
+  Flotilla connection are written in order, so an unanswered request would hold back every later reply.
 - A static member (KIP-345, `group.instance.id`) that comes back under a new member id while the group is
   Stable takes over its old member's place and assignment without a rebalance; the old id is fenced
   (FENCED_INSTANCE_ID).
@@ -76,6 +85,12 @@ class ClassicMember:
     sync_request: int | None = None  # a parked SyncGroup
     session_deadline_ms: int = 0
 
+    @property
+    def awaiting_rebalance(self) -> bool:
+        """Waiting in a parked JoinGroup or SyncGroup: its session is not expired meanwhile (Kafka's
+        `hasSatisfiedHeartbeat`)."""
+        return self.join_request is not None or self.sync_request is not None
+
     def metadata_for(self, protocol: str | None) -> bytes:
         return next((metadata for name, metadata in self.protocols if name == protocol), b"")
 
@@ -115,6 +130,9 @@ class ClassicGroup:
         self.pending_members: dict[str, int] = {}  # member id (MEMBER_ID_REQUIRED) -> deadline
         self.rebalance_deadline_ms: int | None = None
         self.initial_delay_deadline_ms: int | None = None
+        # Members of the generation whose SyncGroup has not arrived, and when they are removed for it.
+        self.pending_sync: set[str] = set()
+        self.sync_deadline_ms: int | None = None
         self.state_timestamp_ms = -1
         self._member_ids = 0
 
@@ -246,8 +264,12 @@ class ClassicGroup:
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
         self.touch(member_id, now_ms)
         if self.state is GroupState.PREPARING_REBALANCE:
+            superseded = member.join_request
             member.join_request, member.join_version = request_id, version
-            return self._maybe_complete_join(now_ms)
+            outcome = Outcome()
+            if superseded is not None:
+                outcome.completions.append((superseded, join_error(ErrorCode.REBALANCE_IN_PROGRESS, member_id)))
+            return merge(outcome, self._maybe_complete_join(now_ms))
         if self.state is GroupState.COMPLETING_REBALANCE and not changed:
             return Outcome(response=self._join_response(member))  # a lost join answer: the same again
         if self.state is GroupState.STABLE and not changed and member_id != self.leader_id:
@@ -272,6 +294,9 @@ class ClassicGroup:
                                old.rebalance_timeout_ms, protocols, old.assignment)
         self.members[new_id] = member
         self.static_members[old.group_instance_id] = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
         if self.leader_id == old_id:
             self.leader_id = new_id
         self.touch(new_id, now_ms)
@@ -325,6 +350,8 @@ class ClassicGroup:
                     member.sync_request = None
         was_empty = self.state is GroupState.EMPTY
         self.state = GroupState.PREPARING_REBALANCE
+        self.pending_sync.clear()
+        self.sync_deadline_ms = None
         self.state_timestamp_ms = now_ms
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         self.rebalance_deadline_ms = now_ms + timeout
@@ -363,6 +390,8 @@ class ClassicGroup:
         if self.leader_id not in self.members or self.members[self.leader_id].join_request is None:
             self.leader_id = joined[0].member_id
         self.state = GroupState.COMPLETING_REBALANCE
+        self.pending_sync = {member.member_id for member in joined}
+        self.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms for member in joined)
         for member in joined:
             outcome.completions.append((member.join_request, self._join_response(member)))
             member.join_request = None
@@ -391,15 +420,22 @@ class ClassicGroup:
         member = self.members[request.member_id]
         self.touch(member.member_id, now_ms)
         if self.state is GroupState.STABLE:
+            self.pending_sync.discard(member.member_id)
             return Outcome(response=self._sync_answer(member.assignment))
+        outcome = Outcome()
+        if member.sync_request is not None:
+            outcome.completions.append((member.sync_request, sync_error(ErrorCode.REBALANCE_IN_PROGRESS)))
         member.sync_request = request_id
         if member.member_id != self.leader_id:
-            return Outcome()
+            self.pending_sync.discard(member.member_id)
+            return outcome
         assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments}
         if sum(map(len, assignments.values())) > self.config.member_metadata_bytes_max * max(len(self.members), 1):
             member.sync_request = None
-            return Outcome(response=sync_error(ErrorCode.INVALID_REQUEST))
-        outcome = Outcome(records=[self.metadata_record(now_ms, assignments)])
+            outcome.response = sync_error(ErrorCode.INVALID_REQUEST)
+            return outcome
+        self.pending_sync.discard(member.member_id)
+        outcome.records.append(self.metadata_record(now_ms, assignments))
         for other in self.members.values():
             if other.sync_request is not None:
                 outcome.completions.append((other.sync_request, self._sync_answer(assignments.get(other.member_id, b""))))
@@ -457,6 +493,7 @@ class ClassicGroup:
 
     def _remove(self, member: ClassicMember) -> None:
         self.members.pop(member.member_id, None)
+        self.pending_sync.discard(member.member_id)
         if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member.member_id:
             del self.static_members[member.group_instance_id]
         if self.leader_id == member.member_id:
@@ -474,8 +511,10 @@ class ClassicGroup:
     # --- time ---------------------------------------------------------------------------------------------
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [m.session_deadline_ms for m in self.members.values() if m.join_request is None]
+        deadlines = [m.session_deadline_ms for m in self.members.values() if not m.awaiting_rebalance]
         deadlines += list(self.pending_members.values())
+        if self.pending_sync and self.sync_deadline_ms is not None:
+            deadlines.append(self.sync_deadline_ms)
         for deadline in (self.rebalance_deadline_ms, self.initial_delay_deadline_ms):
             if deadline is not None and self.state is GroupState.PREPARING_REBALANCE:
                 deadlines.append(deadline)
@@ -487,13 +526,16 @@ class ClassicGroup:
             if deadline <= now_ms:
                 del self.pending_members[member_id]
         for member in list(self.members.values()):
-            # A member waiting in a JoinGroup is not heartbeating: the rebalance timeout bounds it instead.
-            if member.join_request is None and member.session_deadline_ms <= now_ms and member.member_id in self.members:
+            # A member waiting in a JoinGroup or SyncGroup is not heartbeating: the rebalance timeout bounds it.
+            if not member.awaiting_rebalance and member.session_deadline_ms <= now_ms and member.member_id in self.members:
                 outcome = merge(outcome, self.remove_member(member, now_ms))
                 outcome.notices.append(("group_member_expired", dict(
                     group_id=self.group_id, member_id=member.member_id, group_instance_id=member.group_instance_id,
                     client_id=member.client_id, client_host=member.client_host, protocol="classic",
                     reason="session expired", session_timeout_ms=member.session_timeout_ms)))
+        if self.pending_sync and self.sync_deadline_ms is not None and self.sync_deadline_ms <= now_ms \
+                and self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            outcome = merge(outcome, self._expire_pending_sync(now_ms))
         if self.state is GroupState.PREPARING_REBALANCE:
             if self.rebalance_deadline_ms is not None and self.rebalance_deadline_ms <= now_ms:
                 self.initial_delay_deadline_ms = None
@@ -501,6 +543,21 @@ class ClassicGroup:
             else:
                 outcome = merge(outcome, self._maybe_complete_join(now_ms))
         return outcome
+
+    def _expire_pending_sync(self, now_ms: int) -> Outcome:
+        """The members that joined the generation but sent no SyncGroup within the rebalance timeout are removed
+        and the others rebalance without them (Kafka's `expirePendingSync`)."""
+        outcome = Outcome()
+        for member_id in sorted(self.pending_sync):
+            member = self.members[member_id]
+            if member.join_request is not None:  # not while CompletingRebalance or Stable; answered all the same
+                outcome.completions.append((member.join_request, join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
+            self._remove(member)
+            outcome.notices.append(("group_member_expired", dict(
+                group_id=self.group_id, member_id=member_id, group_instance_id=member.group_instance_id,
+                client_id=member.client_id, client_host=member.client_host, protocol="classic",
+                reason="no SyncGroup within the rebalance timeout", rebalance_timeout_ms=member.rebalance_timeout_ms)))
+        return merge(outcome, self.prepare_rebalance(now_ms))
 
     # --- durable state ------------------------------------------------------------------------------------
 

@@ -190,6 +190,82 @@ def test_a_member_whose_session_expires_is_removed_and_the_group_rebalances():
     assert coordinator.answers.pop(rejoin).generation_id == 2
 
 
+def test_a_member_waiting_in_sync_group_is_not_expired_while_the_leader_assigns():
+    """Clients stop heartbeating from JoinGroup until their SyncGroup is answered; Kafka counts a member with a
+    parked request as heartbeating (`hasSatisfiedHeartbeat`), so a slow leader does not cost its followers
+    their membership."""
+    coordinator = Coordinator()
+    responses = [coordinator.answers.pop(request_id) for request_id in form_group(coordinator)]
+    leader = responses[0].leader
+    followers = [r.member_id for r in responses if r.member_id != leader]
+    parked = [coordinator.send(ApiKey.SYNC_GROUP, 3, sync_request(m, 1)) for m in followers]
+    for _ in range(5):  # 2.5 sessions; only the leader heartbeats
+        coordinator.advance(SESSION_MS // 2)
+        assert coordinator.call(ApiKey.HEARTBEAT, 3, heartbeat(leader, 1)).error_code == ErrorCode.NONE
+    group = coordinator.shard.groups["g"]
+    assert set(followers) <= set(group.members) and group.state.value == "CompletingRebalance"
+    assert not coordinator.runtime.take_notices()
+    assignments = {m: m.encode() for m in [leader, *followers]}
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(leader, 1, assignments))
+    for member_id, request_id in zip(followers, parked):
+        answer = coordinator.answers.pop(request_id)
+        assert (answer.error_code, answer.assignment) == (ErrorCode.NONE, member_id.encode())
+
+
+def test_a_member_that_sends_no_sync_group_within_the_rebalance_timeout_is_removed():
+    """Kafka's pending-sync expiry: a member that joined the generation and keeps heartbeating but never sends
+    its SyncGroup is removed once the rebalance timeout has passed since the join completed, and the group
+    rebalances; it does not hold a place, and partitions, in a group it never took up."""
+    coordinator = Coordinator()
+    responses = [coordinator.answers.pop(request_id) for request_id in form_group(coordinator)]
+    leader = responses[0].leader
+    synced, silent = [r.member_id for r in responses if r.member_id != leader]
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(leader, 1, {r.member_id: b"a" for r in responses}))
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(synced, 1))
+    group = coordinator.shard.groups["g"]
+    for _ in range(5):  # 25 s of the 30 s rebalance timeout: heartbeats keep everyone
+        coordinator.advance(5_000)
+        for member in (leader, synced, silent):
+            assert coordinator.call(ApiKey.HEARTBEAT, 3, heartbeat(member, 1)).error_code == ErrorCode.NONE
+    assert silent in group.members and group.state.value == "Stable"
+    coordinator.advance(5_000)
+    assert silent not in group.members and group.state.value == "PreparingRebalance"
+    [(event, fields)] = coordinator.runtime.take_notices()
+    assert (event, fields["member_id"], fields["reason"]) == (
+        "group_member_expired", silent, "no SyncGroup within the rebalance timeout")
+    assert coordinator.call(ApiKey.HEARTBEAT, 3, heartbeat(silent, 1)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    rejoins = [coordinator.send(ApiKey.JOIN_GROUP, 5, join_request(member_id=m)) for m in (leader, synced)]
+    assert {coordinator.answers.pop(r).generation_id for r in rejoins} == {2}
+
+
+def test_a_newer_join_or_sync_from_a_member_answers_its_older_parked_one():
+    """A member has at most one parked JoinGroup and one parked SyncGroup: the older is answered
+    REBALANCE_IN_PROGRESS when a newer arrives, because replies on a connection go out in order and one never
+    answered would hold back every later reply on it."""
+    coordinator = Coordinator()
+    first = coordinator.call(ApiKey.JOIN_GROUP, 5, join_request())
+    member = first.member_id
+    older = coordinator.send(ApiKey.JOIN_GROUP, 5, join_request(member_id=member))
+    newer = coordinator.send(ApiKey.JOIN_GROUP, 5, join_request(member_id=member))
+    answer = coordinator.answers.pop(older)
+    assert (answer.error_code, answer.member_id) == (ErrorCode.REBALANCE_IN_PROGRESS, member)
+    assert newer not in coordinator.answers, "the newer join waits for the generation"
+    other = coordinator.call(ApiKey.JOIN_GROUP, 5, join_request()).member_id
+    other_join = coordinator.send(ApiKey.JOIN_GROUP, 5, join_request(member_id=other))
+    coordinator.advance(INITIAL_DELAY_MS)
+    joined = coordinator.answers.pop(newer)
+    assert (joined.error_code, joined.generation_id) == (ErrorCode.NONE, 1)
+    coordinator.answers.pop(other_join)
+    follower = other if joined.leader == member else member
+    older_sync = coordinator.send(ApiKey.SYNC_GROUP, 3, sync_request(follower, 1))
+    newer_sync = coordinator.send(ApiKey.SYNC_GROUP, 3, sync_request(follower, 1))
+    assert coordinator.answers.pop(older_sync).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert newer_sync not in coordinator.answers
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(joined.leader, 1, {member: b"m", other: b"o"}))
+    assert coordinator.answers.pop(newer_sync).assignment == (b"o" if follower == other else b"m")
+    assert coordinator.shard.groups["g"].parked_request_ids() == []
+
+
 def test_a_static_member_rejoining_under_a_new_id_keeps_its_assignment_without_a_rebalance():  # KIP-345
     coordinator = Coordinator()
     instances = ["i-0", "i-1"]
