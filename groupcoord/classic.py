@@ -348,6 +348,7 @@ class ClassicGroup:
                 if member.sync_request is not None:
                     outcome.completions.append((member.sync_request, sync_error(ErrorCode.REBALANCE_IN_PROGRESS)))
                     member.sync_request = None
+                    self.touch(member.member_id, now_ms)  # its session runs from the answer, as in Kafka
         was_empty = self.state is GroupState.EMPTY
         self.state = GroupState.PREPARING_REBALANCE
         self.pending_sync.clear()
@@ -440,6 +441,7 @@ class ClassicGroup:
             if other.sync_request is not None:
                 outcome.completions.append((other.sync_request, self._sync_answer(assignments.get(other.member_id, b""))))
                 other.sync_request = None
+                self.touch(other.member_id, now_ms)  # its session runs from the answer, as in Kafka
         return outcome
 
     def _sync_answer(self, assignment: bytes) -> Any:

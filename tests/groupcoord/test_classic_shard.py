@@ -210,6 +210,9 @@ def test_a_member_waiting_in_sync_group_is_not_expired_while_the_leader_assigns(
     for member_id, request_id in zip(followers, parked):
         answer = coordinator.answers.pop(request_id)
         assert (answer.error_code, answer.assignment) == (ErrorCode.NONE, member_id.encode())
+    coordinator.advance(SESSION_MS // 2)  # a session runs from the answer, as in Kafka, not from the request
+    for member_id in followers:
+        assert coordinator.call(ApiKey.HEARTBEAT, 3, heartbeat(member_id, 1)).error_code == ErrorCode.NONE
 
 
 def test_a_member_that_sends_no_sync_group_within_the_rebalance_timeout_is_removed():
