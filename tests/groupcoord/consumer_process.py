@@ -7,11 +7,14 @@ loses nothing written: `R <partition> <offset> <value>` per record consumed, `A 
 assignment (the whole assignment after the change). Offsets are committed synchronously after every poll that
 returned records and when partitions are revoked, so a record is consumed again only if the process dies
 between consuming it and that commit. SIGTERM closes the consumer cleanly (LeaveGroup) and exits 0.
+With FLOTILLA_TEST_CLIENT_DEBUG set, kafka-python logs at DEBUG to standard error (the process's log file).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import signal
 import sys
 
@@ -23,6 +26,8 @@ def main(argv: list[str]) -> int:
     client, bootstrap, group, topic, out_path = argv[:5]
     extra = json.loads(argv[5]) if len(argv) > 5 else {}
     stopping = []
+    if os.environ.get("FLOTILLA_TEST_CLIENT_DEBUG"):
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(threadName)s %(name)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     with open(out_path, "a", buffering=1) as out:
         runner = run_confluent if client == "confluent" else run_kafka_python
@@ -71,7 +76,10 @@ def run_confluent(bootstrap: str, group: str, topic: str, out, extra: dict, stop
 
 
 def run_kafka_python(bootstrap: str, group: str, topic: str, out, extra: dict, stopping: list) -> None:
+    import kafka
     from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+    KAFKA_PYTHON_3 = int(kafka.__version__.split(".")[0]) >= 3
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group, auto_offset_reset="earliest",
                              enable_auto_commit=False, **extra)
@@ -81,7 +89,9 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, out, extra: dict, s
         def on_partitions_revoked(self, revoked):
             if revoked:
                 try:
-                    consumer.commit()
+                    # kafka-python 3 runs listeners on its IO thread, where a blocking commit() raises; the
+                    # main loop has committed everything polled already, so this one only makes sure.
+                    consumer.commit_async() if KAFKA_PYTHON_3 else consumer.commit()
                 except Exception as error:  # noqa: BLE001
                     out.write(f"E revoke-commit {error}\n")
             owned.difference_update(tp.partition for tp in revoked)
