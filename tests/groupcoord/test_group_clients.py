@@ -15,7 +15,7 @@ arrives; kafka-python 3.0.12 can lose that second join. Its consumer completes a
 waits for it, and a leader's rejoin asked for by a metadata change stops counting as needed as soon as the
 leader has assigned: if poll()'s timeout ends between the JoinGroup answer and the SyncGroup answer, the
 consumer never applies the assignment, never heartbeats again, and spins in poll(). The group then expires
-it after its session. The same happens against Apache Kafka with the same setting.
+it after its session. That is in the client's own code, whatever the broker.
 """
 
 from __future__ import annotations
