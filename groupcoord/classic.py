@@ -391,8 +391,9 @@ class ClassicGroup:
         if self.leader_id not in self.members or self.members[self.leader_id].join_request is None:
             self.leader_id = joined[0].member_id
         self.state = GroupState.COMPLETING_REBALANCE
-        self.pending_sync = {member.member_id for member in joined}
-        self.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms for member in joined)
+        # Every member owes a SyncGroup, a static one that did not rejoin too (Kafka's completeClassicGroupJoin).
+        self.pending_sync = set(self.members)
+        self.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms for member in self.members.values())
         for member in joined:
             outcome.completions.append((member.join_request, self._join_response(member)))
             member.join_request = None
