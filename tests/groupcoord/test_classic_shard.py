@@ -287,6 +287,44 @@ def test_a_static_member_rejoining_under_a_new_id_keeps_its_assignment_without_a
     assert coordinator.shard.groups["g"].state.value == "Stable"
 
 
+def test_a_static_member_that_did_not_rejoin_owes_a_sync_group_too():
+    """Kafka's completeClassicGroupJoin: every member of the completed join owes its SyncGroup, a static member
+    kept without rejoining too. One whose session outlasts the rebalance timeout is removed at the pending-sync
+    deadline, not at the end of its session."""
+    coordinator = Coordinator()
+    session_ms, rebalance_ms = 60_000, 10_000
+
+    def join(instance, member_id=""):
+        return coordinator.send(ApiKey.JOIN_GROUP, 5, join_request(
+            member_id=member_id, instance=instance, session_ms=session_ms, rebalance_ms=rebalance_ms))
+
+    joins = {instance: join(instance) for instance in ("s-1", "s-2")}
+    coordinator.advance(INITIAL_DELAY_MS)
+    answers = {instance: coordinator.answers.pop(request_id) for instance, request_id in joins.items()}
+    assert {a.generation_id for a in answers.values()} == {1}
+    leader = answers["s-1"].leader
+    leader_instance, silent_instance = sorted(answers, key=lambda i: answers[i].member_id != leader)
+    silent = answers[silent_instance].member_id
+    assignments = {a.member_id: a.member_id.encode() for a in answers.values()}
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(leader, 1, assignments, instance=leader_instance))
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(silent, 1, instance=silent_instance))
+    group = coordinator.shard.groups["g"]
+    assert group.state.value == "Stable"
+    # The leader joins again (a rebalance); the silent static member neither rejoins nor syncs.
+    rejoin = join(leader_instance, leader)
+    coordinator.advance(rebalance_ms)  # the join completes without it: a static member keeps its place
+    assert coordinator.answers.pop(rejoin).generation_id == 2
+    assert silent in group.members and group.state.value == "CompletingRebalance"
+    coordinator.call(ApiKey.SYNC_GROUP, 3, sync_request(leader, 2, assignments, instance=leader_instance))
+    coordinator.advance(rebalance_ms - 1)
+    assert silent in group.members
+    coordinator.advance(1)  # 20 s after its last request, 40 s before its session would end
+    assert silent not in group.members and group.state.value == "PreparingRebalance"
+    [(event, fields)] = coordinator.runtime.take_notices()
+    assert (event, fields["group_instance_id"], fields["reason"]) == (
+        "group_member_expired", silent_instance, "no SyncGroup within the rebalance timeout")
+
+
 def commit(group, member_id, generation, offsets, metadata=""):
     request_class = messages.OffsetCommitRequest
     by_topic = {}
