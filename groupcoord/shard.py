@@ -26,8 +26,9 @@ answers those with one result item, which the broker assembles. The shard routes
 GroupMetadata to its group, transaction markers to pending transactional offsets. Records of key versions
 this shard does not know are skipped, as Kafka's loader skips a newer writer's records.
 
-Timers: member sessions, rebalance and initial-delay deadlines (per classic group), consumer members'
-sessions and revocation deadlines (here, per member), and the offset-retention check.
+Timers: member sessions, rebalance, initial-delay and pending-sync deadlines (per classic group), consumer
+members' sessions and revocation deadlines and classic members' join and sync deadlines (here, per member),
+and the offset-retention check.
 """
 
 from __future__ import annotations
@@ -139,6 +140,9 @@ class GroupCoordinatorShard:
         # (group, member) -> deadline: a classic member told to rejoin must within its rebalance timeout (Kafka's
         # consumer group join timeout), else it is fenced: an eager one holds partitions others wait for.
         self.join_deadlines: dict[tuple[str, str], int] = {}
+        # (group, member) -> deadline: a classic member answered a JoinGroup must send its SyncGroup within its
+        # rebalance timeout (Kafka's consumer group sync timeout), else it is fenced.
+        self.sync_deadlines: dict[tuple[str, str], int] = {}
         self.downgraded: set[str] = set()  # volatile: groups turned classic, to rebalance once replayed
 
     def _new_group(self, group_id: str) -> ClassicGroup:
@@ -186,7 +190,9 @@ class GroupCoordinatorShard:
                 return Outcome(response=join_error(error.code, message.member_id))
             if outcome.member is not None:
                 self._track(message.group_id, outcome.member, now_ms)
-                self.join_deadlines.pop((message.group_id, outcome.member.member_id), None)
+                key = (message.group_id, outcome.member.member_id)
+                self.join_deadlines.pop(key, None)
+                self.sync_deadlines[key] = now_ms + max(outcome.member.rebalance_timeout_ms, 0)
             return Outcome(records=outcome.records, response=outcome.response)
         group = self.groups.get(message.group_id)
         if group is None:
@@ -218,6 +224,7 @@ class GroupCoordinatorShard:
                     self._must_rejoin(consumer_group, request.message, now_ms)
                 return Outcome(response=sync_error(error.code))
             self._touch_classic(consumer_group, request.message.member_id, now_ms)
+            self.sync_deadlines.pop((consumer_group.group_id, request.message.member_id), None)
             return Outcome(response=response)
         group = self._group(request.message.group_id)
         if group is None:
@@ -421,6 +428,7 @@ class GroupCoordinatorShard:
         elif isinstance(key, consumer_records.ConsumerGroupMemberMetadataKey) and value is None:
             self.consumer_sessions.pop((key.group, key.member_id), None)
             self.revocation_deadlines.pop((key.group, key.member_id), None)
+            self.sync_deadlines.pop((key.group, key.member_id), None)
 
     # --- time ---------------------------------------------------------------------------------------------
 
@@ -432,6 +440,8 @@ class GroupCoordinatorShard:
             deadlines.append(min(d for d, _ in self.revocation_deadlines.values()))
         if self.join_deadlines:
             deadlines.append(min(self.join_deadlines.values()))
+        if self.sync_deadlines:
+            deadlines.append(min(self.sync_deadlines.values()))
         if self.next_retention_check_ms is not None:
             deadlines.append(self.next_retention_check_ms)
         return min(deadlines) if deadlines else None
@@ -559,6 +569,7 @@ class GroupCoordinatorShard:
         self.consumer_sessions.pop((group_id, member_id), None)
         self.revocation_deadlines.pop((group_id, member_id), None)
         self.join_deadlines.pop((group_id, member_id), None)
+        self.sync_deadlines.pop((group_id, member_id), None)
 
     def _touch_classic(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
         member = group.members.get(member_id)
@@ -715,12 +726,15 @@ class GroupCoordinatorShard:
 
     def _expire_consumer_members(self, now_ms: int, outcome: Outcome) -> None:
         """Fence consumer members whose session expired, who did not revoke within their rebalance timeout, or
-        (classic members) who did not join again within it when told to: their records and a notice each
-        go into `outcome`."""
+        (classic members) who did not join again within it when told to or sent no SyncGroup within it after a
+        JoinGroup: their records and a notice each go into `outcome`."""
         reasons = {key: "session expired" for key, deadline in self.consumer_sessions.items() if deadline <= now_ms}
         for key, deadline in self.join_deadlines.items():
             if deadline <= now_ms:
                 reasons.setdefault(key, "did not join again within the rebalance timeout")
+        for key, deadline in self.sync_deadlines.items():
+            if deadline <= now_ms:
+                reasons.setdefault(key, "no SyncGroup within the rebalance timeout")
         for key, (deadline, epoch) in self.revocation_deadlines.items():
             member = self._consumer_member(key)
             if deadline <= now_ms and member is not None and member.state is MemberState.UNREVOKED_PARTITIONS \

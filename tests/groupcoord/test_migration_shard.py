@@ -240,6 +240,31 @@ def test_a_classic_member_that_does_not_rejoin_when_told_is_fenced_after_its_reb
     assert a.heartbeat() == ErrorCode.UNKNOWN_MEMBER_ID
 
 
+def test_a_classic_member_that_joins_a_consumer_group_but_never_syncs_is_fenced_after_its_rebalance_timeout():
+    """Kafka's consumer group sync timeout: a classic member answered a JoinGroup must send its SyncGroup within
+    its rebalance timeout. One that keeps heartbeating without it is removed then, not kept for ever."""
+    coordinator = Coordinator()
+    a, b = stable_classic_group(coordinator)
+    c = NewConsumer(coordinator, "c")
+    c.heartbeat()
+    assert a.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+    assert b.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+    b.rejoin_and_sync()
+    a.joined(coordinator.answers.pop(a.join()))  # a joins again but never sends its SyncGroup
+    for _ in range(3):
+        coordinator.advance(9_000)  # within the 10 s session: heartbeats keep a alive
+        assert a.heartbeat() in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS)
+        assert b.heartbeat() in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS)
+        c.heartbeat()
+    assert a.member_id in coordinator.shard.consumer_groups["g"].members
+    coordinator.advance(3_000)  # past a's 30 s rebalance timeout since its JoinGroup
+    assert a.member_id not in coordinator.shard.consumer_groups["g"].members
+    assert a.heartbeat() == ErrorCode.UNKNOWN_MEMBER_ID
+    reasons = [fields["reason"] for event, fields in coordinator.runtime.take_notices()
+               if event == "group_member_expired" and fields["member_id"] == a.member_id]
+    assert reasons == ["no SyncGroup within the rebalance timeout"]
+
+
 def test_an_upgrade_waits_while_the_coordinators_metadata_does_not_know_an_assigned_topic():
     """Converting with a topic the broker's image does not know yet would free partitions the classic members
     still read: the consumer-protocol member is told to try again (COORDINATOR_LOAD_IN_PROGRESS)."""
