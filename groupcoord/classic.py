@@ -482,17 +482,20 @@ class ClassicGroup:
 
     def remove_member(self, member: ClassicMember, now_ms: int) -> Outcome:
         """A member leaves (LeaveGroup, or its session expired): the others rebalance without it."""
-        outcome = Outcome()
-        for parked, answer in ((member.join_request, join_error(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id)),
-                               (member.sync_request, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))):
-            if parked is not None:
-                outcome.completions.append((parked, answer))
-        self._remove(member)
+        outcome = Outcome(completions=self._evict(member))
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             return merge(outcome, self.prepare_rebalance(now_ms))
         if self.state is GroupState.PREPARING_REBALANCE:
             return merge(outcome, self._maybe_complete_join(now_ms))
         return outcome
+
+    def _evict(self, member: ClassicMember) -> Completions:
+        """The member removed; its parked requests, answered UNKNOWN_MEMBER_ID."""
+        completions = [(parked, answer) for parked, answer in (
+            (member.join_request, join_error(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id)),
+            (member.sync_request, sync_error(ErrorCode.UNKNOWN_MEMBER_ID))) if parked is not None]
+        self._remove(member)
+        return completions
 
     def _remove(self, member: ClassicMember) -> None:
         self.members.pop(member.member_id, None)
@@ -532,10 +535,8 @@ class ClassicGroup:
             # A member waiting in a JoinGroup or SyncGroup is not heartbeating: the rebalance timeout bounds it.
             if not member.awaiting_rebalance and member.session_deadline_ms <= now_ms and member.member_id in self.members:
                 outcome = merge(outcome, self.remove_member(member, now_ms))
-                outcome.notices.append(("group_member_expired", dict(
-                    group_id=self.group_id, member_id=member.member_id, group_instance_id=member.group_instance_id,
-                    client_id=member.client_id, client_host=member.client_host, protocol="classic",
-                    reason="session expired", session_timeout_ms=member.session_timeout_ms)))
+                outcome.notices.append(self._expired_notice(member, "session expired",
+                                                            session_timeout_ms=member.session_timeout_ms))
         if self.pending_sync and self.sync_deadline_ms is not None and self.sync_deadline_ms <= now_ms \
                 and self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
             outcome = merge(outcome, self._expire_pending_sync(now_ms))
@@ -553,14 +554,17 @@ class ClassicGroup:
         outcome = Outcome()
         for member_id in sorted(self.pending_sync):
             member = self.members[member_id]
-            if member.join_request is not None:  # not while CompletingRebalance or Stable; answered all the same
-                outcome.completions.append((member.join_request, join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
-            self._remove(member)
-            outcome.notices.append(("group_member_expired", dict(
-                group_id=self.group_id, member_id=member_id, group_instance_id=member.group_instance_id,
-                client_id=member.client_id, client_host=member.client_host, protocol="classic",
-                reason="no SyncGroup within the rebalance timeout", rebalance_timeout_ms=member.rebalance_timeout_ms)))
+            outcome.completions += self._evict(member)
+            outcome.notices.append(self._expired_notice(member, "no SyncGroup within the rebalance timeout",
+                                                        rebalance_timeout_ms=member.rebalance_timeout_ms))
         return merge(outcome, self.prepare_rebalance(now_ms))
+
+    def _expired_notice(self, member: ClassicMember, reason: str, **timeout_ms: int) -> Notice:
+        """`group_member_expired` for the node's log: who, why, and the timeout that ran out."""
+        return ("group_member_expired", dict(
+            group_id=self.group_id, member_id=member.member_id, group_instance_id=member.group_instance_id,
+            client_id=member.client_id, client_host=member.client_host, protocol="classic", reason=reason,
+            **timeout_ms))
 
     # --- durable state ------------------------------------------------------------------------------------
 

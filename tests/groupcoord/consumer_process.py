@@ -91,7 +91,10 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, out, extra: dict, s
                 try:
                     # kafka-python 3 runs listeners on its IO thread, where a blocking commit() raises; the
                     # main loop has committed everything polled already, so this one only makes sure.
-                    consumer.commit_async() if KAFKA_PYTHON_3 else consumer.commit()
+                    if KAFKA_PYTHON_3:
+                        consumer.commit_async()
+                    else:
+                        consumer.commit()
                 except Exception as error:  # noqa: BLE001
                     out.write(f"E revoke-commit {error}\n")
             owned.difference_update(tp.partition for tp in revoked)
