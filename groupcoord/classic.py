@@ -116,6 +116,10 @@ class ClassicGroup:
     # Test-only planted bug for the simulator's checkers (simulations/groups_sim.py); never configured:
     # commits of an older generation are accepted, from members still in the group or long gone.
     bug_accept_stale_generation = False
+    # ... and two more: a member waiting in a parked JoinGroup or SyncGroup is expired for its session like one
+    # that heartbeats; members that send no SyncGroup after a join are never removed for it.
+    bug_expire_parked_members = False
+    bug_no_pending_sync_expiry = False
 
     def __init__(self, group_id: str, config: GroupConfig) -> None:
         self.group_id = group_id
@@ -517,9 +521,9 @@ class ClassicGroup:
     # --- time ---------------------------------------------------------------------------------------------
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [m.session_deadline_ms for m in self.members.values() if not m.awaiting_rebalance]
+        deadlines = [m.session_deadline_ms for m in self.members.values() if not self._exempt(m)]
         deadlines += list(self.pending_members.values())
-        if self.pending_sync and self.sync_deadline_ms is not None:
+        if self.pending_sync and self.sync_deadline_ms is not None and not self.bug_no_pending_sync_expiry:
             deadlines.append(self.sync_deadline_ms)
         for deadline in (self.rebalance_deadline_ms, self.initial_delay_deadline_ms):
             if deadline is not None and self.state is GroupState.PREPARING_REBALANCE:
@@ -533,12 +537,13 @@ class ClassicGroup:
                 del self.pending_members[member_id]
         for member in list(self.members.values()):
             # A member waiting in a JoinGroup or SyncGroup is not heartbeating: the rebalance timeout bounds it.
-            if not member.awaiting_rebalance and member.session_deadline_ms <= now_ms and member.member_id in self.members:
+            if not self._exempt(member) and member.session_deadline_ms <= now_ms and member.member_id in self.members:
                 outcome = merge(outcome, self.remove_member(member, now_ms))
                 outcome.notices.append(self._expired_notice(member, "session expired",
                                                             session_timeout_ms=member.session_timeout_ms))
         if self.pending_sync and self.sync_deadline_ms is not None and self.sync_deadline_ms <= now_ms \
-                and self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+                and self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) \
+                and not self.bug_no_pending_sync_expiry:
             outcome = merge(outcome, self._expire_pending_sync(now_ms))
         if self.state is GroupState.PREPARING_REBALANCE:
             if self.rebalance_deadline_ms is not None and self.rebalance_deadline_ms <= now_ms:
@@ -547,6 +552,10 @@ class ClassicGroup:
             else:
                 outcome = merge(outcome, self._maybe_complete_join(now_ms))
         return outcome
+
+    def _exempt(self, member: ClassicMember) -> bool:
+        """Not expired for its session: it waits in a JoinGroup or SyncGroup (the rebalance timeout bounds it)."""
+        return member.awaiting_rebalance and not self.bug_expire_parked_members
 
     def _expire_pending_sync(self, now_ms: int) -> Outcome:
         """The members that joined the generation but sent no SyncGroup within the rebalance timeout are removed

@@ -126,7 +126,9 @@ class GroupCoordinatorShard:
         self.offsets = OffsetStore(self.config)
         self.next_retention_check_ms: int | None = None
         self.skipped_records = 0
-        self.bug_accept_stale_generation = False  # test-only planted bug, see ClassicGroup
+        self.bug_accept_stale_generation = False  # test-only planted bugs, see ClassicGroup
+        self.bug_expire_parked_members = False
+        self.bug_no_pending_sync_expiry = False
         self.bug_assign_unreleased_partitions = False  # test-only planted bug, see ConsumerGroup
         # Test-only planted bugs for the simulator (simulations/group_migration_sim.py), never configured: an
         # upgraded group's classic members keep no current assignment; a group of classic members stays a
@@ -148,6 +150,8 @@ class GroupCoordinatorShard:
     def _new_group(self, group_id: str) -> ClassicGroup:
         group = self.groups[group_id] = ClassicGroup(group_id, self.config)
         group.bug_accept_stale_generation = self.bug_accept_stale_generation
+        group.bug_expire_parked_members = self.bug_expire_parked_members
+        group.bug_no_pending_sync_expiry = self.bug_no_pending_sync_expiry
         return group
 
     # --- requests -----------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from simulations import cluster_sim
 from simulations.cluster_sim import configure_shards
 from simulations.consumer_protocol_clients import SimConsumerProtocolMember
 from simulations.group_checkers import GroupCheckers
-from simulations.groups_sim import GroupsSimulation
+from simulations.groups_sim import GROUP_FAULT_RATES, GroupsSimulation
 from simulations.run import RunConfig, RunResult
 
 CONSUMER_GROUP = "sim-consumer-group"
@@ -69,6 +69,7 @@ class ConsumerGroupsSimulation(GroupsSimulation):
     checkers_class = ConsumerGroupCheckers
     extra_bugs = CONSUMER_GROUP_BUGS
     member_class = SimConsumerProtocolMember
+    group_fault_rates = GROUP_FAULT_RATES  # no slow leader: the consumer protocol's assignor is the coordinator's
     group_id = CONSUMER_GROUP
     broker_settings_extra = {
         **GroupsSimulation.broker_settings_extra,

@@ -47,6 +47,7 @@ class SimConsumerProtocolMember(SimGroupConsumer):
     path and the checkers of the classic member apply unchanged."""
 
     offset_commit_version = OFFSET_COMMIT_VERSION_KIP848
+    rebalance_request_timeout_ms = None
 
     def _reset(self) -> None:
         super()._reset()

@@ -20,6 +20,15 @@
   missed a change. JoinGroup is left out: it waits for the rebalance by design, as long as the slowest member
   takes. The checker only listens (to the trace and to the members' answers), so it moves no trace hash;
   most of the answers it checks come after the heal, as quiet stretches of `SETTLE_MS` are rare under faults.
+- parked_sync_answered: a SyncGroup the coordinator parked (answered after more than `ANSWER_MS_MAX`, the
+  followers' wait for their leader's assignment) is answered within `PARKED_SYNC_MS_MAX` and never
+  UNKNOWN_MEMBER_ID, when no fault was in effect or changed while it waited. A slow leader
+  (`group.assigning` ... `group.assign_done`, a member's assignor outliving its session or its rebalance
+  timeout while it heartbeats) is not a fault here. While a member waits in a parked SyncGroup its session
+  is not expired (it is not heartbeating); a member that does not send its SyncGroup within the rebalance
+  timeout is removed and the waiting members are told to rejoin. So a parked SyncGroup is answered by the
+  leader's assignment (written to the log: the write timeout bounds that), by REBALANCE_IN_PROGRESS, or by a
+  coordinator that moved, and the longest legitimate wait is the rebalance timeout plus the write timeout.
 - liveness (extended): after the faults heal, within the bound, every running member is in one Stable
   generation, the partitions are all owned, and the members have read up to each partition's high watermark.
 """
@@ -30,13 +39,15 @@ from typing import Any
 
 from coordinator.runtime import WRITE_TIMEOUT_MS_DEFAULT
 from net.protocol.codec import ApiKey
+from partitions.errors import ErrorCode
 from simulations.cluster_checkers import ClusterCheckers, TopicPartition
-from simulations.group_clients import SESSION_TIMEOUT_MS
+from simulations.group_clients import REBALANCE_TIMEOUT_MS, SESSION_TIMEOUT_MS
 from simulations.kafka_clients import REQUEST_TIMEOUT_MS
 from simulations.loop import US_PER_MS
 from simulations.node_process import REPLICA_IDLE_BACKOFF_MS, STEP_INTERVAL_MS
 
-GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt")
+GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt",
+                       "parked_sync_answered")
 # The coordinator requests that must be answered promptly while nothing is wrong (JoinGroup waits for the
 # rebalance; FindCoordinator and LeaveGroup are not answered by a shard).
 PROMPT_API_KEYS = frozenset({ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
@@ -50,6 +61,10 @@ ANSWER_MS_MAX = 300
 # ISR (the workloads' replica_lag_time_max_ms, 3,000), a dead node keeps its leaderships until its broker
 # session expires (3,000), a stalled member holds a SyncGroup until its session expires (SESSION_TIMEOUT_MS).
 SETTLE_MS = 5_000
+# The longest a parked SyncGroup waits with nothing wrong: its group's rebalance timeout (the members' own,
+# REBALANCE_TIMEOUT_MS) until a leader that never sends its SyncGroup is removed, or a leader's SyncGroup just
+# inside it whose assignment write then waits out the write timeout; plus the answer's own slack.
+PARKED_SYNC_MS_MAX = REBALANCE_TIMEOUT_MS + WRITE_TIMEOUT_MS_DEFAULT + ANSWER_MS_MAX
 assert ANSWER_MS_MAX < min(WRITE_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS), (ANSWER_MS_MAX, WRITE_TIMEOUT_MS_DEFAULT)
 assert ANSWER_MS_MAX >= 3 * max(STEP_INTERVAL_MS, REPLICA_IDLE_BACKOFF_MS), (ANSWER_MS_MAX, STEP_INTERVAL_MS)
 assert SETTLE_MS > SESSION_TIMEOUT_MS, (SETTLE_MS, SESSION_TIMEOUT_MS)
@@ -68,7 +83,16 @@ _STATE_LINES: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "group.restart": (None, ("member_down",)),
     "group.pause": ("member_paused", ()),
     "group.resume": (None, ("member_paused",)),
+    "group.assigning": ("member_slow", ()),
+    "group.assign_done": (None, ("member_slow",)),
 }
+# A slow leader: a fault for coordinator_answers_prompt (its followers' SyncGroups wait for it by design), the
+# very case parked_sync_answered checks.
+_SLOW_LINES = frozenset({"group.assigning", "group.assign_done"})
+
+
+def _late(member: str, request: str, sent_ms: int, waited_ms: int, answered: bool) -> str:
+    return f"{member}'s {request} sent at {sent_ms} ms {'answered' if answered else 'given up'} after {waited_ms} ms"
 
 
 class FaultWindows:
@@ -80,8 +104,16 @@ class FaultWindows:
     def __init__(self) -> None:
         self.in_effect: set[tuple[Any, ...]] = set()
         self.changed_ms = 0
+        self.fault_changed_ms = 0  # the same, a slow leader's lines left out
 
     def observe_trace_line(self, time_us: int, kind: str, fields: tuple[Any, ...]) -> None:
+        if kind in _SLOW_LINES:
+            starts, ends = _STATE_LINES[kind]
+            self.in_effect -= {(state, fields[0]) for state in ends}
+            if starts is not None:
+                self.in_effect.add((starts, fields[0]))
+            self.changed_ms = time_us // US_PER_MS
+            return
         if kind in _STATE_LINES:
             starts, ends = _STATE_LINES[kind]
             self.in_effect -= {(state, fields[0]) for state in ends}
@@ -95,17 +127,26 @@ class FaultWindows:
             (self.in_effect.add if float(fields[0]) else self.in_effect.discard)(("drop",))
         elif not kind.startswith(("fault.", "node.", "net.reset")):
             return  # deliveries, connects, assignments: the run going on, not a fault
-        self.changed_ms = time_us // US_PER_MS
+        self.changed_ms = self.fault_changed_ms = time_us // US_PER_MS
 
     def quiet_since(self, time_ms: int) -> bool:
         """No fault in effect now, and none started or ended after `time_ms`."""
         return not self.in_effect and self.changed_ms < time_ms
+
+    def quiet_but_slow_leaders_since(self, time_ms: int) -> bool:
+        """`quiet_since`, a slow leader not counted as a fault."""
+        return self.fault_changed_ms < time_ms and all(state[0] == "member_slow" for state in self.in_effect)
 
 
 class GroupCheckers(ClusterCheckers):
     """The cluster's checkers plus the group ones (see the module docstring)."""
 
     extra_checker_names = GROUP_CHECKER_NAMES
+
+    @property
+    def checks_parked_syncs(self) -> bool:
+        """Only where the group is a classic one (classic members of a consumer group are answered otherwise)."""
+        return "parked_sync_answered" in self.extra_checker_names
 
     def __init__(self) -> None:
         super().__init__()
@@ -117,6 +158,8 @@ class GroupCheckers(ClusterCheckers):
         self.fault_windows = FaultWindows()
         self.quiet_answers = 0  # answers coordinator_answers_prompt checked, and the slowest (statistics)
         self.quiet_answer_ms_max = 0
+        self.parked_syncs = 0  # parked SyncGroups parked_sync_answered checked, and the longest wait (statistics)
+        self.parked_sync_ms_max = 0
 
 
     def observe_assignment(self, group: str, generation: int, member_id: str, partitions: list[int]) -> None:
@@ -143,19 +186,33 @@ class GroupCheckers(ClusterCheckers):
         self.max_acked_commit[key] = max(self.max_acked_commit.get(key, -1), offset)
 
     def observe_coordinator_answer(self, api_key: int, member: str, sent_ms: int, answered_ms: int,
-                                   answered: bool) -> None:
-        """`member`'s coordinator request `api_key`, sent at `sent_ms`, was answered (or, not `answered`, timed
-        out or lost with its connection) at `answered_ms`."""
+                                   answered: bool, error_code: int | None = None) -> None:
+        """`member`'s coordinator request `api_key`, sent at `sent_ms`, was answered (with `error_code`; or, not
+        `answered`, timed out or lost with its connection) at `answered_ms`."""
+        waited_ms = answered_ms - sent_ms
+        if api_key == ApiKey.SYNC_GROUP and waited_ms > ANSWER_MS_MAX and self.checks_parked_syncs \
+                and self.fault_windows.quiet_but_slow_leaders_since(sent_ms):
+            self._check_parked_sync(member, sent_ms, waited_ms, answered, error_code)
         if api_key not in PROMPT_API_KEYS or not self.fault_windows.quiet_since(sent_ms - SETTLE_MS):
             return
-        waited_ms = answered_ms - sent_ms
         self.quiet_answers += 1
         self.quiet_answer_ms_max = max(self.quiet_answer_ms_max, waited_ms)
         if waited_ms > ANSWER_MS_MAX:
-            outcome = "answered" if answered else "given up"
-            self.violate("coordinator_answers_prompt", f"{member}'s {ApiKey(api_key).name} sent at {sent_ms} ms "
-                                                       f"{outcome} after {waited_ms} ms, no fault in effect or "
-                                                       f"changed since {sent_ms - SETTLE_MS} ms")
+            self.violate("coordinator_answers_prompt", f"{_late(member, ApiKey(api_key).name, sent_ms, waited_ms, answered)}"
+                                                       f", no fault in effect or changed since {sent_ms - SETTLE_MS} ms")
+
+    def _check_parked_sync(self, member: str, sent_ms: int, waited_ms: int, answered: bool,
+                           error_code: int | None) -> None:
+        self.parked_syncs += 1
+        self.parked_sync_ms_max = max(self.parked_sync_ms_max, waited_ms)
+        if waited_ms > PARKED_SYNC_MS_MAX:
+            self.violate("parked_sync_answered", f"{_late(member, 'SyncGroup', sent_ms, waited_ms, answered)} (at "
+                                                 f"most {PARKED_SYNC_MS_MAX}), no fault but slow leaders in effect "
+                                                 f"or changed meanwhile")
+        elif error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+            self.violate("parked_sync_answered", f"{member}'s SyncGroup sent at {sent_ms} ms answered "
+                                                 f"UNKNOWN_MEMBER_ID after waiting {waited_ms} ms: removed while "
+                                                 f"it waited, no fault but slow leaders in effect or changed")
 
     def observe_group_record(self, key: TopicPartition, offset: int, value: bytes, high_watermark: int) -> None:
         if offset >= high_watermark:

@@ -14,9 +14,12 @@ a timeout or a reset connection look the coordinator up again after a backoff. E
 for.
 
 The workload's faults act on members too: `crash()` (gone without LeaveGroup; its session expires),
-`restart()` (a new process: new member id, offsets from the coordinator), `leave()` (a clean close), and
+`restart()` (a new process: new member id, offsets from the coordinator), `leave()` (a clean close),
 `pause()` / `resume()` (a stalled process: on resume it carries on with the generation it had, which is how
-a stale member's commit reaches the coordinator). Observations go to the checkers: assignments per
+a stale member's commit reaches the coordinator) and `assign_slowly(ms)` (the next time it leads a
+generation its assignor takes `ms` before the SyncGroup leaves, while its heartbeats go on, as a client's
+heartbeat thread does beside a slow application thread; the followers wait in their parked SyncGroups
+meanwhile). The slow assignment shows in the trace as `group.assigning` ... `group.assign_done`. Observations go to the checkers: assignments per
 generation, records consumed, commits acknowledged (with the floor of acknowledgements seen before the
 commit was sent), and when each coordinator request was sent and answered.
 """
@@ -31,7 +34,7 @@ from net.protocol.codec import ApiKey
 from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.records import decode_batch
-from simulations.kafka_clients import FETCH_VERSION, KafkaClientBase
+from simulations.kafka_clients import FETCH_VERSION, REQUEST_TIMEOUT_MS, KafkaClientBase
 from simulations.loop import US_PER_MS
 
 TICK_MS = 100
@@ -50,6 +53,7 @@ LEAVE_GROUP_VERSION = 3
 OFFSET_COMMIT_VERSION = 7
 OFFSET_FETCH_VERSION = 7
 PROTOCOL = "range"
+JOIN_REQUEST_TIMEOUT_MS = 30_000
 
 COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
@@ -99,6 +103,11 @@ class SimGroupConsumer(KafkaClientBase):
     """One group member (see the module docstring)."""
 
     offset_commit_version = OFFSET_COMMIT_VERSION
+    # How long a JoinGroup or SyncGroup may wait: the coordinator holds either for up to the rebalance timeout,
+    # and longer while a write of the group waits, so a client gives them more than its other requests (the
+    # Java client: the larger of request.timeout.ms, 30 s by default, and the rebalance timeout plus 5 s).
+    # None: the request timeout alone, as the consumer-protocol members' classic mode keeps it.
+    rebalance_request_timeout_ms: int | None = max(JOIN_REQUEST_TIMEOUT_MS, REBALANCE_TIMEOUT_MS + 5_000)
 
     def __init__(self, host: Any, client_id: int, name: str, group: str, topic: str, partitions: int,
                  checkers: Any, on_record: Callable[[tuple[str, int], int, bytes, int], None]) -> None:
@@ -108,10 +117,12 @@ class SimGroupConsumer(KafkaClientBase):
         self.on_record = on_record
         self.running = False
         self.paused = False
+        self.slow_assign_ms = 0  # armed by assign_slowly(): the next assignment this member computes takes it
         self._deferred: list[Callable[[], None]] = []
         self._reset()
 
     def _reset(self) -> None:
+        self._end_slow_assignment()
         self.state = "find"
         self.epoch = getattr(self, "epoch", 0) + 1
         self.coordinator: int | None = None
@@ -167,6 +178,14 @@ class SimGroupConsumer(KafkaClientBase):
         for callback in deferred:
             callback()
 
+    def assign_slowly(self, delay_ms: int) -> None:
+        self.host.trace("group.slow_assign", self.name, delay_ms)
+        self.slow_assign_ms = delay_ms
+
+    def _end_slow_assignment(self) -> None:
+        if getattr(self, "state", None) == "assigning":
+            self.host.trace("group.assign_done", self.name)
+
     def _guarded(self, epoch: int, callback: Callable[[Any], None]) -> Callable[[Any], None]:
         """An answer handler that ignores answers of an older epoch and waits out a pause."""
 
@@ -181,6 +200,7 @@ class SimGroupConsumer(KafkaClientBase):
         return handle
 
     def _to(self, state: str, delay_ms: int = 0) -> None:
+        self._end_slow_assignment()
         self.state = state
         self.epoch += 1
         self.inflight = False
@@ -209,6 +229,9 @@ class SimGroupConsumer(KafkaClientBase):
             self._find_coordinator()
         elif self.state == "join":
             self._join()
+        elif self.state == "assigning":
+            if now >= self.heartbeat_due_ms:
+                self._heartbeat()
         elif self.state == "stable":
             if now >= self.commit_due_ms:
                 self._commit()
@@ -222,10 +245,13 @@ class SimGroupConsumer(KafkaClientBase):
 
         def answered(response: Any) -> None:  # an answer, a timeout or a lost connection
             self.checkers.observe_coordinator_answer(api_key, self.name, sent_ms, self.loop.now_ms,
-                                                     response is not None)
+                                                     response is not None, getattr(response, "error_code", None))
             guarded(response)
 
-        if broker is None or not self.send(broker, api_key, version, request, answered):
+        timeout_ms = REQUEST_TIMEOUT_MS
+        if api_key in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP) and self.rebalance_request_timeout_ms is not None:
+            timeout_ms = self.rebalance_request_timeout_ms
+        if broker is None or not self.send(broker, api_key, version, request, answered, timeout_ms):
             self._lost_coordinator()
             return
         self.inflight = True
@@ -275,6 +301,16 @@ class SimGroupConsumer(KafkaClientBase):
                 self.topic, partitions)) for m, partitions in sorted(plan.items())]
         request = messages.SyncGroupRequest(group_id=self.group, generation_id=self.generation,
                                             member_id=self.member_id, group_instance_id=None, assignments=assignments)
+        if assignments and self.slow_assign_ms:
+            delay_ms, self.slow_assign_ms = self.slow_assign_ms, 0
+            self.host.trace("group.assigning", self.name, self.generation, delay_ms)
+            self.state, self.heartbeat_due_ms = "assigning", self.loop.now_ms + HEARTBEAT_INTERVAL_MS
+            self.loop.call_later(delay_ms * US_PER_MS, self._guarded(self.epoch, lambda _: self._sync(request)), None)
+            return
+        self._sync(request)
+
+    def _sync(self, request: Any) -> None:
+        self._end_slow_assignment()
         self.state = "sync"
         self._request(self.coordinator, ApiKey.SYNC_GROUP, SYNC_GROUP_VERSION, request, self._on_synced)
 

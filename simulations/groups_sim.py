@@ -6,18 +6,22 @@ members of group `sim-group` (simulations/group_clients.py, the classic protocol
 topic's partitions, consume, commit and rebalance through the real group coordinator, whose shards live on
 `__consumer_offsets` partitions of those same nodes (so coordinator failover, truncation and power loss
 all happen to it). The members have faults of their own (`GROUP_FAULT_RATES`, per 100 ms of the fault
-phase): crash (no LeaveGroup; restarted after a while with a new member id), clean leave (restarted later)
-and pause (a stalled process that resumes with its old generation, after its session may have expired).
+phase): crash (no LeaveGroup; restarted after a while with a new member id), clean leave (restarted later),
+pause (a stalled process that resumes with its old generation, after its session may have expired) and, for
+the classic members of this workload only, slow_assign (`CLASSIC_GROUP_FAULT_RATES`: the next time the
+member leads a generation, its assignor takes `SLOW_ASSIGN_MS` while it heartbeats).
 
-Checkers: the cluster's, plus generation_exclusive, commit_kept, group_delivery and
-coordinator_answers_prompt (simulations/group_checkers.py; the last one reads the faults from the trace as
-one of its listeners); liveness also waits for one Stable generation that owns every partition and has read
+Checkers: the cluster's, plus generation_exclusive, commit_kept, group_delivery, coordinator_answers_prompt
+and parked_sync_answered (simulations/group_checkers.py; the last two read the faults from the trace as one of
+its listeners); liveness also waits for one Stable generation that owns every partition and has read
 up to each high watermark.
 
 Planted bugs (`--bugs`): "commit_before_hw" (the coordinator runtime answers before the high watermark passes
 the write), "stale_generation_commit" (commits of an older generation are accepted) and
 "poll_ignores_changes" (the coordinator runtimes are told that nothing changed, so an answer held for the high
-watermark leaves only at the shard's next timer, the next request to its partition, or its write timeout).
+watermark leaves only at the shard's next timer, the next request to its partition, or its write timeout),
+"expire_parked_members" (a member waiting in a parked JoinGroup or SyncGroup is expired for its session) and
+"no_pending_sync_expiry" (a member that sends no SyncGroup within the rebalance timeout is never removed).
 """
 
 from __future__ import annotations
@@ -38,9 +42,17 @@ MEMBERS = 3
 OFFSETS_PARTITIONS = 3
 GROUP_FAULT_STEP_MS = 100
 GROUP_FAULT_RATES = {"crash": 0.004, "leave": 0.002, "pause": 0.004}
+# The classic members' faults add a slow leader: the member's next assignment, if it leads, takes a second or
+# more while it heartbeats. Half the draws stay inside the rebalance timeout but outlive the followers'
+# session (which a parked SyncGroup must not expire), half outlive the rebalance timeout and the write timeout
+# after it (the leader must be removed for its missing SyncGroup, the followers told to rejoin).
+CLASSIC_GROUP_FAULT_RATES = {**GROUP_FAULT_RATES, "slow_assign": 0.03}
+SLOW_ASSIGN_MS = ((1_000, 4_500), (11_000, 15_000))
 MEMBER_DOWN_MS_MIN, MEMBER_DOWN_MS_MAX = 500, 6_000
 GROUP_BUGS = {"commit_before_hw": "bug_answer_before_commit", "stale_generation_commit": "bug_accept_stale_generation",
-              "poll_ignores_changes": "bug_poll_ignores_changes"}
+              "poll_ignores_changes": "bug_poll_ignores_changes", "expire_parked_members": "bug_expire_parked_members",
+              "no_pending_sync_expiry": "bug_no_pending_sync_expiry"}
+CLASSIC_SHARD_BUGS = ("stale_generation_commit", "expire_parked_members", "no_pending_sync_expiry")
 
 
 class GroupsSimulation(ClusterSimulation):
@@ -50,7 +62,7 @@ class GroupsSimulation(ClusterSimulation):
     extra_bugs = GROUP_BUGS
     idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
     member_class: type = SimGroupConsumer
-    group_fault_rates = GROUP_FAULT_RATES
+    group_fault_rates = CLASSIC_GROUP_FAULT_RATES
     group_id = GROUP
     broker_settings_extra = {
         "offsets_topic_num_partitions": OFFSETS_PARTITIONS,
@@ -66,8 +78,9 @@ class GroupsSimulation(ClusterSimulation):
         service = state.coordinators.services[0]
         if "commit_before_hw" in self.workload_bugs:
             service.runtime.bug_answer_before_commit = True
-        if "stale_generation_commit" in self.workload_bugs:
-            configure_shards(service.runtime, lambda shard: setattr(shard, "bug_accept_stale_generation", True))
+        for bug in CLASSIC_SHARD_BUGS:
+            if bug in self.workload_bugs:
+                configure_shards(service.runtime, lambda shard, flag=GROUP_BUGS[bug]: setattr(shard, flag, True))
         if "poll_ignores_changes" in self.workload_bugs:
             state.coordinators.bug_poll_ignores_changes = True
 
@@ -102,6 +115,10 @@ class GroupsSimulation(ClusterSimulation):
 
     def _member_fault(self, kind: str, index: int) -> None:
         member = self.members[index]
+        if kind == "slow_assign":
+            low, high = self._group_rng.choice(SLOW_ASSIGN_MS)
+            member.assign_slowly(self._group_rng.randint(low, high))
+            return
         down_us = self._group_rng.randint(MEMBER_DOWN_MS_MIN, MEMBER_DOWN_MS_MAX) * US_PER_MS
         if kind == "pause":
             member.pause()
@@ -175,6 +192,8 @@ class GroupsSimulation(ClusterSimulation):
             "assignments": self.checkers.assignments_seen,
             "quiet_answers": self.checkers.quiet_answers,
             "quiet_answer_ms_max": self.checkers.quiet_answer_ms_max,
+            "parked_syncs": self.checkers.parked_syncs,
+            "parked_sync_ms_max": self.checkers.parked_sync_ms_max,
         })
         return result
 

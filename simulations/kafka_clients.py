@@ -248,15 +248,15 @@ class KafkaClientBase:
     # --- requests ---------------------------------------------------------------------------------------
 
     def send(self, broker_id: int, api_key: int, api_version: int, request: Any,
-             callback: Callable[[Any], None]) -> bool:
-        """Send `request` to `broker_id`; `callback(response or None)` later. False when not connected (or
-        not authenticated)."""
+             callback: Callable[[Any], None], timeout_ms: int = REQUEST_TIMEOUT_MS) -> bool:
+        """Send `request` to `broker_id`; `callback(response or None)` later, None after `timeout_ms` without an
+        answer. False when not connected (or not authenticated)."""
         if self.sasl_user is not None and self._sasl_state.get(broker_id) != "ready":
             return False
-        return self._transmit(broker_id, api_key, api_version, request, callback)
+        return self._transmit(broker_id, api_key, api_version, request, callback, timeout_ms)
 
     def _transmit(self, broker_id: int, api_key: int, api_version: int, request: Any,
-                  callback: Callable[[Any], None]) -> bool:
+                  callback: Callable[[Any], None], timeout_ms: int = REQUEST_TIMEOUT_MS) -> bool:
         if broker_id not in self.connected:
             return False
         self._next_correlation_id += 1
@@ -265,7 +265,7 @@ class KafkaClientBase:
         frame = encode_request(header, request)
         if not self.host.network.send(self.client_id, broker_id, CHANNEL_KAFKA_REQUEST + frame):
             return False
-        timeout_handle = self.loop.call_later(REQUEST_TIMEOUT_MS * US_PER_MS, self._timeout, broker_id, correlation_id)
+        timeout_handle = self.loop.call_later(timeout_ms * US_PER_MS, self._timeout, broker_id, correlation_id)
         self._outstanding.setdefault(broker_id, {})[correlation_id] = _Outstanding(
             api_key, api_version, callback, timeout_handle)
         return True

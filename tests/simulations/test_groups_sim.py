@@ -10,7 +10,8 @@ import pytest
 
 from net.protocol.codec import ApiKey
 from simulations.faults import DEFAULT_FAULTS
-from simulations.group_checkers import ANSWER_MS_MAX, SETTLE_MS, FaultWindows, GroupCheckers
+from partitions.errors import ErrorCode
+from simulations.group_checkers import ANSWER_MS_MAX, PARKED_SYNC_MS_MAX, SETTLE_MS, FaultWindows, GroupCheckers
 from simulations.group_clients import decode_assignment, encode_assignment, range_assignment
 from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 from simulations.run import RunConfig, run_one
@@ -18,15 +19,21 @@ from simulations.run import RunConfig, run_one
 TEETH_DURATION_S = 30.0
 # commit_before_hw answers group writes before they are committed: a failover loses an acknowledged write
 # of the coordinator (here its assignment: two members hold one partition in one generation).
-COMMIT_BEFORE_HW_SEED = 56  # (34 until index files and a new leader's epoch checkpoint were written lazily)
+COMMIT_BEFORE_HW_SEED = 4  # (56 before the slow leaders; 34 until index files and a new leader's epoch checkpoint were written lazily)
 # stale_generation_commit accepts a commit of an older generation: a member paused past its session resumes
 # and moves the group's offset back below what the partition's new owner had committed.
-STALE_GENERATION_SEED = 176  # of `--duration 60` (11 until the offsets topic had three replicas; 73 before fetch sessions)
+STALE_GENERATION_SEED = 170  # of `--duration 60` (176 before the slow leaders; 11 until the offsets topic had three replicas; 73 before fetch sessions)
 STALE_GENERATION_DURATION_S = 60.0
 # poll_ignores_changes tells the coordinator runtimes that nothing changed: an answer held for the high
 # watermark leaves at the shard's next timer or its write timeout. After the heal, with nothing wrong, a
 # SyncGroup waits 3 s for a session timer (coordinator_answers_prompt; liveness and the safety checkers pass).
-POLL_IGNORES_CHANGES_SEED = 8
+POLL_IGNORES_CHANGES_SEED = 4  # (8 before the slow leaders)
+# expire_parked_members expires members waiting in a parked SyncGroup for their session: a leader whose
+# assignor outlives the followers' session has them removed while they wait (parked_sync_answered).
+EXPIRE_PARKED_MEMBERS_SEED = 2
+# no_pending_sync_expiry never removes a member that sends no SyncGroup: the followers of a leader whose assignor
+# outlives the rebalance timeout wait for it, past rebalance timeout plus write timeout (parked_sync_answered).
+NO_PENDING_SYNC_EXPIRY_SEED = 2
 GROUP_CHECKERS = {"generation_exclusive", "commit_kept", "group_delivery"}
 
 
@@ -123,6 +130,40 @@ def test_coordinator_answers_prompt_fails_on_an_answer_held_seconds_in_a_quiet_s
            checkers.violations["coordinator_answers_prompt"]
 
 
+def test_a_slow_leader_is_a_fault_for_prompt_answers_but_not_for_parked_syncs():
+    windows = FaultWindows()
+    line = windows.observe_trace_line
+    line(1_000_000, "group.slow_assign", ("member-0", 4_000))  # armed: nothing happens yet
+    assert windows.quiet_since(1)
+    line(2_000_000, "group.assigning", ("member-0", 3, 4_000))
+    assert not windows.quiet_since(1) and windows.quiet_but_slow_leaders_since(1)
+    line(6_000_000, "group.assign_done", ("member-0",))
+    assert windows.quiet_since(6_001) and not windows.quiet_since(6_000)
+    assert windows.quiet_but_slow_leaders_since(1)
+    line(7_000_000, "group.pause", ("member-1",))
+    assert not windows.quiet_but_slow_leaders_since(1)
+
+
+def test_parked_sync_answered_fails_on_a_waiting_member_removed_or_held_past_its_bound():
+    checkers = GroupCheckers()
+    line = checkers.fault_windows.observe_trace_line
+    answer = checkers.observe_coordinator_answer
+    line(1_000_000, "fault.crash", (2,))
+    answer(ApiKey.SYNC_GROUP, "member-1", 500, 4_000, True, ErrorCode.UNKNOWN_MEMBER_ID)  # a crash meanwhile
+    line(2_000_000, "group.assigning", ("member-0", 3, 12_000))
+    answer(ApiKey.SYNC_GROUP, "member-1", 2_001, 2_001 + ANSWER_MS_MAX, True, ErrorCode.UNKNOWN_MEMBER_ID)  # not parked
+    answer(ApiKey.SYNC_GROUP, "member-1", 2_001, 7_001, True, ErrorCode.REBALANCE_IN_PROGRESS)  # leader removed
+    answer(ApiKey.SYNC_GROUP, "member-2", 2_001, 2_001 + PARKED_SYNC_MS_MAX, True, ErrorCode.NONE)
+    assert "parked_sync_answered" not in checkers.violations and checkers.parked_syncs == 2
+    answer(ApiKey.SYNC_GROUP, "member-2", 2_001, 5_002, True, ErrorCode.UNKNOWN_MEMBER_ID)
+    assert "member-2's SyncGroup sent at 2001 ms answered UNKNOWN_MEMBER_ID after waiting 3001 ms" in \
+           checkers.violations["parked_sync_answered"]
+    held = GroupCheckers()
+    held.fault_windows.observe_trace_line(2_000_000, "group.assigning", ("member-0", 3, 14_000))
+    held.observe_coordinator_answer(ApiKey.SYNC_GROUP, "member-1", 2_001, 2_002 + PARKED_SYNC_MS_MAX, False)
+    assert f"given up after {PARKED_SYNC_MS_MAX + 1} ms" in held.violations["parked_sync_answered"]
+
+
 def test_the_members_range_assignment_and_its_bytes():  # Kafka's RangeAssignor, ConsumerProtocolAssignment
     assert range_assignment(["b", "a", "c"], 4) == {"a": [0, 1], "b": [2], "c": [3]}
     assert decode_assignment(encode_assignment("sim", [2, 0])) == [0, 2]
@@ -146,6 +187,18 @@ def test_stale_generation_commit_fails_a_group_checker_at_its_known_seed():
 def test_poll_ignores_changes_fails_coordinator_answers_prompt_at_its_known_seed():
     assert_teeth("groups", "poll_ignores_changes", POLL_IGNORES_CHANGES_SEED, TEETH_DURATION_S,
                  {"coordinator_answers_prompt"})
+
+
+@pytest.mark.slow
+def test_expire_parked_members_fails_parked_sync_answered_at_its_known_seed():
+    assert_teeth("groups", "expire_parked_members", EXPIRE_PARKED_MEMBERS_SEED, TEETH_DURATION_S,
+                 {"parked_sync_answered"})
+
+
+@pytest.mark.slow
+def test_no_pending_sync_expiry_fails_parked_sync_answered_at_its_known_seed():
+    assert_teeth("groups", "no_pending_sync_expiry", NO_PENDING_SYNC_EXPIRY_SEED, TEETH_DURATION_S,
+                 {"parked_sync_answered"})
 
 
 @pytest.mark.slow
