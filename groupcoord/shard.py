@@ -135,6 +135,9 @@ class GroupCoordinatorShard:
         # consumer group.
         self.bug_upgrade_forgets_assignments = False
         self.bug_no_downgrade = False
+        # ... and a classic member that neither joins again when told to nor syncs within its rebalance timeout
+        # is never fenced for it.
+        self.bug_no_classic_rebalance_timeouts = False
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer_sessions: dict[tuple[str, str], int] = {}  # (group, member) -> session deadline
         self.revocation_deadlines: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
@@ -442,10 +445,8 @@ class GroupCoordinatorShard:
             deadlines.append(min(self.consumer_sessions.values()))
         if self.revocation_deadlines:
             deadlines.append(min(d for d, _ in self.revocation_deadlines.values()))
-        if self.join_deadlines:
-            deadlines.append(min(self.join_deadlines.values()))
-        if self.sync_deadlines:
-            deadlines.append(min(self.sync_deadlines.values()))
+        if not self.bug_no_classic_rebalance_timeouts:
+            deadlines += [min(table.values()) for table in (self.join_deadlines, self.sync_deadlines) if table]
         if self.next_retention_check_ms is not None:
             deadlines.append(self.next_retention_check_ms)
         return min(deadlines) if deadlines else None
@@ -734,10 +735,10 @@ class GroupCoordinatorShard:
         JoinGroup: their records and a notice each go into `outcome`."""
         reasons = {key: "session expired" for key, deadline in self.consumer_sessions.items() if deadline <= now_ms}
         for key, deadline in self.join_deadlines.items():
-            if deadline <= now_ms:
+            if deadline <= now_ms and not self.bug_no_classic_rebalance_timeouts:
                 reasons.setdefault(key, "did not join again within the rebalance timeout")
         for key, deadline in self.sync_deadlines.items():
-            if deadline <= now_ms:
+            if deadline <= now_ms and not self.bug_no_classic_rebalance_timeouts:
                 reasons.setdefault(key, "no SyncGroup within the rebalance timeout")
         for key, (deadline, epoch) in self.revocation_deadlines.items():
             member = self._consumer_member(key)

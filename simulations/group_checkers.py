@@ -22,13 +22,22 @@
   most of the answers it checks come after the heal, as quiet stretches of `SETTLE_MS` are rare under faults.
 - parked_sync_answered: a SyncGroup the coordinator parked (answered after more than `ANSWER_MS_MAX`, the
   followers' wait for their leader's assignment) is answered within `PARKED_SYNC_MS_MAX` and never
-  UNKNOWN_MEMBER_ID, when no fault was in effect or changed while it waited. A slow leader
+  UNKNOWN_MEMBER_ID, when it left within the rebalance timeout of its JoinGroup's answer and no fault was in
+  effect or changed from that answer until its own (a group reloaded by a restarted coordinator, which holds
+  a SyncGroup while it loads, knows no member of a generation it never wrote). A slow leader
   (`group.assigning` ... `group.assign_done`, a member's assignor outliving its session or its rebalance
   timeout while it heartbeats) is not a fault here. While a member waits in a parked SyncGroup its session
   is not expired (it is not heartbeating); a member that does not send its SyncGroup within the rebalance
   timeout is removed and the waiting members are told to rejoin. So a parked SyncGroup is answered by the
   leader's assignment (written to the log: the write timeout bounds that), by REBALANCE_IN_PROGRESS, or by a
   coordinator that moved, and the longest legitimate wait is the rebalance timeout plus the write timeout.
+- late_sync_fenced: a SyncGroup sent more than `LATE_SYNC_MS` after the member's JoinGroup answer arrived is
+  not answered with an assignment (NONE), when no fault of the nodes or the network was in effect or changed
+  meanwhile, no node made a coordinator shard (so the one that answered the JoinGroup, and holds the member's
+  deadline in memory, answered the SyncGroup) and the group was not converted between the protocols: a classic group removes a member that sends no SyncGroup within the
+  rebalance timeout (Kafka's pending-sync expiry), and a consumer group fences a classic member that does not
+  (Kafka's consumer group sync timeout), so the late SyncGroup meets UNKNOWN_MEMBER_ID, or a rebalance. The
+  members' own faults do not matter here: another member's arrival or departure only starts a rebalance.
 - liveness (extended): after the faults heal, within the bound, every running member is in one Stable
   generation, the partitions are all owned, and the members have read up to each partition's high watermark.
 """
@@ -47,7 +56,7 @@ from simulations.loop import US_PER_MS
 from simulations.node_process import REPLICA_IDLE_BACKOFF_MS, STEP_INTERVAL_MS
 
 GROUP_CHECKER_NAMES = ("generation_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt",
-                       "parked_sync_answered")
+                       "parked_sync_answered", "late_sync_fenced")
 # The coordinator requests that must be answered promptly while nothing is wrong (JoinGroup waits for the
 # rebalance; FindCoordinator and LeaveGroup are not answered by a shard).
 PROMPT_API_KEYS = frozenset({ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
@@ -65,6 +74,9 @@ SETTLE_MS = 5_000
 # REBALANCE_TIMEOUT_MS) until a leader that never sends its SyncGroup is removed, or a leader's SyncGroup just
 # inside it whose assignment write then waits out the write timeout; plus the answer's own slack.
 PARKED_SYNC_MS_MAX = REBALANCE_TIMEOUT_MS + WRITE_TIMEOUT_MS_DEFAULT + ANSWER_MS_MAX
+# A SyncGroup this long after its JoinGroup's answer comes after the member's rebalance timeout (which runs
+# from the coordinator's answer, before it arrived) and the coordinator's timer for it.
+LATE_SYNC_MS = REBALANCE_TIMEOUT_MS + ANSWER_MS_MAX
 assert ANSWER_MS_MAX < min(WRITE_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS), (ANSWER_MS_MAX, WRITE_TIMEOUT_MS_DEFAULT)
 assert ANSWER_MS_MAX >= 3 * max(STEP_INTERVAL_MS, REPLICA_IDLE_BACKOFF_MS), (ANSWER_MS_MAX, STEP_INTERVAL_MS)
 assert SETTLE_MS > SESSION_TIMEOUT_MS, (SETTLE_MS, SESSION_TIMEOUT_MS)
@@ -105,6 +117,7 @@ class FaultWindows:
         self.in_effect: set[tuple[Any, ...]] = set()
         self.changed_ms = 0
         self.fault_changed_ms = 0  # the same, a slow leader's lines left out
+        self.cluster_changed_ms = 0  # the same, every member's lines left out
 
     def observe_trace_line(self, time_us: int, kind: str, fields: tuple[Any, ...]) -> None:
         if kind in _SLOW_LINES:
@@ -128,10 +141,16 @@ class FaultWindows:
         elif not kind.startswith(("fault.", "node.", "net.reset")):
             return  # deliveries, connects, assignments: the run going on, not a fault
         self.changed_ms = self.fault_changed_ms = time_us // US_PER_MS
+        if not kind.startswith("group."):
+            self.cluster_changed_ms = self.changed_ms
 
     def quiet_since(self, time_ms: int) -> bool:
         """No fault in effect now, and none started or ended after `time_ms`."""
         return not self.in_effect and self.changed_ms < time_ms
+
+    def cluster_quiet_since(self, time_ms: int) -> bool:
+        """`quiet_since`, the members' faults not counted."""
+        return self.cluster_changed_ms < time_ms and all(state[0].startswith("member_") for state in self.in_effect)
 
     def quiet_but_slow_leaders_since(self, time_ms: int) -> bool:
         """`quiet_since`, a slow leader not counted as a fault."""
@@ -160,6 +179,9 @@ class GroupCheckers(ClusterCheckers):
         self.quiet_answer_ms_max = 0
         self.parked_syncs = 0  # parked SyncGroups parked_sync_answered checked, and the longest wait (statistics)
         self.parked_sync_ms_max = 0
+        self.late_syncs = 0  # late SyncGroups late_sync_fenced checked (statistics)
+        self.conversions = 0  # of the group between the protocols, seen so far (the migration workload's)
+        self.shards_made = 0  # group coordinator shards made by every node so far
 
 
     def observe_assignment(self, group: str, generation: int, member_id: str, partitions: list[int]) -> None:
@@ -186,13 +208,10 @@ class GroupCheckers(ClusterCheckers):
         self.max_acked_commit[key] = max(self.max_acked_commit.get(key, -1), offset)
 
     def observe_coordinator_answer(self, api_key: int, member: str, sent_ms: int, answered_ms: int,
-                                   answered: bool, error_code: int | None = None) -> None:
-        """`member`'s coordinator request `api_key`, sent at `sent_ms`, was answered (with `error_code`; or, not
-        `answered`, timed out or lost with its connection) at `answered_ms`."""
+                                   answered: bool) -> None:
+        """`member`'s coordinator request `api_key`, sent at `sent_ms`, was answered (or, not `answered`, timed
+        out or lost with its connection) at `answered_ms`."""
         waited_ms = answered_ms - sent_ms
-        if api_key == ApiKey.SYNC_GROUP and waited_ms > ANSWER_MS_MAX and self.checks_parked_syncs \
-                and self.fault_windows.quiet_but_slow_leaders_since(sent_ms):
-            self._check_parked_sync(member, sent_ms, waited_ms, answered, error_code)
         if api_key not in PROMPT_API_KEYS or not self.fault_windows.quiet_since(sent_ms - SETTLE_MS):
             return
         self.quiet_answers += 1
@@ -201,11 +220,34 @@ class GroupCheckers(ClusterCheckers):
             self.violate("coordinator_answers_prompt", f"{_late(member, ApiKey(api_key).name, sent_ms, waited_ms, answered)}"
                                                        f", no fault in effect or changed since {sent_ms - SETTLE_MS} ms")
 
-    def _check_parked_sync(self, member: str, sent_ms: int, waited_ms: int, answered: bool,
-                           error_code: int | None) -> None:
+    def coordinators_seen(self) -> tuple[int, int]:
+        """What a coordinator's change shows as: conversions of the group, coordinator shards made."""
+        return self.conversions, self.shards_made
+
+    def observe_sync_answer(self, member: str, joined_ms: int, sent_ms: int, answered_ms: int,
+                            coordinators: tuple[int, int], error_code: int | None) -> None:
+        """`member` sent a SyncGroup at `sent_ms` after its JoinGroup answer arrived at `joined_ms` (when
+        `coordinators_seen()` was `coordinators`), and it was answered `error_code` at `answered_ms` (None: timed
+        out or lost with its connection)."""
+        waited_ms = answered_ms - sent_ms
+        if waited_ms > ANSWER_MS_MAX and sent_ms - joined_ms <= REBALANCE_TIMEOUT_MS and self.checks_parked_syncs \
+                and self.fault_windows.quiet_but_slow_leaders_since(joined_ms):
+            self._check_parked_sync(member, sent_ms, waited_ms, error_code)
+        if error_code is None or sent_ms - joined_ms <= LATE_SYNC_MS \
+                or "late_sync_fenced" not in self.extra_checker_names or coordinators != self.coordinators_seen() \
+                or not self.fault_windows.cluster_quiet_since(joined_ms):
+            return
+        self.late_syncs += 1
+        if error_code == ErrorCode.NONE:
+            self.violate("late_sync_fenced", f"{member}'s SyncGroup sent {sent_ms - joined_ms} ms after its JoinGroup "
+                                             f"answer (at {joined_ms} ms) was answered with an assignment by the same "
+                                             f"coordinator, no fault of the cluster in effect or changed meanwhile")
+
+    def _check_parked_sync(self, member: str, sent_ms: int, waited_ms: int, error_code: int | None) -> None:
         self.parked_syncs += 1
         self.parked_sync_ms_max = max(self.parked_sync_ms_max, waited_ms)
         if waited_ms > PARKED_SYNC_MS_MAX:
+            answered = error_code is not None
             self.violate("parked_sync_answered", f"{_late(member, 'SyncGroup', sent_ms, waited_ms, answered)} (at "
                                                  f"most {PARKED_SYNC_MS_MAX}), no fault but slow leaders in effect "
                                                  f"or changed meanwhile")

@@ -14,14 +14,16 @@ a timeout or a reset connection look the coordinator up again after a backoff. E
 for.
 
 The workload's faults act on members too: `crash()` (gone without LeaveGroup; its session expires),
-`restart()` (a new process: new member id, offsets from the coordinator), `leave()` (a clean close),
-`pause()` / `resume()` (a stalled process: on resume it carries on with the generation it had, which is how
-a stale member's commit reaches the coordinator) and `assign_slowly(ms)` (the next time it leads a
-generation its assignor takes `ms` before the SyncGroup leaves, while its heartbeats go on, as a client's
-heartbeat thread does beside a slow application thread; the followers wait in their parked SyncGroups
-meanwhile). The slow assignment shows in the trace as `group.assigning` ... `group.assign_done`. Observations go to the checkers: assignments per
-generation, records consumed, commits acknowledged (with the floor of acknowledgements seen before the
-commit was sent), and when each coordinator request was sent and answered.
+`restart()` (a new process: new member id, offsets from the coordinator), `leave()` (a clean close), `pause()`
+/ `resume()` (a stalled process: on resume it carries on with the generation it had, which is how a stale
+member's commit reaches the coordinator) and `assign_slowly(ms, leader_only)` (the next time it leads a
+generation, or with `leader_only` false the next time it joins one, its SyncGroup leaves `ms` after the
+JoinGroup answer while its heartbeats go on, as the Java client's heartbeat thread does from the JoinGroup
+answer on (COMPLETING_REBALANCE) beside a slow assignor or a stalled application thread; a heartbeat's error
+does not stop that SyncGroup, whose answer tells the member what to do, as in the Java client; the followers of a slow leader wait in their parked SyncGroups meanwhile).
+The wait shows in the trace as `group.assigning` ... `group.assign_done`. Observations go to the checkers:
+assignments per generation, records consumed, commits acknowledged (with the floor of acknowledgements seen
+before the commit was sent), and when each coordinator request was sent and answered.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ class SimGroupConsumer(KafkaClientBase):
         self.on_record = on_record
         self.running = False
         self.paused = False
-        self.slow_assign_ms = 0  # armed by assign_slowly(): the next assignment this member computes takes it
+        self.slow_assign_ms = 0  # armed by assign_slowly(): the next SyncGroup this member sends waits for it
+        self.slow_assign_leader_only = True
         self._deferred: list[Callable[[], None]] = []
         self._reset()
 
@@ -133,6 +136,8 @@ class SimGroupConsumer(KafkaClientBase):
         self.committed: dict[int, int] = {}
         self.fetching: set[int] = set()
         self.inflight = False
+        self.joined_ms = 0  # when the last JoinGroup answer arrived, and the coordinators the checkers had seen
+        self.joined_coordinators = (0, 0)
         self.retry_at_ms = 0
         self.heartbeat_due_ms = 0
         self.commit_due_ms = 0
@@ -178,9 +183,9 @@ class SimGroupConsumer(KafkaClientBase):
         for callback in deferred:
             callback()
 
-    def assign_slowly(self, delay_ms: int) -> None:
+    def assign_slowly(self, delay_ms: int, leader_only: bool = True) -> None:
         self.host.trace("group.slow_assign", self.name, delay_ms)
-        self.slow_assign_ms = delay_ms
+        self.slow_assign_ms, self.slow_assign_leader_only = delay_ms, leader_only
 
     def _end_slow_assignment(self) -> None:
         if getattr(self, "state", None) == "assigning":
@@ -245,7 +250,7 @@ class SimGroupConsumer(KafkaClientBase):
 
         def answered(response: Any) -> None:  # an answer, a timeout or a lost connection
             self.checkers.observe_coordinator_answer(api_key, self.name, sent_ms, self.loop.now_ms,
-                                                     response is not None, getattr(response, "error_code", None))
+                                                     response is not None)
             guarded(response)
 
         timeout_ms = REQUEST_TIMEOUT_MS
@@ -258,6 +263,8 @@ class SimGroupConsumer(KafkaClientBase):
 
     def _find_coordinator(self) -> None:
         request = messages.FindCoordinatorRequest(key=self.group, key_type=0)
+        if self.state == "assigning":  # the coordinator's connection lost meanwhile: the SyncGroup will not leave
+            self._to("find")
         self.state = "find"
         self._request(self.any_broker(), ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, request, self._on_found)
 
@@ -293,6 +300,7 @@ class SimGroupConsumer(KafkaClientBase):
             self._to("join", RETRY_BACKOFF_MS)
             return
         self.member_id, self.generation = response.member_id, response.generation_id
+        self.joined_ms, self.joined_coordinators = self.loop.now_ms, self.checkers.coordinators_seen()
         assignments = []
         if response.leader == self.member_id:
             plan = range_assignment([m.member_id for m in response.members], self.partitions)
@@ -301,7 +309,7 @@ class SimGroupConsumer(KafkaClientBase):
                 self.topic, partitions)) for m, partitions in sorted(plan.items())]
         request = messages.SyncGroupRequest(group_id=self.group, generation_id=self.generation,
                                             member_id=self.member_id, group_instance_id=None, assignments=assignments)
-        if assignments and self.slow_assign_ms:
+        if self.slow_assign_ms and (assignments or not self.slow_assign_leader_only):
             delay_ms, self.slow_assign_ms = self.slow_assign_ms, 0
             self.host.trace("group.assigning", self.name, self.generation, delay_ms)
             self.state, self.heartbeat_due_ms = "assigning", self.loop.now_ms + HEARTBEAT_INTERVAL_MS
@@ -312,7 +320,14 @@ class SimGroupConsumer(KafkaClientBase):
     def _sync(self, request: Any) -> None:
         self._end_slow_assignment()
         self.state = "sync"
-        self._request(self.coordinator, ApiKey.SYNC_GROUP, SYNC_GROUP_VERSION, request, self._on_synced)
+        joined_ms, coordinators, sent_ms = self.joined_ms, self.joined_coordinators, self.loop.now_ms
+
+        def on_synced(response: Any) -> None:
+            self.checkers.observe_sync_answer(self.name, joined_ms, sent_ms, self.loop.now_ms, coordinators,
+                                              getattr(response, "error_code", None))
+            self._on_synced(response)
+
+        self._request(self.coordinator, ApiKey.SYNC_GROUP, SYNC_GROUP_VERSION, request, on_synced)
 
     def _on_synced(self, response: Any) -> None:
         self.inflight = False
@@ -369,6 +384,8 @@ class SimGroupConsumer(KafkaClientBase):
     def _on_heartbeat(self, response: Any) -> None:
         self.inflight = False
         self.heartbeat_due_ms = self.loop.now_ms + HEARTBEAT_INTERVAL_MS
+        if self.state == "assigning":
+            return  # as the Java client's join does, the SyncGroup leaves anyway, and its answer tells
         if response is None or response.error_code in COORDINATOR_ERRORS:
             self._lost_coordinator()
         elif response.error_code == ErrorCode.REBALANCE_IN_PROGRESS:

@@ -7,13 +7,15 @@ coordinator's shards on `__consumer_offsets` of the same nodes. Each member swit
 member 1 with the consumer protocol. So the group is converted back and forth under faults: a classic group
 becomes a consumer group when a consumer-protocol member joins it (its classic members go on with JoinGroup,
 SyncGroup and Heartbeat inside it), and a consumer group whose last consumer-protocol member leaves or is fenced
-becomes a classic group of the members left.
+becomes a classic group of the members left. A classic member's next SyncGroup is sometimes slow (the
+`slow_sync` fault: sent 1-4.5 s or 11-15 s after its JoinGroup answer while it heartbeats), so that classic
+members of a consumer group meet its rebalance timeouts.
 
 Checkers: the cluster's, plus
 - generation_exclusive (classic members' SyncGroup answers, within one incarnation of the group: a group
   deleted and created again numbers its generations from the start), partition_exclusive (the coordinator's consumer
-  groups, before every request and timer), commit_kept, group_delivery and coordinator_answers_prompt, as in
-  the groups and consumer-groups workloads;
+  groups, before every request and timer), commit_kept, group_delivery, coordinator_answers_prompt and
+  late_sync_fenced, as in the groups and consumer-groups workloads;
 - group_kind_follows_members: once the run has converged, the group is a consumer group exactly when one of
   its running members speaks the consumer protocol;
 - conversion_keeps_assignments: a conversion either way keeps each member's partitions, when the group it came
@@ -24,7 +26,9 @@ Checkers: the cluster's, plus
 
 Planted bugs (`--bugs`): "upgrade_forgets_assignments" (an upgraded group's classic members keep no current
 assignment in the consumer group, so their partitions go to others while they still read them) and
-"no_downgrade" (a consumer group whose members are all classic stays one).
+"no_downgrade" (a consumer group whose members are all classic stays one) and "no_classic_rebalance_timeouts"
+(a classic member of a consumer group that does not join again when told to, or send its SyncGroup, within its
+rebalance timeout is never fenced for it).
 """
 
 from __future__ import annotations
@@ -44,11 +48,15 @@ from simulations.run import RunConfig, RunResult
 
 MIGRATION_GROUP = "sim-migrating-group"
 MIGRATION_CHECKER_NAMES = ("generation_exclusive", "partition_exclusive", "commit_kept", "group_delivery",
-                           "coordinator_answers_prompt", "group_kind_follows_members", "conversion_keeps_assignments")
+                           "coordinator_answers_prompt", "late_sync_fenced", "group_kind_follows_members",
+                           "conversion_keeps_assignments")
 # Members restart (and switch protocol) more often than in the groups workload: a migration every few seconds.
-MIGRATION_FAULT_RATES = {"crash": 0.01, "leave": 0.01, "pause": 0.004}
+# slow_sync: the member's next SyncGroup as a classic member leaves 1-4.5 s or 11-15 s after its JoinGroup answer
+# while it heartbeats (simulations/groups_sim.py SLOW_ASSIGN_MS): past the rebalance timeout it is removed
+# from a classic group, fenced from a consumer group.
+MIGRATION_FAULT_RATES = {"crash": 0.01, "leave": 0.01, "pause": 0.004, "slow_sync": 0.02}
 MIGRATION_BUGS = {"upgrade_forgets_assignments": "bug_upgrade_forgets_assignments",
-                  "no_downgrade": "bug_no_downgrade"}
+                  "no_downgrade": "bug_no_downgrade", "no_classic_rebalance_timeouts": "bug_no_classic_rebalance_timeouts"}
 
 
 class MigrationCheckers(ConsumerGroupCheckers):
@@ -77,6 +85,7 @@ class MigrationCheckers(ConsumerGroupCheckers):
         self._last[id(shard)] = (kind, owned)
         if last_kind is None or kind is None or kind == last_kind:
             return
+        self.conversions += 1
         if kind == "consumer":
             self.upgrades += 1
         else:

@@ -3,7 +3,7 @@ restart, so the group is converted both ways under faults (simulations/group_mig
 
 A seed that converts the group both ways passes every checker; conversion_keeps_assignments is shown to fail
 on a hand-fed coordinator state; the planted bugs fail their checkers at named seeds (the first failing seed of
-`flotilla simulate --workload group-migration --seeds 40 --duration 30 --bugs B`), replay to the same trace,
+`flotilla simulate --workload group-migration --seeds 300 --duration 30 --bugs B`), replay to the same trace,
 and pass with the bug off."""
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from simulations.group_migration_sim import MigrationCheckers
 from simulations.run import run_one
 from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 
-BOTH_WAYS_SEED = 6  # 30 s, default faults: three upgrades and a downgrade
-UPGRADE_FORGETS_ASSIGNMENTS_SEED = 1
-NO_DOWNGRADE_SEED = 4
+BOTH_WAYS_SEED = 6  # 30 s, default faults: three upgrades and two downgrades
+UPGRADE_FORGETS_ASSIGNMENTS_SEED = 4  # (1 before the slow SyncGroups)
+NO_DOWNGRADE_SEED = 41  # (4 before the slow SyncGroups)
+# no_classic_rebalance_timeouts never fences a classic member of a consumer group for not joining again or not
+# syncing within its rebalance timeout: a SyncGroup sent 11 s after its JoinGroup answer gets its assignment.
+NO_CLASSIC_REBALANCE_TIMEOUTS_SEED = 8
 
 
 def test_a_run_that_converts_the_group_both_ways_passes_every_checker():
@@ -75,6 +78,11 @@ def test_upgrade_forgets_assignments_fails_conversion_keeps_assignments_at_its_k
 
 def test_no_downgrade_fails_group_kind_follows_members_at_its_known_seed():
     assert_teeth("group-migration", "no_downgrade", NO_DOWNGRADE_SEED, 30.0, {"group_kind_follows_members"})
+
+
+def test_no_classic_rebalance_timeouts_fails_late_sync_fenced_at_its_known_seed():
+    assert_teeth("group-migration", "no_classic_rebalance_timeouts", NO_CLASSIC_REBALANCE_TIMEOUTS_SEED, 30.0,
+                 {"late_sync_fenced"})
 
 
 @pytest.mark.slow

@@ -11,7 +11,9 @@ import pytest
 from net.protocol.codec import ApiKey
 from simulations.faults import DEFAULT_FAULTS
 from partitions.errors import ErrorCode
-from simulations.group_checkers import ANSWER_MS_MAX, PARKED_SYNC_MS_MAX, SETTLE_MS, FaultWindows, GroupCheckers
+from simulations.group_checkers import ANSWER_MS_MAX, LATE_SYNC_MS, PARKED_SYNC_MS_MAX, SETTLE_MS, FaultWindows, \
+    GroupCheckers
+from simulations.group_clients import REBALANCE_TIMEOUT_MS
 from simulations.group_clients import decode_assignment, encode_assignment, range_assignment
 from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
 from simulations.run import RunConfig, run_one
@@ -19,21 +21,21 @@ from simulations.run import RunConfig, run_one
 TEETH_DURATION_S = 30.0
 # commit_before_hw answers group writes before they are committed: a failover loses an acknowledged write
 # of the coordinator (here its assignment: two members hold one partition in one generation).
-COMMIT_BEFORE_HW_SEED = 4  # (56 before the slow leaders; 34 until index files and a new leader's epoch checkpoint were written lazily)
+COMMIT_BEFORE_HW_SEED = 1  # (56 before the slow leaders; 34 until index files and a new leader's epoch checkpoint were written lazily)
 # stale_generation_commit accepts a commit of an older generation: a member paused past its session resumes
 # and moves the group's offset back below what the partition's new owner had committed.
-STALE_GENERATION_SEED = 170  # of `--duration 60` (176 before the slow leaders; 11 until the offsets topic had three replicas; 73 before fetch sessions)
+STALE_GENERATION_SEED = 71  # of `--duration 60` (176 before the slow leaders and more frequent pauses; 11 until the offsets topic had three replicas; 73 before fetch sessions)
 STALE_GENERATION_DURATION_S = 60.0
 # poll_ignores_changes tells the coordinator runtimes that nothing changed: an answer held for the high
 # watermark leaves at the shard's next timer or its write timeout. After the heal, with nothing wrong, a
 # SyncGroup waits 3 s for a session timer (coordinator_answers_prompt; liveness and the safety checkers pass).
-POLL_IGNORES_CHANGES_SEED = 4  # (8 before the slow leaders)
+POLL_IGNORES_CHANGES_SEED = 3  # (8 before the slow leaders)
 # expire_parked_members expires members waiting in a parked SyncGroup for their session: a leader whose
 # assignor outlives the followers' session has them removed while they wait (parked_sync_answered).
-EXPIRE_PARKED_MEMBERS_SEED = 2
+EXPIRE_PARKED_MEMBERS_SEED = 1
 # no_pending_sync_expiry never removes a member that sends no SyncGroup: the followers of a leader whose assignor
 # outlives the rebalance timeout wait for it, past rebalance timeout plus write timeout (parked_sync_answered).
-NO_PENDING_SYNC_EXPIRY_SEED = 2
+NO_PENDING_SYNC_EXPIRY_SEED = 1
 GROUP_CHECKERS = {"generation_exclusive", "commit_kept", "group_delivery"}
 
 
@@ -147,21 +149,53 @@ def test_a_slow_leader_is_a_fault_for_prompt_answers_but_not_for_parked_syncs():
 def test_parked_sync_answered_fails_on_a_waiting_member_removed_or_held_past_its_bound():
     checkers = GroupCheckers()
     line = checkers.fault_windows.observe_trace_line
-    answer = checkers.observe_coordinator_answer
+    seen = checkers.coordinators_seen()
+
+    def sync(member: str, joined_ms: int, sent_ms: int, answered_ms: int, code: int | None) -> None:
+        checkers.observe_sync_answer(member, joined_ms, sent_ms, answered_ms, seen, code)
+
     line(1_000_000, "fault.crash", (2,))
-    answer(ApiKey.SYNC_GROUP, "member-1", 500, 4_000, True, ErrorCode.UNKNOWN_MEMBER_ID)  # a crash meanwhile
+    sync("member-1", 500, 500, 4_000, ErrorCode.UNKNOWN_MEMBER_ID)  # a crash meanwhile
     line(2_000_000, "group.assigning", ("member-0", 3, 12_000))
-    answer(ApiKey.SYNC_GROUP, "member-1", 2_001, 2_001 + ANSWER_MS_MAX, True, ErrorCode.UNKNOWN_MEMBER_ID)  # not parked
-    answer(ApiKey.SYNC_GROUP, "member-1", 2_001, 7_001, True, ErrorCode.REBALANCE_IN_PROGRESS)  # leader removed
-    answer(ApiKey.SYNC_GROUP, "member-2", 2_001, 2_001 + PARKED_SYNC_MS_MAX, True, ErrorCode.NONE)
+    sync("member-1", 900, 2_001, 5_002, ErrorCode.UNKNOWN_MEMBER_ID)  # joined before the crash: a reloaded group
+    sync("member-1", 2_001, 2_001, 2_001 + ANSWER_MS_MAX, ErrorCode.UNKNOWN_MEMBER_ID)  # answered at once
+    sync("member-1", 2_001, 2_001 + REBALANCE_TIMEOUT_MS + 1, 20_000, ErrorCode.UNKNOWN_MEMBER_ID)  # itself late
+    sync("member-1", 2_001, 2_001, 7_001, ErrorCode.REBALANCE_IN_PROGRESS)  # the leader removed
+    sync("member-2", 2_001, 2_001, 2_001 + PARKED_SYNC_MS_MAX, ErrorCode.NONE)
     assert "parked_sync_answered" not in checkers.violations and checkers.parked_syncs == 2
-    answer(ApiKey.SYNC_GROUP, "member-2", 2_001, 5_002, True, ErrorCode.UNKNOWN_MEMBER_ID)
+    sync("member-2", 2_001, 2_001, 5_002, ErrorCode.UNKNOWN_MEMBER_ID)
     assert "member-2's SyncGroup sent at 2001 ms answered UNKNOWN_MEMBER_ID after waiting 3001 ms" in \
            checkers.violations["parked_sync_answered"]
     held = GroupCheckers()
     held.fault_windows.observe_trace_line(2_000_000, "group.assigning", ("member-0", 3, 14_000))
-    held.observe_coordinator_answer(ApiKey.SYNC_GROUP, "member-1", 2_001, 2_002 + PARKED_SYNC_MS_MAX, False)
+    held.observe_sync_answer("member-1", 2_001, 2_001, 2_002 + PARKED_SYNC_MS_MAX, seen, None)
     assert f"given up after {PARKED_SYNC_MS_MAX + 1} ms" in held.violations["parked_sync_answered"]
+
+
+def test_late_sync_fenced_fails_on_an_assignment_for_a_sync_sent_after_the_rebalance_timeout():
+    checkers = GroupCheckers()
+    line = checkers.fault_windows.observe_trace_line
+    joined = checkers.coordinators_seen()
+    late = 1_000 + LATE_SYNC_MS + 1
+
+    def sync(member: str, joined_ms: int, sent_ms: int, code: int | None, seen: tuple[int, int] = joined) -> None:
+        checkers.observe_sync_answer(member, joined_ms, sent_ms, sent_ms + 2, seen, code)
+
+    sync("member-0", 1_000, 1_000 + LATE_SYNC_MS, ErrorCode.NONE)  # in time
+    sync("member-0", 1_000, late, ErrorCode.UNKNOWN_MEMBER_ID)  # removed
+    sync("member-0", 1_000, late, None)  # no answer
+    line(2_000_000, "group.crash", ("member-1",))  # another member's fault: only a rebalance
+    sync("member-0", 1_000, late, ErrorCode.REBALANCE_IN_PROGRESS)
+    assert "late_sync_fenced" not in checkers.violations and checkers.late_syncs == 2
+    checkers.shards_made += 1  # a coordinator moved: its deadline was in the old one's memory
+    sync("member-0", 1_000, late, ErrorCode.NONE)
+    line(9_000_000, "net.block", (1, 2))
+    sync("member-0", 8_000, 8_000 + late, ErrorCode.NONE, checkers.coordinators_seen())
+    assert "late_sync_fenced" not in checkers.violations and checkers.late_syncs == 2
+    line(20_000_000, "net.heal", ())
+    sync("member-2", 20_001, 20_001 + late, ErrorCode.NONE, checkers.coordinators_seen())
+    assert f"member-2's SyncGroup sent {late} ms after its JoinGroup answer (at 20001 ms) was answered with an " \
+           f"assignment" in checkers.violations["late_sync_fenced"]
 
 
 def test_the_members_range_assignment_and_its_bytes():  # Kafka's RangeAssignor, ConsumerProtocolAssignment
