@@ -34,10 +34,11 @@
 - late_sync_fenced: a SyncGroup sent more than `LATE_SYNC_MS` after the member's JoinGroup answer arrived is
   not answered with an assignment (NONE), when no fault of the nodes or the network was in effect or changed
   meanwhile, no node made a coordinator shard (so the one that answered the JoinGroup, and holds the member's
-  deadline in memory, answered the SyncGroup) and the group was not converted between the protocols: a classic group removes a member that sends no SyncGroup within the
-  rebalance timeout (Kafka's pending-sync expiry), and a consumer group fences a classic member that does not
-  (Kafka's consumer group sync timeout), so the late SyncGroup meets UNKNOWN_MEMBER_ID, or a rebalance. The
-  members' own faults do not matter here: another member's arrival or departure only starts a rebalance.
+  deadline in memory, answered the SyncGroup) and the group was not converted between the protocols: a
+  classic group removes a member that sends no SyncGroup within the rebalance timeout (Kafka's pending-sync
+  expiry), and a consumer group fences a classic member that does not (Kafka's consumer group sync timeout),
+  so the late SyncGroup meets UNKNOWN_MEMBER_ID, or a rebalance. The members' own faults do not matter here:
+  another member's arrival or departure only starts a rebalance.
 - liveness (extended): after the faults heal, within the bound, every running member is in one Stable
   generation, the partitions are all owned, and the members have read up to each partition's high watermark.
 """
@@ -120,13 +121,6 @@ class FaultWindows:
         self.cluster_changed_ms = 0  # the same, every member's lines left out
 
     def observe_trace_line(self, time_us: int, kind: str, fields: tuple[Any, ...]) -> None:
-        if kind in _SLOW_LINES:
-            starts, ends = _STATE_LINES[kind]
-            self.in_effect -= {(state, fields[0]) for state in ends}
-            if starts is not None:
-                self.in_effect.add((starts, fields[0]))
-            self.changed_ms = time_us // US_PER_MS
-            return
         if kind in _STATE_LINES:
             starts, ends = _STATE_LINES[kind]
             self.in_effect -= {(state, fields[0]) for state in ends}
@@ -140,7 +134,9 @@ class FaultWindows:
             (self.in_effect.add if float(fields[0]) else self.in_effect.discard)(("drop",))
         elif not kind.startswith(("fault.", "node.", "net.reset")):
             return  # deliveries, connects, assignments: the run going on, not a fault
-        self.changed_ms = self.fault_changed_ms = time_us // US_PER_MS
+        self.changed_ms = time_us // US_PER_MS
+        if kind not in _SLOW_LINES:
+            self.fault_changed_ms = self.changed_ms
         if not kind.startswith("group."):
             self.cluster_changed_ms = self.changed_ms
 
@@ -161,11 +157,6 @@ class GroupCheckers(ClusterCheckers):
     """The cluster's checkers plus the group ones (see the module docstring)."""
 
     extra_checker_names = GROUP_CHECKER_NAMES
-
-    @property
-    def checks_parked_syncs(self) -> bool:
-        """Only where the group is a classic one (classic members of a consumer group are answered otherwise)."""
-        return "parked_sync_answered" in self.extra_checker_names
 
     def __init__(self) -> None:
         super().__init__()
@@ -211,14 +202,15 @@ class GroupCheckers(ClusterCheckers):
                                    answered: bool) -> None:
         """`member`'s coordinator request `api_key`, sent at `sent_ms`, was answered (or, not `answered`, timed
         out or lost with its connection) at `answered_ms`."""
-        waited_ms = answered_ms - sent_ms
         if api_key not in PROMPT_API_KEYS or not self.fault_windows.quiet_since(sent_ms - SETTLE_MS):
             return
+        waited_ms = answered_ms - sent_ms
         self.quiet_answers += 1
         self.quiet_answer_ms_max = max(self.quiet_answer_ms_max, waited_ms)
         if waited_ms > ANSWER_MS_MAX:
-            self.violate("coordinator_answers_prompt", f"{_late(member, ApiKey(api_key).name, sent_ms, waited_ms, answered)}"
-                                                       f", no fault in effect or changed since {sent_ms - SETTLE_MS} ms")
+            late = _late(member, ApiKey(api_key).name, sent_ms, waited_ms, answered)
+            self.violate("coordinator_answers_prompt",
+                         f"{late}, no fault in effect or changed since {sent_ms - SETTLE_MS} ms")
 
     def coordinators_seen(self) -> tuple[int, int]:
         """What a coordinator's change shows as: conversions of the group, coordinator shards made."""
@@ -229,8 +221,10 @@ class GroupCheckers(ClusterCheckers):
         """`member` sent a SyncGroup at `sent_ms` after its JoinGroup answer arrived at `joined_ms` (when
         `coordinators_seen()` was `coordinators`), and it was answered `error_code` at `answered_ms` (None: timed
         out or lost with its connection)."""
+        # Only where parked_sync_answered is a checker: a consumer group answers its classic members otherwise.
         waited_ms = answered_ms - sent_ms
-        if waited_ms > ANSWER_MS_MAX and sent_ms - joined_ms <= REBALANCE_TIMEOUT_MS and self.checks_parked_syncs \
+        if waited_ms > ANSWER_MS_MAX and sent_ms - joined_ms <= REBALANCE_TIMEOUT_MS \
+                and "parked_sync_answered" in self.extra_checker_names \
                 and self.fault_windows.quiet_but_slow_leaders_since(joined_ms):
             self._check_parked_sync(member, sent_ms, waited_ms, error_code)
         if error_code is None or sent_ms - joined_ms <= LATE_SYNC_MS \

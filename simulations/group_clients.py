@@ -20,10 +20,11 @@ member's commit reaches the coordinator) and `assign_slowly(ms, leader_only)` (t
 generation, or with `leader_only` false the next time it joins one, its SyncGroup leaves `ms` after the
 JoinGroup answer while its heartbeats go on, as the Java client's heartbeat thread does from the JoinGroup
 answer on (COMPLETING_REBALANCE) beside a slow assignor or a stalled application thread; a heartbeat's error
-does not stop that SyncGroup, whose answer tells the member what to do, as in the Java client; the followers of a slow leader wait in their parked SyncGroups meanwhile).
-The wait shows in the trace as `group.assigning` ... `group.assign_done`. Observations go to the checkers:
-assignments per generation, records consumed, commits acknowledged (with the floor of acknowledgements seen
-before the commit was sent), and when each coordinator request was sent and answered.
+does not stop that SyncGroup, whose answer tells the member what to do, as in the Java client; the followers
+of a slow leader wait in their parked SyncGroups meanwhile). The wait shows in the trace as `group.assigning`
+... `group.assign_done`. Observations go to the checkers: assignments per generation, records consumed,
+commits acknowledged (with the floor of acknowledgements seen before the commit was sent), and when each
+coordinator request was sent and answered.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ MIGRATION_CHECKER_NAMES = ("generation_exclusive", "partition_exclusive", "commi
 # while it heartbeats (simulations/groups_sim.py SLOW_ASSIGN_MS): past the rebalance timeout it is removed
 # from a classic group, fenced from a consumer group.
 MIGRATION_FAULT_RATES = {"crash": 0.01, "leave": 0.01, "pause": 0.004, "slow_sync": 0.02}
-MIGRATION_BUGS = {"upgrade_forgets_assignments": "bug_upgrade_forgets_assignments",
-                  "no_downgrade": "bug_no_downgrade", "no_classic_rebalance_timeouts": "bug_no_classic_rebalance_timeouts"}
+MIGRATION_BUGS = {"upgrade_forgets_assignments": "bug_upgrade_forgets_assignments", "no_downgrade": "bug_no_downgrade",
+                  "no_classic_rebalance_timeouts": "bug_no_classic_rebalance_timeouts"}
 
 
 class MigrationCheckers(ConsumerGroupCheckers):

@@ -14,8 +14,8 @@ heartbeats).
 
 Checkers: the cluster's, plus generation_exclusive, commit_kept, group_delivery, coordinator_answers_prompt,
 parked_sync_answered and late_sync_fenced (simulations/group_checkers.py; the last three read the faults from
-the trace as one of its listeners); liveness also waits for one Stable generation that owns every partition and has read
-up to each high watermark.
+the trace as one of its listeners); liveness also waits for one Stable generation that owns every partition
+and has read up to each high watermark.
 
 Planted bugs (`--bugs`): "commit_before_hw" (the coordinator runtime answers before the high watermark passes
 the write), "stale_generation_commit" (commits of an older generation are accepted) and

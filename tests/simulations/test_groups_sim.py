@@ -21,10 +21,13 @@ from simulations.run import RunConfig, run_one
 TEETH_DURATION_S = 30.0
 # commit_before_hw answers group writes before they are committed: a failover loses an acknowledged write
 # of the coordinator (here its assignment: two members hold one partition in one generation).
-COMMIT_BEFORE_HW_SEED = 1  # (56 before the slow leaders; 34 until index files and a new leader's epoch checkpoint were written lazily)
+# (56 before the slow leaders; 34 until index files and a new leader's epoch checkpoint were written lazily)
+COMMIT_BEFORE_HW_SEED = 1
 # stale_generation_commit accepts a commit of an older generation: a member paused past its session resumes
 # and moves the group's offset back below what the partition's new owner had committed.
-STALE_GENERATION_SEED = 71  # of `--duration 60` (176 before the slow leaders and more frequent pauses; 11 until the offsets topic had three replicas; 73 before fetch sessions)
+# Of `--duration 60` (176 before the slow leaders and more frequent pauses; 11 until the offsets topic had three
+# replicas; 73 before fetch sessions).
+STALE_GENERATION_SEED = 71
 STALE_GENERATION_DURATION_S = 60.0
 # poll_ignores_changes tells the coordinator runtimes that nothing changed: an answer held for the high
 # watermark leaves at the shard's next timer or its write timeout. After the heal, with nothing wrong, a
