@@ -96,6 +96,9 @@ class BrokerSettings:
     inflight_requests_max: int = 64
     log_flush_messages: int | None = None
     log_flush_ms: int | None = None
+    # Kafka's log.retention.check.interval.ms: how often a broker applies retention and compacts the logs of
+    # compacted topics (Kafka's cleaner runs on its own log.cleaner.backoff.ms; here one interval serves both).
+    log_retention_check_interval_ms: int = 30_000
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     group_min_session_timeout_ms: int = 6_000
@@ -212,6 +215,9 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
         raise ConfigError(f"{source}: key 'broker.transaction_version' must be 0, 1 or 2")
     if broker.leader_imbalance_check_interval_seconds < 1:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_check_interval_seconds' must be >= 1")
+    if broker.log_retention_check_interval_ms < 1:
+        raise ConfigError(f"{source}: key 'broker.log_retention_check_interval_ms' must be >= 1, "
+                          f"got {broker.log_retention_check_interval_ms}")
     if topic_defaults.partitions < 1:
         raise ConfigError(f"{source}: key 'topic_defaults.partitions' must be >= 1")
     if not 1 <= topic_defaults.min_insync_replicas <= max(topic_defaults.replication_factor, 1):

@@ -148,6 +148,7 @@ class BrokerCore:
         heartbeat_interval_ms: int = 2_000,
         log_flush_messages: int | None = None,
         log_flush_ms: int | None = None,
+        log_retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
         rack: str | None = None,
         replica_selector: str = "",
     ) -> None:
@@ -164,6 +165,7 @@ class BrokerCore:
         self.default_min_insync_replicas = default_min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.base_log_config = LogConfig(flush_messages=log_flush_messages, flush_ms=log_flush_ms)
         # The broker-level configs of the node's file (Kafka's STATIC_BROKER_CONFIG), by Kafka's names.
         self.follower_quota = throttle.ReplicationQuota()  # follower.replication.throttled.rate (broker/throttle.py)
@@ -223,6 +225,9 @@ class BrokerCore:
         self.bug_follower_reads_past_hw = False
         self.bug_diverges_at_epoch_end = False  # planted (follower-fetch workload): see Partition
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
+        # Planted (the compaction simulation): "cleaner_past_lso" cleans up to the active segment whatever the
+        # last stable offset; the others are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
+        self.bug_cleaner: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ metadata
 
@@ -448,7 +453,7 @@ class BrokerCore:
             self._next_hw_checkpoint_ms = now_ms + HW_CHECKPOINT_INTERVAL_MS
             self.checkpoint_high_watermarks()
         if now_ms >= self._next_retention_ms:
-            self._next_retention_ms = now_ms + RETENTION_CHECK_INTERVAL_MS
+            self._next_retention_ms = now_ms + self.log_retention_check_interval_ms
             self._run_log_cleanup(now_ms)
 
     def _run_log_cleanup(self, now_ms: int) -> None:
@@ -466,9 +471,12 @@ class BrokerCore:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
                 state = hosted.producer_state
                 aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
-                hosted.log.compact(now_ms, first_uncleanable_offset=hosted.replica.last_stable_offset,
+                first_uncleanable = hosted.replica.last_stable_offset
+                if "cleaner_past_lso" in self.bug_cleaner:
+                    first_uncleanable = None
+                hosted.log.compact(now_ms, first_uncleanable_offset=first_uncleanable,
                                    aborted=aborted, last_records=state.last_records_of_active_producers(),
-                                   drop_aborted=state.aborted_index.remove)
+                                   drop_aborted=state.aborted_index.remove, bugs=self.bug_cleaner)
             hosted.producer_state.aborted_index.sync()
 
     def close(self) -> None:

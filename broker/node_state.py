@@ -138,6 +138,7 @@ class NodeState:
                 heartbeat_interval_ms=settings.broker_heartbeat_interval_ms,
                 log_flush_messages=settings.log_flush_messages,
                 log_flush_ms=settings.log_flush_ms,
+                log_retention_check_interval_ms=settings.log_retention_check_interval_ms,
                 rack=self.node_config.rack,
                 replica_selector=settings.replica_selector,
             )

@@ -58,6 +58,10 @@ from partitions.index import RELATIVE_OFFSET_MAX
 from partitions.records import ABORT, COMMIT, Record, build_batch, control_record_type, decode_batch
 from partitions.segment import CLEANED_SUFFIX, SWAP_SUFFIX, BatchPlacement, LogSegment
 
+# Planted bugs, switched on by the compaction simulation only: "tombstone_ignores_horizon" drops a tombstone
+# in the first pass that finds it superseding nothing later (no delete.retention.ms kept for readers that
+# are behind); "cleaned_segment_unsynced" swaps a cleaned segment in without fsyncing it first.
+CLEANER_BUGS = frozenset({"tombstone_ignores_horizon", "cleaned_segment_unsynced"})
 OFFSET_MAP_ENTRIES_MAX = 2_000_000  # bound on the keys held in memory by one pass (Kafka's dedupe buffer)
 
 AbortedEntry = tuple[int, int, int]  # an aborted transaction: (producer id, first offset, marker offset)
@@ -114,13 +118,16 @@ class _Pass:
     last_records: dict[int, ProducerLastRecord]
     round_end_offset: int
     stats: CleanerStats
+    bugs: frozenset[str] = frozenset()  # planted (CLEANER_BUGS)
 
 
 def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
                 aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,
-                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None) -> CleanerStats:
+                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
+                bugs: frozenset[str] = frozenset()) -> CleanerStats:
     """One compaction pass over `log` (a PartitionLog). `aborted` lists the partition's aborted transactions,
-    `last_records` its active producers, `drop_aborted` removes index entries (see the module docstring).
+    `last_records` its active producers, `drop_aborted` removes index entries (see the module docstring);
+    `bugs`: planted bugs (CLEANER_BUGS), for the simulator.
     Raises CorruptRecordError (or another record decoding error) for a batch that cannot be decoded; the
     log is left unchanged then."""
     stats = CleanerStats()
@@ -147,7 +154,8 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
     if first_uncleanable_offset is not None:
         round_end_offset = min(round_end_offset, first_uncleanable_offset)
     state = _Pass(now_ms, log.config.delete_retention_ms, offset_map,
-                  CleanedTransactions(aborted, cleanable[0].base_offset), last_records or {}, round_end_offset, stats)
+                  CleanedTransactions(aborted, cleanable[0].base_offset), last_records or {}, round_end_offset, stats,
+                  bugs)
     for group in _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max):
         _clean_group(log, group, state, aborted, drop_aborted)
     log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
@@ -282,6 +290,8 @@ def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[Abort
                 output = _retained_batch(header, data, state)
                 if output is not None:
                     _append_batch(cleaned, output)
+        if "cleaned_segment_unsynced" in state.bugs:
+            cleaned.seal = lambda: None  # planted: the swap below makes a segment durable that is not
         cleaned.seal()
         dropped = _dropped_aborted(group, aborted, state.transactions)
         if dropped:
@@ -362,6 +372,8 @@ def _retained_batch(header: BatchHeader, data: bytes, state: _Pass) -> bytes | N
 def _retained_records(header: BatchHeader, records: list[Record], state: _Pass) -> list[Record]:
     """Kafka's shouldRetainRecord: the last record of each key; a tombstone until its batch's horizon."""
     horizon_passed = header.has_delete_horizon and state.now_ms >= header.base_timestamp
+    if "tombstone_ignores_horizon" in state.bugs:
+        horizon_passed = True
     retained: list[Record] = []
     for record in records:
         if record.key is None or state.offset_map.get(record.key, record.offset) > record.offset:

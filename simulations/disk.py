@@ -154,6 +154,10 @@ class SimDisk:
         self.stats = DiskStats()
         self._next_inode_id = 0
         self._files: dict[str, _Inode] = {}
+        # directory -> the paths of `_files` in it, and of `_durable_files` in it (fsync_dir visits one directory,
+        # not every file of the disk: a compacted log's many small segments made that scan the run's hot spot)
+        self._children: dict[str, set[str]] = {}
+        self._durable_children: dict[str, set[str]] = {}
         self._directories: set[str] = {""}
         self._durable_files: dict[str, _Inode] = {}
         self._durable_directories: set[str] = {""}
@@ -174,7 +178,7 @@ class SimDisk:
             self.makedirs(posixpath.dirname(path))
             self._next_inode_id += 1
             inode = _Inode(self._next_inode_id)
-            self._files[path] = inode
+            self._add_file(path, inode)
         return _SimFile(self, path, inode)
 
     def exists(self, path: str) -> bool:
@@ -183,7 +187,7 @@ class SimDisk:
 
     def list(self, directory: str) -> list[str]:
         directory = normalize_path(directory)
-        names = {posixpath.basename(p) for p in self._files if posixpath.dirname(p) == directory}
+        names = {posixpath.basename(p) for p in self._children.get(directory, ())}
         names.update(posixpath.basename(d) for d in self._directories if d and posixpath.dirname(d) == directory)
         return sorted(names)
 
@@ -203,17 +207,20 @@ class SimDisk:
             raise StorageError(f"no such file: {source}")
         if posixpath.dirname(target) not in self._directories:
             raise StorageError(f"no such directory: {posixpath.dirname(target)}")
-        self._files[target] = self._files.pop(source)
+        inode = self._files[source]
+        self._remove_file(source)
+        self._remove_file(target)
+        self._add_file(target, inode)
 
     def delete(self, path: str) -> None:
         self.crash_point()
-        self._files.pop(normalize_path(path), None)
+        self._remove_file(normalize_path(path))
 
     def delete_tree(self, directory: str) -> None:
         directory = normalize_path(directory)
         prefix = directory + "/" if directory else ""
         for path in [p for p in self._files if p.startswith(prefix)]:
-            del self._files[path]
+            self._remove_file(path)
         self._directories = {d for d in self._directories if not (d == directory or d.startswith(prefix))}
         self._directories.add("")
 
@@ -224,15 +231,30 @@ class SimDisk:
             raise StorageError(f"no such directory: {directory}")
         self.crash_point()
         self.stats.dir_fsyncs += 1
-        for path in [p for p in self._durable_files if posixpath.dirname(p) == directory]:
-            del self._durable_files[path]
-        for path, inode in self._files.items():
-            if posixpath.dirname(path) == directory:
-                self._durable_files[path] = inode
+        durable_files = self._durable_files
+        for path in self._durable_children.pop(directory, ()):
+            del durable_files[path]
+        children = self._children.get(directory)
+        if children:
+            files = self._files
+            self._durable_children[directory] = set(children)
+            for path in children:
+                durable_files[path] = files[path]
         self._durable_directories = {
             d for d in self._durable_directories if not d or posixpath.dirname(d) != directory
         }
         self._durable_directories.update(d for d in self._directories if d and posixpath.dirname(d) == directory)
+
+    def _add_file(self, path: str, inode: _Inode) -> None:
+        self._files[path] = inode
+        self._children.setdefault(posixpath.dirname(path), set()).add(path)
+
+    def _remove_file(self, path: str) -> None:
+        if self._files.pop(path, None) is not None:
+            siblings = self._children[posixpath.dirname(path)]
+            siblings.discard(path)
+            if not siblings:
+                del self._children[posixpath.dirname(path)]
 
     def volume(self, directory: str) -> Volume:
         return Volume(posixpath.join("/simulated", normalize_path(directory)))
@@ -288,8 +310,12 @@ class SimDisk:
         for path in sorted(self._durable_files):
             if posixpath.dirname(path) in surviving_directories:
                 inodes[path] = self._durable_files[path]
-        self._files = dict(inodes)
+        self._files = {}
+        self._children = {}
+        for path, inode in inodes.items():
+            self._add_file(path, inode)
         self._durable_files = dict(inodes)
+        self._durable_children = {directory: set(paths) for directory, paths in self._children.items()}
         seen: set[int] = set()
         for path in sorted(inodes):
             inode = inodes[path]

@@ -420,9 +420,9 @@ class SimProducer(KafkaClientBase):
         while self._credit_milli >= 1_000:
             self._credit_milli -= 1_000
             self._sequence += 1
-            value = f"{self.name}:{self._sequence}".encode()
+            value = self._next_value()
             if self.keyed:
-                key, partition = self._keys[self.rng.randrange(KEY_SPACE)]
+                key, partition = self._keys[self._key_index()]
             else:
                 key = None
                 partition = self._round_robin % self.partitions
@@ -434,6 +434,15 @@ class SimProducer(KafkaClientBase):
             if not queue:
                 self._oldest_queued_ms[partition] = self.loop.now_ms
             queue.append((key, value))
+
+    def _key_index(self) -> int:
+        """The index in `_keys` of the next keyed record's key."""
+        return self.rng.randrange(KEY_SPACE)
+
+    def _next_value(self) -> bytes | None:
+        """The value of the record numbered `_sequence`: unique, "name:sequence" (a workload's producer may
+        return None, a tombstone)."""
+        return f"{self.name}:{self._sequence}".encode()
 
     def _maybe_send(self, partition: int) -> None:
         batch = self._inflight.get(partition)

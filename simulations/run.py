@@ -44,6 +44,7 @@ WORKLOADS: dict[str, str] = {
     "follower-fetch": "simulations.follower_fetch_sim",
     "telemetry": "simulations.telemetry_sim",
     "features": "simulations.features_sim",
+    "compaction": "simulations.compaction_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from broker.config import ConfigError, default_config, load_config
+from broker.config import ConfigError, default_config, load_config, parse_config
 
 GOOD = """
 cluster_id = "test"
@@ -96,3 +96,15 @@ def test_the_embedded_default_is_three_local_nodes(tmp_path):
     ]
     assert all(n.host == "127.0.0.1" and n.is_broker and n.is_controller for n in config.nodes)
     assert config.node(3).data_dir == str(tmp_path / "flotilla-data" / "node-3")
+
+
+def test_log_retention_check_interval_is_read_and_must_be_positive():
+    document = {"cluster_id": "c", "nodes": [{"id": 1, "host": "127.0.0.1", "kafka_port": 9092,
+                                              "controller_port": 9192, "roles": ["broker", "controller"],
+                                              "data_dir": "d1"}]}
+    assert parse_config(document, "f.toml", "/").broker.log_retention_check_interval_ms == 30_000
+    document["broker"] = {"log_retention_check_interval_ms": 1_000}
+    assert parse_config(document, "f.toml", "/").broker.log_retention_check_interval_ms == 1_000
+    document["broker"] = {"log_retention_check_interval_ms": 0}
+    with pytest.raises(ConfigError, match="f.toml: key 'broker.log_retention_check_interval_ms' must be >= 1"):
+        parse_config(document, "f.toml", "/")

@@ -1,0 +1,54 @@
+"""The compaction workload: the whole-cluster simulation over a compacted topic, with the log cleaner running
+on every replica under every fault (simulations/compaction_sim.py). A fault-free run compacts and passes every
+checker; each planted cleaner bug fails a compaction checker at its pinned seed (30 s, default faults), replays
+to the same trace, and the same seed passes without it.
+
+Where the pins come from (`flotilla simulate --workload compaction --seeds N --duration 30 --bugs B`):
+- tombstone_ignores_horizon: seeds 2-8 of 1-8 fail (tombstone_horizon_kept, and tombstones_respected in most);
+- cleaned_segment_unsynced: seeds 2, 3 and 5 of 1-8 (a power loss empties a cleaned segment: latest values
+  gone, offsets handed out again);
+- cleaner_past_lso: seeds 1, 4, 6 and 7 of 1-8 (latest_value_kept: a replica cleaned with records above its
+  high watermark, then truncated them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulations.run import run_one
+from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
+
+TOMBSTONE_IGNORES_HORIZON_SEED = 2
+CLEANED_SEGMENT_UNSYNCED_SEED = 2
+CLEANER_PAST_LSO_SEED = 1
+
+
+def test_a_fault_free_run_compacts_every_replica_and_passes_every_checker():
+    result = run_one(workload_config("compaction", 1, 20.0))
+    assert result.ok, failed_checkers(result)
+    names = {verdict.name for verdict in result.checkers}
+    assert {"records_genuine", "latest_value_kept", "tombstones_respected", "tombstone_horizon_kept"} <= names
+    assert not {"replicas_identical", "offsets_dense"} & names  # replicas compact on their own
+    stats = result.stats
+    assert stats["committed_offsets"] > 5_000 and stats["records_checked"] > stats["committed_offsets"]
+    # the cleaner ran: the three replicas of each partition hold far fewer records than were committed
+    assert stats["final_records"] < stats["committed_offsets"], stats
+    assert stats["rewinds"] >= 2 and stats["consumed"] > stats["committed_offsets"], stats
+
+
+def test_tombstone_ignores_horizon_fails_at_its_known_seed():
+    assert_teeth("compaction", "tombstone_ignores_horizon", TOMBSTONE_IGNORES_HORIZON_SEED, 30.0,
+                 {"tombstone_horizon_kept", "tombstones_respected"})
+
+
+def test_cleaned_segment_unsynced_fails_at_its_known_seed():
+    assert_teeth("compaction", "cleaned_segment_unsynced", CLEANED_SEGMENT_UNSYNCED_SEED, 30.0,
+                 {"latest_value_kept", "records_genuine", "acked_not_lost"})
+
+
+def test_cleaner_past_lso_fails_at_its_known_seed():
+    assert_teeth("compaction", "cleaner_past_lso", CLEANER_PAST_LSO_SEED, 30.0, {"latest_value_kept"})
+
+
+@pytest.mark.slow
+def test_compaction_sweep_with_every_fix_in_place_finds_no_failure():
+    assert_sweep_passes("compaction", 12, 30.0)
