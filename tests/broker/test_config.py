@@ -1,7 +1,5 @@
 """The config file: validated with errors naming the file and the key; nothing starts on a bad file."""
 
-import subprocess
-import sys
 
 import pytest
 
