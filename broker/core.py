@@ -225,8 +225,9 @@ class BrokerCore:
         self.bug_follower_reads_past_hw = False
         self.bug_diverges_at_epoch_end = False  # planted (follower-fetch workload): see Partition
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
-        # Planted (the compaction simulation): "cleaner_past_lso" cleans up to the active segment whatever the
-        # last stable offset; the others are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
+        # Planted (the compaction simulations): "cleaner_past_lso" cleans up to the active segment whatever the
+        # last stable offset, "cleaner_forgets_aborted" hands the cleaner no aborted transactions; the others
+        # are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
         self.bug_cleaner: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ metadata
@@ -471,6 +472,8 @@ class BrokerCore:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
                 state = hosted.producer_state
                 aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
+                if "cleaner_forgets_aborted" in self.bug_cleaner:
+                    aborted = []
                 first_uncleanable = hosted.replica.last_stable_offset
                 if "cleaner_past_lso" in self.bug_cleaner:
                     first_uncleanable = None

@@ -298,8 +298,8 @@ def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[Abort
             stats.aborted_txns_dropped += dropped
             if drop_aborted is not None:
                 drop_aborted(dropped)  # before the swap: no data of these transactions is in the log any more
-    except BaseException:
-        cleaned.delete()
+    except Exception:  # a pass that failed (a batch it cannot decode): its partial output goes. Not on a
+        cleaned.delete()  # crash: nothing runs then, and the log's recovery deletes what a crash left behind
         raise
     stats.segments_written += 1
     stats.bytes_written += cleaned.size

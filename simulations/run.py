@@ -45,6 +45,7 @@ WORKLOADS: dict[str, str] = {
     "telemetry": "simulations.telemetry_sim",
     "features": "simulations.features_sim",
     "compaction": "simulations.compaction_sim",
+    "txn-compaction": "simulations.txn_compaction_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

@@ -153,6 +153,9 @@ class SimTxnPipeline(MultiTopicClient):
         self.aborted_txns = 0
         self.restarts = 0
         self.epoch_token = 0
+        # Each output record keyed by its value (its transaction and input, unique), for compacted output topics
+        # (a compacted topic refuses records without a key); without it, outputs have no key.
+        self.keyed_outputs = False
         self._reset()
 
     def _reset(self) -> None:
@@ -461,7 +464,8 @@ class SimTxnPipeline(MultiTopicClient):
             return
         sequence = self.sequences.get(key, 0)
         values = txn.outputs[topic]
-        batch = build_batch([(None, v) for v in values], base_timestamp=self.loop.now_ms,
+        batch = build_batch([(v if self.keyed_outputs else None, v) for v in values],
+                            base_timestamp=self.loop.now_ms,
                             producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                             base_sequence=sequence, is_transactional=True)
         request_class = messages.ProduceRequest
@@ -579,6 +583,13 @@ class SimTxnReader(MultiTopicClient):
         self.fetching: set[tuple[str, int]] = set()
         self.retry_at: dict[tuple[str, int], int] = {}
         self.records = 0
+        self.rewinds = 0
+
+    def rewind(self) -> None:
+        """Read every partition again from offset 0 (an answer to a fetch in flight is then ignored)."""
+        self.positions = dict.fromkeys(self.positions, 0)
+        self.rewinds += 1
+        self.host.trace("client.rewind", self.name)
 
     def start(self) -> None:
         self.loop.call_later(TICK_MS * US_PER_MS, self._tick)

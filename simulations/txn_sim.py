@@ -77,6 +77,8 @@ class TransactionsSimulation(ClusterSimulation):
     checkers_class = TxnCheckers
     extra_bugs = TXN_BUGS
     idle_phase_ms = 0  # the cluster workload's idle phase (its traces stay as they were)
+    output_topic_configs: dict[str, str] = {}  # more configs of the output topics (simulations/txn_compaction_sim.py)
+    keyed_outputs = False  # output records keyed by their input, for compacted outputs
     broker_settings_extra = {
         "offsets_topic_num_partitions": INTERNAL_PARTITIONS,
         "transaction_state_log_num_partitions": INTERNAL_PARTITIONS,
@@ -101,7 +103,8 @@ class TransactionsSimulation(ClusterSimulation):
 
     def _build_clients(self) -> None:
         super()._build_clients()
-        configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, len(self.node_ids))), "flush.messages": "1"}
+        configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, len(self.node_ids))), "flush.messages": "1",
+                   **self.output_topic_configs}
         replication_factor = min(REPLICATION_FACTOR, len(self.node_ids))
         self.output_admins = [TopicCreator(self, CLIENT_ID_BASE + 30 + i, topic, PARTITIONS, replication_factor, configs)
                               for i, topic in enumerate(OUTPUT_TOPICS)]
@@ -110,6 +113,8 @@ class TransactionsSimulation(ClusterSimulation):
         self.pipelines = [SimTxnPipeline(self, CLIENT_ID_BASE + 40 + i, name, name, GROUP, TOPIC, PARTITIONS, owned,
                                          self.checkers, version)
                           for i, ((name, owned), version) in enumerate(zip(PIPELINES, self.transaction_versions))]
+        for pipeline in self.pipelines:
+            pipeline.keyed_outputs = self.keyed_outputs
         self.txn_reader = SimTxnReader(self, CLIENT_ID_BASE + 49, "txn-reader", OUTPUT_TOPICS, PARTITIONS,
                                        self.checkers.observe_output_record)
         self.clients = [*self.clients, *self.output_admins, *self.pipelines, self.txn_reader]

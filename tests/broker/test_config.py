@@ -1,6 +1,5 @@
 """The config file: validated with errors naming the file and the key; nothing starts on a bad file."""
 
-
 import pytest
 
 from broker.config import ConfigError, default_config, load_config, parse_config

@@ -4,6 +4,7 @@ transactions: aborted data, then markers (CleanedTransactionMetadata, KIP-534), 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from partitions.errors import CorruptRecordError
 from partitions.log import AppendOrigin, PartitionLog
 from partitions.records import ABORT, COMMIT, build_batch, build_control_batch, decode_batches
 from partitions.storage import MemoryStorage
+from simulations.disk import SimDisk, SimulatedCrash
 from tests.partitions.logtools import DIRECTORY, key_values, keyed, open_log, read_all
 from tests.txn.harness import Partition
 from txn.producer_state import ProducerStateManager, markers_in
@@ -146,6 +148,30 @@ def test_a_crash_before_the_swap_leaves_the_old_log():
     storage.files[f"{DIRECTORY}/00000000000000000000.log.cleaned"] = bytearray(keyed([(b"k", b"3")]))
     reopened = compacted_log(storage)
     assert read_all(reopened) == before
+
+
+@pytest.mark.parametrize("operations", range(1, 60))  # the pass makes 52 writes
+def test_a_crash_at_any_write_of_a_pass_is_only_a_crash_and_the_log_reopens_whole(operations):
+    """The process dies at the n-th write of a pass (SimDisk's crash point raises a BaseException, as the
+    simulator's crashes do): nothing of the cleaner runs after it (a clean-up there used the dead process's
+    handles: the compaction simulation's seeds 15, 34 and 42 at 60 s), and the reopened log holds the last
+    record of every key, cleaned or not."""
+    disk = SimDisk(random.Random(operations))
+    log = compacted_log(disk, index_interval_bytes=0, segment_bytes=600)  # an index entry per batch
+    pairs = [(b"k%d" % (i % 3), b"%d" % i) for i in range(24)]
+    append_pairs(log, pairs)
+    log.roll(1_000)
+    disk.arm_crash(operations)
+    crashed = False
+    try:
+        log.compact(now_ms=2_000)
+    except SimulatedCrash:
+        crashed = True
+    disk.disarm_crash()
+    if not crashed:
+        disk.crash()
+    latest = {key: value for key, value in pairs}
+    assert {key: value for _, key, value in key_values(compacted_log(disk))} == latest
 
 
 def test_corrupt_batch_aborts_compaction_without_changing_the_log():
