@@ -229,6 +229,9 @@ class BrokerCore:
         # last stable offset, "cleaner_forgets_aborted" hands the cleaner no aborted transactions; the others
         # are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
         self.bug_cleaner: frozenset[str] = frozenset()
+        # Partitions whose last cleaning pass failed (a segment it cannot read: Kafka's uncleanable partitions), with
+        # why: not cleaned again until the node restarts; the node logs each one, the metrics count them.
+        self.uncleanable_partitions: dict[TopicPartition, str] = {}
 
     # ------------------------------------------------------------------ metadata
 
@@ -365,6 +368,7 @@ class BrokerCore:
                                            hosted.replica.replicas, hosted.replica.isr)
             hosted.log.close()
         self._hw_checkpoint.pop((topic, partition), None)
+        self.uncleanable_partitions.pop((topic, partition), None)
         self.storage.delete_tree(partition_directory(topic, partition))
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
@@ -468,7 +472,7 @@ class BrokerCore:
                     hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
                     self.dirty_partitions.add(key)  # fetchers learn the new log start
             hosted.producer_state.remove_expired(now_ms)
-            if hosted.log_config.compact:
+            if hosted.log_config.compact and key not in self.uncleanable_partitions:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
                 state = hosted.producer_state
                 aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
@@ -477,9 +481,12 @@ class BrokerCore:
                 first_uncleanable = hosted.replica.last_stable_offset
                 if "cleaner_past_lso" in self.bug_cleaner:
                     first_uncleanable = None
-                hosted.log.compact(now_ms, first_uncleanable_offset=first_uncleanable,
-                                   aborted=aborted, last_records=state.last_records_of_active_producers(),
-                                   drop_aborted=state.aborted_index.remove, bugs=self.bug_cleaner)
+                try:
+                    hosted.log.compact(now_ms, first_uncleanable_offset=first_uncleanable,
+                                       aborted=aborted, last_records=state.last_records_of_active_producers(),
+                                       drop_aborted=state.aborted_index.remove, bugs=self.bug_cleaner)
+                except KafkaError as error:  # a batch the pass cannot read: the log is as it was; the broker goes on
+                    self.uncleanable_partitions[key] = error.message
             hosted.producer_state.aborted_index.sync()
 
     def close(self) -> None:

@@ -223,7 +223,8 @@ def _partition_gauges(broker: Any) -> list[Sample]:
                 Sample("flotilla_under_min_isr_partitions", (), under_min_isr),
                 Sample("flotilla_offline_partitions", (), offline),
                 Sample("flotilla_leader_partitions", (), leaders),
-                Sample("flotilla_partitions", (), len(broker.partitions))]
+                Sample("flotilla_partitions", (), len(broker.partitions)),
+                Sample("flotilla_uncleanable_partitions", (), len(broker.uncleanable_partitions))]
     return samples
 
 

@@ -34,6 +34,8 @@ GAUGE_HELP = {
     "flotilla_offline_partitions": "Partitions of the cluster without a leader (as this broker's metadata says)",
     "flotilla_leader_partitions": "Partitions this broker leads",
     "flotilla_partitions": "Replicas this broker hosts",
+    "flotilla_uncleanable_partitions": "Compacted partitions the log cleaner stopped cleaning (a segment it "
+                                       "cannot read) until the node restarts",
     "flotilla_log_size_bytes": "Bytes of a hosted partition's log",
     "flotilla_log_segments": "Segments of a hosted partition's log",
     "flotilla_log_end_offset": "Log end offset of a hosted partition",

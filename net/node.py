@@ -121,6 +121,7 @@ class Node:
         self._logged_image: Any = None
         self._logged_replicas = (0, 0)
         self._logged_registration_refused: tuple[str, str] | None = None
+        self._logged_uncleanable: set[tuple[str, int]] = set()  # the uncleanable partitions already logged
         # (where, subject, exception type) -> (when last logged, times since): a failure that repeats (a poll that
         # keeps raising) is logged once a minute, not on every request; keyed by type, not message, to stay bounded.
         self._logged_failures: dict[tuple[str, str, str], tuple[int, int]] = {}
@@ -164,6 +165,12 @@ class Node:
             self._logged_registration_refused = refused
             if refused is not None:  # the broker retries; the log says why it does not serve, once per reason
                 self.log.warning("broker_registration_refused", error=refused[0], reason=refused[1])
+        if self.broker is not None and len(self.broker.uncleanable_partitions) != len(self._logged_uncleanable):
+            for (topic, partition), reason in sorted(self.broker.uncleanable_partitions.items()):
+                if (topic, partition) not in self._logged_uncleanable:
+                    self.log.error("log_cleaning_failed", topic=topic, partition=partition, error=reason,
+                                   action="not cleaned again until the node restarts")
+            self._logged_uncleanable = set(self.broker.uncleanable_partitions)
         image = self.broker.image if self.broker is not None else None
         if image is None or image is self._logged_image:
             return

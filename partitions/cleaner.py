@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from partitions.batch import NO_PRODUCER_ID, BatchHeader, parse_header
-from partitions.errors import InvalidRecordError
+from partitions.errors import CorruptRecordError, InvalidRecordError
 from partitions.index import RELATIVE_OFFSET_MAX
 from partitions.records import ABORT, COMMIT, Record, build_batch, control_record_type, decode_batch
 from partitions.segment import CLEANED_SUFFIX, SWAP_SUFFIX, BatchPlacement, LogSegment
@@ -180,7 +180,15 @@ def _cleanable_segments(log, now_ms: int, first_uncleanable_offset: int | None) 
 
 
 def _iter_decoded(segment: LogSegment):
+    """(header, bytes) of each batch of `segment`, checked for what a batch's CRC does not cover: its offsets
+    (the first 12 bytes are outside it) must follow one another inside the segment's range. Raises
+    CorruptRecordError otherwise, before the pass writes anything of that batch."""
+    expected = segment.base_offset
     for position, header in segment.batch_headers():
+        if not expected <= header.base_offset <= header.last_offset < segment.next_offset:
+            raise CorruptRecordError(f"{segment}: the batch at byte {position} has offsets {header.base_offset}.."
+                                     f"{header.last_offset}, expected from {expected} below {segment.next_offset}")
+        expected = header.last_offset + 1
         yield header, segment.read_batch(position, header)
 
 

@@ -187,6 +187,23 @@ def test_corrupt_batch_aborts_compaction_without_changing_the_log():
     assert len(log.segments) == 2
 
 
+def test_a_flipped_offset_outside_the_crc_aborts_compaction_without_changing_the_log():
+    """A batch's base offset is outside its CRC: the pass checks that the offsets follow one another inside the
+    segment (it failed an assertion when it appended such a batch to the cleaned segment, taking the node down)."""
+    storage = MemoryStorage()
+    log = compacted_log(storage)
+    append_pairs(log, [(b"k", b"%d" % i) for i in range(3)])
+    log.roll(1_000)
+    path = f"{DIRECTORY}/00000000000000000000.log"
+    second = len(keyed([(b"k", b"0")]))  # where the second batch starts
+    storage.files[path][second] ^= 0x80  # the top byte of its base offset
+    before = read_all(log)
+    with pytest.raises(CorruptRecordError, match="offsets"):
+        log.compact(now_ms=2_000)
+    assert not [p for p in storage.files if p.endswith(".cleaned")]
+    assert read_all(log) == before
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=40), st.integers(150, 600))
 def test_compaction_equals_the_last_value_per_key(writes, segment_bytes):

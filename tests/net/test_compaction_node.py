@@ -1,0 +1,141 @@
+"""Compacted topics on a real node, read by a real client: the log cleaner keeps the last value of every key and
+drops deleted keys after delete.retention.ms, as a confluent-kafka consumer reading from offset 0 sees; and a
+segment it cannot read (a flipped byte on the disk) stops the cleaning of that partition alone, with an error
+in the node's log and on its metrics endpoint, where it used to take the node down (the pass raised out of the
+broker's periodic work; a flipped offset, outside the batch CRC, failed an assertion)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+import urllib.request
+
+import pytest
+
+from cli.local_cluster import LocalCluster
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, wait_for_quorum
+
+pytestmark = [pytest.mark.slow, pytest.mark.external]
+TOPIC = "state"
+KEYS = 20
+RECORDS = 3_000
+DELETED = (b"k3", b"k7")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("compaction")), nodes=1, metrics=True,
+                           broker={**FAST_BROKER_SETTINGS, "log_retention_check_interval_ms": 500})
+    cluster.start()
+    wait_for_quorum(cluster)
+    create_topic(cluster, TOPIC, 2, 1, **{"cleanup.policy": "compact", "segment.bytes": "8192",
+                                          "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000"})
+    yield cluster
+    cluster.stop()
+
+
+def produce(cluster: LocalCluster, records: list[tuple[int, bytes, bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    failed = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, "batch.size": 2048,
+                         "enable.idempotence": True})
+    for partition, key, value in records:
+        producer.produce(TOPIC, key=key, value=value, partition=partition,
+                         on_delivery=lambda error, _: error is not None and failed.append(error))
+        producer.poll(0)
+    assert producer.flush(30) == 0 and not failed, failed[:3]
+
+
+def read_from_start(cluster: LocalCluster, partition: int) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of every record a consumer reads from offset 0 to the high watermark."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "reader", "enable.auto.commit": False})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)
+        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        records, deadline = [], time.monotonic() + 30
+        while (not records or records[-1][0] < high - 1) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                records.append((message.offset(), message.key(), message.value()))
+        assert records and records[-1][0] == high - 1, (len(records), high)
+        return records
+    finally:
+        consumer.close()
+
+
+def last_values(records) -> dict[bytes, bytes | None]:
+    state: dict[bytes, bytes | None] = {}
+    for _, key, value in records:
+        state[key] = value
+    return state
+
+
+def uncleanable(cluster: LocalCluster) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_ports[1]}/metrics", timeout=10).read().decode()
+    return float(next(line.split()[1] for line in body.splitlines()
+                      if line.startswith("flotilla_uncleanable_partitions ")))
+
+
+def write_round(cluster: LocalCluster, round_number: int) -> dict[int, dict[bytes, bytes | None]]:
+    """RECORDS records over KEYS keys on both partitions, then tombstones for DELETED; the expected last values."""
+    records = [(i % 2, b"k%d" % (i % KEYS), b"r%d-%d" % (round_number, i)) for i in range(RECORDS)]
+    records += [(partition, key, None) for partition in (0, 1) for key in DELETED]
+    produce(cluster, records)
+    expected = {0: {}, 1: {}}
+    for partition, key, value in records:
+        expected[partition][key] = value
+    return expected
+
+
+def roll_past(cluster: LocalCluster) -> None:
+    """Records enough to fill a segment after what was written: the active segment is never cleaned."""
+    produce(cluster, [(partition, b"after", b"x" * 200) for partition in (0, 1) for _ in range(60)])
+
+
+def test_the_cleaner_keeps_the_last_value_of_every_key_and_drops_deleted_keys(cluster):
+    expected = write_round(cluster, 1)
+    roll_past(cluster)
+
+    def compacted():
+        for partition in (0, 1):
+            records = read_from_start(cluster, partition)
+            state = last_values(records)
+            wanted = {key: value for key, value in expected[partition].items() if value is not None}
+            assert {k: v for k, v in state.items() if k != b"after" and v is not None} == wanted
+            assert len(records) < RECORDS // 4, len(records)  # superseded records are gone
+            assert not {key for _, key, _ in records} & set(DELETED)  # tombstones too, after delete.retention.ms
+        return True
+
+    eventually(compacted, seconds=60, interval=1, what="both partitions compacted, the deleted keys gone")
+    assert uncleanable(cluster) == 0
+
+
+def test_a_segment_the_cleaner_cannot_read_stops_that_partition_only(cluster):
+    directory = os.path.join(cluster.directory, "node-1", "logs", f"{TOPIC}-0")
+    closed = [path for path in sorted(glob.glob(os.path.join(directory, "*.log")))[:-1] if os.path.getsize(path) > 200]
+    assert closed, os.listdir(directory)
+    with open(closed[-1], "r+b") as segment:  # a flipped byte inside the first batch's CRC-covered records
+        segment.seek(100)
+        byte = segment.read(1)
+        segment.seek(100)
+        segment.write(bytes([byte[0] ^ 0xFF]))
+    expected = write_round(cluster, 2)
+    roll_past(cluster)
+    eventually(lambda: uncleanable(cluster) == 1, seconds=30, what="partition 0 marked uncleanable")
+    assert cluster.is_running(1)
+    with open(cluster.log_path(1)) as log:
+        assert '"event": "log_cleaning_failed"' in log.read()
+
+    def partition_1_compacted():
+        records = read_from_start(cluster, 1)
+        state = {k: v for k, v in last_values(records).items() if k != b"after" and v is not None}
+        assert state == {key: value for key, value in expected[1].items() if value is not None}
+        assert len(records) < RECORDS // 4
+        return True
+
+    eventually(partition_1_compacted, seconds=60, interval=1, what="partition 1 still compacted")
+    produce(cluster, [(0, b"k1", b"still-written")])  # the uncleanable partition still takes writes
