@@ -99,6 +99,9 @@ class BrokerSettings:
     # Kafka's log.retention.check.interval.ms: how often a broker applies retention and compacts the logs of
     # compacted topics (Kafka's cleaner runs on its own log.cleaner.backoff.ms; here one interval serves both).
     log_retention_check_interval_ms: int = 30_000
+    # Bytes of segments the log cleaner reads per broker tick (20 ms), over all partitions: a compaction pass runs
+    # in steps beside the requests (Kafka runs its cleaner on threads of its own, log.cleaner.threads).
+    log_cleaner_step_bytes: int = 512 * 1024
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     group_min_session_timeout_ms: int = 6_000
@@ -215,6 +218,8 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
         raise ConfigError(f"{source}: key 'broker.transaction_version' must be 0, 1 or 2")
     if broker.leader_imbalance_check_interval_seconds < 1:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_check_interval_seconds' must be >= 1")
+    if broker.log_cleaner_step_bytes < 1:
+        raise ConfigError(f"{source}: key 'broker.log_cleaner_step_bytes' must be >= 1, got {broker.log_cleaner_step_bytes}")
     if broker.log_retention_check_interval_ms < 1:
         raise ConfigError(f"{source}: key 'broker.log_retention_check_interval_ms' must be >= 1, "
                           f"got {broker.log_retention_check_interval_ms}")

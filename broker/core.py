@@ -51,6 +51,7 @@ from metadata.requests import (
 )
 from partitions.errors import (RETRIABLE_CODES, ErrorCode, KafkaError, NotLeaderOrFollowerError,
                                UnknownTopicOrPartitionError)
+from partitions.cleaner import CleaningPass
 from partitions.log import AppendOrigin, LogClock, PartitionLog
 from partitions.log_config import LogConfig
 from partitions.replica import Partition
@@ -67,6 +68,9 @@ ISR_CHECK_INTERVAL_MS = 1_000
 LOG_TICK_INTERVAL_MS = 100
 ALTER_PARTITIONS_ITEMS_MAX = 1000
 RETENTION_CHECK_INTERVAL_MS = 30_000
+# Bytes of segments the log cleaner reads per broker tick, over all partitions (a pass then waits for the next
+# tick): compaction runs beside the requests instead of holding them for the whole pass (some 20 MB/s here).
+LOG_CLEANER_STEP_BYTES = 512 * 1024
 CONTROLLED_SHUTDOWN_MS_MAX = 15_000
 
 TopicPartition = tuple[str, int]
@@ -149,6 +153,7 @@ class BrokerCore:
         log_flush_messages: int | None = None,
         log_flush_ms: int | None = None,
         log_retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
+        log_cleaner_step_bytes: int = LOG_CLEANER_STEP_BYTES,
         rack: str | None = None,
         replica_selector: str = "",
     ) -> None:
@@ -166,6 +171,8 @@ class BrokerCore:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
+        self.log_cleaner_step_bytes = log_cleaner_step_bytes
+        self._cleaning: dict[TopicPartition, CleaningPass] = {}  # passes in progress, advanced every tick
         self.base_log_config = LogConfig(flush_messages=log_flush_messages, flush_ms=log_flush_ms)
         # The broker-level configs of the node's file (Kafka's STATIC_BROKER_CONFIG), by Kafka's names.
         self.follower_quota = throttle.ReplicationQuota()  # follower.replication.throttled.rate (broker/throttle.py)
@@ -369,6 +376,9 @@ class BrokerCore:
             hosted.log.close()
         self._hw_checkpoint.pop((topic, partition), None)
         self.uncleanable_partitions.pop((topic, partition), None)
+        cleaning = self._cleaning.pop((topic, partition), None)
+        if cleaning is not None:
+            cleaning.abandon()
         self.storage.delete_tree(partition_directory(topic, partition))
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
@@ -457,12 +467,16 @@ class BrokerCore:
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + HW_CHECKPOINT_INTERVAL_MS
             self.checkpoint_high_watermarks()
+        if self._cleaning:
+            self._advance_cleaning(now_ms, self.log_cleaner_step_bytes)
         if now_ms >= self._next_retention_ms:
             self._next_retention_ms = now_ms + self.log_retention_check_interval_ms
             self._run_log_cleanup(now_ms)
 
     def _run_log_cleanup(self, now_ms: int) -> None:
-        # Every replica applies retention on its own, as Kafka's LogManager does.
+        # Every replica applies retention on its own, as Kafka's LogManager does. A compaction pass starts here and
+        # goes on for as much of this tick's cleaner budget as is left; what it does not finish, the next ticks do.
+        budget = self.log_cleaner_step_bytes
         for key, hosted in self.partitions.items():
             if hosted.log_config.delete:
                 log_start_offset = hosted.log.log_start_offset
@@ -472,7 +486,7 @@ class BrokerCore:
                     hosted.producer_state.on_log_start_offset(hosted.log.log_start_offset)
                     self.dirty_partitions.add(key)  # fetchers learn the new log start
             hosted.producer_state.remove_expired(now_ms)
-            if hosted.log_config.compact and key not in self.uncleanable_partitions:
+            if hosted.log_config.compact and key not in self.uncleanable_partitions and key not in self._cleaning:
                 # Open transactions are not cleaned: the cleanable range ends at the last stable offset.
                 state = hosted.producer_state
                 aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
@@ -481,15 +495,40 @@ class BrokerCore:
                 first_uncleanable = hosted.replica.last_stable_offset
                 if "cleaner_past_lso" in self.bug_cleaner:
                     first_uncleanable = None
-                try:
-                    hosted.log.compact(now_ms, first_uncleanable_offset=first_uncleanable,
-                                       aborted=aborted, last_records=state.last_records_of_active_producers(),
-                                       drop_aborted=state.aborted_index.remove, bugs=self.bug_cleaner)
-                except KafkaError as error:  # a batch the pass cannot read: the log is as it was; the broker goes on
-                    self.uncleanable_partitions[key] = error.message
+                self._cleaning[key] = hosted.log.start_compaction(
+                    now_ms, first_uncleanable_offset=first_uncleanable, aborted=aborted,
+                    last_records=state.last_records_of_active_producers(), drop_aborted=state.aborted_index.remove,
+                    bugs=self.bug_cleaner)
+                budget -= self._advance_cleaning(now_ms, budget, key)
             hosted.producer_state.aborted_index.sync()
 
+    def _advance_cleaning(self, now_ms: int, budget: int, only: TopicPartition | None = None) -> int:
+        """Advance the compaction passes in progress (or `only` that one) by about `budget` bytes in all.
+        Returns the bytes read. A pass that cannot read a batch leaves its partition uncleanable."""
+        spent = 0
+        for key in [only] if only is not None else list(self._cleaning):
+            if spent >= budget:
+                break
+            cleaning = self._cleaning[key]
+            hosted = self.partitions.get(key)
+            if hosted is None or hosted.log is not cleaning.log:
+                cleaning.abandon()
+                del self._cleaning[key]
+                continue
+            try:
+                spent += cleaning.advance(budget - spent)
+            except KafkaError as error:  # a batch the pass cannot read: the log is as it was; the broker goes on
+                self.uncleanable_partitions[key] = error.message
+            if cleaning.done:
+                del self._cleaning[key]
+                hosted.log.delete_due_files(now_ms)
+                hosted.producer_state.aborted_index.sync()
+        return spent
+
     def close(self) -> None:
+        for cleaning in self._cleaning.values():
+            cleaning.abandon()
+        self._cleaning.clear()
         self.checkpoint_high_watermarks()
         for hosted in self.partitions.values():
             hosted.log.flush()

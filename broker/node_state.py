@@ -139,6 +139,7 @@ class NodeState:
                 log_flush_messages=settings.log_flush_messages,
                 log_flush_ms=settings.log_flush_ms,
                 log_retention_check_interval_ms=settings.log_retention_check_interval_ms,
+                log_cleaner_step_bytes=settings.log_cleaner_step_bytes,
                 rack=self.node_config.rack,
                 replica_selector=settings.replica_selector,
             )

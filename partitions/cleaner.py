@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from partitions.batch import NO_PRODUCER_ID, BatchHeader, parse_header
 from partitions.errors import CorruptRecordError, InvalidRecordError
@@ -63,6 +63,7 @@ from partitions.segment import CLEANED_SUFFIX, SWAP_SUFFIX, BatchPlacement, LogS
 # are behind); "cleaned_segment_unsynced" swaps a cleaned segment in without fsyncing it first.
 CLEANER_BUGS = frozenset({"tombstone_ignores_horizon", "cleaned_segment_unsynced"})
 OFFSET_MAP_ENTRIES_MAX = 2_000_000  # bound on the keys held in memory by one pass (Kafka's dedupe buffer)
+STEP_BYTES = 64 * 1024  # a pass stops to let its caller decide whether to go on after about this much read
 
 AbortedEntry = tuple[int, int, int]  # an aborted transaction: (producer id, first offset, marker offset)
 
@@ -125,43 +126,109 @@ def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: b
                 aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,
                 drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
                 bugs: frozenset[str] = frozenset()) -> CleanerStats:
-    """One compaction pass over `log` (a PartitionLog). `aborted` lists the partition's aborted transactions,
-    `last_records` its active producers, `drop_aborted` removes index entries (see the module docstring);
-    `bugs`: planted bugs (CLEANER_BUGS), for the simulator.
+    """One compaction pass over `log` (a PartitionLog), all at once. `aborted` lists the partition's aborted
+    transactions, `last_records` its active producers, `drop_aborted` removes index entries (see the module
+    docstring); `bugs`: planted bugs (CLEANER_BUGS), for the simulator.
     Raises CorruptRecordError (or another record decoding error) for a batch that cannot be decoded; the
     log is left unchanged then."""
-    stats = CleanerStats()
-    if not log.config.compact:
-        stats.skipped_reason = "cleanup.policy has no compact"
-        return stats
-    cleanable = _cleanable_segments(log, now_ms, first_uncleanable_offset)
-    first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
-    horizon = log.earliest_delete_horizon_ms
-    horizon_due = horizon is not None and horizon <= now_ms  # KIP-534: expired tombstones make a pass due
-    if not cleanable or (first_dirty >= cleanable[-1].next_offset and not (horizon_due or force)):
-        stats.skipped_reason = "nothing dirty to clean"
-        return stats
-    dirty_bytes = sum(segment.size for segment in cleanable if segment.next_offset > first_dirty)
-    total_bytes = sum(segment.size for segment in cleanable)
-    if not (force or horizon_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
-        stats.skipped_reason = f"dirty ratio {dirty_bytes / max(total_bytes, 1):.2f} below min.cleanable.dirty.ratio"
-        return stats
-    aborted = sorted(aborted, key=lambda entry: entry[1])
-    offset_map, cleanable = _build_offset_map(cleanable, first_dirty, CleanedTransactions(aborted, first_dirty))
-    stats.first_dirty_offset = first_dirty
-    stats.end_offset = max(cleanable[-1].next_offset, first_dirty)
-    round_end_offset = log.active_segment.base_offset
-    if first_uncleanable_offset is not None:
-        round_end_offset = min(round_end_offset, first_uncleanable_offset)
-    state = _Pass(now_ms, log.config.delete_retention_ms, offset_map,
-                  CleanedTransactions(aborted, cleanable[0].base_offset), last_records or {}, round_end_offset, stats,
-                  bugs)
-    for group in _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max):
-        _clean_group(log, group, state, aborted, drop_aborted)
-    log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
-    log.save_cleaner_checkpoint()
-    log.earliest_delete_horizon_ms = stats.earliest_delete_horizon_ms
-    return stats
+    cleaning = CleaningPass(log, now_ms, first_uncleanable_offset, force, aborted, last_records, drop_aborted, bugs)
+    cleaning.advance(None)
+    return cleaning.stats
+
+
+class CleaningPass:
+    """One compaction pass that runs in steps, so that a broker serves requests between them: `advance(n)`
+    reads about `n` bytes of segments (None: to the end) and returns True once the pass is over. Between steps
+    the log takes appends to its active segment, which the pass never touches; a segment the pass still needs
+    that left the log or changed meanwhile (retention, DeleteRecords, a follower's truncation, a closed log)
+    abandons it: its partial output is deleted and the cleaner checkpoint stays where it was, so the next pass
+    starts over. `advance` raises what `compact_log` raises, the log unchanged but for the groups already
+    swapped (each swap is complete and leaves a correctly compacted log)."""
+
+    def __init__(self, log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
+                 aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,
+                 drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
+                 bugs: frozenset[str] = frozenset()) -> None:
+        self.log = log
+        self.stats = CleanerStats()
+        self.done = False
+        self.abandoned = False
+        self._steps = self._run(now_ms, first_uncleanable_offset, force, sorted(aborted, key=lambda e: e[1]),
+                                last_records or {}, drop_aborted, bugs)
+
+    def advance(self, bytes_max: int | None) -> int:
+        """Work until about `bytes_max` bytes were read (None: no limit), or the pass is over (`done`). Returns
+        the bytes read."""
+        read = 0
+        while not self.done and (bytes_max is None or read < bytes_max):
+            try:
+                read += next(self._steps)
+            except StopIteration:
+                self.done = True
+            except BaseException:
+                self.done = True
+                raise
+        return read
+
+    def abandon(self) -> None:
+        """Stop here: the partial output goes, the checkpoint stays (the log is closing or changed)."""
+        if not self.done:
+            self.done = self.abandoned = True
+            self._steps.close()
+
+    def _run(self, now_ms: int, first_uncleanable_offset: int | None, force: bool, aborted: list[AbortedEntry],
+             last_records: dict[int, ProducerLastRecord], drop_aborted, bugs: frozenset[str]) -> Iterator[int]:
+        log, stats = self.log, self.stats
+        if not log.config.compact:
+            stats.skipped_reason = "cleanup.policy has no compact"
+            return
+        cleanable = _cleanable_segments(log, now_ms, first_uncleanable_offset)
+        first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
+        horizon = log.earliest_delete_horizon_ms
+        horizon_due = horizon is not None and horizon <= now_ms  # KIP-534: expired tombstones make a pass due
+        if not cleanable or (first_dirty >= cleanable[-1].next_offset and not (horizon_due or force)):
+            stats.skipped_reason = "nothing dirty to clean"
+            return
+        dirty_bytes = sum(segment.size for segment in cleanable if segment.next_offset > first_dirty)
+        total_bytes = sum(segment.size for segment in cleanable)
+        if not (force or horizon_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
+            stats.skipped_reason = (f"dirty ratio {dirty_bytes / max(total_bytes, 1):.2f} below "
+                                    f"min.cleanable.dirty.ratio")
+            return
+        self._sizes = {id(segment): segment.size for segment in cleanable}
+        self._remaining = list(cleanable)
+        offset_map: dict[bytes, int] = {}
+        cleanable = yield from _build_offset_map(cleanable, first_dirty, CleanedTransactions(aborted, first_dirty),
+                                                 offset_map, self._intact)
+        if self.abandoned:
+            return
+        stats.first_dirty_offset = first_dirty
+        stats.end_offset = max(cleanable[-1].next_offset, first_dirty)
+        round_end_offset = log.active_segment.base_offset
+        if first_uncleanable_offset is not None:
+            round_end_offset = min(round_end_offset, first_uncleanable_offset)
+        state = _Pass(now_ms, log.config.delete_retention_ms, offset_map,
+                      CleanedTransactions(aborted, cleanable[0].base_offset), last_records, round_end_offset, stats,
+                      bugs)
+        groups = _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max)
+        for index, group in enumerate(groups):
+            self._remaining = [segment for later in groups[index:] for segment in later]
+            yield from _clean_group(log, group, state, aborted, drop_aborted, self._intact)
+            if self.abandoned:
+                return
+        log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
+        log.save_cleaner_checkpoint()
+        log.earliest_delete_horizon_ms = stats.earliest_delete_horizon_ms
+
+    def _intact(self) -> bool:
+        """Whether every segment the pass still needs is in the log as it was when the pass began; called when
+        a step resumes. Abandons the pass when not."""
+        log = self.log
+        live = set() if log.closed else {id(segment) for segment in log.segments}
+        if all(id(segment) in live and segment.size == self._sizes[id(segment)] for segment in self._remaining):
+            return True
+        self.abandoned = True
+        return False
 
 
 def _cleanable_segments(log, now_ms: int, first_uncleanable_offset: int | None) -> list[LogSegment]:
@@ -245,14 +312,21 @@ class CleanedTransactions:
         return False
 
 
-def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, transactions: CleanedTransactions
-                      ) -> tuple[dict[bytes, int], list[LogSegment]]:
-    """key -> last offset over the dirty records; the cleanable list is cut where the map fills up."""
-    offset_map: dict[bytes, int] = {}
+def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, transactions: CleanedTransactions,
+                      offset_map: dict[bytes, int], intact: Callable[[], bool]) -> Iterator[int]:
+    """Fill `offset_map` (key -> last offset) over the dirty records, yielding the bytes read every
+    STEP_BYTES; returns the cleanable list, cut where the map filled up. Stops when `intact()` says no."""
+    read = 0
     for slot, segment in enumerate(cleanable):
         if segment.next_offset <= first_dirty:
             continue
         for header, data in _iter_decoded(segment):
+            read += header.size
+            if read >= STEP_BYTES:
+                yield read
+                read = 0
+                if not intact():
+                    return cleanable
             if header.last_offset < first_dirty:
                 continue
             if header.is_control:
@@ -264,8 +338,12 @@ def _build_offset_map(cleanable: list[LogSegment], first_dirty: int, transaction
                 if record.key is not None and record.offset >= first_dirty:
                     offset_map[record.key] = record.offset
         if len(offset_map) >= OFFSET_MAP_ENTRIES_MAX and slot + 1 < len(cleanable):
-            return offset_map, cleanable[: slot + 1]
-    return offset_map, cleanable
+            return cleanable[: slot + 1]
+    if read:
+        yield read
+        if not intact():
+            return cleanable
+    return cleanable
 
 
 def _groups(segments: list[LogSegment], segment_bytes: int, index_entries_max: int) -> list[list[LogSegment]]:
@@ -285,9 +363,13 @@ def _groups(segments: list[LogSegment], segment_bytes: int, index_entries_max: i
 
 
 def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[AbortedEntry],
-                 drop_aborted: Callable[[list[tuple[int, int]]], None] | None) -> None:
+                 drop_aborted: Callable[[list[tuple[int, int]]], None] | None,
+                 intact: Callable[[], bool]) -> Iterator[int]:
+    """Write `group` cleaned as one `.cleaned` segment and swap it in, yielding the bytes read every
+    STEP_BYTES; when `intact()` says no after a step, the partial output goes and nothing is swapped."""
     stats = state.stats
     cleaned = log.segment_object(group[0].base_offset, CLEANED_SUFFIX)
+    read = 0
     try:
         cleaned.log.truncate(0)
         cleaned.recover()  # empty: resets indexes left by an earlier failed pass
@@ -298,6 +380,18 @@ def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[Abort
                 output = _retained_batch(header, data, state)
                 if output is not None:
                     _append_batch(cleaned, output)
+                read += header.size
+                if read >= STEP_BYTES:
+                    yield read
+                    read = 0
+                    if not intact():
+                        cleaned.delete()
+                        return
+        if read:
+            yield read
+            if not intact():
+                cleaned.delete()
+                return
         if "cleaned_segment_unsynced" in state.bugs:
             cleaned.seal = lambda: None  # planted: the swap below makes a segment durable that is not
         cleaned.seal()
@@ -306,9 +400,9 @@ def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[Abort
             stats.aborted_txns_dropped += dropped
             if drop_aborted is not None:
                 drop_aborted(dropped)  # before the swap: no data of these transactions is in the log any more
-    except Exception:  # a pass that failed (a batch it cannot decode): its partial output goes. Not on a
-        cleaned.delete()  # crash: nothing runs then, and the log's recovery deletes what a crash left behind
-        raise
+    except (Exception, GeneratorExit):  # a failed pass (a batch it cannot decode) or an abandoned one: its
+        cleaned.delete()  # partial output goes. Not on a crash: nothing runs then, and the log's recovery
+        raise  # deletes what a crash left behind
     stats.segments_written += 1
     stats.bytes_written += cleaned.size
     _swap(log, group, cleaned)

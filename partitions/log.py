@@ -63,7 +63,7 @@ from partitions.errors import (
 )
 from partitions.leader_epoch import LeaderEpochCache
 from partitions.log_config import LogConfig
-from partitions.cleaner import CleanerStats, ProducerLastRecord, compact_log
+from partitions.cleaner import CleanerStats, CleaningPass, ProducerLastRecord, compact_log
 from partitions.compression import DECOMPRESSED_BYTES_MAX_DEFAULT
 from partitions.records import NO_TIMESTAMP, decode_batch
 from partitions.validation import check_client_records
@@ -893,6 +893,17 @@ class PartitionLog:
                             bugs)
         self.delete_due_files(now_ms)
         return stats
+
+    def start_compaction(self, now_ms: int, first_uncleanable_offset: int | None = None,
+                         aborted: list[tuple[int, int, int]] | None = None,
+                         last_records: dict[int, ProducerLastRecord] | None = None,
+                         drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
+                         bugs: frozenset[str] = frozenset()) -> CleaningPass:
+        """`compact`'s pass, to run in steps (partitions/cleaner.py CleaningPass): the caller advances it and,
+        once it is done, deletes the files due (`delete_due_files`)."""
+        self._now(now_ms)
+        return CleaningPass(self, now_ms, first_uncleanable_offset, False, aborted or [], last_records, drop_aborted,
+                            bugs)
 
     # ---- closing
 

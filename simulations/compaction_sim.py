@@ -7,7 +7,8 @@ changes:
 - the topic is compacted: cleanup.policy=compact, segments of `SEGMENT_BYTES` (they roll every few dozen
   batches), delete.retention.ms `DELETE_RETENTION_MS`, min.compaction.lag.ms `MIN_COMPACTION_LAG_MS`, and a
   min.cleanable.dirty.ratio drawn per seed; the brokers look for work every `CLEANUP_INTERVAL_MS`
-  (log_retention_check_interval_ms). Each replica compacts its own log, as in Kafka, so replicas hold different
+  (log_retention_check_interval_ms) and read `CLEANER_STEP_BYTES` per tick (log_cleaner_step_bytes), so a
+  pass runs over several ticks with appends, crashes, truncations and leadership changes between its steps. Each replica compacts its own log, as in Kafka, so replicas hold different
   batches below the high watermark and `replicas_identical` and `offsets_dense` do not apply here;
 - both producers are keyed, half their records over `HOT_KEYS` keys and half over `COLD_KEYS` (a cold key's
   last record stays its last for seconds), and `TOMBSTONE_SHARE` of their records are tombstones (a null
@@ -72,6 +73,7 @@ SEGMENT_BYTES = 2_048
 DELETE_RETENTION_MS = 5_000
 MIN_COMPACTION_LAG_MS = 500
 CLEANUP_INTERVAL_MS = 1_000
+CLEANER_STEP_BYTES = 8 * 1024  # per broker tick: a pass spans ticks, with appends, faults and truncations between
 DIRTY_RATIO_CHOICES = ("0.0", "0.1", "0.5")
 TOMBSTONE_SHARE = 0.1
 HOT_KEYS = 16
@@ -285,7 +287,8 @@ class CompactionSimulation(ClusterSimulation):
     checkers_class = CompactionCheckers
     extra_bugs = COMPACTION_BUGS
     idle_phase_ms = 0
-    broker_settings_extra = {"log_retention_check_interval_ms": CLEANUP_INTERVAL_MS}
+    broker_settings_extra = {"log_retention_check_interval_ms": CLEANUP_INTERVAL_MS,
+                             "log_cleaner_step_bytes": CLEANER_STEP_BYTES}
 
     def configure_node(self, state: Any) -> None:
         if self.workload_bugs and state.broker is not None:

@@ -6,7 +6,8 @@ writing `out-a` and `out-b` under every fault, the coordinators' nodes killed at
 runs as it does there, with these changes:
 - the output topics are compacted, with the compaction workload's settings (simulations/compaction_sim.py:
   delete.retention.ms 5 s, min.compaction.lag.ms 0.5 s, a dirty ratio per seed, the brokers
-  looking for work every second) but segments of 32 KiB, room for a transaction's batch;
+  looking for work every second) but segments of 32 KiB, room for a transaction's batch, and cleaning steps
+  of 64 KiB a tick;
 - each output record is keyed by its value (its transaction and its input), so no record is ever superseded:
   the cleaner may remove only aborted transactions' data and, once no data of theirs is left and
   delete.retention.ms has passed, their markers and aborted-index entries;
@@ -42,6 +43,7 @@ TXN_COMPACTION_BUGS = {**TXN_BUGS, "cleaner_forgets_aborted": "broker"}
 # A transaction writes up to 500 records (some 20 KB) to an output partition in one batch, and a batch larger
 # than segment.bytes is refused (MESSAGE_TOO_LARGE, as in Kafka): segments of a couple of such batches.
 SEGMENT_BYTES = 32 * 1024
+TXN_CLEANER_STEP_BYTES = 64 * 1024  # per broker tick: a pass over the outputs spans a few ticks
 
 
 class TxnCompactionSimulation(TransactionsSimulation):
@@ -53,6 +55,7 @@ class TxnCompactionSimulation(TransactionsSimulation):
         "offsets_topic_num_partitions": INTERNAL_PARTITIONS,
         "transaction_state_log_num_partitions": INTERNAL_PARTITIONS,
         "log_retention_check_interval_ms": CLEANUP_INTERVAL_MS,
+        "log_cleaner_step_bytes": TXN_CLEANER_STEP_BYTES,
     }
 
     def configure_node(self, state: Any) -> None:

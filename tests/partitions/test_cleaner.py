@@ -204,6 +204,45 @@ def test_a_flipped_offset_outside_the_crc_aborts_compaction_without_changing_the
     assert read_all(log) == before
 
 
+def test_a_pass_run_in_small_steps_writes_what_one_pass_at_once_writes_and_keeps_appends_between_steps():
+    pairs = [(b"k%d" % (i % 7), b"%d" % i) for i in range(200)]
+    at_once, stepped = compacted_log(segment_bytes=600), compacted_log(segment_bytes=600)
+    for log in (at_once, stepped):
+        append_pairs(log, pairs)
+        log.roll(1_000)
+    at_once.compact(now_ms=2_000)
+    cleaning = stepped.start_compaction(2_000)
+    steps = 0
+    while not cleaning.done:
+        cleaning.advance(1)  # the least a step reads: one STEP_BYTES chunk or one group
+        append_pairs(stepped, [(b"new", b"%d" % steps)], now_ms=2_000)  # into the active segment meanwhile
+        steps += 1
+    assert steps > 3 and not cleaning.abandoned
+    assert stepped.cleaner_checkpoint == at_once.cleaner_checkpoint
+    below = at_once.log_end_offset
+    assert [r for r in key_values(stepped) if r[0] < below] == key_values(at_once)
+    assert [r[1:] for r in key_values(stepped) if r[0] >= below] == [(b"new", b"%d" % i) for i in range(steps)]
+
+
+def test_a_pass_whose_segments_change_between_steps_is_abandoned_without_a_trace():
+    storage = MemoryStorage()
+    log = compacted_log(storage, segment_bytes=600, cleanup_policy=("compact", "delete"), retention_ms=1_000,
+                        file_delete_delay_ms=0)
+    append_pairs(log, [(b"k%d" % (i % 7), b"%d" % i) for i in range(200)], now_ms=1_000)
+    log.roll(1_000)
+    append_pairs(log, [(b"k0", b"last")], now_ms=50_000)
+    before, checkpoint = key_values(log), log.cleaner_checkpoint
+    cleaning = log.start_compaction(2_000)
+    cleaning.advance(1)
+    assert not cleaning.done
+    assert log.apply_retention(now_ms=60_000) > 0  # the old segments go while the pass is between steps
+    cleaning.advance(None)
+    assert cleaning.done and cleaning.abandoned
+    assert not [p for p in storage.files if ".cleaned" in p]
+    assert log.cleaner_checkpoint == max(checkpoint, log.log_start_offset)  # where retention, not the pass, put it
+    assert key_values(log) == [r for r in before if r[0] >= log.log_start_offset]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=40), st.integers(150, 600))
 def test_compaction_equals_the_last_value_per_key(writes, segment_bytes):
