@@ -244,10 +244,11 @@ class TransactionsSimulation(ClusterSimulation):
                             continue
                         batch = decode_batch(records[position:position + header.size])
                         if header.is_control:
-                            kind, _ = parse_control_record(batch.records[0])
-                            done = open_txns.pop(header.producer_id, [])
-                            if kind == COMMIT:
-                                committed += done
+                            if batch.records:  # (a control batch the cleaner emptied decides nothing any more)
+                                kind, _ = parse_control_record(batch.records[0])
+                                done = open_txns.pop(header.producer_id, [])
+                                if kind == COMMIT:
+                                    committed += done
                         elif header.is_transactional:
                             open_txns.setdefault(header.producer_id, []).extend(
                                 (r.offset, bytes(r.value or b"")) for r in batch.records)
