@@ -99,8 +99,9 @@ class BrokerSettings:
     # Kafka's log.retention.check.interval.ms: how often a broker applies retention and compacts the logs of
     # compacted topics (Kafka's cleaner runs on its own log.cleaner.backoff.ms; here one interval serves both).
     log_retention_check_interval_ms: int = 30_000
-    # Bytes of segments the log cleaner reads per broker tick (20 ms), over all partitions: a compaction pass runs
-    # in steps beside the requests (Kafka runs its cleaner on threads of its own, log.cleaner.threads).
+    # Bytes of segments the log cleaner reads per broker tick (20 ms), over all partitions (as much again in the tick
+    # of a retention check that starts new passes): a compaction pass runs in steps beside the requests (Kafka runs
+    # its cleaner on threads of its own, log.cleaner.threads).
     log_cleaner_step_bytes: int = 512 * 1024
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
