@@ -80,6 +80,8 @@ HOT_KEYS = 16
 COLD_KEYS = 1_000
 REREAD_MS = 7_000
 READ_BYTES_MAX = 64 * 1024 * 1024
+# bug -> where it is planted (partitions/cleaner.py CLEANER_BUGS, or the broker's call of the cleaner); all go
+# to BrokerCore.bug_cleaner
 COMPACTION_BUGS = {"tombstone_ignores_horizon": "cleaner", "cleaned_segment_unsynced": "cleaner",
                    "cleaner_past_lso": "broker"}
 # The cluster's checkers that assume replicas hold the same batches and every offset: not for a compacted log.
@@ -105,7 +107,8 @@ class CompactionCheckers(ClusterCheckers):
         super().__init__()
         self.committed: dict[TopicPartition, dict[int, _Committed]] = {}
         self.tombstone_offsets: dict[TopicPartition, list[int]] = {}  # sorted
-        self.last_offset_of_key: dict[TopicPartition, dict[bytes | None, int]] = {}  # the last committed record's
+        # per partition, key -> the offset of its last committed record
+        self.last_offset_of_key: dict[TopicPartition, dict[bytes | None, int]] = {}
         self.skipped_late: set[tuple[int, TopicPartition, bytes | None]] = set()  # (node, partition, key)
         self.acked_values: dict[TopicPartition, dict[int, bytes | None]] = {}
         self.reader_last: dict[TopicPartition, int] = {}
@@ -115,6 +118,7 @@ class CompactionCheckers(ClusterCheckers):
     # --- during the run -------------------------------------------------------------------------------------
 
     def observe_committed(self, node_id: int, key: TopicPartition, offset: int, record: Record, now_ms: int) -> None:
+        """Leader `node_id`'s high watermark passed `offset`, where it holds `record`."""
         committed = self.committed.setdefault(key, {})
         known = committed.get(offset)
         if known is None:
