@@ -213,7 +213,8 @@ class CleaningPass:
         groups = _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max)
         for index, group in enumerate(groups):
             self._remaining = [segment for later in groups[index:] for segment in later]
-            yield from _clean_group(log, group, state, aborted, drop_aborted, self._intact)
+            yield from _clean_group(log, group, state, aborted, drop_aborted, self._intact,
+                                    lambda: self.abandoned)
             if self.abandoned:
                 return
         log.cleaner_checkpoint = max(log.cleaner_checkpoint, stats.end_offset)
@@ -364,7 +365,7 @@ def _groups(segments: list[LogSegment], segment_bytes: int, index_entries_max: i
 
 def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[AbortedEntry],
                  drop_aborted: Callable[[list[tuple[int, int]]], None] | None,
-                 intact: Callable[[], bool]) -> Iterator[int]:
+                 intact: Callable[[], bool], abandoning: Callable[[], bool]) -> Iterator[int]:
     """Write `group` cleaned as one `.cleaned` segment and swap it in, yielding the bytes read every
     STEP_BYTES; when `intact()` says no after a step, the partial output goes and nothing is swapped."""
     stats = state.stats
@@ -400,9 +401,13 @@ def _clean_group(log, group: list[LogSegment], state: _Pass, aborted: list[Abort
             stats.aborted_txns_dropped += dropped
             if drop_aborted is not None:
                 drop_aborted(dropped)  # before the swap: no data of these transactions is in the log any more
-    except (Exception, GeneratorExit):  # a failed pass (a batch it cannot decode) or an abandoned one: its
-        cleaned.delete()  # partial output goes. Not on a crash: nothing runs then, and the log's recovery
-        raise  # deletes what a crash left behind
+    except Exception:  # a failed pass (a batch it cannot decode): its partial output goes. Not on a crash:
+        cleaned.delete()  # nothing runs then, and the log's recovery deletes what a crash left behind
+        raise
+    except GeneratorExit:  # closed: by `abandon` (the output goes), or collected with a dead process's broker,
+        if abandoning():  # which must not touch the files (a later process may be writing the same names)
+            cleaned.delete()
+        raise
     stats.segments_written += 1
     stats.bytes_written += cleaned.size
     _swap(log, group, cleaned)
