@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 from broker.config import ClusterConfig, parse_config
-from partitions.batch import iter_batches
+from partitions.batch import BatchHeader, iter_batches
 from partitions.records import decode_batch
 from raftlog.patches import BUG_NAMES as RAFT_BUGS
 from raftlog.port import RaftConfig
@@ -572,29 +572,35 @@ class ClusterSimulation(NodeFaultsMixin):
         return logs
 
 
+def log_batches(log: Any, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    """(header, bytes) of each batch of `log` (a PartitionLog) from the one holding `start`, in order, until one
+    ends at or past `end` (the batches past `end` that the same read brought are yielded too)."""
+    offset = start
+    while offset < end:
+        records = log.read(offset, FINAL_READ_BYTES_MAX).records
+        if not records:
+            return
+        for position, header in iter_batches(records):
+            if header.last_offset < offset:
+                continue
+            yield header, records[position:position + header.size]
+            offset = header.last_offset + 1
+
+
 def _replica_log(node_id: int, hosted: Any, batch_values: dict[bytes, list[tuple[int, bytes]]]) -> ReplicaLog:
     """The converged state of one replica. `batch_values`: (offset, value) of every record of each batch
     decoded so far, by the batch's bytes (equal bytes decode alike, so each distinct batch is decoded once)."""
     log = hosted.log
     batches: list[BatchSummary] = []
     values: dict[int, bytes] = {}
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        records = log.read(offset, FINAL_READ_BYTES_MAX).records
-        if not records:
-            break
-        for position, header in iter_batches(records):
-            if header.last_offset < offset:
-                continue
-            batches.append(BatchSummary(header.base_offset, header.last_offset, header.partition_leader_epoch,
-                                        header.crc))
-            batch = records[position:position + header.size]
-            decoded = batch_values.get(batch)
-            if decoded is None:
-                decoded = batch_values[batch] = [(record.offset, bytes(record.value or b""))
-                                                 for record in decode_batch(batch).records]
-            values.update(decoded)
-            offset = header.last_offset + 1
+    for header, batch in log_batches(log, log.log_start_offset, log.log_end_offset):
+        batches.append(BatchSummary(header.base_offset, header.last_offset, header.partition_leader_epoch,
+                                    header.crc))
+        decoded = batch_values.get(batch)
+        if decoded is None:
+            decoded = batch_values[batch] = [(record.offset, bytes(record.value or b""))
+                                             for record in decode_batch(batch).records]
+        values.update(decoded)
     return ReplicaLog(node_id, log.log_start_offset, log.log_end_offset, hosted.replica.high_watermark,
                       batches, values)
 

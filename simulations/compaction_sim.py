@@ -58,12 +58,12 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from partitions.batch import iter_batches
 from partitions.murmur2 import murmur2
 from partitions.records import decode_batch
 from simulations import cluster_sim
 from simulations.cluster_checkers import ClusterCheckers, TopicPartition
-from simulations.cluster_sim import CLIENT_ID_BASE, MIN_INSYNC_REPLICAS, PARTITIONS, TOPIC, ClusterSimulation
+from simulations.cluster_sim import CLIENT_ID_BASE, MIN_INSYNC_REPLICAS, PARTITIONS, TOPIC, ClusterSimulation, \
+    log_batches
 from simulations.kafka_clients import SimConsumer, SimProducer, TopicCreator
 from simulations.loop import US_PER_MS
 from simulations.run import CheckerVerdict, RunConfig, RunResult
@@ -79,7 +79,6 @@ TOMBSTONE_SHARE = 0.1
 HOT_KEYS = 16
 COLD_KEYS = 1_000
 REREAD_MS = 7_000
-READ_BYTES_MAX = 64 * 1024 * 1024
 # bug -> where it is planted (partitions/cleaner.py CLEANER_BUGS, or the broker's call of the cleaner); all go
 # to BrokerCore.bug_cleaner
 COMPACTION_BUGS = {"tombstone_ignores_horizon": "cleaner", "cleaned_segment_unsynced": "cleaner",
@@ -254,6 +253,7 @@ class CompactedTopicReader(SimConsumer):
     def __init__(self, host: Any, client_id: int, name: str, checkers: CompactionCheckers) -> None:
         super().__init__(host, client_id, name, TOPIC, PARTITIONS, lambda *_: None)
         self.checkers = checkers
+        self.past_batch_ends = True
         self.rewinds = 0
 
     def rewind(self) -> None:
@@ -264,25 +264,9 @@ class CompactedTopicReader(SimConsumer):
         self.checkers.reader_rewound()
         self.host.trace("client.rewind", self.name)
 
-    def _consume(self, partition: int, records: bytes, high_watermark: int) -> int:
-        decoded = [decode_batch(records[position:position + header.size])
-                   for position, header in iter_batches(records)]
-        state = self.state[partition]
-        key = (self.topic, partition)
-        consumed = 0
-        for batch in decoded:
-            if batch.header.last_offset < state.position:
-                continue
-            for record in batch.records:
-                if record.offset < state.position:
-                    continue
-                value = None if record.value is None else bytes(record.value)
-                self.checkers.observe_read(key, record.offset, (bytes(record.key or b""), value), high_watermark)
-                consumed += 1
-            state.position = batch.header.last_offset + 1
-            state.last_epoch = batch.header.partition_leader_epoch
-        self.stats.records += consumed
-        return consumed
+    def _report(self, key: TopicPartition, record: Any, high_watermark: int) -> None:
+        value = None if record.value is None else bytes(record.value)
+        self.checkers.observe_read(key, record.offset, (bytes(record.key or b""), value), high_watermark)
 
 
 class CompactionSimulation(ClusterSimulation):
@@ -323,13 +307,7 @@ class CompactionSimulation(ClusterSimulation):
 
     def _start_clients(self) -> None:
         super()._start_clients()
-        self.loop.call_later(REREAD_MS * US_PER_MS, self._rewind_reader)
-
-    def _rewind_reader(self) -> None:
-        if not self._fault_phase:
-            return
-        self.consumer.rewind()
-        self.loop.call_later(REREAD_MS * US_PER_MS, self._rewind_reader)
+        rewind_during_faults(self, self.consumer)
 
     # --- ground truth ---------------------------------------------------------------------------------------
 
@@ -389,23 +367,27 @@ class CompactionSimulation(ClusterSimulation):
         return result
 
 
+def rewind_during_faults(sim: ClusterSimulation, reader: Any) -> None:
+    """`reader.rewind()` every REREAD_MS while the fault phase of `sim` lasts (a consumer rebuilding its state
+    from offset 0, over what the cleaner rewrote meanwhile)."""
+
+    def rewind() -> None:
+        if sim._fault_phase:
+            reader.rewind()
+            sim.loop.call_later(REREAD_MS * US_PER_MS, rewind)
+
+    sim.loop.call_later(REREAD_MS * US_PER_MS, rewind)
+
+
 def _records(log: Any, start: int, end: int) -> dict[int, Record]:
     """(key, value) of each record the log holds at [start, end), by offset (control batches skipped)."""
     found: dict[int, Record] = {}
-    offset = start
-    while offset < end:
-        records = log.read(offset, READ_BYTES_MAX).records
-        if not records:
-            break
-        for position, header in iter_batches(records):
-            if header.last_offset < offset:
-                continue
-            if not header.is_control:
-                for record in decode_batch(records[position:position + header.size]).records:
-                    if start <= record.offset < end:
-                        found[record.offset] = (bytes(record.key or b""),
-                                                None if record.value is None else bytes(record.value))
-            offset = header.last_offset + 1
+    for header, batch in log_batches(log, start, end):
+        if not header.is_control:
+            for record in decode_batch(batch).records:
+                if start <= record.offset < end:
+                    found[record.offset] = (bytes(record.key or b""),
+                                            None if record.value is None else bytes(record.value))
     return found
 
 

@@ -557,6 +557,9 @@ class SimConsumer(KafkaClientBase):
         # Called with (partition, position, epoch, end offset) when the leader's log ends the epoch of the
         # last batch consumed before the consumer's position: records it consumed are gone.
         self.on_truncation: Callable[[int, int, int, int], None] = lambda *_: None
+        # A consumer of a compacted topic moves past each batch's last offset, as Kafka's does, over emptied batches
+        # and removed records (the compaction workload's reader); the others move past the last record read.
+        self.past_batch_ends = False
 
     def use_fetch_version(self, version: int) -> None:
         """Fetch at `version` (11-17; topic ids from 13 need Metadata v12)."""
@@ -698,9 +701,15 @@ class SimConsumer(KafkaClientBase):
             for record in batch.records:
                 if record.offset < state.position:
                     continue
-                self.on_record(key, record.offset, bytes(record.value or b""), high_watermark)
+                self._report(key, record, high_watermark)
                 state.position = record.offset + 1
                 state.last_epoch = batch.header.partition_leader_epoch
                 consumed += 1
+            if self.past_batch_ends and batch.header.last_offset >= state.position:
+                state.position = batch.header.last_offset + 1
+                state.last_epoch = batch.header.partition_leader_epoch
         self.stats.records += consumed
         return consumed
+
+    def _report(self, key: tuple[str, int], record: Any, high_watermark: int) -> None:
+        self.on_record(key, record.offset, bytes(record.value or b""), high_watermark)

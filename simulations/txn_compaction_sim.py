@@ -32,9 +32,8 @@ from simulations.compaction_sim import (
     CLEANUP_INTERVAL_MS,
     DIRTY_RATIO_CHOICES,
     MIN_COMPACTION_LAG_MS,
-    REREAD_MS,
+    rewind_during_faults,
 )
-from simulations.loop import US_PER_MS
 from simulations.run import RunConfig, RunResult
 from simulations.txn_sim import INTERNAL_PARTITIONS, TXN_BUGS, TransactionsSimulation
 
@@ -79,13 +78,7 @@ class TxnCompactionSimulation(TransactionsSimulation):
 
     def _start_clients(self) -> None:
         super()._start_clients()
-        self.loop.call_later(REREAD_MS * US_PER_MS, self._rewind_reader)
-
-    def _rewind_reader(self) -> None:
-        if not self._fault_phase:
-            return
-        self.txn_reader.rewind()
-        self.loop.call_later(REREAD_MS * US_PER_MS, self._rewind_reader)
+        rewind_during_faults(self, self.txn_reader)
 
     def _final_logs(self) -> dict:
         """The cluster's final log checks (replicas identical, offsets dense) for the input topic and the internal

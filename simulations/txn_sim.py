@@ -37,11 +37,10 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.keys import partition_for_key
-from partitions.batch import iter_batches
 from partitions.records import decode_batch, parse_control_record, COMMIT
 from simulations import cluster_sim
 from simulations.cluster_sim import CLIENT_ID_BASE, MIN_INSYNC_REPLICAS, PARTITIONS, REPLICATION_FACTOR, TOPIC, \
-    ClusterSimulation, configure_shards
+    ClusterSimulation, configure_shards, log_batches
 from simulations.kafka_clients import TopicCreator
 from simulations.loop import US_PER_MS
 from simulations.run import RunConfig, RunResult
@@ -68,7 +67,6 @@ TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
             "end_txn_retry_as_new_txn": "bug_end_txn_retry_as_new_transaction",
             "complete_before_markers_written": "bug_complete_before_markers_written",
             "poll_ignores_changes": "bug_poll_ignores_changes"}
-FINAL_READ_BYTES_MAX = 64 * 1024 * 1024
 
 
 class TransactionsSimulation(ClusterSimulation):
@@ -233,28 +231,21 @@ class TransactionsSimulation(ClusterSimulation):
                 replica = self._leader_replica(topic, partition)
                 committed: list[tuple[int, bytes]] = []
                 open_txns: dict[int, list[tuple[int, bytes]]] = {}
-                offset = replica.log.log_start_offset if replica is not None else 0
-                end = replica.log.log_end_offset if replica is not None else 0
-                while offset < end:
-                    records = replica.log.read(offset, FINAL_READ_BYTES_MAX).records
-                    if not records:
-                        break
-                    for position, header in iter_batches(records):
-                        if header.last_offset < offset:
-                            continue
-                        batch = decode_batch(records[position:position + header.size])
-                        if header.is_control:
-                            if batch.records:  # (a control batch the cleaner emptied decides nothing any more)
-                                kind, _ = parse_control_record(batch.records[0])
-                                done = open_txns.pop(header.producer_id, [])
-                                if kind == COMMIT:
-                                    committed += done
-                        elif header.is_transactional:
-                            open_txns.setdefault(header.producer_id, []).extend(
-                                (r.offset, bytes(r.value or b"")) for r in batch.records)
-                        else:
-                            committed += [(r.offset, bytes(r.value or b"")) for r in batch.records]
-                        offset = header.last_offset + 1
+                batches = log_batches(replica.log, replica.log.log_start_offset, replica.log.log_end_offset) \
+                    if replica is not None else ()
+                for header, data in batches:
+                    batch = decode_batch(data)
+                    if header.is_control:
+                        if batch.records:  # (a control batch the cleaner emptied decides nothing any more)
+                            kind, _ = parse_control_record(batch.records[0])
+                            done = open_txns.pop(header.producer_id, [])
+                            if kind == COMMIT:
+                                committed += done
+                    elif header.is_transactional:
+                        open_txns.setdefault(header.producer_id, []).extend(
+                            (r.offset, bytes(r.value or b"")) for r in batch.records)
+                    else:
+                        committed += [(r.offset, bytes(r.value or b"")) for r in batch.records]
                 view[(topic, partition)] = sorted(committed)
         return view
 
