@@ -122,28 +122,17 @@ class _Pass:
     bugs: frozenset[str] = frozenset()  # planted (CLEANER_BUGS)
 
 
-def compact_log(log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
-                aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,
-                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
-                bugs: frozenset[str] = frozenset()) -> CleanerStats:
-    """One compaction pass over `log` (a PartitionLog), all at once. `aborted` lists the partition's aborted
-    transactions, `last_records` its active producers, `drop_aborted` removes index entries (see the module
-    docstring); `bugs`: planted bugs (CLEANER_BUGS), for the simulator.
-    Raises CorruptRecordError (or another record decoding error) for a batch that cannot be decoded; the
-    log is left unchanged then."""
-    cleaning = CleaningPass(log, now_ms, first_uncleanable_offset, force, aborted, last_records, drop_aborted, bugs)
-    cleaning.advance(None)
-    return cleaning.stats
-
-
 class CleaningPass:
     """One compaction pass that runs in steps, so that a broker serves requests between them: `advance(n)`
-    reads about `n` bytes of segments (None: to the end) and returns True once the pass is over. Between steps
+    reads about `n` bytes of segments (None: to the end); `done` says when the pass is over. Between steps
     the log takes appends to its active segment, which the pass never touches; a segment the pass still needs
     that left the log or changed meanwhile (retention, DeleteRecords, a follower's truncation, a closed log)
     abandons it: its partial output is deleted and the cleaner checkpoint stays where it was, so the next pass
-    starts over. `advance` raises what `compact_log` raises, the log unchanged but for the groups already
-    swapped (each swap is complete and leaves a correctly compacted log)."""
+    starts over. `advance` raises CorruptRecordError (or another record decoding error) for a batch that
+    cannot be decoded, the log unchanged but for the groups already swapped (each swap is complete and leaves a
+    correctly compacted log). `aborted` lists the partition's aborted transactions, `last_records` its active
+    producers, `drop_aborted` removes index entries (see the module docstring); `bugs`: planted bugs
+    (CLEANER_BUGS), for the simulator."""
 
     def __init__(self, log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
                  aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,

@@ -63,7 +63,7 @@ from partitions.errors import (
 )
 from partitions.leader_epoch import LeaderEpochCache
 from partitions.log_config import LogConfig
-from partitions.cleaner import CleanerStats, CleaningPass, ProducerLastRecord, compact_log
+from partitions.cleaner import CleanerStats, CleaningPass, ProducerLastRecord
 from partitions.compression import DECOMPRESSED_BYTES_MAX_DEFAULT
 from partitions.records import NO_TIMESTAMP, decode_batch
 from partitions.validation import check_client_records
@@ -878,21 +878,20 @@ class PartitionLog:
     def compact(self, now_ms: int, first_uncleanable_offset: int | None = None, force: bool = False,
                 aborted: list[tuple[int, int, int]] | None = None,
                 last_records: dict[int, ProducerLastRecord] | None = None,
-                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
-                bugs: frozenset[str] = frozenset()) -> CleanerStats:
+                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None) -> CleanerStats:
         """Compact closed segments below `first_uncleanable_offset` (the caller passes the last stable offset
         or high watermark) when cleanup.policy has "compact" and the dirty ratio reaches
         min.cleanable.dirty.ratio (or `force`). `aborted` lists the aborted transactions as (producer id,
         first offset, marker offset), whose data is removed; `last_records` the active producers' last data
         offset and epoch, whose batches stay (possibly empty); `drop_aborted` receives the (producer id,
-        marker offset) of aborted transactions whose index entries must go; `bugs`: planted cleaner bugs
-        (partitions/cleaner.py CLEANER_BUGS, the simulator's only). See partitions/cleaner.py.
-        Returns CleanerStats."""
+        marker offset) of aborted transactions whose index entries must go. The whole pass at once (a broker
+        runs it in steps: `start_compaction`). See partitions/cleaner.py. Returns CleanerStats."""
         self._now(now_ms)
-        stats = compact_log(self, now_ms, first_uncleanable_offset, force, aborted or [], last_records, drop_aborted,
-                            bugs)
+        cleaning = CleaningPass(self, now_ms, first_uncleanable_offset, force, aborted or [], last_records,
+                                drop_aborted)
+        cleaning.advance(None)
         self.delete_due_files(now_ms)
-        return stats
+        return cleaning.stats
 
     def start_compaction(self, now_ms: int, first_uncleanable_offset: int | None = None,
                          aborted: list[tuple[int, int, int]] | None = None,
