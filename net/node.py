@@ -165,7 +165,7 @@ class Node:
             self._logged_registration_refused = refused
             if refused is not None:  # the broker retries; the log says why it does not serve, once per reason
                 self.log.warning("broker_registration_refused", error=refused[0], reason=refused[1])
-        if self.broker is not None and len(self.broker.uncleanable_partitions) != len(self._logged_uncleanable):
+        if self.broker is not None and self.broker.uncleanable_partitions.keys() != self._logged_uncleanable:
             for (topic, partition), reason in sorted(self.broker.uncleanable_partitions.items()):
                 if (topic, partition) not in self._logged_uncleanable:
                     self.log.error("log_cleaning_failed", topic=topic, partition=partition, error=reason,
