@@ -496,10 +496,13 @@ class BrokerCore:
                 first_uncleanable = hosted.replica.last_stable_offset
                 if "cleaner_past_lso" in self.bug_cleaner:
                     first_uncleanable = None
+                # Tombstones and markers outlive their horizon while a replica is out of the committed ISR: it may
+                # hold what they delete without having fetched them (partitions/cleaner.py).
+                in_sync = set(hosted.replica.replicas) <= set(hosted.replica.isr)
                 self._cleaning[key] = hosted.log.start_compaction(
                     now_ms, first_uncleanable_offset=first_uncleanable, aborted=aborted,
                     last_records=state.last_records_of_active_producers(), drop_aborted=state.aborted_index.remove,
-                    bugs=self.bug_cleaner)
+                    bugs=self.bug_cleaner, all_replicas_in_sync=in_sync)
                 budget -= self._advance_cleaning(now_ms, budget, key)
             hosted.producer_state.aborted_index.sync()
 

@@ -44,6 +44,21 @@ first offset, marker offset)) becoming "ongoing" when the pass reaches their fir
   that ends the cleaning round (first_uncleanable_offset). Those are kept as an empty batch: same offsets,
   producer fields, flags and max timestamp, no records. `last_records` gives the active producers' last
   data offset and epoch (Kafka's lastRecordsOfActiveProducers, from the partition's producer state).
+
+Replicas that are behind (a rule Kafka does not have). A tombstone or a marker past its delete horizon is
+removed only while every replica of the partition is in the ISR (`all_replicas_in_sync`, from the caller's
+committed partition state). The cleanable range lies below the high watermark, which no ISR member's log end
+is below, so then every replica has already fetched what the pass removes. A replica out of the ISR may still
+hold a deleted key's older value or an aborted transaction's data without having fetched the tombstone or the
+ABORT marker that ends it: in Kafka a replica behind by more than delete.retention.ms fetches past a removed
+marker, keeps the aborted data as an open transaction and commits it with its producer's next COMMIT, or
+keeps a deleted key alive, and serves either once it leads. Here such items outlive their horizon until the
+ISR is whole again (the replica back in sync, or reassigned away); a passed horizon does not make a pass due
+meanwhile, so an offline replica costs the log its tombstones and markers, not repeated passes. Superseded
+records and aborted data still go: a replica that is behind fetches their successors, or the marker, later.
+A follower judges the ISR by its metadata image, which may trail the controller's by a moment: a pass that
+starts between the follower learning a high watermark past an item and its applying the ISR shrink that let
+the watermark move could still remove that item.
 """
 
 from __future__ import annotations
@@ -58,10 +73,11 @@ from partitions.index import RELATIVE_OFFSET_MAX
 from partitions.records import ABORT, COMMIT, Record, build_batch, control_record_type, decode_batch
 from partitions.segment import CLEANED_SUFFIX, SWAP_SUFFIX, BatchPlacement, LogSegment
 
-# Planted bugs, switched on by the compaction simulation only: "tombstone_ignores_horizon" drops a tombstone
+# Planted bugs, switched on by the compaction simulations only: "tombstone_ignores_horizon" drops a tombstone
 # in the first pass that finds it superseding nothing later (no delete.retention.ms kept for readers that
-# are behind); "cleaned_segment_unsynced" swaps a cleaned segment in without fsyncing it first.
-CLEANER_BUGS = frozenset({"tombstone_ignores_horizon", "cleaned_segment_unsynced"})
+# are behind); "cleaned_segment_unsynced" swaps a cleaned segment in without fsyncing it first;
+# "cleaner_ignores_isr" removes tombstones and markers past their horizon while a replica is out of the ISR.
+CLEANER_BUGS = frozenset({"tombstone_ignores_horizon", "cleaned_segment_unsynced", "cleaner_ignores_isr"})
 OFFSET_MAP_ENTRIES_MAX = 2_000_000  # bound on the keys held in memory by one pass (Kafka's dedupe buffer)
 STEP_BYTES = 64 * 1024  # a pass stops to let its caller decide whether to go on after about this much read
 
@@ -119,6 +135,7 @@ class _Pass:
     last_records: dict[int, ProducerLastRecord]
     round_end_offset: int
     stats: CleanerStats
+    removes_past_horizon: bool = True  # tombstones and markers past their horizon may go (every replica in sync)
     bugs: frozenset[str] = frozenset()  # planted (CLEANER_BUGS)
 
 
@@ -131,19 +148,21 @@ class CleaningPass:
     starts over. `advance` raises CorruptRecordError (or another record decoding error) for a batch that
     cannot be decoded, the log unchanged but for the groups already swapped (each swap is complete and leaves a
     correctly compacted log). `aborted` lists the partition's aborted transactions, `last_records` its active
-    producers, `drop_aborted` removes index entries (see the module docstring); `bugs`: planted bugs
-    (CLEANER_BUGS), for the simulator."""
+    producers, `drop_aborted` removes index entries (see the module docstring); `all_replicas_in_sync`: whether
+    every replica of the partition is in its ISR (else tombstones and markers stay past their horizon); `bugs`:
+    planted bugs (CLEANER_BUGS), for the simulator."""
 
     def __init__(self, log, now_ms: int, first_uncleanable_offset: int | None, force: bool,
                  aborted: Iterable[AbortedEntry] = (), last_records: dict[int, ProducerLastRecord] | None = None,
                  drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
-                 bugs: frozenset[str] = frozenset()) -> None:
+                 bugs: frozenset[str] = frozenset(), all_replicas_in_sync: bool = True) -> None:
         self.log = log
         self.stats = CleanerStats()
         self.done = False
         self.abandoned = False
+        removes_past_horizon = all_replicas_in_sync or "cleaner_ignores_isr" in bugs
         self._steps = self._run(now_ms, first_uncleanable_offset, force, sorted(aborted, key=lambda e: e[1]),
-                                last_records or {}, drop_aborted, bugs)
+                                last_records or {}, drop_aborted, bugs, removes_past_horizon)
 
     def advance(self, bytes_max: int | None) -> int:
         """Work until about `bytes_max` bytes were read (None: no limit), or the pass is over (`done`). Returns
@@ -166,7 +185,8 @@ class CleaningPass:
             self._steps.close()
 
     def _run(self, now_ms: int, first_uncleanable_offset: int | None, force: bool, aborted: list[AbortedEntry],
-             last_records: dict[int, ProducerLastRecord], drop_aborted, bugs: frozenset[str]) -> Iterator[int]:
+             last_records: dict[int, ProducerLastRecord], drop_aborted, bugs: frozenset[str],
+             removes_past_horizon: bool) -> Iterator[int]:
         log, stats = self.log, self.stats
         if not log.config.compact:
             stats.skipped_reason = "cleanup.policy has no compact"
@@ -174,7 +194,8 @@ class CleaningPass:
         cleanable = _cleanable_segments(log, now_ms, first_uncleanable_offset)
         first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
         horizon = log.earliest_delete_horizon_ms
-        horizon_due = horizon is not None and horizon <= now_ms  # KIP-534: expired tombstones make a pass due
+        # KIP-534: expired tombstones make a pass due; not while a replica out of the ISR keeps them anyway
+        horizon_due = horizon is not None and horizon <= now_ms and removes_past_horizon
         if not cleanable or (first_dirty >= cleanable[-1].next_offset and not (horizon_due or force)):
             stats.skipped_reason = "nothing dirty to clean"
             return
@@ -198,7 +219,7 @@ class CleaningPass:
             round_end_offset = min(round_end_offset, first_uncleanable_offset)
         state = _Pass(now_ms, log.config.delete_retention_ms, offset_map,
                       CleanedTransactions(aborted, cleanable[0].base_offset), last_records, round_end_offset, stats,
-                      bugs)
+                      removes_past_horizon, bugs)
         groups = _groups(cleanable, log.config.segment_bytes, cleanable[0].offset_index.entries_max)
         for index, group in enumerate(groups):
             self._remaining = [segment for later in groups[index:] for segment in later]
@@ -437,7 +458,8 @@ def _retained_batch(header: BatchHeader, data: bytes, state: _Pass) -> bytes | N
     stats, records = state.stats, decode_batch(data).records
     if header.is_control:
         discardable = state.transactions.on_control_batch_read(header, records)
-        discard_records = discardable and header.has_delete_horizon and state.now_ms >= header.base_timestamp
+        discard_records = (discardable and header.has_delete_horizon and state.now_ms >= header.base_timestamp
+                           and state.removes_past_horizon)
         retained = [] if discard_records else records
         stats.markers_removed += len(records) - len(retained)
     else:
@@ -467,7 +489,7 @@ def _retained_batch(header: BatchHeader, data: bytes, state: _Pass) -> bytes | N
 
 def _retained_records(header: BatchHeader, records: list[Record], state: _Pass) -> list[Record]:
     """Kafka's shouldRetainRecord: the last record of each key; a tombstone until its batch's horizon."""
-    horizon_passed = header.has_delete_horizon and state.now_ms >= header.base_timestamp
+    horizon_passed = header.has_delete_horizon and state.now_ms >= header.base_timestamp and state.removes_past_horizon
     if "tombstone_ignores_horizon" in state.bugs:
         horizon_passed = True
     retained: list[Record] = []

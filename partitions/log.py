@@ -878,17 +878,20 @@ class PartitionLog:
     def compact(self, now_ms: int, first_uncleanable_offset: int | None = None, force: bool = False,
                 aborted: list[tuple[int, int, int]] | None = None,
                 last_records: dict[int, ProducerLastRecord] | None = None,
-                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None) -> CleanerStats:
+                drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
+                all_replicas_in_sync: bool = True) -> CleanerStats:
         """Compact closed segments below `first_uncleanable_offset` (the caller passes the last stable offset
         or high watermark) when cleanup.policy has "compact" and the dirty ratio reaches
         min.cleanable.dirty.ratio (or `force`). `aborted` lists the aborted transactions as (producer id,
         first offset, marker offset), whose data is removed; `last_records` the active producers' last data
         offset and epoch, whose batches stay (possibly empty); `drop_aborted` receives the (producer id,
-        marker offset) of aborted transactions whose index entries must go. The whole pass at once (a broker
-        runs it in steps: `start_compaction`). See partitions/cleaner.py. Returns CleanerStats."""
+        marker offset) of aborted transactions whose index entries must go; `all_replicas_in_sync` whether every
+        replica of the partition is in its ISR (else tombstones and markers outlive their delete horizon). The
+        whole pass at once (a broker runs it in steps: `start_compaction`). See partitions/cleaner.py. Returns
+        CleanerStats."""
         self._now(now_ms)
         cleaning = CleaningPass(self, now_ms, first_uncleanable_offset, force, aborted or [], last_records,
-                                drop_aborted)
+                                drop_aborted, all_replicas_in_sync=all_replicas_in_sync)
         cleaning.advance(None)
         self.delete_due_files(now_ms)
         return cleaning.stats
@@ -897,12 +900,13 @@ class PartitionLog:
                          aborted: list[tuple[int, int, int]] | None = None,
                          last_records: dict[int, ProducerLastRecord] | None = None,
                          drop_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
-                         bugs: frozenset[str] = frozenset()) -> CleaningPass:
+                         bugs: frozenset[str] = frozenset(), all_replicas_in_sync: bool = True) -> CleaningPass:
         """`compact`'s pass, to run in steps (partitions/cleaner.py CleaningPass): the caller advances it and,
-        once it is done, deletes the files due (`delete_due_files`)."""
+        once it is done, deletes the files due (`delete_due_files`). `all_replicas_in_sync`: whether every
+        replica of the partition is in its ISR (else tombstones and markers outlive their delete horizon)."""
         self._now(now_ms)
         return CleaningPass(self, now_ms, first_uncleanable_offset, False, aborted or [], last_records, drop_aborted,
-                            bugs)
+                            bugs, all_replicas_in_sync)
 
     # ---- closing
 

@@ -33,12 +33,13 @@ Checkers (the cluster's, but replicas_identical and offsets_dense, plus):
 - latest_value_kept: at the end, every replica holds the last committed record of each key whose last record
   is a value (compaction keeps the latest value of every key);
 - tombstones_respected: at the end, a replica that holds an older record of a key whose last committed record
-  is a tombstone also holds the tombstone (a deleted key never comes back), unless that replica fetched past
-  the tombstone after it had been removed (see the next checker);
+  is a tombstone also holds the tombstone (a deleted key never comes back). In Kafka a replica behind by more
+  than delete.retention.ms may fetch past a removed tombstone and keep the older value; here the cleaner keeps
+  tombstones while a replica is out of the ISR (partitions/cleaner.py), so no replica is excused;
 - tombstone_horizon_kept: a follower never receives a range without a committed tombstone in it while the
   tombstone is younger than delete.retention.ms (a replica or reader that is behind by less than that sees every
-  delete). A follower behind by more may legitimately miss it and keep the key's older value: Kafka's
-  limitation too, which tombstones_respected then excuses for that replica and key;
+  delete). A follower may receive a range without an older one (`tombstones_skipped_late` counts them): one
+  that had no older record of the key, as tombstones_respected checks;
 - offsets_increasing: the records of a replica's log, and those the reader reads between two rewinds, come in
   strictly increasing offsets;
 - acked_not_lost: every record acknowledged under acks=all is the record committed at its offset.
@@ -47,9 +48,10 @@ Liveness is the cluster's: every replica converges and the reader reaches every 
 Planted bugs (`--bugs`): "tombstone_ignores_horizon" (a tombstone goes in the first pass that may remove it,
 without waiting for delete.retention.ms: followers and readers that are behind miss the delete),
 "cleaned_segment_unsynced" (a cleaned segment is swapped in without being fsynced: a power loss empties it,
-and the latest values it held are gone) and "cleaner_past_lso" (a replica cleans up to its active segment
+and the latest values it held are gone) "cleaner_past_lso" (a replica cleans up to its active segment
 whatever its last stable offset: records above the high watermark supersede committed ones, then are truncated
-away when the replica follows a new leader).
+away when the replica follows a new leader) and "cleaner_ignores_isr" (tombstones go past their horizon while a
+replica is out of the ISR: one that held an older value and fetches past the removed tombstone keeps the key).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ REREAD_MS = 7_000
 # bug -> where it is planted (partitions/cleaner.py CLEANER_BUGS, or the broker's call of the cleaner); all go
 # to BrokerCore.bug_cleaner
 COMPACTION_BUGS = {"tombstone_ignores_horizon": "cleaner", "cleaned_segment_unsynced": "cleaner",
-                   "cleaner_past_lso": "broker"}
+                   "cleaner_past_lso": "broker", "cleaner_ignores_isr": "cleaner"}
 # The cluster's checkers that assume replicas hold the same batches and every offset: not for a compacted log.
 NOT_FOR_COMPACTED = ("replicas_identical", "offsets_dense")
 
@@ -108,7 +110,6 @@ class CompactionCheckers(ClusterCheckers):
         self.tombstone_offsets: dict[TopicPartition, list[int]] = {}  # sorted
         # per partition, key -> the offset of its last committed record
         self.last_offset_of_key: dict[TopicPartition, dict[bytes | None, int]] = {}
-        self.skipped_late: set[tuple[int, TopicPartition, bytes | None]] = set()  # (node, partition, key)
         self.acked_values: dict[TopicPartition, dict[int, bytes | None]] = {}
         self.reader_last: dict[TopicPartition, int] = {}
         self.records_checked = 0
@@ -157,7 +158,6 @@ class CompactionCheckers(ClusterCheckers):
                                                        f"{DELETE_RETENTION_MS})")
             else:
                 self.tombstones_skipped_late += 1
-                self.skipped_late.add((node_id, key, tombstone.key))
 
     def observe_ack(self, key: TopicPartition, offset: int, value: bytes | None) -> None:
         self.acked_values.setdefault(key, {})[offset] = value
@@ -215,8 +215,7 @@ class CompactionCheckers(ClusterCheckers):
                         if offset not in below:
                             self.violate("latest_value_kept", f"node {node_id} {_tp(key)} lacks the last record of "
                                                               f"{record_key!r}, {committed[offset].value!r} at {offset}")
-                    elif held_latest.get(record_key, offset) < offset \
-                            and (node_id, key, record_key) not in self.skipped_late:
+                    elif held_latest.get(record_key, offset) < offset:
                         held = held_latest[record_key]
                         self.violate("tombstones_respected", f"node {node_id} {_tp(key)} holds {below[held][1]!r} of "
                                                              f"{record_key!r} at {held} but not its tombstone at "

@@ -82,6 +82,23 @@ def test_tombstones_survive_delete_retention_ms_then_disappear():  # KIP-534 del
     assert key_values(log) == [(1, b"b", b"1")]
 
 
+def test_a_tombstone_outlives_its_horizon_while_a_replica_is_out_of_the_isr():
+    # A replica out of the ISR may hold the key's older value without having fetched the tombstone: it stays
+    # until the ISR is whole again, and a passed horizon does not make passes due meanwhile.
+    log = compacted_log(delete_retention_ms=DAY_MS)
+    append_pairs(log, [(b"a", b"1"), (b"b", b"1"), (b"a", None)])
+    log.roll(1_000)
+    log.compact(now_ms=10_000)  # the horizon is stamped
+    stats = log.compact(now_ms=10_000 + DAY_MS, force=True, all_replicas_in_sync=False)
+    assert stats.tombstones_removed == 0 and key_values(log) == [(1, b"b", b"1"), (2, b"a", None)]
+    assert log.earliest_delete_horizon_ms == 10_000 + DAY_MS
+    stats = log.compact(now_ms=10_000 + DAY_MS + 1, all_replicas_in_sync=False)
+    assert stats.skipped_reason is not None  # the passed horizon alone makes no pass due while out of sync
+    stats = log.compact(now_ms=10_000 + DAY_MS + 2)  # back in sync: the passed horizon makes the pass due
+    assert stats.skipped_reason is None and stats.tombstones_removed == 1
+    assert key_values(log) == [(1, b"b", b"1")]
+
+
 def test_records_without_a_key_are_removed():
     # A keyless record written while the topic's cleanup.policy was still "delete": a compacted topic refuses
     # new ones on produce (LogValidator), the cleaner drops the old ones.
@@ -373,11 +390,12 @@ class TxnPartition:
     def end_txn(self, producer_id, committed):
         return self.partition.write_marker(producer_id, 0, committed=committed)[0]
 
-    def clean(self, now_ms):
+    def clean(self, now_ms, all_replicas_in_sync=True):
         aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in self.state.aborted_index.entries]
         stats = self.log.compact(now_ms, first_uncleanable_offset=self.log.log_end_offset, force=True,
                                  aborted=aborted, last_records=self.state.last_records_of_active_producers(),
-                                 drop_aborted=self.state.aborted_index.remove)
+                                 drop_aborted=self.state.aborted_index.remove,
+                                 all_replicas_in_sync=all_replicas_in_sync)
         self.state.aborted_index.sync()
         return stats
 
@@ -450,6 +468,25 @@ def test_abort_marker_goes_after_its_aborted_data_and_a_delete_horizon():  # Kaf
     txn.clean(TXN_NOW_MS + DAY_MS)
     assert record_offsets(txn.log) == [4, 5]
     assert read_committed(txn.log, txn.state.aborted_index) == [(4, b"3", b"committed")]
+
+
+def test_an_abort_marker_outlives_its_horizon_while_a_replica_is_out_of_the_isr():
+    # A replica out of the ISR may hold the aborted data without the ABORT marker: were the marker gone, it
+    # would fetch past it and commit that data with the producer's next COMMIT. The data itself still goes.
+    txn = TxnPartition()
+    txn.produce(1, [(b"1", b"aborted")])                                # 0
+    txn.end_txn(1, committed=False)                                     # 1
+    txn.produce(1, [(b"1", b"committed")])                              # 2
+    txn.end_txn(1, committed=True)                                      # 3
+    txn.log.roll(TXN_NOW_MS)
+    stats = txn.clean(TXN_NOW_MS, all_replicas_in_sync=False)  # aborted data goes out of sync too
+    assert record_offsets(txn.log) == [1, 2, 3] and stats.batches_dropped == 1
+    txn.clean(TXN_NOW_MS, all_replicas_in_sync=False)  # no data of it left: the marker gets its horizon
+    stats = txn.clean(TXN_NOW_MS + 3 * DAY_MS, all_replicas_in_sync=False)
+    assert stats.markers_removed == 0 and record_offsets(txn.log) == [1, 2, 3]
+    stats = txn.clean(TXN_NOW_MS + 3 * DAY_MS)
+    assert stats.markers_removed == 1 and record_offsets(txn.log) == [2, 3]
+    assert read_committed(txn.log, txn.state.aborted_index) == [(2, b"1", b"committed")]
 
 
 def test_a_marker_whose_transaction_still_has_records_is_kept_past_any_horizon():

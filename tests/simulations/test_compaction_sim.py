@@ -13,8 +13,14 @@ Where the pins come from (`flotilla simulate --workload compaction --seeds N --d
 The txn-compaction workload (simulations/txn_compaction_sim.py) is the transactions workload with compacted
 outputs: the cleaner removes aborted transactions' data, then their markers and index entries, while a
 read_committed reader reads the outputs again from offset 0. Its planted bug cleaner_forgets_aborted (the
-cleaner is handed no aborted transactions) fails no_aborted_read at each of seeds 1-6 at 60 s (none at 30 s: its
-markers go only after delete.retention.ms, 30 s there)."""
+cleaner is handed no aborted transactions) fails no_aborted_read or exactly_once at seeds 2, 3, 5 and 6 of 1-6
+at 30 s (delete.retention.ms 5 s there).
+
+cleaner_ignores_isr (tombstones and markers go past their horizon while a replica is out of the ISR, as in
+Kafka) fails tombstones_respected at seeds 3, 7 and 12 of 1-12 of the compaction workload at 30 s: a replica
+that was behind holds a deleted key's older value without its tombstone. In the txn-compaction workload it
+fails at seed 72 at 60 s (none of seeds 1-18): a node down for 9 s fetches past a removed ABORT marker and
+commits the aborted data with its producer's next COMMIT marker."""
 
 from __future__ import annotations
 
@@ -26,7 +32,9 @@ from tests.simulations.workloads import assert_sweep_passes, assert_teeth, faile
 TOMBSTONE_IGNORES_HORIZON_SEED = 2
 CLEANED_SEGMENT_UNSYNCED_SEED = 3
 CLEANER_PAST_LSO_SEED = 1
-CLEANER_FORGETS_ABORTED_SEED = 1
+CLEANER_FORGETS_ABORTED_SEED = 2
+CLEANER_IGNORES_ISR_SEED = 3
+TXN_CLEANER_IGNORES_ISR_SEED = 72
 
 
 def test_a_fault_free_run_compacts_every_replica_and_passes_every_checker():
@@ -67,8 +75,21 @@ def test_txn_compaction_removes_aborted_transactions_and_their_markers_under_rea
 
 
 def test_cleaner_forgets_aborted_fails_at_its_known_seed():
-    assert_teeth("txn-compaction", "cleaner_forgets_aborted", CLEANER_FORGETS_ABORTED_SEED, 60.0,
+    assert_teeth("txn-compaction", "cleaner_forgets_aborted", CLEANER_FORGETS_ABORTED_SEED, 30.0,
                  {"no_aborted_read", "exactly_once"})
+
+
+def test_cleaner_ignores_isr_fails_at_its_known_seed():
+    assert_teeth("compaction", "cleaner_ignores_isr", CLEANER_IGNORES_ISR_SEED, 30.0, {"tombstones_respected"})
+
+
+@pytest.mark.slow
+def test_a_replica_behind_past_delete_retention_keeps_the_abort_marker():
+    # The seed that found it: with the cleaner removing markers past their horizon whatever the ISR (Kafka's
+    # rule), a node down for 9 s commits an aborted transaction's data; keeping them while a replica is out of
+    # the ISR passes.
+    assert_teeth("txn-compaction", "cleaner_ignores_isr", TXN_CLEANER_IGNORES_ISR_SEED, 60.0,
+                 {"no_torn_transaction", "exactly_once", "no_aborted_read", "fenced_never_commits"})
 
 
 @pytest.mark.slow
