@@ -2,7 +2,8 @@
 drops deleted keys after delete.retention.ms, as a confluent-kafka consumer reading from offset 0 sees; and a
 segment it cannot read (a flipped byte on the disk) stops the cleaning of that partition alone, with an error
 in the node's log and on its metrics endpoint, where it used to take the node down (the pass raised out of the
-broker's periodic work; a flipped offset, outside the batch CRC, failed an assertion)."""
+broker's periodic work; a flipped offset, outside the batch CRC, failed an assertion). On three nodes, a tombstone
+outlives its horizon while a follower is down, and goes once the follower is back in the ISR."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import urllib.request
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, wait_for_quorum
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, metadata, topic_of, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 TOPIC = "state"
@@ -139,3 +140,51 @@ def test_a_segment_the_cleaner_cannot_read_stops_that_partition_only(cluster):
 
     eventually(partition_1_compacted, seconds=60, interval=1, what="partition 1 still compacted")
     produce(cluster, [(0, b"k1", b"still-written")])  # the uncleanable partition still takes writes
+
+
+def test_a_tombstone_outlives_its_horizon_while_a_replica_is_down_and_goes_once_it_is_back(tmp_path):
+    # Three real nodes: with a follower down (fenced, out of the ISR) a tombstone stays past delete.retention.ms
+    # through passes that remove superseded records; the follower, which holds the key's older value, is back
+    # in the ISR, and the next passes remove the tombstone. Kafka's cleaner would remove it while the follower
+    # is down, and the follower would keep the deleted key.
+    cluster = LocalCluster(str(tmp_path), nodes=3, broker={**FAST_BROKER_SETTINGS,
+                                                            "log_retention_check_interval_ms": 500})
+    with cluster:
+        wait_for_quorum(cluster)
+        create_topic(cluster, TOPIC, 1, 3, **{"cleanup.policy": "compact", "segment.bytes": "8192",
+                                              "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000",
+                                              "min.insync.replicas": "1"})
+
+        def partition_state() -> dict:
+            return topic_of(metadata(cluster, *[n for n in cluster.kafka_ports if cluster.is_running(n)]), TOPIC)["partitions"][0]
+
+        produce_one(cluster, [(b"gone", b"old")] + [(b"k%d" % i, b"v0") for i in range(KEYS)])
+        state = eventually(partition_state, what="the partition's state")
+        eventually(lambda: len(partition_state()["isr"]) == 3, what="all three replicas in sync")
+        follower = next(node for node in partition_state()["replicas"] if node != state["leader"])
+        cluster.kill(follower)
+        eventually(lambda: follower not in partition_state()["isr"], seconds=30, what="the follower out of the ISR")
+        produce_one(cluster, [(b"gone", None)])
+
+        def superseded_gone(round_number: int) -> bool:
+            produce_one(cluster, [(b"k%d" % i, b"v%d" % round_number) for i in range(KEYS)] + [(b"pad", b"x" * 300)] * 40)
+            records = read_from_start(cluster, 0)
+            return not any(key.startswith(b"k") and value != b"v%d" % round_number for _, key, value in records)
+
+        eventually(lambda: superseded_gone(1), seconds=30, interval=1, what="a pass: the tombstone's horizon stamped")
+        time.sleep(1.5)  # the horizon (delete.retention.ms after that pass) passes
+        eventually(lambda: superseded_gone(2), seconds=30, interval=1, what="a pass after the horizon")
+        assert (b"gone", None) in {(key, value) for _, key, value in read_from_start(cluster, 0)}
+
+        cluster.start_node(follower)
+        eventually(lambda: len(partition_state()["isr"]) == 3, seconds=60, what="the follower back in the ISR")
+
+        def tombstone_gone() -> bool:
+            superseded_gone(3)
+            return b"gone" not in {key for _, key, _ in read_from_start(cluster, 0)}
+
+        eventually(tombstone_gone, seconds=60, interval=1, what="the tombstone removed once every replica is in sync")
+
+
+def produce_one(cluster: LocalCluster, pairs: list[tuple[bytes, bytes | None]]) -> None:
+    produce(cluster, [(0, key, value) for key, value in pairs])
