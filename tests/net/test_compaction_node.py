@@ -15,7 +15,14 @@ import urllib.request
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import (
+    FAST_BROKER_SETTINGS,
+    create_topic,
+    eventually,
+    metadata,
+    topic_of,
+    wait_for_quorum,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 TOPIC = "state"
@@ -156,7 +163,8 @@ def test_a_tombstone_outlives_its_horizon_while_a_replica_is_down_and_goes_once_
                                               "min.insync.replicas": "1"})
 
         def partition_state() -> dict:
-            return topic_of(metadata(cluster, *[n for n in cluster.kafka_ports if cluster.is_running(n)]), TOPIC)["partitions"][0]
+            running = [node for node in cluster.kafka_ports if cluster.is_running(node)]
+            return topic_of(metadata(cluster, *running), TOPIC)["partitions"][0]
 
         produce_one(cluster, [(b"gone", b"old")] + [(b"k%d" % i, b"v0") for i in range(KEYS)])
         state = eventually(partition_state, what="the partition's state")
@@ -167,7 +175,8 @@ def test_a_tombstone_outlives_its_horizon_while_a_replica_is_down_and_goes_once_
         produce_one(cluster, [(b"gone", None)])
 
         def superseded_gone(round_number: int) -> bool:
-            produce_one(cluster, [(b"k%d" % i, b"v%d" % round_number) for i in range(KEYS)] + [(b"pad", b"x" * 300)] * 40)
+            produce_one(cluster, [(b"k%d" % i, b"v%d" % round_number) for i in range(KEYS)]
+                        + [(b"pad", b"x" * 300)] * 40)
             records = read_from_start(cluster, 0)
             return not any(key.startswith(b"k") and value != b"v%d" % round_number for _, key, value in records)
 
