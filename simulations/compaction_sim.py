@@ -48,7 +48,7 @@ Liveness is the cluster's: every replica converges and the reader reaches every 
 Planted bugs (`--bugs`): "tombstone_ignores_horizon" (a tombstone goes in the first pass that may remove it,
 without waiting for delete.retention.ms: followers and readers that are behind miss the delete),
 "cleaned_segment_unsynced" (a cleaned segment is swapped in without being fsynced: a power loss empties it,
-and the latest values it held are gone) "cleaner_past_lso" (a replica cleans up to its active segment
+and the latest values it held are gone), "cleaner_past_lso" (a replica cleans up to its active segment
 whatever its last stable offset: records above the high watermark supersede committed ones, then are truncated
 away when the replica follows a new leader) and "cleaner_ignores_isr" (tombstones go past their horizon while a
 replica is out of the ISR: one that held an older value and fetches past the removed tombstone keeps the key).

@@ -66,8 +66,9 @@ class TxnCompactionSimulation(TransactionsSimulation):
 
     def configure_node(self, state: Any) -> None:
         super().configure_node(state)
-        if CLEANER_SWITCHES & self.workload_bugs:
-            state.broker.bug_cleaner = frozenset(CLEANER_SWITCHES & self.workload_bugs)
+        switches = CLEANER_SWITCHES & self.workload_bugs
+        if switches:
+            state.broker.bug_cleaner = frozenset(switches)
 
     def _build_clients(self) -> None:
         dirty_ratio = self.loop.derive_rng("compaction").choice(DIRTY_RATIO_CHOICES)
