@@ -234,8 +234,9 @@ class BrokerCore:
         self.bug_diverges_at_epoch_end = False  # planted (follower-fetch workload): see Partition
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
         # Planted (the compaction simulations): "cleaner_past_lso" cleans up to the active segment whatever the
-        # last stable offset, "cleaner_forgets_aborted" hands the cleaner no aborted transactions; the others
-        # are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
+        # last stable offset, "cleaner_forgets_aborted" hands the cleaner no aborted transactions,
+        # "cleaner_trusts_own_image" lets a follower judge whether every replica is in sync by its own metadata
+        # image; the others are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
         self.bug_cleaner: frozenset[str] = frozenset()
         # Partitions whose last cleaning pass failed (a segment it cannot read: Kafka's uncleanable partitions), with
         # why: not cleaned again until the node restarts; the node logs each one, the metrics count them.
@@ -496,9 +497,13 @@ class BrokerCore:
                 first_uncleanable = hosted.replica.last_stable_offset
                 if "cleaner_past_lso" in self.bug_cleaner:
                     first_uncleanable = None
-                # Tombstones and markers outlive their horizon while a replica is out of the committed ISR: it may
-                # hold what they delete without having fetched them (partitions/cleaner.py).
-                in_sync = set(hosted.replica.replicas) <= set(hosted.replica.isr)
+                # Tombstones and markers outlive their horizon while a replica may hold what they delete without
+                # having fetched them (partitions/cleaner.py): unless every replica holds the cleanable range, as the
+                # leader knows it (a follower's metadata image may trail the leader's ISR).
+                if "cleaner_trusts_own_image" in self.bug_cleaner:
+                    in_sync = set(hosted.replica.replicas) <= set(hosted.replica.isr)
+                else:
+                    in_sync = hosted.replica.last_stable_offset <= hosted.replica.replicated_offset
                 self._cleaning[key] = hosted.log.start_compaction(
                     now_ms, first_uncleanable_offset=first_uncleanable, aborted=aborted,
                     last_records=state.last_records_of_active_producers(), drop_aborted=state.aborted_index.remove,

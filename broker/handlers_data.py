@@ -643,7 +643,10 @@ class DataPlaneApis:
         data.records = records
         data.high_watermark = result.high_watermark
         data.log_start_offset = result.log_start_offset
-        data.last_stable_offset = result.high_watermark
+        # Flotilla's leader tells its followers, in the LastStableOffset that Kafka's followers ignore, the offset
+        # below which every replica holds the log (Partition.replicated_offset): their cleaners keep tombstones and
+        # markers past their horizon above it, whatever their own metadata image says of the ISR.
+        data.last_stable_offset = replica.replicated_offset
 
     def _redirected(self, hosted: HostedPartition, fetch_partition: Any, client_rack: str, data: Any) -> bool:
         """KIP-392 with Kafka's RackAwareReplicaSelector, at the leader: when this broker is not in the client's

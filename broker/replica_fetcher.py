@@ -284,6 +284,7 @@ class ReplicaFetcher:
             try:
                 outcome = replica.follower_handle_fetch_response(
                     records, data.high_watermark, data.log_start_offset, None, now_ms, fetch_offset=fetch_offset,
+                    replicated_offset=data.last_stable_offset,
                 )
             except KafkaError:
                 # Records that do not continue our log: re-validate our end against the leader's epochs.

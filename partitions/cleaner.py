@@ -46,9 +46,11 @@ first offset, marker offset)) becoming "ongoing" when the pass reaches their fir
   data offset and epoch (Kafka's lastRecordsOfActiveProducers, from the partition's producer state).
 
 Replicas that are behind (a rule Kafka does not have). A tombstone or a marker past its delete horizon is
-removed only while every replica of the partition is in the ISR (`all_replicas_in_sync`, from the caller's
-committed partition state). The cleanable range lies below the high watermark, which no ISR member's log end
-is below, so then every replica has already fetched what the pass removes. A replica out of the ISR may still
+removed only while every replica of the partition holds the cleanable range (`all_replicas_in_sync`, from the
+caller: partitions/replica.py `Partition.replicated_offset`). The leader knows it: the cleanable range lies
+below the high watermark, which no ISR member's log end is below, so while every replica is in its ISR every
+replica has already fetched what the pass removes. A follower learns it from its leader, which answers each of
+its fetches with that offset. A replica out of the ISR may still
 hold a deleted key's older value or an aborted transaction's data without having fetched the tombstone or the
 ABORT marker that ends it: in Kafka a replica behind by more than delete.retention.ms fetches past a removed
 marker, keeps the aborted data as an open transaction and commits it with its producer's next COMMIT, or
@@ -56,9 +58,10 @@ keeps a deleted key alive, and serves either once it leads. Here such items outl
 ISR is whole again (the replica back in sync, or reassigned away); a passed horizon does not make a pass due
 meanwhile, so an offline replica costs the log its tombstones and markers, not repeated passes. Superseded
 records and aborted data still go: a replica that is behind fetches their successors, or the marker, later.
-A follower judges the ISR by its metadata image, which may trail the controller's by a moment: a pass that
-starts between the follower learning a high watermark past an item and its applying the ISR shrink that let
-the watermark move could still remove that item.
+A follower does not judge by its own metadata image, which may trail the leader's ISR (a follower cut off from
+the controllers but not from its leader keeps an image in which every replica is in sync while the leader has
+shrunk the ISR and moved its high watermark past what the missing replica holds): it takes its leader's word.
+Not covered: a replica that loses records it had fetched (unflushed, in a power loss) while still in the ISR.
 """
 
 from __future__ import annotations

@@ -266,6 +266,8 @@ class Partition:
         self.bug_diverges_at_epoch_end = False
         self._high_watermark = log.log_start_offset
         self._leader_hw_floor = self._high_watermark
+        # On a follower: the replicated offset its leader last answered (see `replicated_offset`).
+        self._leader_replicated_offset = UNKNOWN_OFFSET
         self._last_stable_offset_hook: Callable[[int], int] | None = None
         self._purgatory: dict[Any, _WaitingProduce] = {}
         self._purgatory_offsets: list[tuple[int, int, Any]] = []  # heap of (required_offset, sequence, request_id)
@@ -291,6 +293,17 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def replicated_offset(self) -> int:
+        """The offset below which every replica of the partition holds the log, or -1 when unknown: on the
+        leader its high watermark while every assigned replica is in its ISR (no ISR member's log end is below
+        the high watermark), else -1; on a follower the value its current leader last sent it (Flotilla's
+        leader answers a follower's fetch with it; a follower's own metadata image may trail the leader's
+        ISR). The cleaner removes tombstones and markers past their horizon only below it."""
+        if self.is_leader:
+            return self._high_watermark if set(self.replicas) <= set(self.isr) else UNKNOWN_OFFSET
+        return self._leader_replicated_offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -388,6 +401,8 @@ class Partition:
         if self._is_stale(leader_epoch, partition_epoch):
             return False
         is_new_leader_epoch = leader_epoch > self.leader_epoch
+        if leader != self.leader:  # what the former leader knew of the replicas is not the new one's to say
+            self._leader_replicated_offset = UNKNOWN_OFFSET
         self.leader, self.leader_epoch, self.partition_epoch = leader, leader_epoch, partition_epoch
         self.replicas, self.isr = tuple(replicas), tuple(isr)
         self.leader_epoch_start_offset = None
@@ -837,10 +852,12 @@ class Partition:
     def follower_handle_fetch_response(
         self, records: bytes, leader_hw: int, leader_log_start_offset: int,
         diverging_epoch: EpochEndOffset | tuple[int, int] | None, now_ms: int, *, fetch_offset: int | None = None,
+        replicated_offset: int = UNKNOWN_OFFSET,
     ) -> FollowerFetchOutcome:
         """Apply the leader's fetch response. With a diverging epoch (KIP-320) truncate by the KIP-279 rule
         (see `follower_truncate_with_epoch_end_offset`) and append nothing; otherwise append the records,
-        set the high watermark to min(leader_hw, LEO) and advance the log start offset to the leader's. When `fetch_offset` (the offset the request was sent
+        set the high watermark to min(leader_hw, LEO), advance the log start offset to the leader's and keep the
+        leader's `replicated_offset` (see the property). When `fetch_offset` (the offset the request was sent
         for) is given and no longer our LEO, the response is stale and ignored.
         Raises what the log raises for records that do not continue it (CorruptRecordError ...)."""
         assert not self.is_leader, f"broker {self.local_broker_id} leads {self.topic}-{self.partition}"
@@ -857,6 +874,7 @@ class Partition:
         # start never passes its HW, and we only move ours within what we hold below our own HW.
         if self.log.log_start_offset < leader_log_start_offset <= self._high_watermark:
             self.log.delete_records_before(leader_log_start_offset)
+        self._leader_replicated_offset = replicated_offset
         self._check_invariants()
         return FollowerFetchOutcome(None, self.log.log_end_offset, self._high_watermark, appended=appended)
 

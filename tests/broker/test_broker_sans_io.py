@@ -64,8 +64,9 @@ class Cluster:
                 self.now_ms)
             assert broker.serving
 
-    def commit(self, request):
-        """handle -> commit (one entry) -> replay on the controller and on every broker."""
+    def commit(self, request, cut_off=()):
+        """handle -> commit (one entry) -> replay on the controller and on every broker but those `cut_off` (their
+        metadata image trails: cut off from the controllers)."""
         result = self.controller.handle(request, self.now_ms)
         if result.records:
             self.raft_index += 1
@@ -73,6 +74,8 @@ class Cluster:
             self.log.append((result.records, provenance))
             self.controller.replay_batch(result.records, provenance)
             for broker_id, broker in self.brokers.items():
+                if broker_id in cut_off:
+                    continue
                 delta = MetadataDelta(self.images[broker_id])
                 for record in result.records:
                     delta.replay(record, provenance)
@@ -80,15 +83,20 @@ class Cluster:
                 broker.apply_metadata(delta, self.images[broker_id], self.now_ms)
         return result.response
 
-    def deliver_controller_calls(self):
-        for broker in self.brokers.values():
+    def deliver_controller_calls(self, cut_off=()):
+        for broker_id, broker in self.brokers.items():
+            if broker_id in cut_off:
+                continue
             for call in broker.take_controller_requests():
-                call.on_response(self.commit(call.request), self.now_ms)
+                call.on_response(self.commit(call.request, cut_off), self.now_ms)
 
-    def replicate(self, rounds=3):
-        """Followers fetch from leaders by direct calls into the leaders' Kafka API handlers."""
+    def replicate(self, rounds=3, fetching=None, cut_off=()):
+        """Followers (those `fetching`, default all) fetch from leaders by direct calls into the leaders' Kafka API
+        handlers; brokers `cut_off` from the controllers neither send them calls nor learn their decisions."""
         for _ in range(rounds):
-            for broker in self.brokers.values():
+            for broker_id, broker in self.brokers.items():
+                if fetching is not None and broker_id not in fetching:
+                    continue
                 for leader_id in sorted(broker.replica_leaders()):
                     sent = broker.next_replica_request(leader_id, self.now_ms)
                     if sent is None:
@@ -98,7 +106,7 @@ class Cluster:
                     response = self.call(leader_id, sent.api_key, sent.api_version, sent.request)
                     assert not isinstance(response, Deferred)
                     broker.on_replica_response(sent, response, self.now_ms)
-            self.deliver_controller_calls()
+            self.deliver_controller_calls(cut_off)
             for broker_id, apis in self.apis.items():
                 self.completed.setdefault(broker_id, []).extend(apis.poll(self.now_ms))
 
@@ -469,6 +477,63 @@ def test_log_cleanup_removes_aborted_data_then_its_marker_and_index_entry(cluste
     assert cleanup_tick() == [(1, True, 1), (2, False, 1), (3, False, 1)]
     assert hosted.producer_state.aborted_index.entries == []
     assert cleanup_tick() == [(2, False, 1), (3, False, 1)]
+
+
+@pytest.mark.parametrize("planted_bug", [False, True])
+def test_a_follower_whose_image_trails_keeps_a_tombstone_a_replica_out_of_the_isr_lacks(planted_bug):
+    """partitions/cleaner.py: a tombstone past its horizon goes only where every replica holds it. A follower cut
+    off from the controllers keeps an image in which every replica is in sync while the leader has shrunk the
+    ISR and moved its high watermark past what the missing replica holds: the follower takes its leader's word
+    (Partition.replicated_offset, in the LastStableOffset of the leader's answers). Planted bug
+    "cleaner_trusts_own_image" (the follower judges by its own image): the tombstone goes there."""
+    cluster = Cluster(min_isr=1)
+    configs = (ConfigEntry("cleanup.policy", "compact"), ConfigEntry("delete.retention.ms", "0"),
+               ConfigEntry("min.cleanable.dirty.ratio", "0.01"), ConfigEntry("min.compaction.lag.ms", "0"))
+    response = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="c", num_partitions=1,
+                                                                         replication_factor=3, configs=configs),)))
+    assert response.topics[0].error_code == ErrorCode.NONE
+    partition = cluster.images[1].topics.by_name["c"].partitions[0]
+    leader = partition.leader
+    trailing, behind = [b for b in partition.replicas if b != leader]
+    request_class = messages.ProduceRequest
+
+    def produce(key, value):
+        answer = cluster.call(leader, ApiKey.PRODUCE, 7, request_class(
+            transactional_id=None, acks=1, timeout_ms=5_000,
+            topic_data=[request_class.TopicProduceData(name="c", partition_data=[request_class.PartitionProduceData(
+                index=0, records=build_batch([(key, value)], base_timestamp=1_700_000_000_000))])]))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+
+    produce(b"k", b"old")  # 0: every replica holds it
+    cluster.replicate()
+    produce(b"k", None)  # 1: the tombstone, which `behind` never fetches
+    produce(b"x", b"y")  # 2
+    cluster.replicate(fetching={trailing}, cut_off={trailing})
+    # The leader shrinks the ISR to drop `behind`; the controller commits it; `trailing` never hears of it.
+    cluster.now_ms += 31_000
+    cluster.brokers[leader].tick(cluster.now_ms)
+    cluster.replicate(fetching={trailing}, cut_off={trailing})
+    assert cluster.images[leader].topics.by_name["c"].partitions[0].isr == tuple(sorted((leader, trailing)))
+    follower = cluster.brokers[trailing].hosted("c", 0)
+    assert set(follower.replica.isr) == {1, 2, 3}, "its image trails: every replica in sync"
+    assert follower.replica.high_watermark == 3, "past the tombstone `behind` lacks"
+    assert follower.replica.replicated_offset == -1, "the leader's word: a replica is out of the ISR"
+    if planted_bug:
+        cluster.brokers[trailing].bug_cleaner = frozenset({"cleaner_trusts_own_image"})
+    follower.log.roll(cluster.now_ms)  # closed segments only are cleaned
+
+    def cleanup_tick():
+        cluster.now_ms += 60_000  # past the retention check interval and the tombstone's horizon
+        cluster.brokers[trailing].tick(cluster.now_ms)
+        return [(record.offset, record.key, record.value)
+                for batch in decode_batches(follower.log.read(0, 1 << 20).records) for record in batch.records]
+
+    assert cleanup_tick() == [(1, b"k", None), (2, b"x", b"y")], "the old value goes, the tombstone gets its horizon"
+    kept = cleanup_tick()
+    if planted_bug:
+        assert kept == [(2, b"x", b"y")], "the follower trusted its own image and removed the tombstone"
+    else:
+        assert kept == [(1, b"k", None), (2, b"x", b"y")]
 
 
 def test_time_based_log_work_runs_on_the_logs_that_have_some_and_follows_a_dynamic_flush_ms(cluster):

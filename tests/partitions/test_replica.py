@@ -443,3 +443,40 @@ def test_a_follower_at_the_log_end_that_last_fetched_our_latest_epoch_is_answere
     leader.handle_follower_fetch(3, 0, None, now_ms=40, max_bytes=1 << 20)
     leader.handle_follower_fetch(3, 2, epoch, now_ms=50, max_bytes=1 << 20)
     assert leader.high_watermark == 2 and reads == [0, 0]  # its progress moved it, without a read
+
+
+def test_a_follower_takes_the_replicated_offset_from_its_leader_not_from_its_own_metadata_image():
+    cluster = started_cluster()
+    leader, follower = cluster[1], cluster[2]
+    assert follower.replicated_offset == -1, "nothing heard from the leader yet"
+    leader.append_records(batch(b"a", b"b"), 1, now_ms=100)
+    for now_ms in (200, 300):
+        cluster.fetch(2, now_ms=now_ms)
+        cluster.fetch(3, now_ms=now_ms)
+    cluster.fetch(2, now_ms=400)  # learns the high watermark broker 3's last fetch moved
+    assert leader.high_watermark == 2 and leader.replicated_offset == 2
+    assert follower.replicated_offset == 2
+    # Broker 3 stops fetching; the leader shrinks the ISR. Broker 2's image is not told (the controller's
+    # delta has not reached it): by its own image every replica is still in sync.
+    leader.append_records(batch(b"c"), 1, now_ms=500)
+    cluster.fetch(2, now_ms=600)
+    cluster.fetch(2, now_ms=700)
+    assert leader.high_watermark == 2, "waiting for broker 3"
+    shrink_isr(cluster, keep_fetching=(2,), now_ms=2 * LAG_MS)
+    assert leader.isr == (1, 2) and follower.isr == (1, 2, 3)
+    assert leader.high_watermark == 3 and leader.replicated_offset == -1, "broker 3 is out of the ISR"
+    cluster.fetch(2, now_ms=2 * LAG_MS + 30)
+    assert follower.high_watermark == 3, "the high watermark moved past what broker 3 holds"
+    assert follower.replicated_offset == -1, "the leader's word, not the follower's image"
+    # Broker 3 catches up and the controller commits it back into the ISR.
+    cluster.fetch(3, now_ms=2 * LAG_MS + 40)
+    cluster.fetch(3, now_ms=2 * LAG_MS + 50)
+    assert leader.pending_isr_change is not None
+    cluster.commit_isr((1, 2, 3), now_ms=2 * LAG_MS + 60)
+    assert leader.replicated_offset == 3
+    cluster.fetch(2, now_ms=2 * LAG_MS + 70)
+    assert follower.replicated_offset == 3
+    # A new leader: what the former one said is not the new one's word.
+    cluster.elect(2, now_ms=2 * LAG_MS + 80)
+    assert cluster[3].replicated_offset == -1
+    assert cluster[2].replicated_offset == 3, "a leader judges by its own ISR"

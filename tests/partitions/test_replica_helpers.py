@@ -80,7 +80,7 @@ class Cluster:
         )
         self[follower].follower_handle_fetch_response(
             result.records, result.high_watermark, result.log_start_offset, result.diverging_epoch, now_ms,
-            fetch_offset=request.fetch_offset,
+            fetch_offset=request.fetch_offset, replicated_offset=self[self.leader_id].replicated_offset,
         )
         return result
 
