@@ -249,6 +249,7 @@ class Partition:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self._isr_whole = True  # every replica in the ISR (kept with replicas and isr: read at every follower fetch)
         self.leader: int = NO_LEADER
         self.leader_epoch: int = UNDEFINED_EPOCH
         self.partition_epoch: int = UNDEFINED_EPOCH
@@ -302,7 +303,7 @@ class Partition:
         leader answers a follower's fetch with it; a follower's own metadata image may trail the leader's
         ISR). The cleaner removes tombstones and markers past their horizon only below it."""
         if self.is_leader:
-            return self._high_watermark if set(self.replicas) <= set(self.isr) else UNKNOWN_OFFSET
+            return self._high_watermark if self._isr_whole else UNKNOWN_OFFSET
         return self._leader_replicated_offset
 
     @property
@@ -378,6 +379,7 @@ class Partition:
         is_new_leader = not self.is_leader
         is_new_leader_epoch = leader_epoch > self.leader_epoch
         self.replicas, self.isr = tuple(replicas), tuple(isr)
+        self._isr_whole = set(self.replicas) <= set(self.isr)
         self.pending_isr_change = None
         self._sync_follower_states()
         if is_new_leader or is_new_leader_epoch:
@@ -405,6 +407,7 @@ class Partition:
             self._leader_replicated_offset = UNKNOWN_OFFSET
         self.leader, self.leader_epoch, self.partition_epoch = leader, leader_epoch, partition_epoch
         self.replicas, self.isr = tuple(replicas), tuple(isr)
+        self._isr_whole = set(self.replicas) <= set(self.isr)
         self.leader_epoch_start_offset = None
         self.follower_states = {}
         self.pending_isr_change = None
@@ -819,6 +822,7 @@ class Partition:
         if self.is_leader:
             assert self.local_broker_id in new_isr, f"leader {self.local_broker_id} not in isr={list(new_isr)}"
         self.isr = tuple(new_isr)
+        self._isr_whole = set(self.replicas) <= set(self.isr)
         self.partition_epoch = partition_epoch
         self.pending_isr_change = None
         if self.is_leader:
