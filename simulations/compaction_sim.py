@@ -51,9 +51,7 @@ without waiting for delete.retention.ms: followers and readers that are behind m
 and the latest values it held are gone), "cleaner_past_lso" (a replica cleans up to its active segment
 whatever its last stable offset: records above the high watermark supersede committed ones, then are truncated
 away when the replica follows a new leader) and "cleaner_ignores_isr" (tombstones go past their horizon while a
-replica is out of the ISR: one that held an older value and fetches past the removed tombstone keeps the key),
-"cleaner_trusts_own_image" (a follower judges whether every replica is in sync by its own metadata image
-instead of by what its leader answers, the rule before the leader sent it).
+replica is out of the ISR: one that held an older value and fetches past the removed tombstone keeps the key).
 """
 
 from __future__ import annotations
@@ -86,7 +84,7 @@ REREAD_MS = 7_000
 # bug -> where it is planted (partitions/cleaner.py CLEANER_BUGS, or the broker's call of the cleaner); all go
 # to BrokerCore.bug_cleaner
 COMPACTION_BUGS = {"tombstone_ignores_horizon": "cleaner", "cleaned_segment_unsynced": "cleaner",
-                   "cleaner_past_lso": "broker", "cleaner_ignores_isr": "cleaner", "cleaner_trusts_own_image": "broker"}
+                   "cleaner_past_lso": "broker", "cleaner_ignores_isr": "cleaner"}
 # The cluster's checkers that assume replicas hold the same batches and every offset: not for a compacted log.
 NOT_FOR_COMPACTED = ("replicas_identical", "offsets_dense")
 

@@ -39,9 +39,8 @@ from simulations.txn_sim import INTERNAL_PARTITIONS, TXN_BUGS, TransactionsSimul
 
 DESCRIPTION = "the transactions workload with compacted output topics, read again from offset 0 by a read_committed reader"
 TXN_COMPACTION_BUGS = {**TXN_BUGS, "cleaner_forgets_aborted": "broker",
-                       "cleaner_ignores_isr": "cleaner", "cleaner_trusts_own_image": "broker"}
-CLEANER_SWITCHES = frozenset({"cleaner_forgets_aborted", "cleaner_ignores_isr",
-                              "cleaner_trusts_own_image"})  # to BrokerCore.bug_cleaner
+                       "cleaner_ignores_isr": "cleaner"}
+CLEANER_SWITCHES = frozenset({"cleaner_forgets_aborted", "cleaner_ignores_isr"})  # to BrokerCore.bug_cleaner
 # A transaction writes up to 500 records (some 20 KB) to an output partition in one batch, and a batch larger
 # than segment.bytes is refused (MESSAGE_TOO_LARGE, as in Kafka): segments of a couple of such batches.
 SEGMENT_BYTES = 32 * 1024
