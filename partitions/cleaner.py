@@ -61,7 +61,9 @@ records and aborted data still go: a replica that is behind fetches their succes
 A follower does not judge by its own metadata image, which may trail the leader's ISR (a follower cut off from
 the controllers but not from its leader keeps an image in which every replica is in sync while the leader has
 shrunk the ISR and moved its high watermark past what the missing replica holds): it takes its leader's word.
-Not covered: a replica that loses records it had fetched (unflushed, in a power loss) while still in the ISR.
+Not covered: a replica that loses records it had fetched (unflushed, in a power loss) while still in the ISR,
+if their horizon passed meanwhile (the kernel writes dirty pages back within about 30 s, well inside
+delete.retention.ms' default of a day; the simulator's disk keeps them unwritten until an fsync).
 """
 
 from __future__ import annotations
