@@ -3,6 +3,7 @@ the repository), and the test skipped where node or npm is missing or node is ol
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -22,8 +23,13 @@ def npm_package(spec: str, name: str, node_min: tuple[int, ...] = (0,)) -> str:
     if tuple(int(part) for part in version.lstrip("v").split(".")[:3]) < node_min:
         pytest.skip(f"{name} needs node >= {'.'.join(map(str, node_min))}, not {version}")
     modules = os.path.join(PREFIX, "node_modules")
-    if not os.path.isdir(os.path.join(modules, *name.split("/"))):
-        installed = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", PREFIX, spec],
-                                   capture_output=True, text=True, timeout=300)
-        assert installed.returncode == 0, f"npm install {spec}: {installed.stderr[-2000:]}"
+    os.makedirs(PREFIX, exist_ok=True)
+    # One install at a time into build/js: test processes running side by side share it.
+    with open(os.path.join(PREFIX, ".install-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isdir(os.path.join(modules, *name.split("/"))):
+            installed = subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", PREFIX, spec],
+                capture_output=True, text=True, timeout=300)
+            assert installed.returncode == 0, f"npm install {spec}: {installed.stderr[-2000:]}"
     return modules
