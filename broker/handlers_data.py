@@ -523,7 +523,7 @@ class DataPlaneApis:
                                   now_ms: int) -> bool:
         """A partition of a follower's incremental session with nothing to say: the follower is in the ISR at our
         log end, its last fetched epoch (v12+) is our latest (so cannot diverge), and the session last told it
-        the current high watermark and log start. Its fetch state advances (Partition.touch_caught_up_follower)
+        the current high watermark, replicated offset (in LastStableOffset, _read_for_follower) and log start. Its fetch state advances (Partition.touch_caught_up_follower)
         without a read or a PartitionData to build and drop."""
         hosted = self.broker.partitions.get((requested.name, fetch_partition.partition))
         entry = context.session.partitions.get((requested.key, fetch_partition.partition))
@@ -536,7 +536,7 @@ class DataPlaneApis:
             return False  # read: the divergence check
         replica = hosted.replica
         high_watermark = replica.high_watermark
-        return (entry.high_watermark == high_watermark and entry.last_stable_offset == high_watermark
+        return (entry.high_watermark == high_watermark and entry.last_stable_offset == replica.replicated_offset
                 and entry.log_start_offset == hosted.log.log_start_offset
                 and replica.touch_caught_up_follower(replica_id, fetch_partition.fetch_offset,
                                                      fetch_partition.current_leader_epoch,

@@ -179,6 +179,31 @@ def test_an_idle_followers_incremental_fetch_reads_no_partition_and_keeps_it_in_
     assert state.last_caught_up_time_ms == cluster.now_ms
 
 
+def test_an_idle_followers_fetch_reads_no_partition_while_another_replica_is_out_of_the_isr(cluster):
+    """Once a follower has been told that a replica is out of the ISR (the replicated offset -1, in LastStableOffset),
+    its idle fetches find the partition quiet again: a broker down costs its peers no read per fetch."""
+    leader = leader_of(cluster, 0)
+    behind, follower = [b for b in cluster.brokers if b != leader]
+    fetching = {leader, follower}
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
+    cluster.replicate(rounds=5)
+    cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"b"]))
+    cluster.replicate(rounds=3, fetching=fetching)
+    cluster.now_ms += 31_000
+    cluster.brokers[leader].tick(cluster.now_ms)  # proposes the shrink; the next round commits it
+    cluster.replicate(rounds=3, fetching=fetching)
+    replica = cluster.brokers[leader].hosted("t", 0).replica
+    assert behind not in replica.isr and replica.replicated_offset == -1
+    assert cluster.brokers[follower].hosted("t", 0).replica.replicated_offset == -1
+    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
+    reads = []
+    original = data._read_fetch_partition
+    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    cluster.now_ms += 1_000
+    cluster.replicate(rounds=2, fetching=fetching)
+    assert reads == []  # every partition quiet: touched, not read
+
+
 def test_a_quiet_followers_session_is_parked_without_a_walk_until_a_partition_moves_or_its_touches_age(cluster):
     """A follower's incremental fetch that names nothing, on a session whose last walk found every partition
     quiet while nothing moved since, is parked without touching a partition (DataPlaneApis._still_quiet). A
