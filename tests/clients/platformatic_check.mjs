@@ -43,9 +43,15 @@ async function readAll (groupId, topic, expected, options = {}) {
 }
 
 async function committed (admin, groupId, topic) {
-  const [group] = await admin.listConsumerGroupOffsets({ groups: [groupId] })
-  const found = group.topics.find(t => t.name === topic)
-  return found.partitions.map(p => [p.partitionIndex, Number(p.committedOffset)]).sort((a, b) => a[0] - b[0])
+  // Offsets committed in a transaction become the group's once the coordinator's COMMIT marker lands on
+  // __consumer_offsets, a moment after EndTxn is answered (as in Kafka): until then they are not listed.
+  for (let attempt = 0; ; attempt++) {
+    const [group] = await admin.listConsumerGroupOffsets({ groups: [groupId] })
+    const found = group.topics.find(t => t.name === topic)
+    if (found) return found.partitions.map(p => [p.partitionIndex, Number(p.committedOffset)]).sort((a, b) => a[0] - b[0])
+    if (attempt === 100) throw new Error(`group ${groupId} has no offsets for ${topic} after 10 s`)
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
 }
 
 async function untilEveryBroker (what, sees) {
