@@ -125,8 +125,14 @@ async function main () {
     }
   }
   await transactional.disconnect()
-  result.eos_offsets = (await admin.fetchOffsets({ groupId: `${prefix}-eos`, topics: [plain] }))[0].partitions
-    .map(p => [p.partition, Number(p.offset)]).sort((a, b) => a[0] - b[0])
+  // Offsets committed in a transaction become the group's once the coordinator's COMMIT marker lands on
+  // __consumer_offsets, a moment after EndTxn is answered (as in Kafka): until then they read as -1.
+  for (let attempt = 0; ; attempt++) {
+    result.eos_offsets = (await admin.fetchOffsets({ groupId: `${prefix}-eos`, topics: [plain] }))[0].partitions
+      .map(p => [p.partition, Number(p.offset)]).sort((a, b) => a[0] - b[0])
+    if (result.eos_offsets.every(([, offset]) => offset >= 0) || attempt === 100) break
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
   await admin.disconnect()
   result.read_committed = await readAll(`${prefix}-reader`, txnTopic, result.committed.length)
   result.admin = await adminChecks(`${prefix}-admin`)
