@@ -236,9 +236,9 @@ class BrokerCore:
         # Planted (the compaction simulations): "cleaner_past_lso" cleans up to the active segment whatever the
         # last stable offset, "cleaner_forgets_aborted" hands the cleaner no aborted transactions,
         # "cleaner_trusts_own_image" lets a follower judge whether every replica is in sync by its own metadata
-        # image (a sans-IO test only: in a three-node simulation the raft leader that a trailing follower cannot
-        # hear from is the third replica, which cannot then fall out of the ISR under one network fault at a
-        # time); the others are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
+        # image (a sans-IO test's, not a simulation's: with three nodes the raft leader that a trailing follower
+        # does not hear from is the third replica, which must fall out of the ISR meanwhile, while the faults come
+        # one network episode at a time); the others are the cleaner's own (partitions/cleaner.py CLEANER_BUGS).
         self.bug_cleaner: frozenset[str] = frozenset()
         # Partitions whose last cleaning pass failed (a segment it cannot read: Kafka's uncleanable partitions), with
         # why: not cleaned again until the node restarts; the node logs each one, the metrics count them.
