@@ -523,8 +523,9 @@ class DataPlaneApis:
                                   now_ms: int) -> bool:
         """A partition of a follower's incremental session with nothing to say: the follower is in the ISR at our
         log end, its last fetched epoch (v12+) is our latest (so cannot diverge), and the session last told it
-        the current high watermark, replicated offset (in LastStableOffset, _read_for_follower) and log start. Its fetch state advances (Partition.touch_caught_up_follower)
-        without a read or a PartitionData to build and drop."""
+        the current high watermark, replicated offset (in LastStableOffset, _read_for_follower) and log start.
+        Its fetch state advances (Partition.touch_caught_up_follower) without a read or a PartitionData to build
+        and drop."""
         hosted = self.broker.partitions.get((requested.name, fetch_partition.partition))
         entry = context.session.partitions.get((requested.key, fetch_partition.partition))
         if hosted is None or entry is None:  # (the caller checked that the broker serves)

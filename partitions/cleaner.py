@@ -45,25 +45,24 @@ first offset, marker offset)) becoming "ongoing" when the pass reaches their fir
   producer fields, flags and max timestamp, no records. `last_records` gives the active producers' last
   data offset and epoch (Kafka's lastRecordsOfActiveProducers, from the partition's producer state).
 
-Replicas that are behind (a rule Kafka does not have). A tombstone or a marker past its delete horizon is
-removed only while every replica of the partition holds the cleanable range (`all_replicas_in_sync`, from the
-caller: partitions/replica.py `Partition.replicated_offset`). The leader knows it: the cleanable range lies
-below the high watermark, which no ISR member's log end is below, so while every replica is in its ISR every
-replica has already fetched what the pass removes. A follower learns it from its leader, which answers each of
-its fetches with that offset. A replica out of the ISR may still
-hold a deleted key's older value or an aborted transaction's data without having fetched the tombstone or the
-ABORT marker that ends it: in Kafka a replica behind by more than delete.retention.ms fetches past a removed
-marker, keeps the aborted data as an open transaction and commits it with its producer's next COMMIT, or
-keeps a deleted key alive, and serves either once it leads. Here such items outlive their horizon until the
-ISR is whole again (the replica back in sync, or reassigned away); a passed horizon does not make a pass due
-meanwhile, so an offline replica costs the log its tombstones and markers, not repeated passes. Superseded
-records and aborted data still go: a replica that is behind fetches their successors, or the marker, later.
-A follower does not judge by its own metadata image, which may trail the leader's ISR (a follower cut off from
-the controllers but not from its leader keeps an image in which every replica is in sync while the leader has
-shrunk the ISR and moved its high watermark past what the missing replica holds): it takes its leader's word.
-Not covered: a replica that loses records it had fetched (unflushed, in a power loss) while still in the ISR,
-if their horizon passed meanwhile (the kernel writes dirty pages back within about 30 s, well inside
-delete.retention.ms' default of a day; the simulator's disk keeps them unwritten until an fsync).
+Replicas that are behind (a rule Kafka does not have). A tombstone or a marker past its delete horizon is removed
+only while every replica of the partition holds the cleanable range (`all_replicas_in_sync`, from the caller:
+partitions/replica.py `Partition.replicated_offset`). The leader knows it: the cleanable range lies below the high
+watermark, which no ISR member's log end is below, so while every replica is in its ISR every replica has already
+fetched what the pass removes. A follower learns it from its leader, which answers each of its fetches with that
+offset. A replica out of the ISR may still hold a deleted key's older value or an aborted transaction's data without
+having fetched the tombstone or the ABORT marker that ends it: in Kafka a replica behind by more than
+delete.retention.ms fetches past a removed marker, keeps the aborted data as an open transaction and commits it with
+its producer's next COMMIT, or keeps a deleted key alive, and serves either once it leads. Here such items outlive
+their horizon until the ISR is whole again (the replica back in sync, or reassigned away); a passed horizon does not
+make a pass due meanwhile, so an offline replica costs the log its tombstones and markers, not repeated passes.
+Superseded records and aborted data still go: a replica that is behind fetches their successors, or the marker,
+later. A follower does not judge by its own metadata image, which may trail the leader's ISR (a follower cut off
+from the controllers but not from its leader keeps an image in which every replica is in sync while the leader has
+shrunk the ISR and moved its high watermark past what the missing replica holds): it takes its leader's word. Not
+covered: a replica that loses records it had fetched (unflushed, in a power loss) while still in the ISR, if their
+horizon passed meanwhile (the kernel writes dirty pages back within about 30 s, well inside delete.retention.ms'
+default of a day; the simulator's disk keeps them unwritten until an fsync).
 """
 
 from __future__ import annotations
