@@ -496,7 +496,7 @@ class BrokerCore:
                 aborted = [(e.producer_id, e.first_offset, e.last_offset) for e in state.aborted_index.entries]
                 if "cleaner_forgets_aborted" in self.bug_cleaner:
                     aborted = []
-                first_uncleanable = hosted.replica.last_stable_offset
+                last_stable_offset = first_uncleanable = hosted.replica.last_stable_offset
                 if "cleaner_past_lso" in self.bug_cleaner:
                     first_uncleanable = None
                 # Tombstones and markers outlive their horizon while a replica may hold what they delete without
@@ -505,7 +505,7 @@ class BrokerCore:
                 if "cleaner_trusts_own_image" in self.bug_cleaner:
                     in_sync = set(hosted.replica.replicas) <= set(hosted.replica.isr)
                 else:
-                    in_sync = hosted.replica.last_stable_offset <= hosted.replica.replicated_offset
+                    in_sync = last_stable_offset <= hosted.replica.replicated_offset
                 self._cleaning[key] = hosted.log.start_compaction(
                     now_ms, first_uncleanable_offset=first_uncleanable, aborted=aborted,
                     last_records=state.last_records_of_active_producers(), drop_aborted=state.aborted_index.remove,

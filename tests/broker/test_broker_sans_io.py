@@ -130,9 +130,9 @@ def replay_from_scratch(broker, entries, now_ms):
     broker.apply_metadata(delta, delta.apply(), now_ms)
 
 
-def produce_request(topic, partition, values, acks=-1):
+def produce_request(topic, partition, values, acks=-1, keys=None):
     request_class = messages.ProduceRequest
-    batch = build_batch([(None, value) for value in values], base_timestamp=1_700_000_000_000)
+    batch = build_batch(list(zip(keys or [None] * len(values), values)), base_timestamp=1_700_000_000_000)
     return request_class(
         transactional_id=None, acks=acks, timeout_ms=5_000,
         topic_data=[request_class.TopicProduceData(name=topic, partition_data=[
@@ -495,13 +495,9 @@ def test_a_follower_whose_image_trails_keeps_a_tombstone_a_replica_out_of_the_is
     partition = cluster.images[1].topics.by_name["c"].partitions[0]
     leader = partition.leader
     trailing, behind = [b for b in partition.replicas if b != leader]
-    request_class = messages.ProduceRequest
 
     def produce(key, value):
-        answer = cluster.call(leader, ApiKey.PRODUCE, 7, request_class(
-            transactional_id=None, acks=1, timeout_ms=5_000,
-            topic_data=[request_class.TopicProduceData(name="c", partition_data=[request_class.PartitionProduceData(
-                index=0, records=build_batch([(key, value)], base_timestamp=1_700_000_000_000))])]))
+        answer = cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("c", 0, [value], acks=1, keys=[key]))
         assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
 
     produce(b"k", b"old")  # 0: every replica holds it

@@ -1,10 +1,6 @@
 """Incremental fetch sessions (KIP-227): the leader's session cache (broker/fetch_session.py), the Fetch handler
 answering only partitions with news, and followers whose idle fetches name no partition."""
 
-from types import SimpleNamespace
-
-import pytest
-
 from broker.fetch_session import FetchSessionCache
 from net.protocol import messages
 from net.protocol.codec import ApiKey
@@ -23,6 +19,15 @@ def fetch(session_id, epoch, partitions=(), forgotten=(), replica_id=-1, topic="
                        for p, o in partitions])] if partitions else [],
                    forgotten_topics_data=[Request.ForgottenTopic(topic=topic, partitions=list(forgotten))]
                    if forgotten else [])
+
+
+def partition_reads(cluster, leader) -> list:
+    """From now on, each partition the leader's Fetch handler reads, as (requested topic, fetch partition)."""
+    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
+    reads = []
+    original = data._read_fetch_partition
+    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    return reads
 
 
 def test_the_session_id_and_epoch_rules_of_kip_227():
@@ -115,12 +120,9 @@ def test_a_waiting_incremental_fetch_that_nothing_touched_expires_empty_without_
     from broker.apis import Deferred
 
     leader = leader_of(cluster, 0)
-    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
     full = cluster.call(leader, ApiKey.FETCH, 11, fetch(0, 0, [(0, 0)]))
     cluster.apis[leader].poll(cluster.now_ms)  # what creating the topic marked is behind us
-    reads = []
-    original = data._read_fetch_partition
-    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    reads = partition_reads(cluster, leader)
     waiting = fetch(full.session_id, 1)
     waiting.max_wait_ms = 500
     assert isinstance(cluster.call(leader, ApiKey.FETCH, 11, waiting), Deferred)
@@ -167,10 +169,7 @@ def test_an_idle_followers_incremental_fetch_reads_no_partition_and_keeps_it_in_
     leader = leader_of(cluster, 0)
     cluster.call(leader, ApiKey.PRODUCE, 7, produce_request("t", 0, [b"a"]))
     cluster.replicate(rounds=5)
-    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
-    reads = []
-    original = data._read_fetch_partition
-    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    reads = partition_reads(cluster, leader)
     cluster.now_ms += 20_000
     cluster.replicate(rounds=2)
     assert reads == []  # every partition quiet: touched, not read
@@ -195,10 +194,7 @@ def test_an_idle_followers_fetch_reads_no_partition_while_another_replica_is_out
     replica = cluster.brokers[leader].hosted("t", 0).replica
     assert behind not in replica.isr and replica.replicated_offset == -1
     assert cluster.brokers[follower].hosted("t", 0).replica.replicated_offset == -1
-    data = next(g for g in cluster.apis[leader]._groups if hasattr(g, "fetch_sessions"))
-    reads = []
-    original = data._read_fetch_partition
-    data._read_fetch_partition = lambda *args: reads.append(args[1:3]) or original(*args)
+    reads = partition_reads(cluster, leader)
     cluster.now_ms += 1_000
     cluster.replicate(rounds=2, fetching=fetching)
     assert reads == []  # every partition quiet: touched, not read
