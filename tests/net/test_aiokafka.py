@@ -177,10 +177,17 @@ def test_admin_configs_partitions_records_and_deletion(bootstrap):
         (altered,) = await admin.alter_configs([ConfigResource(
             ConfigResourceType.TOPIC, "ak-admin", configs={"cleanup.policy": "compact", "retention.ms": "7200000"})])
         assert [resource_result[0] for resource_result in altered.resources] == [0]
-        (described,) = await admin.describe_configs([resource])
-        ((error_code, _, _, name, configs),) = described.resources
-        assert (error_code, name) == (0, "ak-admin")
-        entries = {entry[0]: entry[1] for entry in configs}
+        # The controller answers once the change is committed; the node the client asks describes it once it has
+        # applied the metadata log that far, a moment later (as in Kafka).
+        deadline = time.monotonic() + READ_SECONDS_MAX
+        while True:
+            (described,) = await admin.describe_configs([resource])
+            ((error_code, _, _, name, configs),) = described.resources
+            assert (error_code, name) == (0, "ak-admin")
+            entries = {entry[0]: entry[1] for entry in configs}
+            if entries["retention.ms"] == "7200000" or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
         assert (entries["cleanup.policy"], entries["retention.ms"]) == ("compact", "7200000")
         await admin.create_partitions({"ak-admin": NewPartitions(3)})
         await wait_led(admin, "ak-admin", 3)
