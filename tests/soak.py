@@ -5,7 +5,8 @@ Three `flotilla node` processes (LocalCluster) carry, at once:
   min.insync.replicas=2) as fast as it can;
 - a transactional producer writing 10 records per transaction to `txn-out` (3 partitions), committing two
   transactions and aborting the third, recovering as librdkafka's errors say (abort, or a new producer);
-- a consumer group of two members reading `soak` and committing after every batch;
+- two consumer groups of two members each, one classic and one of KIP-848's consumer protocol
+  (`group.protocol=consumer`), reading `soak` and committing after every batch;
 - an exactly-once pipeline reading `soak` (read_committed) into `eos-out` in transactions that commit its
   input offsets with its output (send_offsets_to_transaction).
 Every 15-25 s (seeded) one node is SIGKILLed and restarted, or SIGSTOPped and continued, after 3-8 s; now and
@@ -16,6 +17,8 @@ At the end, with every node back and every ISR full, it checks:
 - read_committed shows each committed transaction whole and exactly once, no aborted one, and a transaction
   whose outcome the producer never learned whole or not at all;
 - `eos-out` holds exactly the records of `soak` below the pipeline's committed offsets, each once;
+- each consumer group's committed offsets reached `soak`'s ends, and every record below them was read by one of
+  its members (none skipped);
 - the replicas of every partition are identical below the high watermark (batch for batch);
 - no node logged an error or a traceback.
 It prints what it did and `OK`, or `PROBLEMS` with each one, and exits 1 then.
@@ -203,25 +206,46 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
     say("exactly-once pipeline done:", committed, "transactions committed,", aborted, "aborted")
 
 
-def group_consumer(bootstrap, name, consumed):
-    from confluent_kafka import Consumer, KafkaException
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-g", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "session.timeout.ms": 10_000})
+GROUPS = {  # group id -> the members' own settings: one classic group and one of KIP-848's consumer protocol
+    "soak-g": {"session.timeout.ms": 10_000},
+    "soak-g848": {"group.protocol": "consumer"},  # the session timeout is the broker's
+}
+
+
+def group_consumer(bootstrap, group, name, consumed, counts, soak_ends):
+    """A member of `group` reading `soak` and committing after every batch; the (partition, offset) of every
+    record it reads goes into `consumed` (the group's set, shared by its members). After the load stops it runs
+    until the group's committed offsets reach `soak`'s ends (`soak_ends`, filled in then), or for 300 s."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, **GROUPS[group]})
     c.subscribe([SOAK])
     count = 0
-    while not stop.is_set():
+    deadline = None
+    while True:
+        if stop.is_set() and soak_ends:
+            deadline = deadline or time.time() + 300
+            try:
+                positions = c.committed([TopicPartition(SOAK, p) for p in soak_ends], 30)
+            except KafkaException as exc:
+                say(name, "committed error", exc.args[0].name())
+                positions = None
+            if time.time() > deadline or (
+                    positions and all(tp.offset >= soak_ends[tp.partition] for tp in positions)):
+                break
         messages = c.consume(500, 0.5)
         for m in messages:
             if m.error() is None:
+                consumed.add((m.partition(), m.offset()))
                 count += 1
         if messages:
             try:
                 c.commit(asynchronous=False)
             except KafkaException as exc:
                 say(name, "commit error", exc.args[0].name())
-    consumed[name] = count
+    counts[name] = count
     c.close()
-    say(name, "consumed", count)
+    say(name, "of", group, "consumed", count)
 
 
 def chaos(cluster, rng, events):
@@ -255,7 +279,8 @@ def main() -> int:
     cluster = LocalCluster(os.path.join(directory, "c"), nodes=3, broker=FAST_BROKER_SETTINGS)
     cluster.start()
     say("cluster in", directory)
-    acked, failures, outcomes, consumed, events = [], [], {}, {}, []
+    acked, failures, outcomes, counts, events = [], [], {}, {}, []
+    group_reads = {group: set() for group in GROUPS}  # group -> (partition, offset) its members read
     soak_ends, eos_summary, notes = {}, {}, []
     problems = []
     try:
@@ -266,12 +291,14 @@ def main() -> int:
         bootstrap = cluster.bootstrap_servers
         threads = [threading.Thread(target=idempotent_producer, args=(bootstrap, acked, failures)),
                    threading.Thread(target=transactional_producer, args=(bootstrap, outcomes)),
-                   threading.Thread(target=group_consumer, args=(bootstrap, "c1", consumed)),
-                   threading.Thread(target=group_consumer, args=(bootstrap, "c2", consumed))]
+                   ]
+        members = [threading.Thread(target=group_consumer,
+                                    args=(bootstrap, group, f"{group}/{i}", group_reads[group], counts, soak_ends))
+                   for group in GROUPS for i in (1, 2)]
         # A daemon: a librdkafka call that never returns (below) must not keep the process from exiting.
         pipeline = threading.Thread(target=exactly_once_pipeline, args=(bootstrap, soak_ends, eos_summary),
                                     daemon=True)
-        for t in threads + [pipeline]:
+        for t in threads + members + [pipeline]:
             t.start()
         chaos_thread = threading.Thread(target=chaos, args=(cluster, rng, events))
         chaos_thread.start()
@@ -290,6 +317,10 @@ def main() -> int:
             eventually(lambda: all(len(p["isr"]) == 3 for p in topic_of(metadata(cluster), topic)["partitions"]), 120)
         soak_ends.update(end_offsets(bootstrap, SOAK, 6))  # the pipeline runs until it has committed these
         pipeline.join(360)
+        for t in members:
+            t.join(360)
+            if t.is_alive():
+                problems.append(f"a group member did not end: {t}")
         offsets = group_offsets(bootstrap, "soak-eos", SOAK, 6)  # None: the group coordinator did not answer
         if pipeline.is_alive():
             if eos_summary.get("in") == "send_offsets_to_transaction" and offsets is not None:
@@ -306,6 +337,7 @@ def main() -> int:
         problems += found
         problems += verify_exactly_once(bootstrap, seen, offsets or {})
         problems += verify_txn(bootstrap, outcomes)
+        problems += verify_groups(bootstrap, seen, group_reads, soak_ends)
     finally:
         cluster.stop()
     try:
@@ -395,6 +427,28 @@ def group_offsets(bootstrap, group, topic, partitions):
         return None
     finally:
         c.close()
+
+
+def verify_groups(bootstrap, seen, group_reads, soak_ends):
+    """Each group's committed offsets reached `soak`'s ends, and every record below them was read by one of
+    its members: a member commits only what it has read, and a partition's next owner starts at the committed
+    offset, so a record below it that nobody read was skipped (a wrong committed offset, assignment or fetch)."""
+    problems = []
+    for group, reads in sorted(group_reads.items()):
+        offsets = group_offsets(bootstrap, group, SOAK, 6)
+        if offsets is None:
+            problems.append(f"group {group}: its coordinator did not answer for the committed offsets")
+            continue
+        behind = {p: (offsets[p], end) for p, end in sorted(soak_ends.items()) if offsets[p] < end}
+        if behind:
+            problems.append(f"group {group} did not catch up: partition -> (committed, end) {behind}")
+        expected = {key for key in seen if key[1] < offsets[key[0]]}
+        skipped = sorted(expected - reads)
+        if skipped:
+            problems.append(f"group {group}: {len(skipped)} records below its committed offsets were never read "
+                            f"by a member, e.g. (partition, offset) {skipped[:5]}")
+        say("group", group, "verified:", len(reads), "records read,", len(expected), "below its committed offsets")
+    return problems
 
 
 def verify_exactly_once(bootstrap, seen, committed):

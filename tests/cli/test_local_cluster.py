@@ -114,6 +114,10 @@ async def test_alter_configs_on_the_cluster(cluster):
     async with KafkaClient(cluster.bootstrap_servers, "alter", retries_max=5) as client:
         await client.create_topics([NewTopic("altered", 1, 2)])
         await client.alter_configs("altered", set={"cleanup.policy": "compact"})
-        assert (await client.describe_configs("altered"))["cleanup.policy"].value == "compact"
+        # The controller answers once the change is committed; the node asked next describes it once it has
+        # applied the metadata log that far, as in Kafka: poll.
+        with trio.fail_after(30):
+            while (await client.describe_configs("altered"))["cleanup.policy"].value != "compact":
+                await trio.sleep(0.2)
         with pytest.raises(InvalidConfigError):
             await client.alter_configs("altered", set={"retention.ms": "not-a-number"})

@@ -40,8 +40,13 @@ async function adminChecks (topic) {
   seen.created = await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 2,
     replicationFactor: 3, configEntries: [{ name: 'retention.ms', value: '3600000' }] }] })
   await admin.alterConfigs({ resources: [{ type: 2, name: topic, configEntries: [{ name: 'retention.ms', value: '7200000' }] }] })
-  const described = await admin.describeConfigs({ resources: [{ type: 2, name: topic, configNames: ['retention.ms'] }] })
-  seen.retention_ms = described.resources[0].configEntries.find(e => e.configName === 'retention.ms').configValue
+  // Asked again until the broker asked has applied the change the controller committed (or 10 s pass).
+  for (let tries = 0; tries < 50; tries++) {
+    const described = await admin.describeConfigs({ resources: [{ type: 2, name: topic, configNames: ['retention.ms'] }] })
+    seen.retention_ms = described.resources[0].configEntries.find(e => e.configName === 'retention.ms').configValue
+    if (seen.retention_ms === '7200000') break
+    await new Promise(resolve => setTimeout(resolve, 200))
+  }
   await admin.createPartitions({ topicPartitions: [{ topic, count: 3 }] })
   // The controller answers once the change is committed; the broker asked next learns it from the metadata log
   // a moment later: asked again until it shows the new partition (or 10 s pass and the test sees 2).
@@ -84,7 +89,13 @@ async function adminChecks (topic) {
     .sort((a, b) => a[0] - b[0])
   await admin.deleteGroups([`${topic}-group`])
   await admin.deleteTopics({ topics: [topic] })
-  seen.still_listed = (await admin.listTopics()).includes(topic)
+  // The broker asked may list the topic until it has applied the deletion the controller committed: ask again
+  // (for up to 10 s).
+  for (let tries = 0; tries < 50; tries++) {
+    seen.still_listed = (await admin.listTopics()).includes(topic)
+    if (!seen.still_listed) break
+    await new Promise(resolve => setTimeout(resolve, 200))
+  }
   await admin.disconnect()
   return seen
 }

@@ -163,9 +163,15 @@ await admin.alterConfigs({ resources: [{ resourceType: TOPIC, resourceName: topi
                                          configs: [{ name: 'retention.ms', value: '7200000' }] }] })
 await admin.incrementalAlterConfigs({ resources: [{ resourceType: TOPIC, resourceName: topic,
   configs: [{ name: 'cleanup.policy', configOperation: 0, value: 'compact,delete' }] }] })
-const [described2] = await admin.describeConfigs({ resources: [{ resourceType: TOPIC, resourceName: topic,
-  configurationKeys: ['retention.ms', 'cleanup.policy', 'segment.bytes'] }] })
-out.configs = described2.configs.map(c => [c.name, c.value, c.configSource, c.configType]).sort()
+// Asked again until the broker asked has applied both changes the controller committed (or 10 s pass).
+for (let tries = 0; tries < 50; tries++) {
+  const [described2] = await admin.describeConfigs({ resources: [{ resourceType: TOPIC, resourceName: topic,
+    configurationKeys: ['retention.ms', 'cleanup.policy', 'segment.bytes'] }] })
+  out.configs = described2.configs.map(c => [c.name, c.value, c.configSource, c.configType]).sort()
+  const value = name => described2.configs.find(c => c.name === name)?.value
+  if (value('retention.ms') === '7200000' && value('cleanup.policy') === 'compact,delete') break
+  await new Promise(resolve => setTimeout(resolve, 200))
+}
 await admin.createPartitions({ topics: [{ name: topic, count: 4 }] })
 await untilEveryBroker(`4 partitions of ${topic}`, async probe => await partitionsOf(probe, topic) === 4)
 out.partitions_after_create = (await admin.metadata({ topics: [topic], forceUpdate: true })).topics.get(topic)

@@ -48,14 +48,15 @@ async def create(admin: AIOKafkaAdminClient, name: str, partitions: int, configs
     await wait_led(admin, name, partitions)
 
 
-async def wait_led(admin: AIOKafkaAdminClient, name: str, partitions: int) -> None:
-    """Until the node asked describes `partitions` partitions of the topic, each with a leader: the controller
-    answers once the change is committed, and the brokers learn it from the metadata log a moment later."""
+async def wait_led(admin: AIOKafkaAdminClient, name: str, partitions: int) -> dict:
+    """Until the node asked describes `partitions` partitions of the topic, each with a leader (the controller
+    answers once the change is committed, and the brokers learn it from the metadata log a moment later); returns
+    that description."""
     deadline = time.monotonic() + READ_SECONDS_MAX  # every partition led before the first produce
     while True:
         (described,) = await admin.describe_topics([name])
         if len(described["partitions"]) == partitions and all(p["leader"] >= 0 for p in described["partitions"]):
-            return
+            return described
         assert time.monotonic() < deadline, described
         await asyncio.sleep(0.2)
 
@@ -190,8 +191,7 @@ def test_admin_configs_partitions_records_and_deletion(bootstrap):
             await asyncio.sleep(0.2)
         assert (entries["cleanup.policy"], entries["retention.ms"]) == ("compact", "7200000")
         await admin.create_partitions({"ak-admin": NewPartitions(3)})
-        await wait_led(admin, "ak-admin", 3)
-        (topic,) = await admin.describe_topics(["ak-admin"])
+        topic = await wait_led(admin, "ak-admin", 3)  # a second description could come from a node that lags
         assert sorted(p["partition"] for p in topic["partitions"]) == [0, 1, 2]
 
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
