@@ -107,16 +107,19 @@ def run_describe(args: argparse.Namespace) -> int:
             "group": args.group, "type": description.group_type, "state": description.state,
             "protocol_type": description.protocol_type, "protocol": description.protocol,
             "coordinator": description.coordinator,
+            "group_epoch": description.group_epoch, "assignment_epoch": description.assignment_epoch,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                         "client_id": m.client_id, "host": m.host,
+                         "client_id": m.client_id, "host": m.host, "member_epoch": m.member_epoch,
                          "assignment": {t: ps for t, ps in sorted(m.assignment.items())}}
                         for m in description.members],
             "offsets": rows,
         }
 
         def table() -> None:
+            epochs = "" if description.group_epoch is None else (
+                f", group epoch {description.group_epoch} (target assignment {description.assignment_epoch})")
             print(f"group {args.group}: type {description.group_type}, state {description.state}, "
-                  f"{len(description.members)} members, coordinator {description.coordinator}")
+                  f"{len(description.members)} members, coordinator {description.coordinator}{epochs}")
             print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                          "HOST", "CLIENT-ID"],
                         [[r["group"], r["topic"], r["partition"], _dash(r["current_offset"]),

@@ -139,6 +139,9 @@ class ConsumerGroup:
     # Test-only planted bug for the simulator's checkers (simulations/groups_sim.py); never configured:
     # a partition still owned by another member is handed to its new owner at once (no unreleased wait).
     bug_assign_unreleased_partitions = False
+    # Planted bug `partition_metadata_volatile` (the former code): the subscribed topics' metadata is not
+    # written, so a coordinator that loads the group bumps its epoch at the first heartbeat after every failover.
+    bug_partition_metadata_volatile = False
 
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
@@ -146,8 +149,8 @@ class ConsumerGroup:
         self.assignment_epoch = 0
         self.members: dict[str, ConsumerMember] = {}
         self.target: dict[str, Assignment] = {}
-        # Volatile: the subscribed topics' partition counts the target was computed for (Kafka persists them
-        # as ConsumerGroupPartitionMetadata; after a load the first heartbeat recomputes and bumps the epoch).
+        # The subscribed topics' ids and partition counts the target was computed for, by name: written and
+        # replayed as ConsumerGroupPartitionMetadata (None: never written, so the next heartbeat bumps the epoch).
         self.subscription_metadata: dict[str, TopicInfo] | None = None
         self.state_timestamp_ms = -1
 
@@ -228,8 +231,10 @@ class ConsumerGroup:
                 _record(cr.ConsumerGroupMetadataKey(self.group_id), cr.ConsumerGroupMetadataValue(epoch=self.group_epoch))]
 
     def deletion_records(self) -> list[CoordinatorRecord]:
-        """Tombstones for an empty group (DeleteGroups, offset expiry): its target metadata and its epoch."""
+        """Tombstones for an empty group (DeleteGroups, offset expiry): its target metadata, its partition
+        metadata and its epoch."""
         return [_tombstone(cr.ConsumerGroupTargetAssignmentMetadataKey(self.group_id)),
+                _tombstone(cr.ConsumerGroupPartitionMetadataKey(self.group_id)),
                 _tombstone(cr.ConsumerGroupMetadataKey(self.group_id))]
 
     # --- the heartbeat ------------------------------------------------------------------------------------
@@ -420,7 +425,9 @@ class ConsumerGroup:
         metadata = _subscription_metadata(members.values(), topics)
         if metadata != self.subscription_metadata:
             bump = True
-            self.subscription_metadata = metadata  # volatile (see __init__)
+            self.subscription_metadata = metadata
+            if not self.bug_partition_metadata_volatile:
+                records.append(_partition_metadata_record(self.group_id, metadata))
         group_epoch = self.group_epoch + 1 if bump else self.group_epoch
         if bump:
             records.append(_record(cr.ConsumerGroupMetadataKey(self.group_id),
@@ -559,6 +566,9 @@ class ConsumerGroup:
     def replay(self, key: Any, value: Any) -> None:
         if isinstance(key, cr.ConsumerGroupMetadataKey):
             self.group_epoch = value.epoch if value is not None else 0
+        elif isinstance(key, cr.ConsumerGroupPartitionMetadataKey):
+            self.subscription_metadata = None if value is None else {
+                topic.topic_name: TopicInfo(topic.topic_id, topic.num_partitions) for topic in value.topics}
         elif isinstance(key, cr.ConsumerGroupTargetAssignmentMetadataKey):
             self.assignment_epoch = value.assignment_epoch if value is not None else 0
         elif isinstance(key, cr.ConsumerGroupMemberMetadataKey):
@@ -768,6 +778,13 @@ def _record(key: Any, value: Any) -> CoordinatorRecord:
 
 def _tombstone(key: Any) -> CoordinatorRecord:
     return CoordinatorRecord(cr.encode_consumer_key(key), None)
+
+
+def _partition_metadata_record(group_id: str, metadata: Mapping[str, TopicInfo]) -> CoordinatorRecord:
+    topic = cr.ConsumerGroupPartitionMetadataValue.TopicMetadata
+    return _record(cr.ConsumerGroupPartitionMetadataKey(group_id), cr.ConsumerGroupPartitionMetadataValue(topics=[
+        topic(topic_id=info.topic_id, topic_name=name, num_partitions=info.partitions, partition_metadata=[])
+        for name, info in sorted(metadata.items())]))
 
 
 def _member_metadata_record(group_id: str, member: ConsumerMember) -> CoordinatorRecord:

@@ -4,7 +4,7 @@
 Keys are not flexible: an int16 key version naming the record type, then the group id (and member id):
 
     ConsumerGroupMetadataKey                  (3)  group                 -> value: Epoch
-    ConsumerGroupPartitionMetadataKey         (4)  group                 -> read and skipped (not written)
+    ConsumerGroupPartitionMetadataKey         (4)  group                 -> the subscribed topics' partition counts
     ConsumerGroupMemberMetadataKey            (5)  group, member         -> the member's subscription
     ConsumerGroupTargetAssignmentMetadataKey  (6)  group                 -> value: AssignmentEpoch
     ConsumerGroupTargetAssignmentMemberKey    (7)  group, member         -> the member's target partitions
@@ -12,8 +12,11 @@ Keys are not flexible: an int16 key version naming the record type, then the gro
 
 Values are flexible (compact strings and arrays, tagged fields), an int16 value version (0) first; they are
 built here from specs in the codec's notation, so the same codec that speaks the wire writes them.
-Partition metadata (key 4) is Kafka's cache of the subscribed topics' partition counts; Flotilla recomputes
-it from the metadata image after a load instead of persisting it (a failover costs one group epoch bump).
+Partition metadata (key 4) is the subscribed topics' ids, names and partition counts that the target assignment
+was computed for, as Kafka 3.9 writes it: a heartbeat bumps the group epoch when the metadata image disagrees with
+it. Persisting it keeps a coordinator failover from bumping the epoch of every group it loads (which made every
+member's commit in flight fail with STALE_MEMBER_EPOCH). A log written before it was persisted has none, and the
+first heartbeat after a load writes it, with one epoch bump.
 """
 
 from __future__ import annotations
@@ -44,6 +47,20 @@ def _topic_partitions(kafka_name: str) -> Any:
 
 
 ConsumerGroupMetadataValue = _data('ConsumerGroupMetadataValue', field('Epoch', 'int32', '0+'))
+ConsumerGroupPartitionMetadataValue = _data(
+    'ConsumerGroupPartitionMetadataValue',
+    field('Topics', '[]TopicMetadata', '0+', fields=(
+        field('TopicId', 'uuid', '0+'),
+        field('TopicName', 'string', '0+'),
+        field('NumPartitions', 'int32', '0+'),
+        # The partitions' racks: empty, as Kafka writes it when it has no rack information to use (and Kafka
+        # 4.0 no longer reads it).
+        field('PartitionMetadata', '[]PartitionMetadata', '0+', fields=(
+            field('Partition', 'int32', '0+'),
+            field('Racks', '[]string', '0+'),
+        )),
+    )),
+)
 ConsumerGroupMemberMetadataValue = _data(
     'ConsumerGroupMemberMetadataValue',
     field('InstanceId', 'string', '0+', nullable='0+', default=None),
@@ -121,7 +138,7 @@ _KEY_VERSIONS: dict[type, int] = {
 }
 _VALUE_CLASSES: dict[int, type | None] = {
     3: ConsumerGroupMetadataValue,
-    4: None,
+    4: ConsumerGroupPartitionMetadataValue,
     5: ConsumerGroupMemberMetadataValue,
     6: ConsumerGroupTargetAssignmentMetadataValue,
     7: ConsumerGroupTargetAssignmentMemberValue,
@@ -143,7 +160,7 @@ def encode_consumer_value(value: Any) -> bytes:
 
 @dataclass(frozen=True)
 class SkippedValue:
-    """A value this coordinator reads past (partition metadata, or a newer value version)."""
+    """A value this coordinator reads past (a newer value version)."""
 
     version: int
 

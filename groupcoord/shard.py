@@ -130,6 +130,7 @@ class GroupCoordinatorShard:
         self.bug_expire_parked_members = False
         self.bug_no_pending_sync_expiry = False
         self.bug_assign_unreleased_partitions = False  # test-only planted bug, see ConsumerGroup
+        self.bug_partition_metadata_volatile = False  # test-only planted bug, see ConsumerGroup
         # Test-only planted bugs for the simulator (simulations/group_migration_sim.py), never configured: an
         # upgraded group's classic members keep no current assignment; a group of classic members stays a
         # consumer group.
@@ -429,6 +430,7 @@ class GroupCoordinatorShard:
                 return
             group = self.consumer_groups[key.group] = ConsumerGroup(key.group)
             group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+            group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
         group.replay(key, value)
         if isinstance(key, consumer_records.ConsumerGroupMetadataKey) and value is None:
             del self.consumer_groups[key.group]  # the group is deleted
@@ -531,6 +533,7 @@ class GroupCoordinatorShard:
                 else:
                     group = ConsumerGroup(message.group_id)  # created by the replay of its records
                     group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+                    group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
                     if classic is not None:  # an empty classic group becomes a consumer group
                         records.append(CoordinatorRecord(encode_key(GroupMetadataKey(message.group_id)), None))
                         # its epochs go on from the generations (a generation number is never reused)
@@ -618,6 +621,7 @@ class GroupCoordinatorShard:
                              ErrorCode.GROUP_ID_NOT_FOUND)
         group = ConsumerGroup(group_id)
         group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+        group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
         generation = classic.generation
         records = [CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None)]
         completions: list = []

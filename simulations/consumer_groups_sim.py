@@ -11,21 +11,27 @@ Checkers: the cluster's, plus
   every request and timer it handles (what its records made of the group): every partition is in the
   assigned or pending-revocation set of at most one member. A member gets a partition only after its old
   owner reported it revoked (or was fenced);
+- epoch_bump_has_cause: a heartbeat raises the group epoch only with a member joining, leaving or changing its
+  subscription. The workload's topic never changes, so the subscribed topics' partitions are never a cause once
+  the group has its first target; a coordinator that loaded the group after a failover keeps its epoch;
 - commit_kept, group_delivery and coordinator_answers_prompt, as in the groups workload
   (simulations/group_checkers.py);
 - liveness (extended): after the faults heal every running member is at one member epoch, the partitions
   are all owned, and the members have read up to each high watermark.
 
 Planted bugs (`--bugs`): "assign_unreleased" (a partition still owned by another member is handed to its new
-owner at once, without waiting for the revocation), "commit_before_hw" and "poll_ignores_changes" (as in the
-groups workload; here the members' heartbeats come often enough that a held answer leaves at the next
-request to its partition, a few hundred milliseconds late rather than seconds).
+owner at once, without waiting for the revocation), "partition_metadata_volatile" (the subscribed topics'
+metadata is not written, so the first heartbeat after a load bumps the epoch), "commit_before_hw" and
+"poll_ignores_changes" (as in the groups workload; here the members' heartbeats come often enough that a held
+answer leaves at the next request to its partition, a few hundred milliseconds late rather than seconds).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from groupcoord import consumer_records as cr
+from groupcoord.records import decode_record
 from simulations import cluster_sim
 from simulations.cluster_sim import configure_shards
 from simulations.consumer_protocol_clients import SimConsumerProtocolMember
@@ -34,8 +40,10 @@ from simulations.groups_sim import GROUP_FAULT_RATES, GroupsSimulation
 from simulations.run import RunConfig, RunResult
 
 CONSUMER_GROUP = "sim-consumer-group"
-CONSUMER_GROUP_CHECKER_NAMES = ("partition_exclusive", "commit_kept", "group_delivery", "coordinator_answers_prompt")
+CONSUMER_GROUP_CHECKER_NAMES = ("partition_exclusive", "epoch_bump_has_cause", "commit_kept", "group_delivery",
+                                "coordinator_answers_prompt")
 CONSUMER_GROUP_BUGS = {"assign_unreleased": "bug_assign_unreleased_partitions",
+                       "partition_metadata_volatile": "bug_partition_metadata_volatile",
                        "commit_before_hw": "bug_answer_before_commit",
                        "poll_ignores_changes": "bug_poll_ignores_changes"}
 SESSION_TIMEOUT_MS = 3_000
@@ -63,6 +71,25 @@ class ConsumerGroupCheckers(GroupCheckers):
                                                                     f"{group.group_epoch}")
 
 
+    def check_epoch_bump_cause(self, epochs_before: dict[str, int], request: Any, result: Any) -> None:
+        """A heartbeat's records raise a group's epoch only with a member joining, leaving or changing its
+        subscription (a member metadata record or its tombstone in the same records). This workload's topic
+        never changes, so once the group's target assigns its partitions the topic is no cause; before that
+        (`epochs_before` leaves such a group out), the topic appearing in the coordinator's image is one."""
+        message = getattr(request, "message", None)
+        if type(message).__name__ != "ConsumerGroupHeartbeatRequest" or message.group_id not in epochs_before:
+            return
+        decoded = [decode_record(record.key, record.value) for record in result.records]
+        bumped = [value.epoch for key, value in decoded if isinstance(key, cr.ConsumerGroupMetadataKey)
+                  and key.group == message.group_id and value is not None
+                  and value.epoch > epochs_before[message.group_id] > 0]
+        if bumped and not any(isinstance(key, cr.ConsumerGroupMemberMetadataKey) for key, _ in decoded):
+            self.violate("epoch_bump_has_cause", f"group {message.group_id}: a heartbeat of member "
+                                                 f"{message.member_id} at epoch {message.member_epoch} raised the "
+                                                 f"group epoch {epochs_before[message.group_id]} -> {bumped[0]} "
+                                                 "with no member joining, leaving or changing its subscription")
+
+
 class ConsumerGroupsSimulation(GroupsSimulation):
     """The groups simulation with KIP-848 members (see the module docstring)."""
 
@@ -80,15 +107,21 @@ class ConsumerGroupsSimulation(GroupsSimulation):
     def configure_node(self, state: Any) -> None:
         super().configure_node(state)
         buggy = "assign_unreleased" in self.workload_bugs
+        volatile_metadata = "partition_metadata_volatile" in self.workload_bugs
         checkers = self.checkers
 
         def checked(shard: Any) -> None:
             shard.bug_assign_unreleased_partitions = buggy
+            shard.bug_partition_metadata_volatile = volatile_metadata
             handle, poll = shard.handle, shard.poll
 
             def checked_handle(request_id: int, request: Any, now_ms: int) -> Any:
                 checkers.check_exclusive_owners(shard.consumer_groups)
-                return handle(request_id, request, now_ms)
+                epochs = {group_id: group.group_epoch for group_id, group in shard.consumer_groups.items()
+                          if any(group.target.values())}
+                result = handle(request_id, request, now_ms)
+                checkers.check_epoch_bump_cause(epochs, request, result)
+                return result
 
             def checked_poll(now_ms: int) -> Any:
                 checkers.check_exclusive_owners(shard.consumer_groups)

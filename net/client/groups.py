@@ -50,6 +50,7 @@ class GroupMember:
     client_id: str
     host: str
     assignment: dict[str, list[int]] = field(default_factory=dict)
+    member_epoch: int | None = None  # a consumer group's (KIP-848); None for a classic group's members
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class GroupDescription:
     protocol: str
     members: list[GroupMember]
     coordinator: int
+    # A consumer group's (KIP-848) epoch and the epoch of its target assignment; None for a classic group.
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -146,9 +150,9 @@ async def _describe_consumer_group(client: KafkaClient, group_id: str) -> GroupD
     for member in described.members:
         assignment = {topic.topic_name: sorted(topic.partitions) for topic in member.assignment.topic_partitions}
         members.append(GroupMember(member.member_id, member.instance_id, member.client_id, member.client_host,
-                                   assignment))
+                                   assignment, member.member_epoch))
     return GroupDescription(group_id, described.group_state, "consumer", "consumer", described.assignor_name,
-                            members, coordinator)
+                            members, coordinator, described.group_epoch, described.assignment_epoch)
 
 
 async def fetch_committed_offsets(client: KafkaClient, group_id: str) -> dict[tuple[str, int], CommittedOffset]:

@@ -307,12 +307,52 @@ def test_describe_list_delete_and_a_rebuilt_shard_agree():
     records = [describe_record(r.key, r.value) for r in loaded]
     assert {r["key"]["type"] for r in records} >= {
         "ConsumerGroupMetadataKey", "ConsumerGroupMemberMetadataKey", "ConsumerGroupTargetAssignmentMemberKey",
-        "ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupCurrentMemberAssignmentKey"}
+        "ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupCurrentMemberAssignmentKey",
+        "ConsumerGroupPartitionMetadataKey"}
 
     a.heartbeat(epoch=-1)
     b.heartbeat(epoch=-1)
     assert coordinator.call(ApiKey.DELETE_GROUPS, 1, "g") == ("g", ErrorCode.NONE)
     assert "g" not in coordinator.shard.consumer_groups
+    assert "g" not in Coordinator(port=coordinator.port).shard.consumer_groups  # every record of it tombstoned
+
+
+@pytest.mark.parametrize("volatile", [False, True], ids=["persisted", "planted-bug-volatile"])
+def test_a_coordinator_that_loads_the_group_keeps_its_epoch_so_commits_in_flight_succeed(volatile):
+    """A failover moves the group to a coordinator that loads it from the log. The subscribed topics' partition
+    counts the target was computed for are in the log (ConsumerGroupPartitionMetadata), so the members' next
+    heartbeats find nothing changed and keep their epoch: a commit made with it still succeeds. With the planted
+    bug they are not written, and the new coordinator's first heartbeat bumps every member's epoch, so commits in
+    flight fail with STALE_MEMBER_EPOCH (what librdkafka members saw at every failover)."""
+    coordinator = Coordinator()
+    coordinator.shard.bug_partition_metadata_volatile = volatile
+    a, b = Member(coordinator, "a", topics=("t", "u")), Member(coordinator, "b", topics=("t", "u"))
+    for _ in range(3):
+        a.heartbeat()
+        b.heartbeat()
+    assert a.epoch == b.epoch == coordinator.shard.consumer_groups["g"].group_epoch == 2
+    before = coordinator.shard.consumer_groups["g"].subscription_metadata
+    assert before == {"t": TopicInfo(T, 6), "u": TopicInfo(U, 2)}
+
+    successor = Coordinator(port=coordinator.port)
+    a.coordinator = b.coordinator = successor
+    loaded = successor.shard.consumer_groups["g"]
+    assert loaded.subscription_metadata == (None if volatile else before)
+    owned = (a.partitions(T), b.partitions(T))
+    a.heartbeat()
+    b.heartbeat()
+    commit = messages.OffsetCommitRequest
+    answer = successor.call(ApiKey.OFFSET_COMMIT, 9, commit(
+        group_id="g", generation_id_or_member_epoch=2, member_id="a", topics=[commit.OffsetCommitRequestTopic(
+            name="t", partitions=[commit.OffsetCommitRequestPartition(partition_index=min(owned[0]),
+                                                                    committed_offset=5, committed_metadata="")])]))
+    error = answer.topics[0].partitions[0].error_code
+    if volatile:
+        assert (a.epoch, b.epoch, error) == (3, 3, ErrorCode.STALE_MEMBER_EPOCH)
+    else:
+        assert (a.epoch, b.epoch, error) == (2, 2, ErrorCode.NONE)
+        assert loaded.group_epoch == 2
+    assert (a.partitions(T), b.partitions(T)) == owned  # the assignment is the same either way
 
 
 def test_a_new_partition_of_a_subscribed_topic_bumps_the_epoch_and_is_assigned():

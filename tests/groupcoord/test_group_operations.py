@@ -71,7 +71,8 @@ def test_coordinator_failover_keeps_every_acknowledged_commit_and_consumption_re
         wait_all_consumed(members, first)
         before = committed_offsets(cluster, group)
         assert sum(before.values()) == 6_000, before  # every record consumed was committed synchronously
-        coordinator = describe(cluster, group)["coordinator"]
+        described = describe(cluster, group)
+        coordinator = described["coordinator"]
         cluster.kill(coordinator)
         second = produce(cluster, topic, 6_000, 2_000)
         wait_all_consumed(members, second, seconds=60)
@@ -79,6 +80,15 @@ def test_coordinator_failover_keeps_every_acknowledged_commit_and_consumption_re
                            != coordinator else None, 30, what="a new coordinator answers")
         assert all(after[p] >= before[p] for p in before), (before, after)
         assert sum(after.values()) == 8_000, after
+        if protocol == "consumer":
+            # The coordinator that loaded the group found the subscribed topics' partition metadata in the log:
+            # nothing changed, so no epoch moved (a bump would fail every commit in flight, STALE_MEMBER_EPOCH).
+            epochs = {m["member_id"]: m["member_epoch"] for m in described["members"]}
+            reloaded = describe(cluster, group)
+            assert (reloaded["group_epoch"], {m["member_id"]: m["member_epoch"] for m in reloaded["members"]}) == \
+                (described["group_epoch"], epochs)
+            group_epoch = described["group_epoch"]
+            assert len(epochs) == 2 and set(epochs.values()) == {group_epoch} and group_epoch >= 2, described
     finally:
         for member in members:
             member.close()

@@ -55,3 +55,21 @@ def test_dump_log_offsets_decoder_prints_offset_commits_and_group_metadata(tmp_p
     assert cli.main(["dump-log", "--offsets-decoder", "--json", str(path)]) == 0
     dumped = json.loads(capsys.readouterr().out)
     assert dumped[0]["records"][1]["decoded"]["value"]["offset"] == 17
+
+
+def test_consumer_group_partition_metadata_bytes_follow_kafkas_schema():  # key version 4, value version 0
+    import uuid
+
+    from groupcoord import consumer_records as cr
+    from groupcoord.consumer import TopicInfo, _partition_metadata_record
+
+    topic_id = uuid.UUID(int=0x0102)
+    record = _partition_metadata_record("g", {"t": TopicInfo(topic_id, 3)})
+    assert record.key == struct.pack(">h", 4) + b"\x00\x01g"  # not flexible: int16 string length
+    # flexible: compact array (length + 1), uuid, compact string, int32, an empty compact array of partition
+    # metadata, the topic's tagged fields, then the value's
+    assert record.value == (struct.pack(">h", 0) + b"\x02" + topic_id.bytes + b"\x02t" + struct.pack(">i", 3)
+                            + b"\x01" + b"\x00" + b"\x00")
+    key, value = decode_record(record.key, record.value)
+    assert key == cr.ConsumerGroupPartitionMetadataKey("g")
+    assert [(t.topic_id, t.topic_name, t.num_partitions) for t in value.topics] == [(topic_id, "t", 3)]

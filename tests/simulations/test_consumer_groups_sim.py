@@ -2,8 +2,9 @@
 
 partition_exclusive is shown to fail on a hand-fed coordinator state; the planted bug "assign_unreleased"
 fails it at a named seed (the first failing seed of `flotilla simulate --workload consumer-groups --seeds 300
---duration 30 --bugs assign_unreleased`), replays to the same trace, and passes with the bug off; so does
-"poll_ignores_changes" with coordinator_answers_prompt."""
+--duration 30 --bugs assign_unreleased`), replays to the same trace, and passes with the bug off; so do
+"poll_ignores_changes" with coordinator_answers_prompt and "partition_metadata_volatile" with
+epoch_bump_has_cause."""
 
 from __future__ import annotations
 
@@ -18,11 +19,16 @@ from tests.simulations.workloads import assert_sweep_passes, assert_teeth, faile
 
 ASSIGN_UNRELEASED_SEED = 1
 # poll_ignores_changes (the coordinator runtimes are told nothing changed): the members heartbeat often, so a
-# held answer leaves at the next request to its partition; after the heal a ConsumerGroupHeartbeat waits
-# 493 ms with nothing wrong (coordinator_answers_prompt; the first failing seed of `--seeds 300 --duration 30
-# --bugs poll_ignores_changes`; 10 before the internal topics waited for three brokers).
-POLL_IGNORES_CHANGES_SEED = 13
-CHECKERS = {"partition_exclusive", "commit_kept", "group_delivery"}
+# held answer leaves at the next request to its partition; after the heal an OffsetFetch waits 601 ms with
+# nothing wrong (coordinator_answers_prompt; the first failing seed of `--seeds 300 --duration 30 --bugs
+# poll_ignores_changes`; 13 before the group's partition metadata was written, 10 before the internal topics
+# waited for three brokers).
+POLL_IGNORES_CHANGES_SEED = 3
+# partition_metadata_volatile (the subscribed topics' metadata not written): the first heartbeat after a
+# coordinator failover bumps the epoch with nothing changed (the first failing seed of `--seeds 300 --duration 30
+# --bugs partition_metadata_volatile`; seeds 1-12 all fail it).
+PARTITION_METADATA_VOLATILE_SEED = 1
+CHECKERS = {"partition_exclusive", "epoch_bump_has_cause", "commit_kept", "group_delivery"}
 
 
 def test_a_fault_free_run_shares_the_partitions_and_passes_every_checker():
@@ -50,6 +56,12 @@ def test_partition_exclusive_fails_when_two_members_own_a_partition_at_once():
 def test_assign_unreleased_fails_partition_exclusive_at_its_known_seed():
     buggy = assert_teeth("consumer-groups", "assign_unreleased", ASSIGN_UNRELEASED_SEED, 30.0, CHECKERS)
     assert "partition_exclusive" in failed_checkers(buggy)
+
+
+def test_partition_metadata_volatile_fails_epoch_bump_has_cause_at_its_known_seed():
+    buggy = assert_teeth("consumer-groups", "partition_metadata_volatile", PARTITION_METADATA_VOLATILE_SEED, 30.0,
+                         {"epoch_bump_has_cause"})
+    assert "no member joining, leaving or changing its subscription" in failed_checkers(buggy)["epoch_bump_has_cause"]
 
 
 @pytest.mark.slow
