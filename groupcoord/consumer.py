@@ -555,8 +555,18 @@ class ConsumerGroup:
         return HeartbeatOutcome(self.fence(member.member_id), response, None)
 
     def fence(self, member_id: str) -> list[CoordinatorRecord]:
-        """The records that remove a member (left, session expired, revocation timed out) and bump the epoch."""
+        """The records that remove a member (left, session expired, revocation timed out) and bump the epoch;
+        as in Kafka, the subscribed topics' metadata without the member's own topics with them, so that the
+        next heartbeat finds it unchanged rather than bumping the epoch a second time. It is narrowed from the
+        metadata as it stands (a topic no other member subscribes to leaves it), so several members fenced in
+        one poll narrow it in turn."""
         records = _removal_records(self.group_id, member_id)
+        if self.subscription_metadata is not None and not self.bug_partition_metadata_volatile:
+            remaining = [member for other, member in self.members.items() if other != member_id]
+            metadata = _subscription_metadata(remaining, self.subscription_metadata)
+            if metadata != self.subscription_metadata:
+                self.subscription_metadata = metadata
+                records.append(_partition_metadata_record(self.group_id, metadata))
         records.append(_record(cr.ConsumerGroupMetadataKey(self.group_id),
                                cr.ConsumerGroupMetadataValue(epoch=self.group_epoch + 1)))
         return records

@@ -317,6 +317,25 @@ def test_describe_list_delete_and_a_rebuilt_shard_agree():
     assert "g" not in Coordinator(port=coordinator.port).shard.consumer_groups  # every record of it tombstoned
 
 
+def test_a_member_that_leaves_takes_its_own_topics_out_of_the_metadata_so_the_epoch_moves_once():
+    """b alone subscribes to u. When it leaves, the group's subscribed topics' metadata loses u in the same
+    records that bump the epoch, as Kafka's fencing writes it, so a's next heartbeats find nothing changed: the
+    epoch moves once, not again at a's next heartbeat."""
+    coordinator = Coordinator()
+    a, b = Member(coordinator, "a", topics=("t",)), Member(coordinator, "b", topics=("t", "u"))
+    for _ in range(3):
+        a.heartbeat()
+        b.heartbeat()
+    group = coordinator.shard.consumer_groups["g"]
+    assert set(group.subscription_metadata) == {"t", "u"} and group.group_epoch == 2
+    assert b.heartbeat(epoch=-1).error_code == ErrorCode.NONE
+    assert set(group.subscription_metadata) == {"t"} and group.group_epoch == 3
+    for _ in range(2):
+        a.heartbeat()
+    assert (a.epoch, group.group_epoch, a.partitions()) == (3, 3, set(range(6)))
+    assert Coordinator(port=coordinator.port).shard.consumer_groups["g"].subscription_metadata == {"t": TOPICS["t"]}
+
+
 @pytest.mark.parametrize("volatile", [False, True], ids=["persisted", "planted-bug-volatile"])
 def test_a_coordinator_that_loads_the_group_keeps_its_epoch_so_commits_in_flight_succeed(volatile):
     """A failover moves the group to a coordinator that loads it from the log. The subscribed topics' partition
