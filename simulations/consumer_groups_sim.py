@@ -70,7 +70,6 @@ class ConsumerGroupCheckers(GroupCheckers):
                                                                     f"{member.member_id} at group epoch "
                                                                     f"{group.group_epoch}")
 
-
     def check_epoch_bump_cause(self, epochs_before: dict[str, int], request: Any, result: Any) -> None:
         """A heartbeat's records raise a group's epoch only with a member joining, leaving or changing its
         subscription (a member metadata record or its tombstone in the same records). This workload's topic
