@@ -423,11 +423,8 @@ class ConsumerGroup:
                 previous_target[updated.member_id] = previous_target.pop(replaced.member_id, {})
         members[updated.member_id] = updated
         metadata = _subscription_metadata(members.values(), topics)
-        if metadata != self.subscription_metadata:
+        if self._subscription_metadata_changed(metadata, records):
             bump = True
-            self.subscription_metadata = metadata
-            if not self.bug_partition_metadata_volatile:
-                records.append(_partition_metadata_record(self.group_id, metadata))
         group_epoch = self.group_epoch + 1 if bump else self.group_epoch
         if bump:
             records.append(_record(cr.ConsumerGroupMetadataKey(self.group_id),
@@ -563,13 +560,20 @@ class ConsumerGroup:
         records = _removal_records(self.group_id, member_id)
         if self.subscription_metadata is not None and not self.bug_partition_metadata_volatile:
             remaining = [member for other, member in self.members.items() if other != member_id]
-            metadata = _subscription_metadata(remaining, self.subscription_metadata)
-            if metadata != self.subscription_metadata:
-                self.subscription_metadata = metadata
-                records.append(_partition_metadata_record(self.group_id, metadata))
+            self._subscription_metadata_changed(_subscription_metadata(remaining, self.subscription_metadata), records)
         records.append(_record(cr.ConsumerGroupMetadataKey(self.group_id),
                                cr.ConsumerGroupMetadataValue(epoch=self.group_epoch + 1)))
         return records
+
+    def _subscription_metadata_changed(self, metadata: dict[str, TopicInfo], records: list[CoordinatorRecord]) -> bool:
+        """Take `metadata` as the subscribed topics' metadata; if it differs from the group's, its record is
+        written (but for the planted bug) and True returned."""
+        if metadata == self.subscription_metadata:
+            return False
+        self.subscription_metadata = metadata
+        if not self.bug_partition_metadata_volatile:
+            records.append(_partition_metadata_record(self.group_id, metadata))
+        return True
 
     # --- replay -------------------------------------------------------------------------------------------
 

@@ -158,6 +158,13 @@ class GroupCoordinatorShard:
         group.bug_no_pending_sync_expiry = self.bug_no_pending_sync_expiry
         return group
 
+    def _new_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """A consumer group with this shard's planted bugs (not added to `consumer_groups` here)."""
+        group = ConsumerGroup(group_id)
+        group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
+        group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
+        return group
+
     # --- requests -----------------------------------------------------------------------------------------
 
     def handle(self, request_id: int, request: GroupRequest, now_ms: int) -> CoordinatorResult:
@@ -428,9 +435,7 @@ class GroupCoordinatorShard:
         if group is None:
             if value is None:
                 return
-            group = self.consumer_groups[key.group] = ConsumerGroup(key.group)
-            group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
-            group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
+            group = self.consumer_groups[key.group] = self._new_consumer_group(key.group)
         group.replay(key, value)
         if isinstance(key, consumer_records.ConsumerGroupMetadataKey) and value is None:
             del self.consumer_groups[key.group]  # the group is deleted
@@ -531,9 +536,7 @@ class GroupCoordinatorShard:
                     # KIP-848's online upgrade: the classic group becomes a consumer group of classic members
                     group, records, completions = self._upgraded(classic, request.topics or {}, now_ms)
                 else:
-                    group = ConsumerGroup(message.group_id)  # created by the replay of its records
-                    group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
-                    group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
+                    group = self._new_consumer_group(message.group_id)  # created by the replay of its records
                     if classic is not None:  # an empty classic group becomes a consumer group
                         records.append(CoordinatorRecord(encode_key(GroupMetadataKey(message.group_id)), None))
                         # its epochs go on from the generations (a generation number is never reused)
@@ -619,9 +622,7 @@ class GroupCoordinatorShard:
                 or classic.generation <= 0 or len(classic.members) >= self.config.group_max_size:
             raise KafkaError(f"group {group_id} is a classic group that cannot be upgraded",
                              ErrorCode.GROUP_ID_NOT_FOUND)
-        group = ConsumerGroup(group_id)
-        group.bug_assign_unreleased_partitions = self.bug_assign_unreleased_partitions
-        group.bug_partition_metadata_volatile = self.bug_partition_metadata_volatile
+        group = self._new_consumer_group(group_id)
         generation = classic.generation
         records = [CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None)]
         completions: list = []

@@ -126,6 +126,14 @@ def abort_or_renew(producer, error, new_producer):
         return new_producer(), False
 
 
+def committed_to_ends(consumer, soak_ends):
+    """Whether the consumer's group has committed `soak`'s ends (`soak_ends`: partition -> end offset) in every
+    partition; raises KafkaException when the coordinator does not answer in 30 s."""
+    from confluent_kafka import TopicPartition
+    positions = consumer.committed([TopicPartition(SOAK, p) for p in soak_ends], 30)
+    return all(tp.offset >= soak_ends[tp.partition] for tp in positions)
+
+
 def exactly_once_pipeline(bootstrap, soak_ends, summary):
     """Read `soak` (read_committed) and write each record to `eos-out` in transactions that commit the input
     offsets with them (send_offsets_to_transaction): each partition's offset after the last record of the
@@ -175,8 +183,7 @@ def exactly_once_pipeline(bootstrap, soak_ends, summary):
     while True:
         if stop.is_set() and soak_ends:
             deadline = deadline or time.time() + 300
-            positions = consumer.committed([TopicPartition(SOAK, p) for p in soak_ends], 30)
-            if all(tp.offset >= soak_ends[tp.partition] for tp in positions) or time.time() > deadline:
+            if committed_to_ends(consumer, soak_ends) or time.time() > deadline:
                 break
         messages = [m for m in consumer.consume(500, 0.5) if m.error() is None]
         if not messages:
@@ -216,7 +223,7 @@ def group_consumer(bootstrap, group, name, consumed, counts, soak_ends):
     """A member of `group` reading `soak` and committing after every batch; the (partition, offset) of every
     record it reads goes into `consumed` (the group's set, shared by its members). After the load stops it runs
     until the group's committed offsets reach `soak`'s ends (`soak_ends`, filled in then), or for 300 s."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaException
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, **GROUPS[group]})
     c.subscribe([SOAK])
@@ -226,12 +233,11 @@ def group_consumer(bootstrap, group, name, consumed, counts, soak_ends):
         if stop.is_set() and soak_ends:
             deadline = deadline or time.time() + 300
             try:
-                positions = c.committed([TopicPartition(SOAK, p) for p in soak_ends], 30)
+                caught_up = committed_to_ends(c, soak_ends)
             except KafkaException as exc:
                 say(name, "committed error", exc.args[0].name())
-                positions = None
-            if time.time() > deadline or (
-                    positions and all(tp.offset >= soak_ends[tp.partition] for tp in positions)):
+                caught_up = False
+            if caught_up or time.time() > deadline:
                 break
         messages = c.consume(500, 0.5)
         for m in messages:
@@ -290,8 +296,7 @@ def main() -> int:
         create_topic(cluster, EOS, 3, 3, min_insync_replicas="2")
         bootstrap = cluster.bootstrap_servers
         threads = [threading.Thread(target=idempotent_producer, args=(bootstrap, acked, failures)),
-                   threading.Thread(target=transactional_producer, args=(bootstrap, outcomes)),
-                   ]
+                   threading.Thread(target=transactional_producer, args=(bootstrap, outcomes))]
         members = [threading.Thread(target=group_consumer,
                                     args=(bootstrap, group, f"{group}/{i}", group_reads[group], counts, soak_ends))
                    for group in GROUPS for i in (1, 2)]
