@@ -1,7 +1,8 @@
 """Real admin clients at Kafka 3.9's admin versions on a real node: kafka-python 3 (CreateTopics v7, DeleteTopics
 v6, CreatePartitions v3, DeleteRecords v2, DescribeConfigs v4, AlterConfigs v2, IncrementalAlterConfigs v1, its
 highest) and confluent-kafka's AdminClient (librdkafka 2.16's highest: DeleteTopics v4, CreatePartitions v2 and
-DeleteRecords v2 among them, flexible versions new here), unchanged."""
+DeleteRecords v2 among them, flexible versions new here), unchanged; and the group, transaction, quorum, election
+and SCRAM administration each client offers."""
 
 import uuid
 
@@ -101,3 +102,187 @@ def test_confluent_kafka_administers_topics_at_librdkafkas_versions(cluster):
 
     assert admin.delete_topics(["ck-admin"], operation_timeout=20)["ck-admin"].result(30) is None
     eventually(lambda: topic_of(metadata(cluster), "ck-admin") is None, what="the topic gone")
+
+
+def test_kafka_python_administers_groups_transactions_the_quorum_and_credentials(cluster):
+    """The rest of kafka-python 3's admin surface a user reaches for: transactions (ListTransactions,
+    DescribeTransactions, DescribeProducers), a group's members and offsets (DescribeGroups, LeaveGroup v3+ by
+    member id, OffsetCommit/OffsetFetch/OffsetDelete as an administrator, DeleteGroups), DescribeQuorum,
+    DescribeTopicPartitions with its cursor, ElectLeaders, ListPartitionReassignments and SCRAM credentials."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import (MemberToRemove, NewTopic, OffsetSpec, ScramMechanism, TransactionState,
+                             UserScramCredentialDeletion, UserScramCredentialUpsertion)
+    from kafka.errors import NoError
+    from kafka.structs import OffsetAndMetadata
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    producer = consumer = None
+    try:
+        admin.create_topics([NewTopic("kp-groups", 3, 1)])
+        admin.wait_for_topics(["kp-groups"], timeout_ms=30000)
+
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="kp-admin-tx")
+        producer.init_transactions()
+        producer.begin_transaction()
+        for value in range(10):
+            producer.send("kp-groups", value=b"%d" % value, partition=0)
+        producer.flush()
+        listed = [t for listings in admin.list_transactions().values() for t in listings]
+        assert [(t.transactional_id, t.state) for t in listed] == [("kp-admin-tx", TransactionState.ONGOING)]
+        described = admin.describe_transactions(["kp-admin-tx"])["kp-admin-tx"]
+        assert (described.state, described.producer_id, described.topic_partitions) == \
+            (TransactionState.ONGOING, listed[0].producer_id, {TopicPartition("kp-groups", 0)})
+        (state,) = admin.describe_producers([TopicPartition("kp-groups", 0)])[TopicPartition("kp-groups", 0)] \
+            .active_producers
+        assert (state.producer_id, state.last_sequence, state.current_transaction_start_offset) == \
+            (described.producer_id, 9, 0)
+        producer.commit_transaction()
+        assert eventually(lambda: admin.describe_transactions(["kp-admin-tx"])["kp-admin-tx"].state
+                          == TransactionState.COMPLETE_COMMIT, what="the commit")
+
+        consumer = KafkaConsumer("kp-groups", bootstrap_servers=cluster.bootstrap_servers, group_id="kp-admin-g",
+                                 auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=5000)
+        assert sorted(int(record.value) for record in consumer) == list(range(10))
+        consumer.commit()
+        group = admin.describe_groups(["kp-admin-g"])["kp-admin-g"]
+        assert (group["group_state"], group["protocol_data"], len(group["members"])) == ("Stable", "range", 1)
+        (member,) = group["members"]
+        assert member["member_assignment"]["assigned_partitions"] == [{"topic": "kp-groups", "partitions": [0, 1, 2]}]
+        removal = MemberToRemove(member_id=member["member_id"])
+        assert admin.remove_group_members("kp-admin-g", [removal]) == {member["member_id"]: NoError}
+        assert admin.describe_groups(["kp-admin-g"])["kp-admin-g"]["group_state"] == "Empty"
+        consumer.close()
+        consumer = None
+
+        partitions = [TopicPartition("kp-groups", p) for p in range(3)]
+        offsets = admin.list_group_offsets({"kp-admin-g": None})["kp-admin-g"]
+        # 10 records and the transaction's COMMIT marker on partition 0
+        assert {tp: o.offset for tp, o in offsets.items()} == dict(zip(partitions, [11, 0, 0]))
+        assert admin.alter_group_offsets("kp-admin-g", {partitions[0]: OffsetAndMetadata(4, "", -1)}) == \
+            {partitions[0]: NoError}
+        assert admin.reset_group_offsets("kp-admin-g", {partitions[1]: OffsetSpec.LATEST}) == \
+            {partitions[1]: {"error": NoError, "offset": 0}}
+        assert admin.delete_group_offsets("kp-admin-g", [partitions[2]]) == {partitions[2]: NoError}
+        offsets = admin.list_group_offsets({"kp-admin-g": None})["kp-admin-g"]
+        assert {tp: o.offset for tp, o in offsets.items()} == {partitions[0]: 4, partitions[1]: 0}
+        assert admin.delete_groups(["kp-admin-g"]) == {"kp-admin-g": "OK"}
+        assert admin.describe_groups(["kp-admin-g"])["kp-admin-g"]["group_state"] == "Dead"
+
+        (quorum,) = admin.describe_metadata_quorum()["topics"]
+        (log,) = quorum["partitions"]
+        assert (quorum["topic_name"], log["leader_id"], [v["replica_id"] for v in log["current_voters"]]) == \
+            ("__cluster_metadata", 1, [1])
+        assert log["current_voters"][0]["log_end_offset"] >= log["high_watermark"] > 0
+
+        first = admin.describe_topic_partitions(["kp-groups"], response_partition_limit=2)
+        assert [p["partition_index"] for p in first["topics"][0]["partitions"]] == [0, 1]
+        assert first["next_cursor"] == {"topic_name": "kp-groups", "partition_index": 2}
+        rest = admin.describe_topic_partitions(["kp-groups"], cursor=first["next_cursor"])
+        assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [2]
+        assert rest["next_cursor"] is None
+
+        elected = admin.elect_leaders(0, {"kp-groups": [0]}, raise_errors=False)
+        assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+                for r in elected.replica_election_results] == [("kp-groups", [(0, 84)])]  # ELECTION_NOT_NEEDED
+        assert admin.list_partition_reassignments() == {}
+
+        upsert = UserScramCredentialUpsertion("kp-user", ScramMechanism.SCRAM_SHA_512, "secret", iterations=4096)
+        assert admin.alter_user_scram_credentials([upsert]) == {"kp-user": None}
+        credentials = admin.describe_user_scram_credentials(["kp-user"])["kp-user"]
+        assert [(c["mechanism"], c["iterations"]) for c in credentials["credential_infos"]] == \
+            [(ScramMechanism.SCRAM_SHA_512, 4096)]
+        deletion = UserScramCredentialDeletion("kp-user", ScramMechanism.SCRAM_SHA_512)
+        assert admin.alter_user_scram_credentials([deletion]) == {"kp-user": None}
+        assert admin.describe_user_scram_credentials() == {}
+    finally:
+        for client in (producer, consumer, admin):
+            if client is not None:
+                client.close()
+
+
+def test_confluent_kafka_administers_both_kinds_of_group_leaders_and_credentials(cluster):
+    """librdkafka's group administration: ListGroups v5 with its type and state filters, DescribeGroups for a
+    classic group and ConsumerGroupDescribe for a KIP-848 one, OffsetCommit as an administrator (refused while
+    the group has members, as Kafka refuses it), DeleteGroups (NON_EMPTY_GROUP, then deleted); then ElectLeaders
+    and the SCRAM credential APIs."""
+    from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
+                                 ElectionType, KafkaError, KafkaException, Producer, TopicPartition)
+    from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    assert admin.create_topics([NewTopic("ck-groups", 2, 1)], operation_timeout=20)["ck-groups"].result(30) is None
+    eventually(lambda: topic_of(metadata(cluster), "ck-groups"), what="the topic")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for value in range(6):
+        producer.produce("ck-groups", value=b"%d" % value, partition=value % 2)
+    assert producer.flush(30) == 0
+
+    def joined(group_id: str, **config) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group_id,
+                             "client.id": group_id, "auto.offset.reset": "earliest", **config})
+        consumer.subscribe(["ck-groups"])
+        eventually(lambda: consumer.poll(0.2) is not None and len(consumer.assignment()) == 2,
+                   what=f"{group_id} assigned both partitions")
+        return consumer
+
+    classic, modern = joined("ck-classic"), joined("ck-848", **{"group.protocol": "consumer"})
+    try:
+        def listed(**filters) -> list:
+            return sorted((g.group_id, g.type, g.state) for g in admin.list_consumer_groups(**filters).result(30).valid)
+
+        stable = ConsumerGroupState.STABLE
+        assert listed() == [("ck-848", ConsumerGroupType.CONSUMER, stable),
+                            ("ck-classic", ConsumerGroupType.CLASSIC, stable)]
+        assert listed(types={ConsumerGroupType.CONSUMER}) == [("ck-848", ConsumerGroupType.CONSUMER, stable)]
+        assert listed(types={ConsumerGroupType.CLASSIC}, states={stable}) == \
+            [("ck-classic", ConsumerGroupType.CLASSIC, stable)]
+
+        def described(group_id: str):
+            group = admin.describe_consumer_groups([group_id])[group_id].result(30)
+            (member,) = group.members
+            return (group.type, group.state, group.partition_assignor, member.client_id,
+                    sorted(tp.partition for tp in member.assignment.topic_partitions))
+
+        assert described("ck-classic") == (ConsumerGroupType.CLASSIC, stable, "range", "ck-classic", [0, 1])
+        assert described("ck-848") == (ConsumerGroupType.CONSUMER, stable, "uniform", "ck-848", [0, 1])
+
+        with pytest.raises(KafkaException) as refused:
+            admin.delete_consumer_groups(["ck-848"])["ck-848"].result(30)
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+        request = ConsumerGroupTopicPartitions("ck-848", [TopicPartition("ck-groups", 0, 1)])
+        (answer,) = admin.alter_consumer_group_offsets([request])["ck-848"].result(30).topic_partitions
+        assert answer.error.code() == KafkaError.UNKNOWN_MEMBER_ID
+    finally:
+        classic.close()
+        modern.close()
+
+    assert described_state(admin, "ck-848") == ConsumerGroupState.EMPTY
+    (answer,) = admin.alter_consumer_group_offsets([request])["ck-848"].result(30).topic_partitions
+    assert (answer.offset, answer.error) == (1, None)
+    (fetched,) = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("ck-848", [TopicPartition("ck-groups", 0)])])["ck-848"].result(30) \
+        .topic_partitions
+    assert fetched.offset == 1
+    deleted = admin.delete_consumer_groups(["ck-848", "ck-classic"])
+    assert [deleted[g].result(30) for g in ("ck-848", "ck-classic")] == [None, None]
+    assert described_state(admin, "ck-848") == ConsumerGroupState.DEAD
+
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("ck-groups", 0)]).result(30)
+    assert [error.code() for error in elected.values()] == [KafkaError.ELECTION_NOT_NEEDED]
+
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    upsert = UserScramCredentialUpsertion("ck-user", info, b"secret", b"salt-of-ck-user")
+    assert admin.alter_user_scram_credentials([upsert])["ck-user"].result(30) is None
+    description = admin.describe_user_scram_credentials(["ck-user"])["ck-user"].result(30)
+    assert [(i.mechanism, i.iterations) for i in description.scram_credential_infos] == \
+        [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    deletion = UserScramCredentialDeletion("ck-user", ScramMechanism.SCRAM_SHA_256)
+    assert admin.alter_user_scram_credentials([deletion])["ck-user"].result(30) is None
+    with pytest.raises(KafkaException) as missing:
+        admin.describe_user_scram_credentials(["ck-user"])["ck-user"].result(30)
+    assert missing.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+
+def described_state(admin, group_id: str):
+    return admin.describe_consumer_groups([group_id])[group_id].result(30).state
