@@ -2,6 +2,18 @@
 forwarded to the controller) and DescribeCluster, answered from the metadata image; DescribeLogDirs and
 AlterReplicaLogDirs, answered from this broker's replicas and its storage.
 
+Auto-creation: a Metadata request naming a missing topic sends the controller one CreateTopics for it (one at a
+time per topic) and answers LEADER_NOT_AVAILABLE, which clients retry. When the controller refuses the topic
+(say INVALID_REPLICATION_FACTOR: a broker of three is down and the default replication factor is 3), the refusal
+is logged (`topic_auto_create_refused`, once per topic and error). Metadata requests for that topic go on
+answering LEADER_NOT_AVAILABLE for AUTO_CREATE_REFUSAL_GRACE_MS after the first refusal, long enough for a
+broker to restart, then the refusal's error code, as Kafka answered before KRaft: a client that reports
+metadata errors then says why the topic never appears (the Java client logs it; kafka-python fails the send
+with it) instead of timing out on "failed to update metadata" (Kafka 3.9 answers UNKNOWN_TOPIC_OR_PARTITION and
+logs the refusal only at debug level). Each of those requests asks the controller again, so the topic is
+created once the cause is gone. At most AUTO_CREATE_REFUSALS_MAX refusals are remembered, the oldest forgotten
+first.
+
 Authorization (Kafka's): Metadata lists only the topics the principal may DESCRIBE (a named topic it may not
 gets TOPIC_AUTHORIZATION_FAILED), auto-creation needs CREATE on the cluster or the topic, DescribeCluster
 and DescribeLogDirs need DESCRIBE on the cluster, AlterReplicaLogDirs ALTER on it. Brokers are advertised at
@@ -46,6 +58,8 @@ CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
 ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER = 1, 2  # DescribeCluster v1+ (KIP-919)
 FUTURE_LOG_DIR_NAME_MAX = 255  # Kafka refuses a move whose future log directory name would be longer (KAFKA-4893)
+AUTO_CREATE_REFUSALS_MAX = 1000  # topics whose last auto-creation the controller refused, remembered at most
+AUTO_CREATE_REFUSAL_GRACE_MS = 15_000  # refused this long before Metadata answers the refusal's error code
 
 
 class ClusterApis:
@@ -55,6 +69,8 @@ class ClusterApis:
         self.apis = apis
         self.broker = apis.broker
         self._auto_create_requested: set[str] = set()
+        # topic -> (the error code of the controller's last refusal, when the refusals began)
+        self._auto_create_refusals: dict[str, tuple[int, int]] = {}
 
     def api_handlers(self):
         return [
@@ -221,8 +237,10 @@ class ClusterApis:
                                                             name=name, partitions=[])
             if auto_create:
                 self._auto_create(name)
-                return response_class.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name,
-                                                            partitions=[])
+                code, since_ms = self._auto_create_refusals.get(name, (ErrorCode.LEADER_NOT_AVAILABLE, now_ms))
+                if now_ms - since_ms < AUTO_CREATE_REFUSAL_GRACE_MS:
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
+                return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
             return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
         active = self._active_broker_ids()
         partitions = []
@@ -264,6 +282,19 @@ class ClusterApis:
 
         def on_response(response: Any, now_ms: int) -> None:
             self._auto_create_requested.discard(name)
+            if isinstance(response, KafkaError) or len(response.topics) != 1:  # no answer: ask again, as before
+                return
+            (result,) = response.topics
+            if result.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.REQUEST_TIMED_OUT):
+                self._auto_create_refusals.pop(name, None)  # created, or not refused (Kafka's ZK-era mapping)
+                return
+            code, since_ms = self._auto_create_refusals.pop(name, (None, now_ms))
+            if code != result.error_code:
+                self.broker.notices.append(("topic_auto_create_refused", {
+                    "topic": name, "error": ErrorCode(result.error_code).name, "reason": result.message}))
+            self._auto_create_refusals[name] = (result.error_code, since_ms)  # the newest last
+            if len(self._auto_create_refusals) > AUTO_CREATE_REFUSALS_MAX:
+                del self._auto_create_refusals[next(iter(self._auto_create_refusals))]
 
         self.broker.call_controller(ControllerCreateTopics(topics=(CreatableTopic(name=name),)), on_response)
 

@@ -20,6 +20,7 @@ from metadata.requests import (
 )
 from broker.core import BrokerCore
 from broker.apis import Deferred, KafkaApis
+from broker.handlers_cluster import AUTO_CREATE_REFUSAL_GRACE_MS, ClusterApis
 from broker.handlers_data import DataPlaneApis
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
@@ -187,6 +188,45 @@ def test_metadata_v12_carries_topic_ids_and_answers_a_topic_asked_by_id(cluster)
         ("t", ErrorCode.NONE, 3), (None, ErrorCode.UNKNOWN_TOPIC_ID, 0)]
     old = cluster.call(1, ApiKey.METADATA, 11, messages.MetadataRequest(topics=[topic_class(topic_id=unknown, name=None)]))
     assert old.topics[0].error_code == ErrorCode.INVALID_REQUEST  # names are required before v12
+
+
+def test_an_auto_creation_the_controller_refuses_is_logged_and_answered_with_its_error_until_it_succeeds(cluster):
+    """Broker 3 shuts down, so the default replication factor of 3 cannot be placed: the answer is the usual
+    LEADER_NOT_AVAILABLE while the controller is asked, and after its first refusal (logged once) for the grace a
+    restarting broker needs; then the refusal's error until broker 3 is back, when the next request's creation
+    succeeds."""
+    topic_class = messages.MetadataRequest.MetadataRequestTopic
+
+    def ask(version=12):
+        (topic,) = cluster.call(1, ApiKey.METADATA, version, messages.MetadataRequest(
+            topics=[topic_class(name="auto")], allow_auto_topic_creation=True)).topics
+        cluster.deliver_controller_calls()
+        return topic.error_code
+
+    third = cluster.brokers[3]
+    cluster.commit(BrokerHeartbeatRequest(broker_id=3, broker_epoch=third.broker_epoch,
+                                          current_metadata_offset=cluster.raft_index, want_shutdown=True))
+    cluster.brokers[1].take_notices()
+    assert [ask(), ask()] == [ErrorCode.LEADER_NOT_AVAILABLE] * 2  # asked, then refused within the grace
+    cluster.now_ms += AUTO_CREATE_REFUSAL_GRACE_MS - 1
+    assert ask() == ErrorCode.LEADER_NOT_AVAILABLE
+    cluster.now_ms += 1
+    assert [ask(), ask(version=4)] == [ErrorCode.INVALID_REPLICATION_FACTOR] * 2
+    (notice,) = cluster.brokers[1].take_notices()  # once, though each request asked the controller again
+    assert notice == ("topic_auto_create_refused", {
+        "topic": "auto", "error": "INVALID_REPLICATION_FACTOR", "reason": "Unable to replicate the partition 3 "
+        "time(s): The target replication factor of 3 cannot be reached because only 2 broker(s) are registered."})
+    assert "auto" not in cluster.images[1].topics.by_name
+
+    epoch = cluster.commit(BrokerRegistrationRequest(broker_id=3, incarnation_id=bytes([33]) * 16,
+                                                     host="127.0.0.1", port=third.port)).broker_epoch  # restarted
+    for _ in range(2):  # caught up, then unfenced
+        cluster.commit(BrokerHeartbeatRequest(broker_id=3, broker_epoch=epoch, current_metadata_offset=cluster.raft_index))
+    assert ask() == ErrorCode.INVALID_REPLICATION_FACTOR  # the answer of the last try, while this one is made
+    assert ask() == ErrorCode.NONE and "auto" in cluster.images[1].topics.by_name
+    assert cluster.brokers[1].take_notices() == []
+    (group,) = [g for g in cluster.apis[1]._groups if isinstance(g, ClusterApis)]
+    assert group._auto_create_refusals == {}  # forgotten once created
 
 
 def test_acks_all_produce_completes_only_after_followers_replicate(cluster):

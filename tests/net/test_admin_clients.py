@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, eventually, metadata, topic_of, wait_for_quorum
+from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, eventually, logged_events, metadata, topic_of,
+                                       wait_for_quorum)
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
@@ -286,3 +287,26 @@ def test_confluent_kafka_administers_both_kinds_of_group_leaders_and_credentials
 
 def described_state(admin, group_id: str):
     return admin.describe_consumer_groups([group_id])[group_id].result(30).state
+
+
+def test_a_producer_hears_why_the_cluster_cannot_create_its_topic(cluster):
+    """This one-node cluster's default replication factor is 3, so the controller refuses to auto-create a topic:
+    the node logs the refusal at once and, after the grace a restarting broker would need (15 s), answers its
+    error in Metadata (as Kafka did before KRaft; Kafka 3.9 answers UNKNOWN_TOPIC_OR_PARTITION and logs it at
+    debug level), so kafka-python fails the send with the cause instead of timing out on "Failed to update
+    metadata" after max_block_ms."""
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidReplicationFactorError
+
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, max_block_ms=60000)
+    try:
+        with pytest.raises(InvalidReplicationFactorError):
+            producer.send("kp-refused", value=b"lost").get(timeout=60)
+    finally:
+        producer.close()
+    (refusal,) = eventually(lambda: [e for e in logged_events(cluster, "topic_auto_create_refused", 1)
+                                     if e["topic"] == "kp-refused"], what="the refusal logged")
+    assert (refusal["error"], refusal["reason"]) == ("INVALID_REPLICATION_FACTOR", "Unable to replicate the "
+        "partition 3 time(s): The target replication factor of 3 cannot be reached because only 1 broker(s) are "
+        "registered.")
+    assert topic_of(metadata(cluster), "kp-refused") is None

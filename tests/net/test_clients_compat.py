@@ -137,6 +137,25 @@ def test_kafka_python_producer_and_consumer_assign_seek(cluster):
     assert received == expected
 
 
+def test_producers_auto_create_a_topic_with_the_cluster_defaults(cluster):
+    """librdkafka and kafka-python name a topic nobody created: the broker asks the controller for it (Kafka's
+    auto.create.topics.enable), the first answers are LEADER_NOT_AVAILABLE, and the records land in a topic of
+    the cluster's default shape (3 partitions, replication 3)."""
+    from confluent_kafka import Producer
+    from kafka import KafkaProducer
+
+    delivered = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
+    producer.produce("auto-librdkafka", value=b"first", on_delivery=lambda error, message: delivered.append(error))
+    assert producer.flush(30) == 0 and delivered == [None]
+    kafka_python = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, max_block_ms=30000)
+    assert kafka_python.send("auto-kafka-python", value=b"first").get(timeout=30).offset == 0
+    kafka_python.close()
+    for name in ("auto-librdkafka", "auto-kafka-python"):
+        partitions = topic_of(metadata(cluster), name)["partitions"]
+        assert [(p["partition"], len(p["replicas"])) for p in partitions] == [(0, 3), (1, 3), (2, 3)]
+
+
 def test_kafka_python_describes_each_broker_s_log_dir_with_its_replicas_sizes_and_volume(cluster):
     """DescribeLogDirs (v4 with kafka-python 3): each broker answers its one log directory by absolute path, the
     size and usable bytes of its volume, and every replica it holds with the bytes of its segment files on disk;
