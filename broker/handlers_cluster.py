@@ -242,6 +242,8 @@ class ClusterApis:
                     code = ErrorCode.LEADER_NOT_AVAILABLE
                 return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
             return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
+        if self._auto_create_refusals:  # created another way since (a topic deleted later starts afresh)
+            self._auto_create_refusals.pop(name, None)
         active = self._active_broker_ids()
         partitions = []
         for index, state in sorted(topic.partitions.items()):

@@ -194,12 +194,12 @@ def test_an_auto_creation_the_controller_refuses_is_logged_and_answered_with_its
     """Broker 3 shuts down, so the default replication factor of 3 cannot be placed: the answer is the usual
     LEADER_NOT_AVAILABLE while the controller is asked, and after its first refusal (logged once) for the grace a
     restarting broker needs; then the refusal's error until broker 3 is back, when the next request's creation
-    succeeds."""
+    succeeds. A refused topic an administrator creates meanwhile is forgotten too."""
     topic_class = messages.MetadataRequest.MetadataRequestTopic
 
-    def ask(version=12):
+    def ask(version=12, name="auto"):
         (topic,) = cluster.call(1, ApiKey.METADATA, version, messages.MetadataRequest(
-            topics=[topic_class(name="auto")], allow_auto_topic_creation=True)).topics
+            topics=[topic_class(name=name)], allow_auto_topic_creation=True)).topics
         cluster.deliver_controller_calls()
         return topic.error_code
 
@@ -217,6 +217,11 @@ def test_an_auto_creation_the_controller_refuses_is_logged_and_answered_with_its
         "topic": "auto", "error": "INVALID_REPLICATION_FACTOR", "reason": "Unable to replicate the partition 3 "
         "time(s): The target replication factor of 3 cannot be reached because only 2 broker(s) are registered."})
     assert "auto" not in cluster.images[1].topics.by_name
+    assert [ask(name="other"), ask(name="other")] == [ErrorCode.LEADER_NOT_AVAILABLE] * 2
+    created = cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(name="other", num_partitions=1,
+                                                                          replication_factor=2),)))
+    assert created.topics[0].error_code == ErrorCode.NONE and ask(name="other") == ErrorCode.NONE
+    cluster.brokers[1].take_notices()
 
     epoch = cluster.commit(BrokerRegistrationRequest(broker_id=3, incarnation_id=bytes([33]) * 16,
                                                      host="127.0.0.1", port=third.port)).broker_epoch  # restarted
@@ -224,6 +229,7 @@ def test_an_auto_creation_the_controller_refuses_is_logged_and_answered_with_its
         cluster.commit(BrokerHeartbeatRequest(broker_id=3, broker_epoch=epoch, current_metadata_offset=cluster.raft_index))
     assert ask() == ErrorCode.INVALID_REPLICATION_FACTOR  # the answer of the last try, while this one is made
     assert ask() == ErrorCode.NONE and "auto" in cluster.images[1].topics.by_name
+    assert ask() == ErrorCode.NONE
     assert cluster.brokers[1].take_notices() == []
     (group,) = [g for g in cluster.apis[1]._groups if isinstance(g, ClusterApis)]
     assert group._auto_create_refusals == {}  # forgotten once created
