@@ -476,19 +476,23 @@ class NodeState:
 def quorum_status_dict(status: Any, controller_ids: list[int], now_ms: int,
                        observers: dict[int, tuple[int, int]] | None = None) -> dict:
     """The `flotilla quorum status --json` layout. Progress of the other voters is known on the leader only
-    (None elsewhere); observers (broker-only nodes) as far as this controller has served them."""
+    (None elsewhere), and there only once they answered it in its term: a match index of 0 (no entry, where every
+    leader's log has its own entry of the term) is a voter not heard from since (pysyncobj starts its response
+    time at the election), shown unknown, as Kafka answers a voter that has not fetched from the leader of this
+    epoch. Observers (broker-only nodes) as far as this controller has served them."""
     members = {member.id: member for member in status.members}
     voters = []
     for voter_id in sorted(controller_ids):
         member = members.get(voter_id)
-        match_index = status.log_end_index if voter_id == status.node_id else (member.match_index if member else None)
+        heard = member is not None and bool(member.match_index)
+        match_index = status.log_end_index if voter_id == status.node_id else (member.match_index if heard else None)
         last_index = match_index if match_index is not None else -1
         voters.append({
             "id": voter_id,
             "last_index": last_index,
             "lag": max(0, status.raft_commit_index - last_index) if last_index >= 0 else None,
             "last_contact_ms": 0 if voter_id == status.node_id else (
-                max(0, now_ms - member.last_contact_ms) if member and member.last_contact_ms is not None else None),
+                max(0, now_ms - member.last_contact_ms) if heard and member.last_contact_ms is not None else None),
         })
     return {
         "leader_id": status.leader_id,

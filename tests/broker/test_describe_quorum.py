@@ -168,3 +168,23 @@ def test_the_raft_leader_answers_from_its_progress_and_a_voter_before_the_electi
     assert answer.high_watermark >= 1
     assert answer.voters == (QuorumReplica(1, status["voters"][0]["last_index"], 0, True, "127.0.0.1", 9101),)
     assert answer.observers == (QuorumReplica(4, 0, 20, answer.high_watermark == 0),)
+
+
+def test_a_voter_the_leader_has_not_heard_from_in_its_term_is_unknown_not_at_index_0():
+    """pysyncobj's new leader starts every other voter at match index 0 and its response clock at the election;
+    a voter that has not answered since (here 1, which died as the old leader) is shown unknown, as Kafka
+    answers -1 for a voter that has not fetched in this epoch, not as 16 entries behind and recently heard."""
+    from broker.node_state import describe_quorum_response, quorum_status_dict
+    from raftlog.port import MemberProgress, RaftStatus
+
+    status = RaftStatus(node_id=3, leader_id=3, term=2, raft_commit_index=16, last_applied=16, is_leader=True,
+                        log_start_index=1, log_end_index=16, snapshot_index=None, members=(
+                            MemberProgress(1, match_index=0, last_contact_ms=5_000),
+                            MemberProgress(2, match_index=15, last_contact_ms=9_950)))
+    view = quorum_status_dict(status, [1, 2, 3], now_ms=10_000)
+    assert view["voters"] == [{"id": 1, "last_index": -1, "lag": None, "last_contact_ms": None},
+                              {"id": 2, "last_index": 15, "lag": 1, "last_contact_ms": 50},
+                              {"id": 3, "last_index": 16, "lag": 0, "last_contact_ms": 0}]
+    answer = describe_quorum_response(view, {})
+    assert [(v.replica_id, v.log_end_offset, v.last_fetch_age_ms, v.caught_up) for v in answer.voters] == [
+        (1, -1, -1, False), (2, 15, 50, False), (3, 16, 0, True)]
