@@ -205,9 +205,11 @@ class KafkaClient:
             self._metadata_stale = True
             raise
 
-    async def _request_any(self, api_key: int, request: Message, api_version: int | None = None) -> Message:
-        """Send to any reachable broker: an open connection first, then known brokers, then bootstrap servers.
-        Raises NoBrokersAvailableError when none accepts a connection."""
+    async def _request_any(self, api_key: int, request: Message, api_version: int | None = None,
+                           extra_timeout_ms: int = 0) -> Message:
+        """Send to any reachable broker: an open connection first, then known brokers, then bootstrap servers
+        (`extra_timeout_ms`: the request's own timeout, added to the client's). Raises NoBrokersAvailableError
+        when none accepts a connection."""
         failures = []
         for key, host, port in self._candidates():
             try:
@@ -215,7 +217,7 @@ class KafkaClient:
             except ConnectError as error:
                 failures.append(str(error))
                 continue
-            timeout_s = self.request_timeout_ms / 1000
+            timeout_s = (self.request_timeout_ms + extra_timeout_ms) / 1000
             return await connection.request(api_key, request, timeout_s, api_version)
         servers = ",".join(f"{host}:{port}" for host, port in self.bootstrap)
         raise NoBrokersAvailableError(f"no broker reachable (bootstrap {servers}): " + "; ".join(failures[-3:]))
@@ -522,8 +524,15 @@ class KafkaClient:
     # Topic administration.
 
     async def _admin(self, api_key: int, request: Message, timeout_ms: int = 0) -> Message:
+        """Send an admin request to the controller, or, when the metadata's controller cannot be reached (it is
+        down and the metadata not yet told, or the client cannot reach it), to any reachable broker: brokers
+        forward admin requests to the controller, as Kafka's do, and answer the cluster's state."""
         async def attempt() -> Message:
-            return await self._request(await self._controller_id(), api_key, request, timeout_ms)
+            try:
+                return await self._request(await self._controller_id(), api_key, request, timeout_ms)
+            except ConnectError:
+                self._metadata_stale = True
+                return await self._request_any(api_key, request, extra_timeout_ms=timeout_ms)
 
         return await self._retrying(attempt, ADMIN_RETRY_CODES)
 

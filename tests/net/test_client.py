@@ -203,6 +203,19 @@ async def test_topic_administration_round_trip(nursery):
     assert cluster.cluster_id == "peer-cluster" and list(cluster.brokers) == [1]
 
 
+async def test_admin_requests_go_to_a_reachable_broker_when_the_listed_controller_is_down(nursery):
+    """The metadata names a controller (node 2) nobody listens for, as while it is down and not yet fenced: the
+    client hands the request to a broker it reaches (node 1), which forwards it to the controller in a real
+    cluster, rather than failing on "cannot connect" to node 2."""
+    peer = await started_peer(nursery)
+    peer.listed_controller = (2, free_ports(1)[0])
+    async with fast_client(peer.bootstrap) as client:
+        with trio.fail_after(10):
+            await client.create_topics([NewTopic("a", 2, 1)])
+        assert await client.partitions_for("a") == [0, 1]
+    assert (ApiKey.CREATE_TOPICS, SUPPORTED[ApiKey.CREATE_TOPICS][1]) in peer.requests_seen
+
+
 async def test_send_returns_the_raw_response_at_the_negotiated_version(nursery):
     peer = await started_peer(nursery, supported={**SUPPORTED, ApiKey.METADATA: (0, 4)})
     async with fast_client(peer.bootstrap) as client:

@@ -71,6 +71,8 @@ class PeerBroker:
         self.produce_error_code = ErrorCode.NONE  # answer every produce with this code when set
         self.corrupt_fetched_batches = False  # flip a byte inside every batch served
         self.requests_seen: list[tuple[int, int]] = []  # (api_key, api_version)
+        # (node id, port): Metadata also lists this broker and names it the controller (one that is down)
+        self.listed_controller: tuple[int, int] | None = None
         self._appended: trio.Event | None = None  # made in serve(), inside the peer's trio loop
 
     async def serve(self, nursery: trio.Nursery) -> int:
@@ -147,8 +149,12 @@ class PeerBroker:
             ]
             topics.append(response_class.MetadataResponseTopic(error_code=0, name=name, partitions=partitions,
                                                                topic_id=self.topics[name].topic_id))
-        broker = response_class.MetadataResponseBroker(node_id=NODE_ID, host="127.0.0.1", port=self.port)
-        return response_class(brokers=[broker], cluster_id=CLUSTER_ID, controller_id=NODE_ID, topics=topics)
+        brokers = [response_class.MetadataResponseBroker(node_id=NODE_ID, host="127.0.0.1", port=self.port)]
+        controller_id = NODE_ID
+        if self.listed_controller is not None:
+            controller_id, port = self.listed_controller
+            brokers.append(response_class.MetadataResponseBroker(node_id=controller_id, host="127.0.0.1", port=port))
+        return response_class(brokers=brokers, cluster_id=CLUSTER_ID, controller_id=controller_id, topics=topics)
 
     def _partition(self, topic: str, partition: int) -> PeerPartition | None:
         peer_topic = self.topics.get(topic)
