@@ -22,18 +22,23 @@ Layout (DESIGN.md, "The node"):
     partitions = 3
     replication_factor = 3
     min_insync_replicas = 2
+    [topic_defaults.configs]            # optional: cluster defaults of topic configs (server.properties' log.*)
+    "retention.ms" = 604800000          # by the topic configs' names, quoted; a topic's own value wins
     [broker]                            # optional broker settings (Kafka names in snake case)
     auto_create_topics_enable = true
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from broker.security_config import ConfigError, Listener, SecuritySettings, parse_listeners, parse_security
+from metadata.configs import BROKER_TO_TOPIC_CONFIG, validate_topic_config
+from partitions.errors import KafkaError
 
 ROLES = ("broker", "controller")
 __all__ = ["ConfigError", "ClusterConfig", "NodeConfig", "Listener", "SecuritySettings", "load_config",
@@ -73,6 +78,10 @@ class TopicDefaults:
     partitions: int = 3
     replication_factor: int = 3
     min_insync_replicas: int = 2
+    # [topic_defaults.configs]: the cluster's defaults of topic configs, for every topic without its own value, as
+    # Kafka's server.properties sets them with its log.* keys (log.retention.ms for retention.ms), by the topic
+    # configs' names: (("retention.ms", "604800000"), ...). DescribeConfigs shows them as STATIC_BROKER_CONFIG.
+    configs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,7 +205,13 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
     _check_unique(nodes, source)
     if not any(node.is_controller for node in nodes):
         raise ConfigError(f"{source}: key 'nodes[].roles': at least one node needs the 'controller' role")
-    topic_defaults = _parse_section(document, "topic_defaults", TopicDefaults, source)
+    raw_defaults = document.get("topic_defaults", {})
+    default_configs: tuple[tuple[str, str], ...] = ()
+    if isinstance(raw_defaults, dict) and "configs" in raw_defaults:
+        default_configs = _parse_topic_default_configs(raw_defaults["configs"], source)
+        document = {**document, "topic_defaults": {k: v for k, v in raw_defaults.items() if k != "configs"}}
+    topic_defaults = dataclasses.replace(_parse_section(document, "topic_defaults", TopicDefaults, source),
+                                         configs=default_configs)
     broker = _parse_section(document, "broker", BrokerSettings, source)
     if broker.group_consumer_migration_policy not in MIGRATION_POLICIES:
         raise ConfigError(f"{source}: key 'broker.group_consumer_migration_policy' must be one of "
@@ -343,6 +358,43 @@ def _parse_section(document: dict[str, Any], name: str, cls: type, source: str) 
                     raise ConfigError(f"{source}: key '{name}.{key}.{entry}' must be an integer, got {count!r}")
         values[key] = value
     return cls(**values)
+
+
+# Topic configs whose cluster default the file sets with another key.
+_DEFAULTED_ELSEWHERE = {"min.insync.replicas": "topic_defaults.min_insync_replicas",
+                        "flush.messages": "broker.log_flush_messages", "flush.ms": "broker.log_flush_ms"}
+
+
+def _parse_topic_default_configs(raw: Any, source: str) -> tuple[tuple[str, str], ...]:
+    """[topic_defaults.configs]: topic config name -> value (a string, number or boolean), each validated as
+    Kafka validates the topic config."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: key 'topic_defaults.configs' must be a table of topic config names to values "
+                          f"(such as \"retention.ms\" = 86400000), got {raw!r}")
+    defaultable = sorted(set(BROKER_TO_TOPIC_CONFIG.values()) - set(_DEFAULTED_ELSEWHERE))
+    configs = []
+    for name, value in raw.items():
+        key = f'topic_defaults.configs."{name}"'
+        if isinstance(value, dict):  # `retention.ms = 1` unquoted: TOML reads a table "retention" with a key "ms"
+            raise ConfigError(f"{source}: key 'topic_defaults.configs.{name}' is a table: write the config name in "
+                              f"quotes (\"{name}.{next(iter(value), '')}\" = ...)")
+        if name in _DEFAULTED_ELSEWHERE:
+            raise ConfigError(f"{source}: key '{key}': set this default with the key '{_DEFAULTED_ELSEWHERE[name]}'")
+        if name not in defaultable:
+            raise ConfigError(f"{source}: key '{key}': not a topic config with a cluster default "
+                              f"(one of: {', '.join(defaultable)})")
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, float, str)):
+            text = str(value)
+        else:
+            raise ConfigError(f"{source}: key '{key}' must be a string, a number or true/false, got {value!r}")
+        try:
+            validate_topic_config(name, text)
+        except KafkaError as error:
+            raise ConfigError(f"{source}: key '{key}': {error}") from None
+        configs.append((name, text))
+    return tuple(sorted(configs))
 
 
 def _check_listener_limits(broker: BrokerSettings, nodes: tuple[NodeConfig, ...], source: str) -> None:

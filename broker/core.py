@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from broker import throttle
-from broker.config_sources import broker_chain, effective_topic_configs
+from broker.config_sources import TOPIC_TO_BROKER_CONFIG, broker_chain, effective_topic_configs
 from broker.metrics import BrokerMetrics
 from broker.replica_fetcher import REPLICA_FETCH_BACKOFF_MS, ReplicaFetcher, ReplicaRequest, after_follower_truncation
 from coordinator.shard import Notice
@@ -157,6 +157,7 @@ class BrokerCore:
         log_cleaner_step_bytes: int = LOG_CLEANER_STEP_BYTES,
         rack: str | None = None,
         replica_selector: str = "",
+        topic_config_defaults: Mapping[str, str] | None = None,
     ) -> None:
         self.node_id = node_id
         self.rack = rack
@@ -182,6 +183,8 @@ class BrokerCore:
             self.static_configs["log.flush.interval.messages"] = str(log_flush_messages)
         if log_flush_ms is not None:
             self.static_configs["log.flush.interval.ms"] = str(log_flush_ms)
+        for name, value in (topic_config_defaults or {}).items():  # [topic_defaults.configs], by topic names
+            self.static_configs[TOPIC_TO_BROKER_CONFIG[name]] = value
         self.image = MetadataImage()
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import cbor2
 
-from metadata.controller import ControllerConfig, QuorumController
+from metadata.controller import UNCLEAN_CONFIG, ControllerConfig, QuorumController
 from metadata.features import TRANSACTION_VERSION
 from metadata.image import MetadataDelta, MetadataImage, Provenance
 from metadata.records import encode_record
@@ -116,6 +116,7 @@ class NodeState:
                 leader_imbalance_per_broker_percentage=settings.leader_imbalance_per_broker_percentage,
                 leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_seconds * 1000,
                 bootstrap_features=((TRANSACTION_VERSION, settings.transaction_version),),
+                unclean_leader_election_enable=dict(defaults.configs).get(UNCLEAN_CONFIG, "false") == "true",
             ),
             rng,
         )
@@ -142,6 +143,7 @@ class NodeState:
                 log_cleaner_step_bytes=settings.log_cleaner_step_bytes,
                 rack=self.node_config.rack,
                 replica_selector=settings.replica_selector,
+                topic_config_defaults=dict(defaults.configs),
             )
             self.apis = KafkaApis(
                 self.broker, config.cluster_id, self.controller_id_for_clients,

@@ -199,7 +199,11 @@ class LocalCluster:
                 *self._rack_line(node_id),
             ]
         lines.append("[topic_defaults]")
-        lines += [f"{key} = {value}" for key, value in self.topic_defaults.items()]
+        lines += [f"{key} = {value}" for key, value in self.topic_defaults.items() if key != "configs"]
+        if self.topic_defaults.get("configs"):  # topic config name -> value: [topic_defaults.configs]
+            lines.append("[topic_defaults.configs]")
+            lines += [f"{json.dumps(name)} = {_toml_value(value)}"
+                      for name, value in self.topic_defaults["configs"].items()]
         if self.broker:
             lines.append("[broker]")
             lines += [f"{key} = {_toml_value(value)}" for key, value in self.broker.items()]

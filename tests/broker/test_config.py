@@ -105,3 +105,50 @@ def test_log_retention_check_interval_is_read_and_must_be_positive():
     document["broker"] = {"log_retention_check_interval_ms": 0}
     with pytest.raises(ConfigError, match="f.toml: key 'broker.log_retention_check_interval_ms' must be >= 1"):
         parse_config(document, "f.toml", "/")
+
+
+def test_topic_config_defaults_are_read_by_their_topic_names_and_validated_as_kafka_validates_them(tmp_path):
+    """[topic_defaults.configs]: the cluster's defaults of topic configs (server.properties' log.* keys)."""
+    config = load_config(write(tmp_path, GOOD + '[topic_defaults.configs]\n"retention.ms" = 3600000\n'
+                               '"cleanup.policy" = "compact"\n"unclean.leader.election.enable" = true\n'
+                               '"min.cleanable.dirty.ratio" = 0.25\n'))
+    assert config.topic_defaults.configs == (("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0.25"),
+                                             ("retention.ms", "3600000"), ("unclean.leader.election.enable", "true"))
+    assert load_config(write(tmp_path, GOOD)).topic_defaults.configs == ()
+    for table, message in (
+        ('"retention.ms" = "soon"', "key 'topic_defaults.configs.\"retention.ms\"': Invalid value 'soon' for "
+                                    "configuration retention.ms: not a long"),
+        ("retention.ms = 1", "key 'topic_defaults.configs.retention' is a table: write the config name in quotes "
+                             "(\"retention.ms\" = ...)"),
+        ('"segment.index.bytes" = 4096', "key 'topic_defaults.configs.\"segment.index.bytes\"': not a topic config "
+                                         "with a cluster default (one of: cleanup.policy, compression.type,"),
+        ('"min.insync.replicas" = 2', "set this default with the key 'topic_defaults.min_insync_replicas'"),
+        ('"flush.ms" = 1000', "set this default with the key 'broker.log_flush_ms'"),
+        ('"cleanup.policy" = ["compact"]', "must be a string, a number or true/false, got ['compact']"),
+    ):
+        path = write(tmp_path, GOOD + "[topic_defaults.configs]\n" + table + "\n")
+        with pytest.raises(ConfigError) as error:
+            load_config(path)
+        assert str(error.value).startswith(f"{path}: ") and message in str(error.value), str(error.value)
+
+
+def test_topic_config_defaults_reach_the_broker_and_the_controller(tmp_path):
+    """The broker reads them as its static configs (Kafka's names), the controller its unclean-election default."""
+    import random
+
+    from broker.node_state import NodeState
+    from simulations.disk import SimDisk
+
+    config = load_config(write(tmp_path, GOOD + '[topic_defaults.configs]\n"retention.ms" = 3600000\n'
+                               '"unclean.leader.election.enable" = true\n'))
+    storage = SimDisk(random.Random(1))
+    storage.makedirs("metadata")
+    storage.makedirs("logs")
+    state = NodeState(config, 1, storage, random.Random(1), lambda: 0, incarnation_id=bytes(16))
+    assert state.broker.static_configs["log.retention.ms"] == "3600000"
+    assert state.broker._log_config("any").retention_ms == 3_600_000
+    assert state.controller._config.unclean_leader_election_enable
+    plain = NodeState(load_config(write(tmp_path, GOOD)), 1, storage, random.Random(1), lambda: 0,
+                      incarnation_id=bytes(16))
+    assert "log.retention.ms" not in plain.broker.static_configs
+    assert not plain.controller._config.unclean_leader_election_enable

@@ -62,3 +62,55 @@ def test_incremental_alter_configs_on_broker_resources_survives_restarts(tmp_pat
         wait_for_quorum(cluster)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         eventually(sources_hold, 60, what="dynamic broker configs after restarting every node")
+
+
+def test_topic_config_defaults_from_the_file_apply_below_the_dynamic_ones(tmp_path):
+    """[topic_defaults.configs] in the cluster file: every topic without its own value takes it (described as
+    STATIC_BROKER_CONFIG under Kafka's broker name), so a default cleanup.policy=compact makes a topic created
+    with no configs refuse keyless records (INVALID_RECORD, KIP-467) while one created with cleanup.policy=delete
+    takes them; the cluster-wide dynamic default then wins over the file."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
+
+    defaults = {"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1,
+                "configs": {"cleanup.policy": "compact", "retention.ms": 7_200_000}}
+    with LocalCluster(str(tmp_path), nodes=1, broker=FAST_BROKER_SETTINGS, topic_defaults=defaults) as cluster:
+        wait_for_quorum(cluster)
+        create_topic(cluster, "compacted-by-default", 1, 1)
+        create_topic(cluster, "deleting", 1, 1, **{"cleanup.policy": "delete"})
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+        def described(resource_type, name: str) -> dict:
+            resource = ConfigResource(resource_type, name)
+            return {key: (entry.value, entry.source)
+                    for key, entry in admin.describe_configs([resource])[resource].result(30).items()}
+
+        static = ConfigSource.STATIC_BROKER_CONFIG.value
+        topic = described(ResourceType.TOPIC, "compacted-by-default")
+        assert (topic["cleanup.policy"], topic["retention.ms"]) == (("compact", static), ("7200000", static))
+        assert described(ResourceType.TOPIC, "deleting")["cleanup.policy"] == \
+            ("delete", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        broker = described(ResourceType.BROKER, "1")
+        assert (broker["log.cleanup.policy"], broker["log.retention.ms"]) == (("compact", static), ("7200000", static))
+
+        outcomes = {}
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": False,
+                             "retries": 0})
+        for name in ("compacted-by-default", "deleting"):
+            producer.produce(name, value=b"no key", on_delivery=lambda error, message: outcomes.update(
+                {message.topic(): error.code() if error else None}))
+        assert producer.flush(30) == 0
+        assert outcomes == {"compacted-by-default": KafkaError.INVALID_RECORD, "deleting": None}
+
+        import trio
+
+        from metadata.records import ConfigResourceType
+        from net.client.aio import KafkaClient
+
+        async def set_default() -> None:
+            async with KafkaClient(cluster.bootstrap_servers) as client:
+                await client.alter_configs("", {"log.retention.ms": "60000"}, resource_type=ConfigResourceType.BROKER)
+
+        trio.run(set_default)
+        eventually(lambda: described(ResourceType.TOPIC, "compacted-by-default")["retention.ms"] == (
+            "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), what="the dynamic default over the file")
