@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metadata.configs import BROKER_TO_TOPIC_CONFIG
+from metadata.configs import BROKER_ONLY_CONFIGS, BROKER_TO_TOPIC_CONFIG
 from metadata.records import ConfigResourceType
 from partitions.log_config import LogConfig
 
@@ -28,6 +28,7 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 CLIENT_METRICS_CONFIG = 7  # a client telemetry subscription's config (KIP-714)
 CLUSTER_DEFAULT = ""  # the BROKER resource name of the cluster-wide dynamic defaults
+LONG_MAX = 2**63 - 1
 
 TOPIC_TO_BROKER_CONFIG = {topic: broker for broker, topic in BROKER_TO_TOPIC_CONFIG.items()}
 KAFKA_TOPIC_DEFAULTS = {**LogConfig().to_topic_configs(), "unclean.leader.election.enable": "false",
@@ -100,8 +101,8 @@ def describe_topic(image: Any, broker_id: int, static: dict[str, str], topic: st
 
 def describe_broker(image: Any, broker_id: int, static: dict[str, str], resource_name: str,
                     read_only: dict[str, str]) -> list[Entry]:
-    """A broker's configs (resource "<id>"): every dynamic-able config with its winning source, plus the
-    read-only ones; the cluster default resource ("") lists only the dynamic defaults that are set."""
+    """A broker's configs (resource "<id>"): every dynamic-able config with its winning source (the topic configs'
+    broker-level defaults and the replication throttle rates), plus the read-only ones; the cluster default resource ("") lists only the dynamic defaults that are set."""
     if resource_name == CLUSTER_DEFAULT:
         defaults = image.configs.get(ConfigResourceType.BROKER, CLUSTER_DEFAULT)
         return [Entry(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG, False,
@@ -113,6 +114,9 @@ def describe_broker(image: Any, broker_id: int, static: dict[str, str], resource
         if topic_name in KAFKA_TOPIC_DEFAULTS:
             chain.append((broker_name, KAFKA_TOPIC_DEFAULTS[topic_name], DEFAULT_CONFIG))
         entries.append(_entry(chain, broker_name))
+    for name in sorted(BROKER_ONLY_CONFIGS):  # the replication throttle rates; Kafka's default: no throttle
+        entries.append(_entry(broker_chain(image, target, static, name) + [(name, str(LONG_MAX), DEFAULT_CONFIG)],
+                              name))
     entries += [Entry(name, value, STATIC_BROKER_CONFIG, True, ((name, value, STATIC_BROKER_CONFIG),))
                 for name, value in sorted(read_only.items())]
     return sorted(entries, key=lambda entry: entry.name)

@@ -1,5 +1,5 @@
-"""`flotilla brokers [list|log-dirs|decommission]` and `flotilla topics list|describe|create|delete|alter-config`:
-inspect brokers, inspect and change topics.
+"""`flotilla brokers [list|log-dirs|configs|alter-config|decommission]` and `flotilla topics
+list|describe|create|delete|alter-config`: inspect brokers and their configs, inspect and change topics.
 
 Each command talks Kafka's own admin apis (Metadata, DescribeLogDirs, DescribeConfigs, CreateTopics,
 DeleteTopics, IncrementalAlterConfigs) through KafkaClient, prints a table by default or JSON with `--json`, and
@@ -47,6 +47,21 @@ def add_parser(subparsers) -> None:
         help="each broker's log directory: its volume's size and free space, the replicas it holds and their sizes")
     log_dirs.add_argument("--topic", action="append", metavar="NAME", help="only this topic's replicas (repeatable)")
     log_dirs.set_defaults(run=run_brokers_log_dirs)
+    configs = broker_actions.add_parser(
+        "configs", parents=[common],
+        help="a broker's configs (or the cluster-wide defaults: --default) with their sources, as kafka-configs "
+             "--describe shows them")
+    _broker_target(configs)
+    configs.add_argument("--all", action="store_true", help="every config, defaults included")
+    configs.set_defaults(run=run_brokers_configs)
+    alter_broker = broker_actions.add_parser(
+        "alter-config", parents=[common],
+        help="set or reset dynamic configs of a broker, or the cluster-wide defaults (--default), such as "
+             "log.retention.ms or follower.replication.throttled.rate")
+    _broker_target(alter_broker)
+    alter_broker.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config (repeatable)")
+    alter_broker.add_argument("--delete", action="append", metavar="KEY", help="reset a config (repeatable)")
+    alter_broker.set_defaults(run=run_brokers_alter_config)
     decommission = broker_actions.add_parser(
         "decommission", parents=[common],
         help="remove a stopped broker that holds no replicas (move them with `flotilla reassign` first)")
@@ -149,6 +164,61 @@ def run_brokers_decommission(args: argparse.Namespace) -> int:
         await unregister_broker(client, args.broker_id)
         emit(args, {"broker": args.broker_id, "decommissioned": True},
              lambda: print(f"Broker {args.broker_id} is decommissioned (its registration is removed)."))
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _broker_target(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("broker_id", nargs="?", type=int, help="the broker's id")
+    target.add_argument("--default", action="store_true",
+                        help="the cluster-wide dynamic defaults (kafka-configs --entity-default)")
+
+
+def _broker_resource(args: argparse.Namespace) -> tuple[str, str]:
+    """(the BROKER resource name, how to name it to the user)."""
+    if args.default:
+        return "", "the cluster-wide broker defaults"
+    return str(args.broker_id), f"broker {args.broker_id}"
+
+
+def run_brokers_configs(args: argparse.Namespace) -> int:
+    from metadata.records import ConfigResourceType
+
+    name, what = _broker_resource(args)
+
+    async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
+        entries = await client.describe_configs(name, resource_type=ConfigResourceType.BROKER)
+        rows = [{"name": key, "value": entry.value, "source": entry.source.name, "read_only": entry.read_only}
+                for key, entry in sorted(entries.items()) if args.all or not entry.is_default]
+        emit(args, {"resource": what, "configs": rows}, lambda: print_table(
+            ["NAME", "VALUE", "SOURCE"], [[r["name"], "-" if r["value"] is None else r["value"], r["source"]]
+                                          for r in rows]))
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _alterations(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
+    """alter-config's --set KEY=VALUE pairs and --delete keys; a UsageError when there are none."""
+    updates = parse_assignments(args.set, "--set")
+    resets = list(args.delete or [])
+    if not updates and not resets:
+        raise UsageError("alter-config needs --set KEY=VALUE or --delete KEY")
+    return updates, resets
+
+
+def run_brokers_alter_config(args: argparse.Namespace) -> int:
+    from metadata.records import ConfigResourceType
+
+    name, what = _broker_resource(args)
+
+    async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
+        updates, resets = _alterations(args)
+        await client.alter_configs(name, set=updates, delete=resets, resource_type=ConfigResourceType.BROKER)
+        emit(args, {"resource": what, "set": updates, "deleted": resets},
+             lambda: print(f"Updated configs of {what}."))
         return EXIT_OK
 
     return run_with_client(args, body)
@@ -275,10 +345,7 @@ def run_topics_delete(args: argparse.Namespace) -> int:
 
 def run_topics_alter_config(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config) -> int:
-        updates = parse_assignments(args.set, "--set")
-        resets = list(args.delete or [])
-        if not updates and not resets:
-            raise UsageError("alter-config needs --set KEY=VALUE or --delete KEY")
+        updates, resets = _alterations(args)
         try:
             await client.alter_configs(args.name, set=updates, delete=resets)
         except UnknownTopicOrPartitionError:

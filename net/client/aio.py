@@ -585,7 +585,7 @@ class KafkaClient:
         response = await self._resource_request(ApiKey.DESCRIBE_CONFIGS, request, name, resource_type)
         entries: dict[str, ConfigEntry] = {}
         for result in response.results:
-            raise_for_code(result.error_code, result.error_message, f"describe configs of {result.resource_name!r}")
+            raise_for_code(result.error_code, result.error_message, f"describe configs of {_resource(result)}")
             for config in result.configs:
                 entries[config.name] = _config_entry(config)
         return entries
@@ -604,7 +604,7 @@ class KafkaClient:
             resource_type=resource_type, resource_name=name, configs=alterations)])
         response = await self._resource_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, name, resource_type)
         for result in response.responses:
-            raise_for_code(result.error_code, result.error_message, f"alter configs of {result.resource_name!r}")
+            raise_for_code(result.error_code, result.error_message, f"alter configs of {_resource(result)}")
 
     async def _resource_request(self, api_key: int, request: Message, name: str, resource_type: int) -> Message:
         if resource_type == ConfigResourceType.BROKER and name.isdigit():
@@ -783,6 +783,13 @@ def _creatable_topic(topic: NewTopic) -> Message:
     return request_class.CreatableTopic(
         name=topic.name, num_partitions=counts[0], replication_factor=counts[1], assignments=assignments,
         configs=[request_class.CreatableTopicConfig(name=k, value=v) for k, v in topic.configs.items()])
+
+
+def _resource(result: Message) -> str:
+    """A config resource as messages name it: its name, or what the BROKER resource "" is."""
+    if result.resource_type == ConfigResourceType.BROKER and not result.resource_name:
+        return "the cluster-wide broker defaults"
+    return repr(result.resource_name)
 
 
 def _config_entry(config: Message) -> ConfigEntry:

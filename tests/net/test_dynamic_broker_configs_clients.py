@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, eventually, wait_for_quorum
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, cli_json, create_topic, eventually, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 
@@ -68,7 +68,8 @@ def test_topic_config_defaults_from_the_file_apply_below_the_dynamic_ones(tmp_pa
     """[topic_defaults.configs] in the cluster file: every topic without its own value takes it (described as
     STATIC_BROKER_CONFIG under Kafka's broker name), so a default cleanup.policy=compact makes a topic created
     with no configs refuse keyless records (INVALID_RECORD, KIP-467) while one created with cleanup.policy=delete
-    takes them; the cluster-wide dynamic default then wins over the file."""
+    takes them; the cluster-wide dynamic default, set with `flotilla brokers alter-config --default`, then wins
+    over the file, and `flotilla brokers configs` lists each config with its source."""
     from confluent_kafka import KafkaError, Producer
     from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
@@ -102,15 +103,22 @@ def test_topic_config_defaults_from_the_file_apply_below_the_dynamic_ones(tmp_pa
         assert producer.flush(30) == 0
         assert outcomes == {"compacted-by-default": KafkaError.INVALID_RECORD, "deleting": None}
 
-        import trio
-
-        from metadata.records import ConfigResourceType
-        from net.client.aio import KafkaClient
-
-        async def set_default() -> None:
-            async with KafkaClient(cluster.bootstrap_servers) as client:
-                await client.alter_configs("", {"log.retention.ms": "60000"}, resource_type=ConfigResourceType.BROKER)
-
-        trio.run(set_default)
+        # `flotilla brokers alter-config --default` (kafka-configs --entity-default) sets the cluster-wide dynamic
+        # default, which wins over the file; `flotilla brokers configs` lists each config with its source.
+        bootstrap = ("-b", cluster.bootstrap_servers)
+        assert cli_json("brokers", "configs", "--default", *bootstrap) == {
+            "resource": "the cluster-wide broker defaults", "configs": []}
+        for target in (("--default", "--set", "log.retention.ms=60000"),
+                       ("1", "--set", "follower.replication.throttled.rate=1000000")):
+            assert cli("brokers", "alter-config", *target, *bootstrap).returncode == 0
         eventually(lambda: described(ResourceType.TOPIC, "compacted-by-default")["retention.ms"] == (
             "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), what="the dynamic default over the file")
+        listed = {row["name"]: (row["value"], row["source"])
+                  for row in cli_json("brokers", "configs", "1", *bootstrap)["configs"]}
+        assert (listed["log.cleanup.policy"], listed["log.retention.ms"],
+                listed["follower.replication.throttled.rate"]) == (
+            ("compact", "STATIC_BROKER_CONFIG"), ("60000", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+            ("1000000", "DYNAMIC_BROKER_CONFIG"))
+        refused = cli("brokers", "alter-config", "--default", "--set", "log.segment.bytes=tiny", *bootstrap)
+        assert refused.returncode == 1 and refused.stderr.startswith(
+            "flotilla: alter configs of the cluster-wide broker defaults: INVALID_CONFIG: Invalid value 'tiny'")
