@@ -7,7 +7,8 @@ time per topic) and answers LEADER_NOT_AVAILABLE, which clients retry. When the 
 (say INVALID_REPLICATION_FACTOR: a broker of three is down and the default replication factor is 3), the refusal
 is logged (`topic_auto_create_refused`, once per topic and error). Metadata requests for that topic go on
 answering LEADER_NOT_AVAILABLE for AUTO_CREATE_REFUSAL_GRACE_MS after the first refusal, long enough for a
-broker to restart, then the refusal's error code, as Kafka answered before KRaft: a client that reports
+broker to restart, then the refusal's error code while refusals keep coming (a refusal older than the grace is
+forgotten: the next request starts afresh), as Kafka answered before KRaft: a client that reports
 metadata errors then says why the topic never appears (the Java client logs it; kafka-python fails the send
 with it) instead of timing out on "failed to update metadata" (Kafka 3.9 answers UNKNOWN_TOPIC_OR_PARTITION and
 logs the refusal only at debug level). Each of those requests asks the controller again, so the topic is
@@ -69,8 +70,8 @@ class ClusterApis:
         self.apis = apis
         self.broker = apis.broker
         self._auto_create_requested: set[str] = set()
-        # topic -> (the error code of the controller's last refusal, when the refusals began)
-        self._auto_create_refusals: dict[str, tuple[int, int]] = {}
+        # topic -> (the error code of the controller's last refusal, when the refusals began, when the last came)
+        self._auto_create_refusals: dict[str, tuple[int, int, int]] = {}
 
     def api_handlers(self):
         return [
@@ -237,8 +238,8 @@ class ClusterApis:
                                                             name=name, partitions=[])
             if auto_create:
                 self._auto_create(name)
-                code, since_ms = self._auto_create_refusals.get(name, (ErrorCode.LEADER_NOT_AVAILABLE, now_ms))
-                if now_ms - since_ms < AUTO_CREATE_REFUSAL_GRACE_MS:
+                code, since_ms, last_ms = self._auto_create_refusals.get(name, (ErrorCode.NONE, now_ms, now_ms))
+                if not since_ms + AUTO_CREATE_REFUSAL_GRACE_MS <= now_ms <= last_ms + AUTO_CREATE_REFUSAL_GRACE_MS:
                     code = ErrorCode.LEADER_NOT_AVAILABLE
                 return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
             return response_class.MetadataResponseTopic(error_code=code, name=name, partitions=[])
@@ -290,11 +291,13 @@ class ClusterApis:
             if result.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.REQUEST_TIMED_OUT):
                 self._auto_create_refusals.pop(name, None)  # created, or not refused (Kafka's ZK-era mapping)
                 return
-            code, since_ms = self._auto_create_refusals.pop(name, (None, now_ms))
+            code, since_ms, last_ms = self._auto_create_refusals.pop(name, (None, now_ms, now_ms))
+            if now_ms - last_ms > AUTO_CREATE_REFUSAL_GRACE_MS:  # an old refusal: the refusals begin afresh
+                code, since_ms = None, now_ms
             if code != result.error_code:
                 self.broker.notices.append(("topic_auto_create_refused", {
                     "topic": name, "error": ErrorCode(result.error_code).name, "reason": result.message}))
-            self._auto_create_refusals[name] = (result.error_code, since_ms)  # the newest last
+            self._auto_create_refusals[name] = (result.error_code, since_ms, now_ms)  # the newest last
             if len(self._auto_create_refusals) > AUTO_CREATE_REFUSALS_MAX:
                 del self._auto_create_refusals[next(iter(self._auto_create_refusals))]
 

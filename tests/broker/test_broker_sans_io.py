@@ -194,7 +194,8 @@ def test_an_auto_creation_the_controller_refuses_is_logged_and_answered_with_its
     """Broker 3 shuts down, so the default replication factor of 3 cannot be placed: the answer is the usual
     LEADER_NOT_AVAILABLE while the controller is asked, and after its first refusal (logged once) for the grace a
     restarting broker needs; then the refusal's error until broker 3 is back, when the next request's creation
-    succeeds. A refused topic an administrator creates meanwhile is forgotten too."""
+    succeeds. A refusal older than the grace is forgotten (the next request starts afresh), and so is a refused
+    topic an administrator creates meanwhile."""
     topic_class = messages.MetadataRequest.MetadataRequestTopic
 
     def ask(version=12, name="auto"):
@@ -222,6 +223,12 @@ def test_an_auto_creation_the_controller_refuses_is_logged_and_answered_with_its
                                                                           replication_factor=2),)))
     assert created.topics[0].error_code == ErrorCode.NONE and ask(name="other") == ErrorCode.NONE
     cluster.brokers[1].take_notices()
+
+    cluster.now_ms += AUTO_CREATE_REFUSAL_GRACE_MS + 1  # nobody asked for "auto" meanwhile: its refusal is stale
+    assert ask() == ErrorCode.LEADER_NOT_AVAILABLE
+    assert [event for event, _ in cluster.brokers[1].take_notices()] == ["topic_auto_create_refused"]  # afresh
+    cluster.now_ms += AUTO_CREATE_REFUSAL_GRACE_MS
+    assert ask() == ErrorCode.INVALID_REPLICATION_FACTOR
 
     epoch = cluster.commit(BrokerRegistrationRequest(broker_id=3, incarnation_id=bytes([33]) * 16,
                                                      host="127.0.0.1", port=third.port)).broker_epoch  # restarted
