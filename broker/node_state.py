@@ -348,8 +348,17 @@ class NodeState:
         return self.controller_core.submit(request, now_ms)
 
     def controller_id_for_clients(self) -> int:
+        """Metadata's and DescribeCluster's ControllerId: the quorum leader when it is a broker too, which takes
+        clients' admin requests directly; else this broker, which forwards them. A controller-only node has no
+        Kafka listener, and clients wait for the controller they are told of to appear among the brokers
+        (librdkafka: "waiting for controller"), so Kafka's KRaft brokers name a live broker there. -1 while no
+        leader is known."""
         leader_id = self.quorum_leader_id()
-        return -1 if leader_id is None else leader_id
+        if leader_id is None:
+            return -1
+        if leader_id == self.node_id or any(node.id == leader_id and node.is_broker for node in self.config.nodes):
+            return leader_id
+        return self.node_id
 
     def quorum_leader_id(self) -> int | None:
         """The metadata quorum's leader as this node knows it (an observer: as the last answer named it)."""
