@@ -267,12 +267,17 @@ def _parse_node(raw: Any, index: int, source: str, base_dir: str, security: Secu
     if node_id < 0:
         raise ConfigError(f"{source}: key '{where}id' must be >= 0")
     host = _typed(raw, "host", str, source, where, required=False) or "127.0.0.1"
-    listeners, kafka_port = _node_listeners(raw, host, security, source, where)
     roles = raw.get("roles")
     if roles is None:
         raise ConfigError(f"{source}: key '{where}roles' is missing (use [\"broker\", \"controller\"])")
     if not isinstance(roles, list) or not roles or any(role not in ROLES for role in roles):
         raise ConfigError(f"{source}: key '{where}roles' must be a non-empty list of {list(ROLES)}, got {roles!r}")
+    # A controller-only node (KRaft's dedicated controller) serves no Kafka clients: its Kafka listener is
+    # optional, and not opened.
+    if "broker" not in roles and "kafka_port" not in raw and "listeners" not in raw:
+        listeners, kafka_port = (), 0
+    else:
+        listeners, kafka_port = _node_listeners(raw, host, security, source, where)
     # A broker-only node (a KRaft observer) has no controller port: it fetches the metadata log from the
     # controllers' ports.
     controller_port = _port(raw, "controller_port", source, where) \

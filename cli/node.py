@@ -122,7 +122,7 @@ def run_up(args: argparse.Namespace) -> int:
                        "--log-level", args.log_level]
             children.append(subprocess.Popen(command))
             kafka = f"{node.host}:{node.kafka_port}" if len(node.listeners) == 1 else \
-                " ".join(str(listener) for listener in node.listeners)
+                " ".join(str(listener) for listener in node.listeners) or "-"  # a controller-only node: none
             print(
                 f"node {node.id}: kafka {kafka}  controller {node.host}:{node.controller_port}"
                 f"  roles {','.join(node.roles)}  data {node.data_dir}",

@@ -152,3 +152,14 @@ def test_topic_config_defaults_reach_the_broker_and_the_controller(tmp_path):
                       incarnation_id=bytes(16))
     assert "log.retention.ms" not in plain.broker.static_configs
     assert not plain.controller._config.unclean_leader_election_enable
+
+
+def test_a_controller_only_node_needs_no_kafka_listener(tmp_path):
+    dedicated = GOOD.replace('host = "127.0.0.1"\nkafka_port = 19092\n', 'host = "127.0.0.1"\n').replace(
+        'roles = ["broker", "controller"]', 'roles = ["controller"]')
+    config = load_config(write(tmp_path, dedicated))
+    assert (config.node(1).roles, config.node(1).listeners, config.node(1).controller_port) == (
+        ("controller",), (), 19192)
+    assert [n.id for n in config.brokers] == [2]
+    with pytest.raises(ConfigError, match=r"key 'nodes\[1\].kafka_port' is missing"):  # a broker still needs one
+        load_config(write(tmp_path, dedicated.replace("kafka_port = 19093\n", "")))

@@ -22,13 +22,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.external]
 
 @pytest.fixture
 def dedicated(tmp_path):
-    """Node 1 controller-only, node 2 broker-only, started with `flotilla up --config`; yields the broker's
-    bootstrap address."""
-    kafka_1, controller_1, kafka_2 = free_ports(3)
+    """Node 1 controller-only (no Kafka listener), node 2 broker-only, started with `flotilla up --config`;
+    yields the broker's bootstrap address."""
+    controller_1, kafka_2 = free_ports(2)
     (tmp_path / "cluster.toml").write_text(f"""cluster_id = "dedicated"
 [[nodes]]
 id = 1
-kafka_port = {kafka_1}
 controller_port = {controller_1}
 roles = ["controller"]
 data_dir = "node-1"
