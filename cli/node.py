@@ -123,8 +123,9 @@ def run_up(args: argparse.Namespace) -> int:
             children.append(subprocess.Popen(command))
             kafka = f"{node.host}:{node.kafka_port}" if len(node.listeners) == 1 else \
                 " ".join(str(listener) for listener in node.listeners) or "-"  # a controller-only node: none
+            controller = f"{node.host}:{node.controller_port}" if node.controller_port else "-"  # broker-only: none
             print(
-                f"node {node.id}: kafka {kafka}  controller {node.host}:{node.controller_port}"
+                f"node {node.id}: kafka {kafka}  controller {controller}"
                 f"  roles {','.join(node.roles)}  data {node.data_dir}",
                 flush=True,
             )
