@@ -21,6 +21,7 @@ earliest offset with a warning on stderr.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 import time
@@ -69,6 +70,10 @@ def add_parser(subparsers) -> None:
     start = consume.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
     start.add_argument("--offset", type=int, help="start at N (N < 0: N records before the end)")
+    start.add_argument("--from-time", type=start_time, metavar="TIME",
+                       help="start at each partition's first record timestamped at or after TIME: milliseconds "
+                            "since the epoch or ISO 8601 (2026-12-01T08:00:00Z; no zone means UTC), as kcat -o s@TS; "
+                            "a partition with none starts at its end")
     consume.add_argument("--partition", type=int, help="consume only this partition (default all)")
     consume.add_argument("--count", type=int, help="exit after N records")
     consume.add_argument("--exit", action="store_true", help="exit once every partition is at its end (kcat -e)")
@@ -200,6 +205,23 @@ def split_key(line: bytes, separator: bytes | None) -> tuple[bytes | None, bytes
 # consume
 
 
+def start_time(text: str) -> int:
+    """--from-time's value in milliseconds since the epoch: an integer, or an ISO 8601 time (UTC without a zone)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither milliseconds since the epoch nor an ISO 8601 time "
+                                         f"(such as 2026-12-01T08:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    milliseconds = round(moment.timestamp() * 1000)
+    if milliseconds < 0:  # below 0 ListOffsets reads the value as a sentinel (-1 latest, -2 earliest...)
+        raise argparse.ArgumentTypeError(f"{text!r} is before 1970")
+    return milliseconds
+
+
 def run_consume(args: argparse.Namespace) -> int:
     if args.count is not None and args.count <= 0:
         print("flotilla: --count must be positive", file=sys.stderr)
@@ -276,6 +298,9 @@ class Consumer:
             earliest = await self.client.list_offsets(topic, partitions, EARLIEST_TIMESTAMP)
             return {p: o.offset for p, o in earliest.items()}
         latest = await self.client.list_offsets(topic, partitions, LATEST_TIMESTAMP, self.isolation_level)
+        if self.args.from_time is not None:  # ListOffsets by timestamp: -1 where no record is that recent
+            found = await self.client.list_offsets(topic, partitions, self.args.from_time, self.isolation_level)
+            return {p: found[p].offset if found[p].offset >= 0 else latest[p].offset for p in partitions}
         if offset is None:
             return {p: o.offset for p, o in latest.items()}
         if offset >= 0:

@@ -84,6 +84,32 @@ def test_cli_round_trip_on_the_cluster(cluster):
     assert deleted.returncode == 0, deleted.stderr
 
 
+def test_consume_from_a_time_starts_at_each_partitions_first_record_that_recent(cluster):
+    """`flotilla consume --from-time` (kcat -o s@TS): ListOffsets by timestamp per partition; a partition with no
+    record that recent starts at its end, so only later records would be printed."""
+    from confluent_kafka import Producer
+
+    assert flotilla("topics", "create", "timed", "--partitions", "2", "-b", cluster.bootstrap_servers).returncode == 0
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    base = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+    for second in range(10):  # partition 0: seconds 0-9; partition 1: seconds 0-4 only
+        for partition in (0, 1) if second < 5 else (0,):
+            producer.produce("timed", value=b"p%d-s%d" % (partition, second), partition=partition,
+                             timestamp=base + second * 1000)
+    assert producer.flush(30) == 0
+
+    def consumed(*start: str) -> list[bytes]:
+        result = flotilla("consume", "timed", "-b", cluster.bootstrap_servers, *start, "--exit", "--format", "%v\\n")
+        assert result.returncode == 0, result.stderr
+        return sorted(result.stdout.splitlines())
+
+    assert consumed("--from-time", str(base + 3_500)) == [b"p0-s%d" % s for s in range(4, 10)] + [b"p1-s4"]
+    assert consumed("--from-time", "2023-11-14T22:13:27Z") == [b"p0-s7", b"p0-s8", b"p0-s9"]  # p1: at its end
+    assert consumed("--from-time", "2023-11-14T23:13:20+01:00") == consumed("--from-beginning")
+    refused = flotilla("consume", "timed", "-b", cluster.bootstrap_servers, "--from-time", "soon")
+    assert refused.returncode == 2 and b"neither milliseconds since the epoch nor an ISO 8601 time" in refused.stderr
+
+
 def test_sync_client_on_the_cluster(cluster):
     with SyncKafkaClient(cluster.bootstrap_servers) as client:
         client.create_topics([NewTopic("sync", 1, 3)])
