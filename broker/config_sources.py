@@ -31,8 +31,13 @@ CLUSTER_DEFAULT = ""  # the BROKER resource name of the cluster-wide dynamic def
 LONG_MAX = 2**63 - 1
 
 TOPIC_TO_BROKER_CONFIG = {topic: broker for broker, topic in BROKER_TO_TOPIC_CONFIG.items()}
+# Kafka 3.9's default of every topic config (DescribeConfigs lists each, as Kafka's LogConfig does).
 KAFKA_TOPIC_DEFAULTS = {**LogConfig().to_topic_configs(), "unclean.leader.election.enable": "false",
-                        "compression.type": "producer"}
+                        "compression.type": "producer", "min.insync.replicas": "1",
+                        "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
+                        "max.compaction.lag.ms": str(LONG_MAX), "segment.jitter.ms": "0", "preallocate": "false",
+                        "message.downconversion.enable": "true", "message.format.version": "3.0-IV1",
+                        "message.timestamp.difference.max.ms": str(LONG_MAX)}
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,8 @@ def describe_topic(image: Any, broker_id: int, static: dict[str, str], topic: st
 def describe_broker(image: Any, broker_id: int, static: dict[str, str], resource_name: str,
                     read_only: dict[str, str]) -> list[Entry]:
     """A broker's configs (resource "<id>"): every dynamic-able config with its winning source (the topic configs'
-    broker-level defaults and the replication throttle rates), plus the read-only ones; the cluster default resource ("") lists only the dynamic defaults that are set."""
+    broker-level defaults and the replication throttle rates), plus the read-only ones; the cluster default
+    resource ("") lists only the dynamic defaults that are set."""
     if resource_name == CLUSTER_DEFAULT:
         defaults = image.configs.get(ConfigResourceType.BROKER, CLUSTER_DEFAULT)
         return [Entry(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG, False,

@@ -1,5 +1,5 @@
 """`flotilla brokers [list|log-dirs|configs|alter-config|decommission]` and `flotilla topics
-list|describe|create|delete|alter-config`: inspect brokers and their configs, inspect and change topics.
+list|describe|configs|create|delete|alter-config`: inspect brokers and their configs, inspect and change topics.
 
 Each command talks Kafka's own admin apis (Metadata, DescribeLogDirs, DescribeConfigs, CreateTopics,
 DeleteTopics, IncrementalAlterConfigs) through KafkaClient, prints a table by default or JSON with `--json`, and
@@ -75,6 +75,13 @@ def add_parser(subparsers) -> None:
     describe = actions.add_parser("describe", parents=[common], help="partitions, leaders, ISR and configs")
     describe.add_argument("name")
     describe.set_defaults(run=run_topics_describe)
+    topic_configs = actions.add_parser(
+        "configs", parents=[common],
+        help="a topic's configs with their sources (the topic, a broker's or the cluster's dynamic defaults, the "
+             "config file, Kafka's default)")
+    topic_configs.add_argument("name")
+    topic_configs.add_argument("--all", action="store_true", help="every config, defaults included")
+    topic_configs.set_defaults(run=run_topics_configs)
     create = actions.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=-1, help="default: the cluster's topic_defaults")
@@ -187,9 +194,16 @@ def run_brokers_configs(args: argparse.Namespace) -> int:
     from metadata.records import ConfigResourceType
 
     name, what = _broker_resource(args)
+    return _run_configs(args, name, ConfigResourceType.BROKER, what)
 
+
+def _run_configs(args: argparse.Namespace, name: str, resource_type: int, what: str) -> int:
+    """The configs of one resource, each with its source (defaults only with --all)."""
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
-        entries = await client.describe_configs(name, resource_type=ConfigResourceType.BROKER)
+        try:
+            entries = await client.describe_configs(name, resource_type=resource_type)
+        except UnknownTopicOrPartitionError:
+            raise CommandError(f"topic {name!r} does not exist") from None
         rows = [{"name": key, "value": entry.value, "source": entry.source.name, "read_only": entry.read_only}
                 for key, entry in sorted(entries.items()) if args.all or not entry.is_default]
         emit(args, {"resource": what, "configs": rows}, lambda: print_table(
@@ -198,6 +212,12 @@ def run_brokers_configs(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run_with_client(args, body)
+
+
+def run_topics_configs(args: argparse.Namespace) -> int:
+    from metadata.records import ConfigResourceType
+
+    return _run_configs(args, args.name, ConfigResourceType.TOPIC, f"topic {args.name}")
 
 
 def _alterations(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:

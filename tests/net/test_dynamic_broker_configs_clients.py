@@ -69,7 +69,7 @@ def test_topic_config_defaults_from_the_file_apply_below_the_dynamic_ones(tmp_pa
     STATIC_BROKER_CONFIG under Kafka's broker name), so a default cleanup.policy=compact makes a topic created
     with no configs refuse keyless records (INVALID_RECORD, KIP-467) while one created with cleanup.policy=delete
     takes them; the cluster-wide dynamic default, set with `flotilla brokers alter-config --default`, then wins
-    over the file, and `flotilla brokers configs` lists each config with its source."""
+    over the file, and `flotilla brokers configs` and `topics configs` list each config with its source."""
     from confluent_kafka import KafkaError, Producer
     from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
@@ -119,6 +119,18 @@ def test_topic_config_defaults_from_the_file_apply_below_the_dynamic_ones(tmp_pa
                 listed["follower.replication.throttled.rate"]) == (
             ("compact", "STATIC_BROKER_CONFIG"), ("60000", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
             ("1000000", "DYNAMIC_BROKER_CONFIG"))
+        topic = cli_json("topics", "configs", "compacted-by-default", *bootstrap)
+        assert topic["resource"] == "topic compacted-by-default" and [
+            (row["name"], row["value"], row["source"]) for row in topic["configs"]] == [
+            ("cleanup.policy", "compact", "STATIC_BROKER_CONFIG"),
+            ("min.insync.replicas", "1", "STATIC_BROKER_CONFIG"),  # the file's topic_defaults.min_insync_replicas
+            ("retention.ms", "60000", "DYNAMIC_DEFAULT_BROKER_CONFIG")]
+        every = {row["name"]: row for row in cli_json("topics", "configs", "compacted-by-default", "--all",
+                                                      *bootstrap)["configs"]}
+        assert (every["max.compaction.lag.ms"]["value"], every["max.compaction.lag.ms"]["source"]) == (
+            str(2**63 - 1), "DEFAULT_CONFIG")  # Kafka lists every topic config, defaults included
+        missing = cli("topics", "configs", "nope", *bootstrap)
+        assert missing.returncode == 1 and missing.stderr == "flotilla: topic 'nope' does not exist\n"
         refused = cli("brokers", "alter-config", "--default", "--set", "log.segment.bytes=tiny", *bootstrap)
         assert refused.returncode == 1 and refused.stderr.startswith(
             "flotilla: alter configs of the cluster-wide broker defaults: INVALID_CONFIG: Invalid value 'tiny'")
