@@ -35,7 +35,7 @@ TOPIC_TO_BROKER_CONFIG = {topic: broker for broker, topic in BROKER_TO_TOPIC_CON
 KAFKA_TOPIC_DEFAULTS = {**LogConfig().to_topic_configs(), "unclean.leader.election.enable": "false",
                         "compression.type": "producer", "min.insync.replicas": "1",
                         "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
-                        "max.compaction.lag.ms": str(LONG_MAX), "segment.jitter.ms": "0", "preallocate": "false",
+                        "segment.jitter.ms": "0", "preallocate": "false",
                         "message.downconversion.enable": "true", "message.format.version": "3.0-IV1",
                         "message.timestamp.difference.max.ms": str(LONG_MAX)}
 

@@ -205,7 +205,8 @@ class CleaningPass:
             return
         dirty_bytes = sum(segment.size for segment in cleanable if segment.next_offset > first_dirty)
         total_bytes = sum(segment.size for segment in cleanable)
-        if not (force or horizon_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
+        lag_due = _max_compaction_lag_passed(log, cleanable, first_dirty, now_ms)
+        if not (force or horizon_due or lag_due) and dirty_bytes < log.config.min_cleanable_dirty_ratio * total_bytes:
             stats.skipped_reason = (f"dirty ratio {dirty_bytes / max(total_bytes, 1):.2f} below "
                                     f"min.cleanable.dirty.ratio")
             return
@@ -244,6 +245,17 @@ class CleaningPass:
             return True
         self.abandoned = True
         return False
+
+
+def _max_compaction_lag_passed(log, cleanable: list[LogSegment], first_dirty: int, now_ms: int) -> bool:
+    """KIP-354: whether the first dirty segment's first batch is older than max.compaction.lag.ms, which makes
+    the log due whatever its dirty ratio (Kafka's LogCleanerManager needCompactionNow)."""
+    lag_ms = log.config.max_compaction_lag_ms
+    if lag_ms is None:
+        return False
+    first = next((segment for segment in cleanable if segment.next_offset > first_dirty), None)
+    stamp = None if first is None else first.first_batch_timestamp
+    return stamp is not None and stamp >= 0 and now_ms - lag_ms > stamp
 
 
 def _cleanable_segments(log, now_ms: int, first_uncleanable_offset: int | None) -> list[LogSegment]:

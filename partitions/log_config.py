@@ -41,7 +41,6 @@ KNOWN_FOREIGN_KEYS = frozenset(
         "local.retention.ms",
         "local.retention.bytes",
         "segment.jitter.ms",
-        "max.compaction.lag.ms",
     }
 )
 
@@ -59,6 +58,10 @@ class LogConfig:
     cleanup_policy: tuple[str, ...] = ("delete",)
     delete_retention_ms: int = 24 * 3600 * 1000
     min_compaction_lag_ms: int = 0
+    # KIP-354: a compacted log's dirty records wait at most this long (None: no bound, Kafka's Long.MAX_VALUE):
+    # its segments roll by then, and the cleaner takes it regardless of min.cleanable.dirty.ratio once its first
+    # dirty segment began that long ago.
+    max_compaction_lag_ms: int | None = None
     min_cleanable_dirty_ratio: float = 0.5
     flush_messages: int | None = None
     flush_ms: int | None = None
@@ -82,6 +85,8 @@ class LogConfig:
         )
         _check(self.delete_retention_ms >= 0, "delete.retention.ms", self.delete_retention_ms)
         _check(self.min_compaction_lag_ms >= 0, "min.compaction.lag.ms", self.min_compaction_lag_ms)
+        _check(self.max_compaction_lag_ms is None or self.max_compaction_lag_ms >= 1, "max.compaction.lag.ms",
+               self.max_compaction_lag_ms)
         _check(
             0.0 <= self.min_cleanable_dirty_ratio <= 1.0, "min.cleanable.dirty.ratio", self.min_cleanable_dirty_ratio
         )
@@ -96,6 +101,14 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long a segment takes appends (Kafka's LogConfig.maxSegmentMs): segment.ms, bounded by
+        max.compaction.lag.ms on a compacted log so that its records become cleanable in time."""
+        if self.compact and self.max_compaction_lag_ms is not None:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def delete(self) -> bool:
@@ -177,6 +190,7 @@ _PARSERS = {
     "cleanup.policy": _policy,
     "delete.retention.ms": _long,
     "min.compaction.lag.ms": _long,
+    "max.compaction.lag.ms": _optional_long,
     "min.cleanable.dirty.ratio": float,
     "flush.messages": _optional_long,
     "flush.ms": _optional_long,

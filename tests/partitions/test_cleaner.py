@@ -135,6 +135,38 @@ def test_dirty_ratio_below_the_minimum_skips_the_pass():
     assert log.compact(now_ms=3_000, force=True).records_retained == 10
 
 
+def test_max_compaction_lag_cleans_below_the_dirty_ratio_once_the_first_dirty_batch_is_that_old():
+    """KIP-354: max.compaction.lag.ms bounds how long a dirty record waits: the pass runs whatever the dirty ratio
+    once the first dirty segment's first batch is older than the lag (its timestamp, not the append time)."""
+    log = compacted_log(min_cleanable_dirty_ratio=0.5, segment_bytes=10**6, max_compaction_lag_ms=60_000)
+    append_pairs(log, [(bytes([i]), b"v") for i in range(10)])
+    log.roll(1_000)
+    assert log.compact(now_ms=2_000).skipped_reason is None  # all dirty
+    append_pairs(log, [(b"\x00", b"w")], now_ms=10_000)  # one dirty record against ten clean ones
+    log.roll(10_000)
+    assert "ratio" in log.compact(now_ms=70_000).skipped_reason  # its batch is exactly 60 s old: not yet
+    stats = log.compact(now_ms=70_001)
+    assert stats.skipped_reason is None and key_values(log)[0] == (1, b"\x01", b"v")  # the old \x00 is gone
+    unbounded = compacted_log(min_cleanable_dirty_ratio=0.5, segment_bytes=10**6)
+    append_pairs(unbounded, [(bytes([i]), b"v") for i in range(10)])
+    unbounded.roll(1_000)
+    unbounded.compact(now_ms=2_000)
+    append_pairs(unbounded, [(b"\x00", b"w")], now_ms=10_000)
+    unbounded.roll(10_000)
+    assert "ratio" in unbounded.compact(now_ms=10**12).skipped_reason  # without the bound, never
+
+
+def test_max_compaction_lag_rolls_a_compacted_logs_segment_before_segment_ms():
+    """Kafka's LogConfig.maxSegmentMs: the active segment of a compacted log rolls at the lag when it is shorter
+    than segment.ms, so that its records can be cleaned in time; a log that is not compacted keeps segment.ms."""
+    for policy, rolled in ((("compact",), True), (("delete",), False)):
+        log = open_log(None, cleanup_policy=policy, segment_bytes=10**6, now_ms=0, max_compaction_lag_ms=60_000,
+                       segment_ms=3_600_000)
+        append_pairs(log, [(b"a", b"1")], now_ms=0)
+        append_pairs(log, [(b"a", b"2")], now_ms=60_000)
+        assert (len(log.segments) == 2) == rolled, policy
+
+
 def test_compaction_respects_first_uncleanable_offset():
     log = compacted_log(segment_bytes=len(keyed([(b"a", b"1")])) * 2)
     append_pairs(log, [(b"a", b"1"), (b"a", b"2"), (b"a", b"3"), (b"a", b"4"), (b"a", b"5")])
