@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from broker.security_config import ConfigError, Listener, SecuritySettings, parse_listeners, parse_security
-from metadata.configs import BROKER_TO_TOPIC_CONFIG, validate_topic_config
+from metadata.configs import BROKER_TO_TOPIC_CONFIG, validate_topic_config, validate_topic_config_set
 from partitions.errors import KafkaError
 
 ROLES = ("broker", "controller")
@@ -399,6 +399,10 @@ def _parse_topic_default_configs(raw: Any, source: str) -> tuple[tuple[str, str]
         except KafkaError as error:
             raise ConfigError(f"{source}: key '{key}': {error}") from None
         configs.append((name, text))
+    try:
+        validate_topic_config_set(dict(configs))
+    except KafkaError as error:
+        raise ConfigError(f"{source}: key 'topic_defaults.configs': {error}") from None
     return tuple(sorted(configs))
 
 

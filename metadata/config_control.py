@@ -16,6 +16,7 @@ from metadata.configs import (
     validate_broker_config,
     validate_client_metrics_config,
     validate_topic_config,
+    validate_topic_config_set,
 )
 from metadata.image import MetadataImage
 from metadata.records import ConfigRecord, ConfigResourceType, MetadataRecord
@@ -73,6 +74,8 @@ def _config_changes(image: MetadataImage, resource: ConfigResource, incremental:
                 validate_client_metrics_config(name, value)
             else:
                 validate_broker_config(name, value)
+    if is_topic and wanted != current:
+        validate_topic_config_set(wanted)
     changed = sorted(set(current) | set(wanted))
     return [
         ConfigRecord(resource.resource_type, resource.resource_name, name, wanted.get(name))
@@ -111,6 +114,7 @@ def topic_configs(entries: tuple[ConfigEntry, ...], replication_factor: int) -> 
             raise InvalidConfigError(f"Null value not supported for topic config {entry.name}")
         validate_topic_config(entry.name, entry.value, replication_factor)
         configs.append((entry.name, entry.value))
+    validate_topic_config_set(dict(configs))
     return sorted(configs)
 
 

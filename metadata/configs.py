@@ -154,6 +154,7 @@ BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.message.timestamp.type": "message.timestamp.type",
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
     "min.insync.replicas": "min.insync.replicas",
     "log.retention.bytes": "retention.bytes",
     "log.retention.ms": "retention.ms",
@@ -184,6 +185,15 @@ def validate_topic_config(name: str, value: str, replication_factor: int | None 
             f"replication factor {replication_factor}"
         )
     return parsed
+
+
+def validate_topic_config_set(configs: dict[str, str]) -> None:
+    """Kafka's LogConfig.validateValues across keys of one topic's own configs (each already valid): a
+    min.compaction.lag.ms above max.compaction.lag.ms is refused. Raises InvalidConfigError."""
+    low, high = configs.get("min.compaction.lag.ms"), configs.get("max.compaction.lag.ms")
+    if low is not None and high is not None and int(low) > int(high):
+        raise InvalidConfigError(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+                                 f"max.compaction.lag.ms ({high})")
 
 
 # Dynamic broker configs with no topic counterpart.

@@ -125,6 +125,9 @@ def test_topic_config_defaults_are_read_by_their_topic_names_and_validated_as_ka
         ('"min.insync.replicas" = 2', "set this default with the key 'topic_defaults.min_insync_replicas'"),
         ('"flush.ms" = 1000', "set this default with the key 'broker.log_flush_ms'"),
         ('"cleanup.policy" = ["compact"]', "must be a string, a number or true/false, got ['compact']"),
+        ('"min.compaction.lag.ms" = 2\n"max.compaction.lag.ms" = 1', "key 'topic_defaults.configs': conflict topic "
+                                                                      "config setting min.compaction.lag.ms (2) > "
+                                                                      "max.compaction.lag.ms (1)"),
     ):
         path = write(tmp_path, GOOD + "[topic_defaults.configs]\n" + table + "\n")
         with pytest.raises(ConfigError) as error:

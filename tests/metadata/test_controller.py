@@ -314,6 +314,23 @@ def test_incremental_alter_configs_set_delete_append_subtract(cluster):
     assert response.resources[0].error_code == ErrorCode.INVALID_CONFIG and "segment.ms" in response.resources[0].message
 
 
+def test_a_min_compaction_lag_above_the_max_is_refused_at_creation_and_alteration(cluster):
+    """Kafka's LogConfig.validateValues: min.compaction.lag.ms may not exceed max.compaction.lag.ms."""
+    refused = cluster.create_topic("c", 1, 3, configs={"min.compaction.lag.ms": "70000",
+                                                       "max.compaction.lag.ms": "60000"})
+    assert refused.error_code == ErrorCode.INVALID_CONFIG and refused.message == (
+        "conflict topic config setting min.compaction.lag.ms (70000) > max.compaction.lag.ms (60000)")
+    assert cluster.create_topic("c", 1, 3, configs={"max.compaction.lag.ms": "60000"}).error_code == ErrorCode.NONE
+    raise_min = (AlterableConfig("min.compaction.lag.ms", "70000", AlterConfigOp.SET),)
+    response = cluster.run(IncrementalAlterConfigsRequest((ConfigResource(TOPIC, "c", raise_min),)))
+    assert response.resources[0].error_code == ErrorCode.INVALID_CONFIG
+    assert dict(cluster.image.configs.topic("c")) == {"max.compaction.lag.ms": "60000"}
+    both = (AlterableConfig("min.compaction.lag.ms", "70000", AlterConfigOp.SET),
+            AlterableConfig("max.compaction.lag.ms", None, AlterConfigOp.DELETE))
+    response = cluster.run(IncrementalAlterConfigsRequest((ConfigResource(TOPIC, "c", both),)))
+    assert response.resources[0].error_code == ErrorCode.NONE
+
+
 def test_legacy_alter_configs_replaces_the_whole_set(cluster):
     cluster.create_topic("c", 1, 3, configs={"retention.ms": "1000", "segment.ms": "5000"})
     configs = (AlterableConfig("retention.bytes", "1048576"),)
