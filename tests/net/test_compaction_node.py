@@ -3,7 +3,8 @@ drops deleted keys after delete.retention.ms, as a confluent-kafka consumer read
 segment it cannot read (a flipped byte on the disk) stops the cleaning of that partition alone, with an error
 in the node's log and on its metrics endpoint, where it used to take the node down (the pass raised out of the
 broker's periodic work; a flipped offset, outside the batch CRC, failed an assertion). On three nodes, a tombstone
-outlives its horizon while a follower is down, and goes once the follower is back in the ISR."""
+outlives its horizon while a follower is down, and goes once the follower is back in the ISR. And
+max.compaction.lag.ms (KIP-354) gets overwritten values cleaned that min.cleanable.dirty.ratio would leave."""
 
 from __future__ import annotations
 
@@ -43,27 +44,27 @@ def cluster(tmp_path_factory):
     cluster.stop()
 
 
-def produce(cluster: LocalCluster, records: list[tuple[int, bytes, bytes | None]]) -> None:
+def produce(cluster: LocalCluster, records: list[tuple[int, bytes, bytes | None]], topic: str = TOPIC) -> None:
     from confluent_kafka import Producer
 
     failed = []
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, "batch.size": 2048,
                          "enable.idempotence": True})
     for partition, key, value in records:
-        producer.produce(TOPIC, key=key, value=value, partition=partition,
+        producer.produce(topic, key=key, value=value, partition=partition,
                          on_delivery=lambda error, _: error is not None and failed.append(error))
         producer.poll(0)
     assert producer.flush(30) == 0 and not failed, failed[:3]
 
 
-def read_from_start(cluster: LocalCluster, partition: int) -> list[tuple[int, bytes, bytes | None]]:
+def read_from_start(cluster: LocalCluster, partition: int, topic: str = TOPIC) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every record a consumer reads from offset 0 to the high watermark."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "reader", "enable.auto.commit": False})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)
-        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        consumer.assign([TopicPartition(topic, partition, 0)])
         records, deadline = [], time.monotonic() + 30
         while (not records or records[-1][0] < high - 1) and time.monotonic() < deadline:
             message = consumer.poll(0.5)
@@ -147,6 +148,46 @@ def test_a_segment_the_cleaner_cannot_read_stops_that_partition_only(cluster):
 
     eventually(partition_1_compacted, seconds=60, interval=1, what="partition 1 still compacted")
     produce(cluster, [(0, b"k1", b"still-written")])  # the uncleanable partition still takes writes
+
+
+def test_max_compaction_lag_gets_a_little_dirt_cleaned_that_the_dirty_ratio_would_leave(cluster):
+    """KIP-354 on a real node: two compacted topics whose segments roll after 2 s (segment.ms on one,
+    max.compaction.lag.ms on the other) and whose min.cleanable.dirty.ratio (0.9) a few overwrites never reach.
+    Once the first 200 records are cleaned, five overwrites roll into a segment of their own: the cleaner takes
+    the topic with max.compaction.lag.ms=2000 past its ratio and removes the overwritten values; the other keeps
+    them."""
+    topics = {"lagged": {"max.compaction.lag.ms": "2000"}, "ratio-bound": {"segment.ms": "2000"}}
+    for name, configs in topics.items():
+        create_topic(cluster, name, 1, 1, **{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.9"},
+                     **configs)
+        eventually(lambda: topic_of(metadata(cluster), name), what=name)
+
+    def checkpoint(name: str) -> int:
+        path = os.path.join(cluster.directory, "node-1", "logs", f"{name}-0", "cleaner-offset-checkpoint")
+        return int(open(path).read().split()[-1]) if os.path.exists(path) else -1
+
+    def write_and_roll(records: list[tuple[bytes, bytes]], cleaned_to: int) -> None:
+        for name in topics:
+            produce(cluster, [(0, key, value) for key, value in records], topic=name)
+        time.sleep(2.5)
+        for name in topics:  # the next append rolls the 2.5 s old segment
+            produce(cluster, [(0, b"k199", b"roll")], topic=name)
+        for name in topics:
+            eventually(lambda: checkpoint(name) >= cleaned_to, 30, what=f"{name} cleaned up to {cleaned_to}")
+
+    write_and_roll([(b"k%d" % i, b"first") for i in range(200)], cleaned_to=200)  # all dirty: ratio 1.0
+    overwritten = {(b"k%d" % i, b"first") for i in range(1, 6)}
+    for name in topics:
+        assert overwritten <= {(key, value) for _, key, value in read_from_start(cluster, 0, name)}
+    for name in topics:  # five overwrites against 200 clean records: a dirty ratio far below 0.9
+        produce(cluster, [(0, b"k%d" % i, b"second") for i in range(1, 6)], topic=name)
+    time.sleep(2.5)
+    for name in topics:
+        produce(cluster, [(0, b"k0", b"roll")], topic=name)
+    eventually(lambda: not overwritten & {(key, value) for _, key, value in read_from_start(cluster, 0, "lagged")},
+               30, what="the overwritten values cleaned past the dirty ratio")
+    assert checkpoint("ratio-bound") == 200  # its pass skipped: the segment of the overwrites waits
+    assert overwritten <= {(key, value) for _, key, value in read_from_start(cluster, 0, "ratio-bound")}
 
 
 def test_a_tombstone_outlives_its_horizon_while_a_replica_is_down_and_goes_once_it_is_back(tmp_path):
