@@ -57,7 +57,8 @@ def produce(cluster: LocalCluster, records: list[tuple[int, bytes, bytes | None]
     assert producer.flush(30) == 0 and not failed, failed[:3]
 
 
-def read_from_start(cluster: LocalCluster, partition: int, topic: str = TOPIC) -> list[tuple[int, bytes, bytes | None]]:
+def read_from_start(cluster: LocalCluster, partition: int,
+                    topic: str = TOPIC) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every record a consumer reads from offset 0 to the high watermark."""
     from confluent_kafka import Consumer, TopicPartition
 
