@@ -18,6 +18,8 @@ import pytest
 from cli.local_cluster import LocalCluster
 from tests.net.cluster_helpers import (
     FAST_BROKER_SETTINGS,
+    cli,
+    cli_json,
     create_topic,
     eventually,
     metadata,
@@ -153,13 +155,14 @@ def test_a_segment_the_cleaner_cannot_read_stops_that_partition_only(cluster):
 
 def test_max_compaction_lag_gets_a_little_dirt_cleaned_that_the_dirty_ratio_would_leave(cluster):
     """KIP-354 on a real node: two compacted topics whose segments roll after 2 s (segment.ms on one,
-    max.compaction.lag.ms on the other) and whose min.cleanable.dirty.ratio (0.9) a few overwrites never reach.
-    Once the first 200 records are cleaned, five overwrites roll into a segment of their own: the cleaner takes
-    the topic with max.compaction.lag.ms=2000 past its ratio and removes the overwritten values; the other keeps
-    them."""
+    max.compaction.lag.ms on the other). The first 200 records are cleaned at a dirty ratio of 0; then, at a
+    min.cleanable.dirty.ratio of 0.9 that five overwrites never reach, the overwrites roll into segments of their
+    own: the cleaner takes the topic with max.compaction.lag.ms=2000 past its ratio and removes the overwritten
+    values; the other keeps them. (Time-based rolls split the writes wherever the hour's load puts them, which
+    is why the first pass runs at a ratio of 0.)"""
     topics = {"lagged": {"max.compaction.lag.ms": "2000"}, "ratio-bound": {"segment.ms": "2000"}}
     for name, configs in topics.items():
-        create_topic(cluster, name, 1, 1, **{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.9"},
+        create_topic(cluster, name, 1, 1, **{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"},
                      **configs)
         eventually(lambda: topic_of(metadata(cluster), name), what=name)
 
@@ -176,10 +179,15 @@ def test_max_compaction_lag_gets_a_little_dirt_cleaned_that_the_dirty_ratio_woul
         for name in topics:
             eventually(lambda: checkpoint(name) >= cleaned_to, 30, what=f"{name} cleaned up to {cleaned_to}")
 
-    write_and_roll([(b"k%d" % i, b"first") for i in range(200)], cleaned_to=200)  # all dirty: ratio 1.0
+    write_and_roll([(b"k%d" % i, b"first") for i in range(200)], cleaned_to=200)
     overwritten = {(b"k%d" % i, b"first") for i in range(1, 6)}
+    bootstrap = ("-b", cluster.bootstrap_servers)
     for name in topics:
         assert overwritten <= {(key, value) for _, key, value in read_from_start(cluster, 0, name)}
+        altered = cli("topics", "alter-config", name, "--set", "min.cleanable.dirty.ratio=0.9", *bootstrap)
+        assert altered.returncode == 0, altered.stderr
+        eventually(lambda: {row["name"]: row["value"] for row in cli_json("topics", "configs", name, *bootstrap)[
+            "configs"]}.get("min.cleanable.dirty.ratio") == "0.9", what=f"{name} at a dirty ratio of 0.9")
     for name in topics:  # five overwrites against 200 clean records: a dirty ratio far below 0.9
         produce(cluster, [(0, b"k%d" % i, b"second") for i in range(1, 6)], topic=name)
     time.sleep(2.5)
