@@ -19,7 +19,7 @@ from typing import Any
 
 from metadata.configs import BROKER_ONLY_CONFIGS, BROKER_TO_TOPIC_CONFIG
 from metadata.records import ConfigResourceType
-from partitions.log_config import LogConfig
+from partitions.log_config import LONG_MAX, LogConfig
 
 TOPIC_CONFIG = 1
 DYNAMIC_BROKER_CONFIG = 2
@@ -28,7 +28,6 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 CLIENT_METRICS_CONFIG = 7  # a client telemetry subscription's config (KIP-714)
 CLUSTER_DEFAULT = ""  # the BROKER resource name of the cluster-wide dynamic defaults
-LONG_MAX = 2**63 - 1
 
 TOPIC_TO_BROKER_CONFIG = {topic: broker for broker, topic in BROKER_TO_TOPIC_CONFIG.items()}
 # Kafka 3.9's default of every topic config (DescribeConfigs lists each, as Kafka's LogConfig does).

@@ -106,6 +106,7 @@ class NodeState:
         self.broker_clock_ms = broker_clock_ms or clock_ms
         self.controller_ids = [n.id for n in config.controllers]
         defaults = config.topic_defaults
+        default_configs = dict(defaults.configs)  # [topic_defaults.configs]
         settings = config.broker
         self.controller = QuorumController(
             ControllerConfig(
@@ -116,7 +117,7 @@ class NodeState:
                 leader_imbalance_per_broker_percentage=settings.leader_imbalance_per_broker_percentage,
                 leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_seconds * 1000,
                 bootstrap_features=((TRANSACTION_VERSION, settings.transaction_version),),
-                unclean_leader_election_enable=dict(defaults.configs).get(UNCLEAN_CONFIG, "false") == "true",
+                unclean_leader_election_enable=default_configs.get(UNCLEAN_CONFIG, "false") == "true",
             ),
             rng,
         )
@@ -143,7 +144,7 @@ class NodeState:
                 log_cleaner_step_bytes=settings.log_cleaner_step_bytes,
                 rack=self.node_config.rack,
                 replica_selector=settings.replica_selector,
-                topic_config_defaults=dict(defaults.configs),
+                topic_config_defaults=default_configs,
             )
             self.apis = KafkaApis(
                 self.broker, config.cluster_id, self.controller_id_for_clients,

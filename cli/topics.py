@@ -28,7 +28,7 @@ from cli.support import (
     print_table,
     run_with_client,
 )
-from net.client.results import ClusterMetadata, NewTopic
+from net.client.results import ClusterMetadata, ConfigResourceType, NewTopic
 from broker.config import ClusterConfig
 from partitions.errors import ErrorCode, UnknownTopicOrPartitionError
 
@@ -52,15 +52,14 @@ def add_parser(subparsers) -> None:
         help="a broker's configs (or the cluster-wide defaults: --default) with their sources, as kafka-configs "
              "--describe shows them")
     _broker_target(configs)
-    configs.add_argument("--all", action="store_true", help="every config, defaults included")
+    _all_option(configs)
     configs.set_defaults(run=run_brokers_configs)
     alter_broker = broker_actions.add_parser(
         "alter-config", parents=[common],
         help="set or reset dynamic configs of a broker, or the cluster-wide defaults (--default), such as "
              "log.retention.ms or follower.replication.throttled.rate")
     _broker_target(alter_broker)
-    alter_broker.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config (repeatable)")
-    alter_broker.add_argument("--delete", action="append", metavar="KEY", help="reset a config (repeatable)")
+    _alteration_options(alter_broker)
     alter_broker.set_defaults(run=run_brokers_alter_config)
     decommission = broker_actions.add_parser(
         "decommission", parents=[common],
@@ -80,7 +79,7 @@ def add_parser(subparsers) -> None:
         help="a topic's configs with their sources (the topic, a broker's or the cluster's dynamic defaults, the "
              "config file, Kafka's default)")
     topic_configs.add_argument("name")
-    topic_configs.add_argument("--all", action="store_true", help="every config, defaults included")
+    _all_option(topic_configs)
     topic_configs.set_defaults(run=run_topics_configs)
     create = actions.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("name")
@@ -93,8 +92,7 @@ def add_parser(subparsers) -> None:
     delete.set_defaults(run=run_topics_delete)
     alter = actions.add_parser("alter-config", parents=[common], help="set or reset topic configs")
     alter.add_argument("name")
-    alter.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config (repeatable)")
-    alter.add_argument("--delete", action="append", metavar="KEY", help="reset a config to its default (repeatable)")
+    _alteration_options(alter)
     alter.set_defaults(run=run_topics_alter_config)
 
 
@@ -176,6 +174,16 @@ def run_brokers_decommission(args: argparse.Namespace) -> int:
     return run_with_client(args, body)
 
 
+def _all_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--all", action="store_true", help="every config, defaults included")
+
+
+def _alteration_options(parser: argparse.ArgumentParser) -> None:
+    """alter-config's --set and --delete (read back by `_alterations`)."""
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config (repeatable)")
+    parser.add_argument("--delete", action="append", metavar="KEY", help="reset a config to its default (repeatable)")
+
+
 def _broker_target(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("broker_id", nargs="?", type=int, help="the broker's id")
@@ -191,8 +199,6 @@ def _broker_resource(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def run_brokers_configs(args: argparse.Namespace) -> int:
-    from metadata.records import ConfigResourceType
-
     name, what = _broker_resource(args)
     return _run_configs(args, name, ConfigResourceType.BROKER, what)
 
@@ -215,8 +221,6 @@ def _run_configs(args: argparse.Namespace, name: str, resource_type: int, what: 
 
 
 def run_topics_configs(args: argparse.Namespace) -> int:
-    from metadata.records import ConfigResourceType
-
     return _run_configs(args, args.name, ConfigResourceType.TOPIC, f"topic {args.name}")
 
 
@@ -230,8 +234,6 @@ def _alterations(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
 
 
 def run_brokers_alter_config(args: argparse.Namespace) -> int:
-    from metadata.records import ConfigResourceType
-
     name, what = _broker_resource(args)
 
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
