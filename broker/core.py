@@ -257,10 +257,7 @@ class BrokerCore:
         self.metadata_offset = image.provenance.raft_index
         changes = delta.local_changes(self.node_id)
         for local in changes.deleted:
-            was_leading = self._is_leading(local.topic_name, local.partition)
-            self.remove_partition(local.topic_name, local.partition)
-            if was_leading:
-                self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, False, now_ms)
+            self.remove_partition(local.topic_name, local.partition, now_ms)
         for local in changes.leaders:
             hosted = self._ensure_partition(local, now_ms)
             if hosted is not None:
@@ -275,11 +272,10 @@ class BrokerCore:
                     hosted.needs_epoch_check = False
                     self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, True, now_ms)
         for local in changes.followers:
-            was_leading = self._is_leading(local.topic_name, local.partition)
-            hosted = self._ensure_partition(local, now_ms)
+            hosted = self._ensure_partition(local, now_ms)  # a replica of an older topic of the name resigns there
             if hosted is None:
                 continue
-            if was_leading:
+            if hosted.replica.is_leader:
                 self._notify_leadership(local.topic_name, local.partition, local.leader_epoch, False, now_ms)
             log_end_offset = hosted.log.log_end_offset
             if hosted.replica.become_follower(
@@ -301,22 +297,13 @@ class BrokerCore:
             state = None if named is None else named.partitions.get(partition)
             if state is not None and self.node_id in state.replicas:
                 continue
-            hosted = self.partitions[(topic, partition)]
-            was_leading = hosted.replica.is_leader
-            leader_epoch = hosted.replica.leader_epoch
-            self.remove_partition(topic, partition)
-            if was_leading:
-                self._notify_leadership(topic, partition, leader_epoch, False, now_ms)
+            self.remove_partition(topic, partition, now_ms)
 
     def add_leadership_listener(self, topic: str, listener: "LeadershipListener") -> None:
         """Call `listener(topic, partition, leader_epoch, is_leader, now_ms)` whenever this broker becomes
         leader of a partition of `topic` (also again, at a new leader epoch) or stops leading one (it became a
         follower, or the partition was deleted). Coordinators load and unload their shards from these calls."""
         self._leadership_listeners.setdefault(topic, []).append(listener)
-
-    def _is_leading(self, topic: str, partition: int) -> bool:
-        hosted = self.partitions.get((topic, partition))
-        return hosted is not None and hosted.replica.is_leader
 
     def _notify_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool, now_ms: int) -> None:
         for listener in self._leadership_listeners.get(topic, ()):
@@ -328,7 +315,7 @@ class BrokerCore:
         if hosted is not None and hosted.topic_id == local.topic_id:
             return hosted
         if hosted is not None:  # same name, new topic: the old replica is gone
-            self.remove_partition(*key)
+            self.remove_partition(*key, now_ms)
         directory = partition_directory(*key)
         recorded = self._discard_if_other_topic(directory, local.topic_id)
         log_config = self._log_config(local.topic_name)
@@ -373,12 +360,17 @@ class BrokerCore:
             return False
         return True
 
-    def remove_partition(self, topic: str, partition: int) -> None:
+    def remove_partition(self, topic: str, partition: int, now_ms: int) -> None:
+        """Delete the replica (its topic deleted or replaced by one of the same name, or the replica moved away);
+        the leadership listeners hear that a partition this broker led is no longer led here. A coordinator
+        that missed it would go on writing at the old topic's leader epoch into the new topic's log."""
         self.fetcher.forget_following()
         self.partition_generation += 1
         hosted = self.partitions.pop((topic, partition), None)
+        was_leading = hosted is not None and hosted.replica.is_leader
         if hosted is not None:
-            hosted.replica.become_follower(None, hosted.replica.leader_epoch + 1, hosted.replica.partition_epoch,
+            leader_epoch = hosted.replica.leader_epoch
+            hosted.replica.become_follower(None, leader_epoch + 1, hosted.replica.partition_epoch,
                                            hosted.replica.replicas, hosted.replica.isr)
             hosted.log.close()
         self._hw_checkpoint.pop((topic, partition), None)
@@ -387,6 +379,8 @@ class BrokerCore:
         if cleaning is not None:
             cleaning.abandon()
         self.storage.delete_tree(partition_directory(topic, partition))
+        if was_leading:
+            self._notify_leadership(topic, partition, leader_epoch, False, now_ms)
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
         """The topic's override, else this broker's dynamic config, else the dynamic default, else the file

@@ -1,7 +1,9 @@
 """BrokerCore's leadership listeners (what coordinators load and unload shards from), driven by real metadata
 deltas from a real QuorumController (Kafka's onElection / onResignation of the coordinator runtime)."""
 
-from metadata.requests import BrokerHeartbeatRequest, CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
+from metadata.image import MetadataDelta, MetadataImage
+from metadata.requests import (BrokerHeartbeatRequest, CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest,
+                               ReplicaAssignment)
 from tests.broker.test_broker_sans_io import Cluster
 
 
@@ -55,3 +57,32 @@ def test_deleting_the_topic_resigns_every_leadership():
     for partition, (leader, _) in before.items():
         assert [e for e in events[leader] if e[1] == partition and e[3] is False], events[leader]
     assert not any(e[3] for broker_events in events.values() for e in broker_events)
+
+
+def test_a_leader_that_hears_of_a_deletion_and_a_new_topic_of_the_name_at_once_resigns_the_old_leadership():
+    """A broker away while the topic was deleted and created again learns both from one metadata snapshot (as
+    NodeState._restore installs it): the old topic's leaderships resign before the new topic's replicas start.
+    Without it a coordinator kept its shard of the old topic and wrote into the new, empty log at the old leader
+    epoch (the fuzz simulation's node error: an append whose offset went back to 0)."""
+    cluster, events = listening_cluster()
+    away = leaders(cluster)[0][0]
+    led = sorted(p for p, (leader, _) in leaders(cluster).items() if leader == away)
+    for broker_events in events.values():
+        broker_events.clear()
+    cluster.commit(DeleteTopicsRequest(names=("__internal",)), cut_off=(away,))
+    replicas = (away,) + tuple(b for b in cluster.brokers if b != away)  # the away broker leads every new partition
+    cluster.commit(CreateTopicsRequest(topics=(CreatableTopic(
+        name="__internal", assignments=tuple(ReplicaAssignment(p, replicas) for p in range(3))),)), cut_off=(away,))
+    assert events[away] == []
+    snapshot = MetadataDelta(MetadataImage())
+    for records, provenance in cluster.log:
+        for record in records:
+            snapshot.replay(record, provenance)
+    image = snapshot.apply()
+    broker = cluster.brokers[away]
+    broker.drop_unassigned_partitions(image, cluster.now_ms)
+    broker.apply_metadata(snapshot, image, cluster.now_ms)
+    assert all(s.leader == away for s in image.topics.by_name["__internal"].partitions.values())
+    for partition in range(3):
+        heard = [e[3] for e in events[away] if e[1] == partition]
+        assert heard == ([False, True] if partition in led else [True]), (partition, events[away])
