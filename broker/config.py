@@ -128,6 +128,9 @@ class BrokerSettings:
     transaction_state_log_min_isr: int = 2
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
+    # producer.id.expiration.ms: an idle producer's state (its sequence numbers) is kept this long; None: Kafka's
+    # default, a day. Dynamic too: `flotilla brokers alter-config` sets it per broker or cluster-wide.
+    producer_id_expiration_ms: int | None = None
     # The level of the feature transaction.version (KIP-890) a new cluster starts at: 2 bumps the producer epoch
     # per transaction for clients that use it (Kafka 4.0's default); 0 or 1 keeps every client on the
     # transaction protocol of 3.x. The active controller writes it to the metadata log with the first broker
@@ -232,6 +235,9 @@ def parse_config(document: dict[str, Any], source: str, base_dir: str) -> Cluste
                           f"(write \"host:count,host:count\")") from None
     if not 0 <= broker.transaction_version <= 2:
         raise ConfigError(f"{source}: key 'broker.transaction_version' must be 0, 1 or 2")
+    if broker.producer_id_expiration_ms is not None and broker.producer_id_expiration_ms < 1:
+        raise ConfigError(f"{source}: key 'broker.producer_id_expiration_ms' must be >= 1, "
+                          f"got {broker.producer_id_expiration_ms}")
     if broker.leader_imbalance_check_interval_seconds < 1:
         raise ConfigError(f"{source}: key 'broker.leader_imbalance_check_interval_seconds' must be >= 1")
     if broker.log_cleaner_step_bytes < 1:

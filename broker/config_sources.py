@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metadata.configs import BROKER_ONLY_CONFIGS, BROKER_TO_TOPIC_CONFIG
+from metadata.configs import BROKER_ONLY_CONFIGS, BROKER_ONLY_DEFAULTS, BROKER_TO_TOPIC_CONFIG
 from metadata.records import ConfigResourceType
 from partitions.log_config import LONG_MAX, LogConfig
 
@@ -119,9 +119,9 @@ def describe_broker(image: Any, broker_id: int, static: dict[str, str], resource
         if topic_name in KAFKA_TOPIC_DEFAULTS:
             chain.append((broker_name, KAFKA_TOPIC_DEFAULTS[topic_name], DEFAULT_CONFIG))
         entries.append(_entry(chain, broker_name))
-    for name in sorted(BROKER_ONLY_CONFIGS):  # the replication throttle rates; Kafka's default: no throttle
-        entries.append(_entry(broker_chain(image, target, static, name) + [(name, str(LONG_MAX), DEFAULT_CONFIG)],
-                              name))
+    for name in sorted(BROKER_ONLY_CONFIGS):  # the replication throttle rates, producer.id.expiration.ms
+        entries.append(_entry(broker_chain(image, target, static, name) + [(name, BROKER_ONLY_DEFAULTS[name],
+                                                                            DEFAULT_CONFIG)], name))
     entries += [Entry(name, value, STATIC_BROKER_CONFIG, True, ((name, value, STATIC_BROKER_CONFIG),))
                 for name, value in sorted(read_only.items())]
     return sorted(entries, key=lambda entry: entry.name)

@@ -33,6 +33,7 @@ from broker.config_sources import TOPIC_TO_BROKER_CONFIG, broker_chain, effectiv
 from broker.metrics import BrokerMetrics
 from broker.replica_fetcher import REPLICA_FETCH_BACKOFF_MS, ReplicaFetcher, ReplicaRequest, after_follower_truncation
 from coordinator.shard import Notice
+from metadata.configs import PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION_MS_DEFAULT
 from metadata.features import SUPPORTED_FEATURES, supported_features
 from metadata.image import LocalPartition, MetadataDelta, MetadataImage
 from metadata.requests import (
@@ -158,6 +159,7 @@ class BrokerCore:
         rack: str | None = None,
         replica_selector: str = "",
         topic_config_defaults: Mapping[str, str] | None = None,
+        producer_id_expiration_ms: int | None = None,
     ) -> None:
         self.node_id = node_id
         self.rack = rack
@@ -185,7 +187,11 @@ class BrokerCore:
             self.static_configs["log.flush.interval.ms"] = str(log_flush_ms)
         for name, value in (topic_config_defaults or {}).items():  # [topic_defaults.configs], by topic names
             self.static_configs[TOPIC_TO_BROKER_CONFIG[name]] = value
+        if producer_id_expiration_ms is not None:
+            self.static_configs[PRODUCER_ID_EXPIRATION_MS] = str(producer_id_expiration_ms)
         self.image = MetadataImage()
+        # producer.id.expiration.ms as it stands (dynamic: every hosted partition's producer state follows it)
+        self.producer_id_expiration_ms = self._effective_producer_id_expiration_ms()
         self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.dirty_partitions: set[TopicPartition] = set()  # appended or HW moved since the last poll
         self.failures: list[InternalFailure] = []  # survived exceptions, taken by the runtime (take_failures)
@@ -342,7 +348,8 @@ class BrokerCore:
         if checkpointed is not None:
             replica.set_high_watermark_on_restart(checkpointed)
         producer_state = ProducerStateManager(self.storage, directory,
-                                              segment_bases=lambda: [segment.base_offset for segment in log.segments])
+                                              segment_bases=lambda: [segment.base_offset for segment in log.segments],
+                                              producer_id_expiration_ms=self.producer_id_expiration_ms)
         producer_state.rebuild(log, now_ms)
         producer_state.bug_lso_ignores_open_transactions = self.bug_lso_ignores_open_transactions
         replica.set_last_stable_offset_hook(producer_state.last_stable_offset)
@@ -399,9 +406,18 @@ class BrokerCore:
         value = (self._topic_configs(topic) if configs is None else configs).get("min.insync.replicas")
         return int(value) if value is not None else self.default_min_insync_replicas
 
+    def _effective_producer_id_expiration_ms(self) -> int:
+        chain = broker_chain(self.image, self.node_id, self.static_configs, PRODUCER_ID_EXPIRATION_MS)
+        return int(chain[0][1]) if chain else PRODUCER_ID_EXPIRATION_MS_DEFAULT
+
     def _apply_topic_configs(self, now_ms: int) -> None:
         rate = broker_chain(self.image, self.node_id, self.static_configs, throttle.FOLLOWER_RATE_CONFIG)
         self.follower_quota.set_rate(throttle.parse_rate(rate[0][1]) if rate else None)
+        expiration_ms = self._effective_producer_id_expiration_ms()
+        if expiration_ms != self.producer_id_expiration_ms:
+            self.producer_id_expiration_ms = expiration_ms
+            for hosted in self.partitions.values():
+                hosted.producer_state.producer_id_expiration_ms = expiration_ms
         configs_by_topic: dict[str, dict[str, str]] = {}
         for (topic, partition), hosted in self.partitions.items():
             configs = configs_by_topic.get(topic)

@@ -84,7 +84,7 @@ TOPIC_CONFIG_TYPES = {
 BROKER_ONLY_CONFIG_TYPES = {
     "broker.id": CONFIG_TYPE_INT, "auto.create.topics.enable": CONFIG_TYPE_BOOLEAN,
     "replica.lag.time.max.ms": CONFIG_TYPE_LONG, "follower.replication.throttled.rate": CONFIG_TYPE_LONG,
-    "leader.replication.throttled.rate": CONFIG_TYPE_LONG,
+    "leader.replication.throttled.rate": CONFIG_TYPE_LONG, "producer.id.expiration.ms": CONFIG_TYPE_INT,
 }
 
 

@@ -145,6 +145,7 @@ class NodeState:
                 rack=self.node_config.rack,
                 replica_selector=settings.replica_selector,
                 topic_config_defaults=default_configs,
+                producer_id_expiration_ms=settings.producer_id_expiration_ms,
             )
             self.apis = KafkaApis(
                 self.broker, config.cluster_id, self.controller_id_for_clients,

@@ -196,10 +196,20 @@ def validate_topic_config_set(configs: dict[str, str]) -> None:
                                  f"max.compaction.lag.ms ({high})")
 
 
-# Dynamic broker configs with no topic counterpart.
+PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
+PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000  # Kafka's: a day
+
+# Dynamic broker configs with no topic counterpart, and Kafka's defaults of them (the throttle rates: none).
 BROKER_ONLY_CONFIGS: dict[str, ConfigDef] = {
     "follower.replication.throttled.rate": ConfigDef(long_at_least(0)),
     "leader.replication.throttled.rate": ConfigDef(long_at_least(0)),
+    # How long a partition keeps an idle producer's state (KIP-854: dynamic, per broker or cluster-wide).
+    PRODUCER_ID_EXPIRATION_MS: ConfigDef(int_at_least(1)),
+}
+BROKER_ONLY_DEFAULTS: dict[str, str] = {
+    "follower.replication.throttled.rate": str(INT64_MAX),
+    "leader.replication.throttled.rate": str(INT64_MAX),
+    PRODUCER_ID_EXPIRATION_MS: str(PRODUCER_ID_EXPIRATION_MS_DEFAULT),
 }
 
 

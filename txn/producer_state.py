@@ -49,6 +49,7 @@ import crc32c
 from collections import deque
 from typing import Callable
 
+from metadata.configs import PRODUCER_ID_EXPIRATION_MS_DEFAULT  # producer.id.expiration.ms
 from partitions.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, iter_batches
 from partitions.cleaner import ProducerLastRecord
 from partitions.errors import InvalidRecordError, KafkaError
@@ -65,7 +66,6 @@ from txn.errors import (
 from txn.transaction_index import AbortedTxn, AbortedTxnIndex
 
 PRODUCER_BATCHES_RETAINED = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (max.in.flight per connection)
-PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000  # producer.id.expiration.ms
 SEQUENCE_MAX = (1 << 31) - 1  # sequences are int32 and wrap to 0
 PRODUCER_EPOCH_MAX = (1 << 15) - 1  # epochs are int16
 SNAPSHOT_SUFFIX = ".snapshot"

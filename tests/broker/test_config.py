@@ -59,6 +59,8 @@ def test_a_good_file_loads_with_data_dirs_relative_to_the_file(tmp_path):
         (lambda t: t.replace("[topic_defaults]", "[topic_defaults]\nflavour = 1"), "topic_defaults.flavour"),
         (lambda t: t.replace("[topic_defaults]", "[broker]\ntransaction_version = 3\n[topic_defaults]"),
          "broker.transaction_version"),  # the transaction.version feature: 0-2 (KIP-890)
+        (lambda t: t.replace("[topic_defaults]", "[broker]\nproducer_id_expiration_ms = 0\n[topic_defaults]"),
+         "broker.producer_id_expiration_ms"),  # producer.id.expiration.ms: at least 1, as Kafka's
         (lambda t: t.replace('roles = ["broker", "controller"]', 'roles = ["broker"]'), "roles"),
         (lambda t: t.replace('data_dir = "data/node-1"', 'data_dir = "data/node-1"\nrack = ""'), "nodes[0].rack"),
         (lambda t: t.replace('data_dir = "data/node-1"', 'data_dir = "data/node-1"\nrack = 3'), "nodes[0].rack"),

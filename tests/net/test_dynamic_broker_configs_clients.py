@@ -3,6 +3,8 @@ resources, describe_configs naming each source, and the values surviving a resta
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cli.local_cluster import LocalCluster
@@ -134,3 +136,53 @@ def test_topic_config_defaults_from_the_file_apply_below_the_dynamic_ones(tmp_pa
         refused = cli("brokers", "alter-config", "--default", "--set", "log.segment.bytes=tiny", *bootstrap)
         assert refused.returncode == 1 and refused.stderr.startswith(
             "flotilla: alter configs of the cluster-wide broker defaults: INVALID_CONFIG: Invalid value 'tiny'")
+
+
+def test_producer_id_expiration_ms_from_the_file_and_set_dynamically_forgets_idle_producers(tmp_path):
+    """producer.id.expiration.ms (KIP-854, a dynamic broker config): the file's [broker] producer_id_expiration_ms
+    is described as STATIC_BROKER_CONFIG; set on the broker with IncrementalAlterConfigs it applies to the
+    partitions already hosted, whose idle producers DescribeProducers then no longer lists; 0 is refused."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                       ResourceType)
+    from kafka import KafkaAdminClient, TopicPartition
+
+    broker = {**FAST_BROKER_SETTINGS, "log_retention_check_interval_ms": 500, "producer_id_expiration_ms": 3_600_000}
+    with LocalCluster(str(tmp_path), nodes=1, broker=broker) as cluster:
+        wait_for_quorum(cluster)
+        create_topic(cluster, "idle-producers", 1, 1)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True})
+        for value in range(3):
+            producer.produce("idle-producers", value=b"%d" % value, partition=0)
+        assert producer.flush(30) == 0
+        kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            partition = TopicPartition("idle-producers", 0)
+
+            def producers() -> list:
+                return kafka_admin.describe_producers([partition])[partition].active_producers
+
+            assert [state.last_sequence for state in producers()] == [2]
+
+            def described() -> tuple[str, int]:
+                resource = ConfigResource(ResourceType.BROKER, "1")
+                entry = admin.describe_configs([resource])[resource].result(30)["producer.id.expiration.ms"]
+                return entry.value, entry.source
+
+            assert described() == ("3600000", ConfigSource.STATIC_BROKER_CONFIG.value)
+
+            def alter(value: str) -> None:
+                resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+                    ConfigEntry("producer.id.expiration.ms", value, incremental_operation=AlterConfigOpType.SET)])
+                admin.incremental_alter_configs([resource])[resource].result(30)
+
+            with pytest.raises(Exception, match="producer.id.expiration.ms"):
+                alter("0")
+            time.sleep(2)  # the producer idle for 2 s, past the 1 s set next; the hour of the file kept it so far
+            assert len(producers()) == 1
+            alter("1000")
+            assert described() == ("1000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+            eventually(lambda: producers() == [], 30, what="the idle producer expired")
+        finally:
+            kafka_admin.close()
