@@ -160,6 +160,7 @@ BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.retention.ms": "retention.ms",
     "log.segment.bytes": "segment.bytes",
     "log.roll.ms": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 

@@ -611,7 +611,8 @@ class PartitionLog:
         first_offset, last_offset = written[0][F_BASE_OFFSET], placements[-1].last_offset
         size = len(pieces[0]) if len(pieces) == 1 else sum(len(piece) for piece in pieces)
         config = self.config
-        if self.active_segment.should_roll(size, last_offset, config.segment_bytes, config.max_segment_ms, now_ms):
+        segment = self.active_segment
+        if segment.should_roll(size, last_offset, config.segment_bytes, config.roll_ms(segment.jitter_seed), now_ms):
             self.roll(now_ms, max(first_offset, self.log_end_offset))
         self.active_segment.append(pieces, placements)
         record_count = last_offset - first_offset + 1 if len(written) == 1 else sum(f[F_LAST_OFFSET_DELTA] + 1 for f in written)

@@ -40,7 +40,6 @@ KNOWN_FOREIGN_KEYS = frozenset(
         "remote.storage.enable",
         "local.retention.ms",
         "local.retention.bytes",
-        "segment.jitter.ms",
     }
 )
 
@@ -51,6 +50,9 @@ class LogConfig:
 
     segment_bytes: int = 1024 * MIB
     segment_ms: int = 7 * 24 * 3600 * 1000
+    # Up to this much less than segment.ms for a segment to roll by time, a different amount for each segment
+    # (Kafka's randomSegmentJitter), so that partitions created together do not all roll at once.
+    segment_jitter_ms: int = 0
     segment_index_bytes: int = 10 * MIB
     index_interval_bytes: int = 4096
     retention_ms: int = 7 * 24 * 3600 * 1000
@@ -74,6 +76,7 @@ class LogConfig:
     def __post_init__(self) -> None:
         _check(self.segment_bytes >= SEGMENT_BYTES_MIN, "segment.bytes", self.segment_bytes)
         _check(self.segment_ms >= 1, "segment.ms", self.segment_ms)
+        _check(self.segment_jitter_ms >= 0, "segment.jitter.ms", self.segment_jitter_ms)
         _check(self.segment_index_bytes >= SEGMENT_INDEX_BYTES_MIN, "segment.index.bytes", self.segment_index_bytes)
         _check(self.index_interval_bytes >= 0, "index.interval.bytes", self.index_interval_bytes)
         _check(self.retention_ms >= -1, "retention.ms", self.retention_ms)
@@ -109,6 +112,15 @@ class LogConfig:
         if self.compact and self.max_compaction_lag_ms is not None:
             return min(self.segment_ms, self.max_compaction_lag_ms)
         return self.segment_ms
+
+    def roll_ms(self, segment_seed: int) -> int:
+        """How long the segment whose `segment_seed` this is takes appends: max_segment_ms less its jitter, in
+        [0, min(segment.jitter.ms, segment.ms)) as Kafka's. Kafka draws it at random when it creates the segment;
+        here it is the segment's own seed (its file's checksum, LogSegment.jitter_seed), the same in every process
+        and every run, so a simulation replays it."""
+        if not self.segment_jitter_ms:
+            return self.max_segment_ms
+        return self.max_segment_ms - segment_seed % min(self.segment_jitter_ms, self.segment_ms)
 
     @property
     def delete(self) -> bool:
@@ -183,6 +195,7 @@ def _timestamp_type(raw: str) -> str:
 _PARSERS = {
     "segment.bytes": _int32,
     "segment.ms": _long,
+    "segment.jitter.ms": _long,
     "segment.index.bytes": _int32,
     "index.interval.bytes": _int32,
     "retention.ms": _long,

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import crc32c
+
 from partitions.batch import HEADER_SIZE, BatchHeader, parse_header, peek_offset_and_length, validate_batch
 from partitions.errors import CorruptRecordError, KafkaError
 from partitions.index import RELATIVE_OFFSET_MAX, OffsetIndex, TimeIndex
@@ -163,6 +165,8 @@ class LogSegment:
         self.suffix = suffix
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
+        # segment.jitter.ms's draw for this segment (LogConfig.roll_ms): its partition and base offset's checksum
+        self.jitter_seed = crc32c.crc32c(f"{directory}/{base_offset}".encode())
         # `lazy_log` makes the .log handle for this segment's path when the file is to wait for its first write
         log_path = self.path(LOG_SUFFIX)
         self.log: FileHandle = storage.open(log_path) if lazy_log is None else lazy_log(log_path)

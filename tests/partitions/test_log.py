@@ -8,6 +8,7 @@ from partitions.batch import parse_header
 from partitions.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
+    InvalidConfigError,
     InvalidRecordError,
     InvalidTimestampError,
     OffsetOutOfRangeError,
@@ -214,6 +215,30 @@ def test_segment_rolls_by_ms():
     assert len(log.segments) == 1
     log.append_as_leader(batch(b"c"), 0, now_ms=1_000)
     assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_segment_jitter_ms_rolls_each_segment_its_own_amount_early():
+    """segment.jitter.ms: a segment rolls by time at segment.ms less its own jitter, below min(jitter, segment.ms);
+    the jitter is drawn from the segment's partition and base offset, so the partitions of one topic roll at
+    different times and a run replays them the same."""
+    jitters = []
+    for partition in range(8):
+        log = PartitionLog.open(MemoryStorage(), f"jittery-{partition}", LogConfig(segment_ms=1_000,
+                                                                                     segment_jitter_ms=600), 0)
+        log.append_as_leader(batch(b"a"), 0, now_ms=0)
+        roll_ms = log.config.roll_ms(log.active_segment.jitter_seed)
+        assert 400 < roll_ms <= 1_000
+        log.append_as_leader(batch(b"b"), 0, now_ms=roll_ms - 1)
+        assert len(log.segments) == 1
+        log.append_as_leader(batch(b"c"), 0, now_ms=roll_ms)
+        assert [s.base_offset for s in log.segments] == [0, 2]
+        jitters.append(1_000 - roll_ms)
+        again = PartitionLog.open(MemoryStorage(), f"jittery-{partition}", log.config, 0)
+        assert again.config.roll_ms(again.active_segment.jitter_seed) == roll_ms  # the same draw every run
+    assert len(set(jitters)) == 8, jitters
+    assert LogConfig.from_topic_configs({"segment.jitter.ms": "600"}).segment_jitter_ms == 600
+    with pytest.raises(InvalidConfigError, match="segment.jitter.ms"):
+        LogConfig.from_topic_configs({"segment.jitter.ms": "-1"})
 
 
 def test_roll_fsyncs_the_closed_segment():
