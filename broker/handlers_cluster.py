@@ -15,6 +15,14 @@ logs the refusal only at debug level). Each of those requests asks the controlle
 created once the cause is gone. At most AUTO_CREATE_REFUSALS_MAX refusals are remembered, the oldest forgotten
 first.
 
+A node starting up (its broker not yet unfenced, `BrokerCore.serving`) that knows no active broker to name
+holds a Metadata or DescribeCluster request until it does, or for UNREADY_HOLD_MS at most, then answers what it
+knows (at most UNREADY_HELD_MAX requests held; past that they are answered at once). Kafka's broker accepts no
+connection before it has caught up with the metadata log, so its clients never see a cluster of no brokers;
+a node here listens from its start, and an answer with no brokers and no topics is one librdkafka drops as
+partial, after which its admin calls wait for a controller it never looks up again (`CreateTopics` from an
+`AdminClient` made as the cluster started hung until its timeout).
+
 Authorization (Kafka's): Metadata lists only the topics the principal may DESCRIBE (a named topic it may not
 gets TOPIC_AUTHORIZATION_FAILED), auto-creation needs CREATE on the cluster or the topic, DescribeCluster
 and DescribeLogDirs need DESCRIBE on the cluster, AlterReplicaLogDirs ALTER on it. Brokers are advertised at
@@ -30,8 +38,9 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+from broker.apis import Deferred
 from broker.core import LOGS_DIRECTORY
 from metadata.naming import validate_topic_name
 from metadata.requests import CreatableTopic, CreateTopicsRequest as ControllerCreateTopics
@@ -47,6 +56,7 @@ if TYPE_CHECKING:
 
     from broker.apis import KafkaApis
     from broker.core import TopicPartition
+    from security.session import Session
 
 # KIP-430: the operations a principal may perform on a resource, as a bitfield of Kafka's AclOperation codes
 # (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
@@ -61,6 +71,19 @@ ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER = 1, 2  # DescribeCluster v1+ (KI
 FUTURE_LOG_DIR_NAME_MAX = 255  # Kafka refuses a move whose future log directory name would be longer (KAFKA-4893)
 AUTO_CREATE_REFUSALS_MAX = 1000  # topics whose last auto-creation the controller refused, remembered at most
 AUTO_CREATE_REFUSAL_GRACE_MS = 15_000  # refused this long before Metadata answers the refusal's error code
+UNREADY_HOLD_MS = 5_000  # a Metadata or DescribeCluster request waits this long at most for a broker to name
+UNREADY_HELD_MAX = 1_000  # requests held so at most
+
+
+class _Held(NamedTuple):
+    """A Metadata or DescribeCluster request held while the node knows no broker to name."""
+
+    deadline_ms: int
+    request_id: int
+    header: RequestHeader
+    request: Any
+    session: "Session"
+    handler: Callable[[RequestHeader, Any, int], Any]
 
 
 class ClusterApis:
@@ -72,22 +95,52 @@ class ClusterApis:
         self._auto_create_requested: set[str] = set()
         # topic -> (the error code of the controller's last refusal, when the refusals began, when the last came)
         self._auto_create_refusals: dict[str, tuple[int, int, int]] = {}
+        self._held: list[_Held] = []  # oldest first, so deadlines ascend
 
     def api_handlers(self):
         return [
             (ApiKey.API_VERSIONS, 0, 4, self._api_versions),
-            (ApiKey.METADATA, 0, 12, self._metadata),
+            (ApiKey.METADATA, 0, 12, self._held_until_ready(self._metadata)),
             (ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, self._describe_topic_partitions),
-            (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._describe_cluster),
+            (ApiKey.DESCRIBE_CLUSTER, 0, 2, self._held_until_ready(self._describe_cluster)),
             (ApiKey.DESCRIBE_LOG_DIRS, 0, 4, self._describe_log_dirs),
             (ApiKey.ALTER_REPLICA_LOG_DIRS, 0, 2, self._alter_replica_log_dirs),
         ]
 
     def poll(self, now_ms: int, changed: AbstractSet[TopicPartition]) -> None:
-        """Nothing here is deferred."""
+        """Answer the held requests that now have a broker to name, or whose time is up."""
+        if not self._held:
+            return
+        apis, kept = self.apis, []
+        current = apis.session
+        try:
+            for held in self._held:
+                apis.session = held.session  # the answer names brokers at the endpoints of the request's listener
+                if now_ms >= held.deadline_ms or not self._unready():
+                    apis.answer_deferred(held.request_id, held.header,
+                                         lambda held=held: held.handler(held.header, held.request, now_ms))
+                else:
+                    kept.append(held)
+        finally:
+            apis.session = current
+        self._held = kept
 
     def next_deadline_ms(self) -> int | None:
-        return None
+        return self._held[0].deadline_ms if self._held else None
+
+    def _unready(self) -> bool:
+        """This node is not yet unfenced and knows no active broker to name (at the current request's listener)."""
+        return not self.broker.serving and not self._active_brokers()
+
+    def _held_until_ready(self, handler: Callable[[RequestHeader, Any, int], Any]) -> Callable[[RequestHeader, Any, int], Any]:
+        """`handler`, answered at once unless the node is unready (see the module docstring)."""
+        def hold_or_handle(header: RequestHeader, request: Any, now_ms: int) -> Any:
+            if len(self._held) >= UNREADY_HELD_MAX or not self._unready():
+                return handler(header, request, now_ms)
+            request_id = self.apis.defer()
+            self._held.append(_Held(now_ms + UNREADY_HOLD_MS, request_id, header, request, self.apis.session, handler))
+            return Deferred(request_id)
+        return hold_or_handle
 
     def _api_versions(self, header: RequestHeader, request: Any, now_ms: int) -> Any:
         """Before v4 a supported feature whose lowest level is 0 is left out: clients before Kafka 3.9 cannot

@@ -54,6 +54,7 @@ class ConsumerGroupCheckers(GroupCheckers):
     """The groups workload's checkers with partition_exclusive in place of generation_exclusive."""
 
     extra_checker_names = CONSUMER_GROUP_CHECKER_NAMES
+    stale_generations_checked = False  # a member's commit is checked against its own epoch (group_checkers.py)
 
     def check_exclusive_owners(self, groups: dict) -> None:
         """Every partition in at most one member's assigned or pending-revocation partitions."""

@@ -7,7 +7,12 @@
   acknowledged at offset O for a partition, by a request sent after an acknowledgement of offset F > O for
   the same partition had been received, is a violation (the coordinator accepted a stale member's commit,
   or lost the acknowledged F). At the end, the coordinator's committed offset of each partition is at least
-  the largest acknowledged one.
+  the largest acknowledged one. In the groups workload (the classic protocol only) a commit is also a violation
+  when it is acknowledged for a generation older than one some member had been assigned (a SyncGroup answered
+  NONE, which the coordinator sends once the generation is written) before the commit left: the coordinator
+  then knew the newer generation, and Kafka's classic groups refuse any other (ILLEGAL_GENERATION). It catches
+  a stale member's commit whether or not it moves the offset back. Consumer groups check a member's commit
+  against that member's own epoch, which may trail the group's, so their workloads leave this part out.
 - group_delivery: every record acknowledged to the acks=all producer is consumed by some member of the group
   at least once (checked once the run converged).
 - coordinator_answers_prompt: while nothing is wrong, the coordinator answers a member's SyncGroup,
@@ -157,10 +162,12 @@ class GroupCheckers(ClusterCheckers):
     """The cluster's checkers plus the group ones (see the module docstring)."""
 
     extra_checker_names = GROUP_CHECKER_NAMES
+    stale_generations_checked = True  # commit_kept's generation rule: classic groups only (see the docstring)
 
     def __init__(self) -> None:
         super().__init__()
         self.owners: dict[tuple[str, int], dict[int, str]] = {}  # (group, generation) -> partition -> member
+        self.assigned_generation: dict[str, int] = {}  # group -> the newest generation any member was assigned
         self.max_acked_commit: dict[tuple[str, int], int] = {}  # (group, partition) -> offset
         self.group_consumed: dict[TopicPartition, set[int]] = {}
         self.commits_acked = 0
@@ -177,6 +184,7 @@ class GroupCheckers(ClusterCheckers):
 
     def observe_assignment(self, group: str, generation: int, member_id: str, partitions: list[int]) -> None:
         self.assignments_seen += 1
+        self.assigned_generation[group] = max(self.assigned_generation.get(group, -1), generation)
         owners = self.owners.setdefault((group, generation), {})
         for partition in partitions:
             owner = owners.setdefault(partition, member_id)
@@ -189,12 +197,21 @@ class GroupCheckers(ClusterCheckers):
         be acknowledged below it."""
         return self.max_acked_commit.get((group, partition), -1)
 
+    def generation_floor(self, group: str) -> int:
+        """The newest generation of `group` a member has been assigned so far (-1 when none, or when this workload
+        does not check generations): a commit sent now for an older one must not be acknowledged."""
+        return self.assigned_generation.get(group, -1) if self.stale_generations_checked else -1
+
     def observe_commit_acked(self, group: str, partition: int, offset: int, floor: int, generation: int,
-                             member_id: str) -> None:
+                             member_id: str, generation_floor: int = -1) -> None:
         self.commits_acked += 1
         if offset < floor:
             self.violate("commit_kept", f"group {group} partition {partition}: commit of {offset} by {member_id} "
                                         f"(generation {generation}) acknowledged after {floor} had been")
+        elif 0 <= generation < generation_floor:
+            self.violate("commit_kept", f"group {group} partition {partition}: commit of {offset} by {member_id} "
+                                        f"(generation {generation}) acknowledged after generation "
+                                        f"{generation_floor} had been assigned")
         key = (group, partition)
         self.max_acked_commit[key] = max(self.max_acked_commit.get(key, -1), offset)
 

@@ -433,6 +433,7 @@ class SimGroupConsumer(KafkaClientBase):
                 for p, o in sorted(changed.items())])])
         floors = {p: self.checkers.commit_floor(self.group, p) for p in changed}
         generation, member = self.generation, self.member_id
+        generation_floor = self.checkers.generation_floor(self.group)
 
         def on_committed(response: Any) -> None:
             self.inflight = False
@@ -446,7 +447,8 @@ class SimGroupConsumer(KafkaClientBase):
                     offset = changed[partition.partition_index]
                     self.committed[partition.partition_index] = offset
                     self.checkers.observe_commit_acked(self.group, partition.partition_index, offset,
-                                                       floors[partition.partition_index], generation, member)
+                                                       floors[partition.partition_index], generation, member,
+                                                       generation_floor)
             on_codes(codes)
 
         self._request(self.coordinator, ApiKey.OFFSET_COMMIT, self.offset_commit_version, request, on_committed)

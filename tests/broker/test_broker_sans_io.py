@@ -20,7 +20,7 @@ from metadata.requests import (
 )
 from broker.core import BrokerCore
 from broker.apis import Deferred, KafkaApis
-from broker.handlers_cluster import AUTO_CREATE_REFUSAL_GRACE_MS, ClusterApis
+from broker.handlers_cluster import AUTO_CREATE_REFUSAL_GRACE_MS, UNREADY_HELD_MAX, UNREADY_HOLD_MS, ClusterApis
 from broker.handlers_data import DataPlaneApis
 from net.protocol import messages
 from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_response, encode_request, encode_response
@@ -485,6 +485,49 @@ def test_a_restarted_broker_serves_nothing_until_this_incarnation_is_unfenced(cl
     fetched = cluster.call(leader, ApiKey.FETCH, 11, fetch_request("t", 0, 0))
     assert fetched.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert not restarted.serving
+
+
+def test_a_starting_node_that_knows_no_broker_holds_metadata_until_it_does(cluster):
+    """An answer naming no broker and no topic is one librdkafka drops as partial; its admin client then never
+    looked the controller up again. A node that knows no broker yet holds Metadata and DescribeCluster until it
+    does (here: it replays the log, as a new node catching up), or for UNREADY_HOLD_MS."""
+    def new_node(node_id):
+        broker = BrokerCore(node_id, "127.0.0.1", 9000 + node_id, ("broker",), MemoryStorage(), incarnation_id=b"\x04" * 16)
+        return broker, KafkaApis(broker, "test", lambda: 1)
+
+    def ask(apis, api_key, version, request):
+        header = RequestHeader(api_key, version, 9, "test")
+        decoded_header, decoded = decode_request(encode_request(header, request)[4:])
+        return apis.handle(decoded_header, decoded, cluster.now_ms)
+
+    broker, apis = new_node(4)
+    metadata = messages.MetadataRequest(topics=None, allow_auto_topic_creation=True)
+    describe = messages.DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1)
+    held = [ask(apis, ApiKey.METADATA, 12, metadata), ask(apis, ApiKey.DESCRIBE_CLUSTER, 1, describe)]
+    assert all(isinstance(answer, Deferred) for answer in held)
+    assert apis.next_deadline_ms() == cluster.now_ms + UNREADY_HOLD_MS
+    cluster.now_ms += 100
+    assert apis.poll(cluster.now_ms) == []  # still nothing to name
+    replay_from_scratch(broker, cluster.log, cluster.now_ms)  # it catches up: brokers 1-3 are active
+    answered = {request_id: response for request_id, _, response in apis.poll(cluster.now_ms)}
+    assert sorted(answered) == sorted(answer.request_id for answer in held)
+    assert [b.node_id for b in answered[held[0].request_id].brokers] == [1, 2, 3]
+    assert [t.name for t in answered[held[0].request_id].topics] == ["t"]
+    assert [b.broker_id for b in answered[held[1].request_id].brokers] == [1, 2, 3]
+    assert apis.next_deadline_ms() is None
+    assert not broker.serving  # not unfenced itself: it answers from what it replayed, as a restarted node does
+    assert [b.node_id for b in ask(apis, ApiKey.METADATA, 12, metadata).brokers] == [1, 2, 3]  # at once now
+
+    lonely, lonely_apis = new_node(5)  # no quorum to catch up from: answered with what it knows once time is up
+    request_id = ask(lonely_apis, ApiKey.METADATA, 12, metadata).request_id
+    cluster.now_ms += UNREADY_HOLD_MS - 1
+    assert lonely_apis.poll(cluster.now_ms) == []
+    cluster.now_ms += 1
+    [(answered_id, _, response)] = lonely_apis.poll(cluster.now_ms)
+    assert answered_id == request_id and response.brokers == [] and response.controller_id == 1
+    for _ in range(UNREADY_HELD_MAX):
+        assert isinstance(ask(lonely_apis, ApiKey.METADATA, 12, metadata), Deferred)
+    assert ask(lonely_apis, ApiKey.METADATA, 12, metadata).brokers == []  # past the bound: answered at once
 
 
 def test_log_cleanup_removes_aborted_data_then_its_marker_and_index_entry(cluster):  # KIP-98, KIP-534

@@ -310,3 +310,21 @@ def test_a_producer_hears_why_the_cluster_cannot_create_its_topic(cluster):
         "partition 3 time(s): The target replication factor of 3 cannot be reached because only 1 broker(s) are "
         "registered.")
     assert topic_of(metadata(cluster), "kp-refused") is None
+
+
+def test_an_admin_client_made_as_the_cluster_starts_creates_its_topic(tmp_path):
+    """librdkafka's AdminClient looks the controller up with its first Metadata request. A node answered it, in
+    the half second before its broker registered, with no brokers and no topics, which librdkafka drops as a
+    partial answer and does not ask again: CreateTopics waited until its timeout. The node now holds that
+    Metadata until it knows a broker (broker/handlers_cluster.py), so the topic is created in about a second."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = LocalCluster(str(tmp_path), nodes=1, broker=FAST_BROKER_SETTINGS,
+                           topic_defaults={"partitions": 1, "replication_factor": 1, "min_insync_replicas": 1})
+    cluster.start()  # returns once the node accepts connections: before its broker has registered
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        assert admin.create_topics([NewTopic("early", 2, 1)])["early"].result(timeout=30) is None
+        assert len(eventually(lambda: topic_of(metadata(cluster), "early"), what="the topic")["partitions"]) == 2
+    finally:
+        cluster.stop()

@@ -23,14 +23,16 @@ TXN_OFFSETS_VISIBLE_EARLY_SEED = 1
 # reached another leader but before its PrepareCommit record was replicated; the next coordinator aborts the
 # transaction, so one output partition committed it and the other aborted it. (Seed 29 until the pipelines
 # became a per-seed mix of transaction versions 1 and 2, which changed every run; 61 until they started their
-# next transaction as soon as EndTxn is answered.)
-MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 3
+# next transaction as soon as EndTxn is answered; 3 until a starting node held its first Metadata requests, after
+# which 128 is the first seed to catch it.)
+MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 128
 # end_txn_retry_as_new_txn: a transaction version 2 pipeline's EndTxn(commit) is retried with the pre-bump epoch
 # (its coordinator moved); the coordinator answers PRODUCER_FENCED instead of success, so the pipeline counts as
 # failed a transaction that committed (KIP-890 part 2's retry rule, Kafka's TransactionCoordinator
 # endTxnEpochBumped). (Seed 2 until the pipelines started their next transaction as soon as EndTxn is answered;
-# 4 until a transaction version 1 TxnOffsetCommit was verified with the transaction coordinator.)
-END_TXN_RETRY_AS_NEW_TXN_SEED = 22
+# 4 until a transaction version 1 TxnOffsetCommit was verified with the transaction coordinator; 22 until
+# a starting node held its first Metadata requests.)
+END_TXN_RETRY_AS_NEW_TXN_SEED = 23
 # complete_before_markers_written: the transaction is completed while its markers are still in flight; one that
 # fails is never retried, so a committed transaction is committed on one output partition only (seed 4 fails
 # first, on liveness: a TxnOffsetCommit whose marker was lost keeps the group's offsets unstable forever).
