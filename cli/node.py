@@ -16,8 +16,11 @@ import time
 from broker.config import EMBEDDED_NODES_MAX, ClusterConfig, ConfigError, default_config, load_config
 
 EXIT_CONFIG = 2
+EXIT_METADATA = 4  # as net/node.py's: an entry of the metadata log this release cannot read, at every start
 CHILD_STOP_SECONDS_MAX = 15
 STARTUP_SECONDS = 10  # a node that exits this soon after `flotilla up` started it never ran
+RESTART_DELAY_SECONDS = 1.0  # before `flotilla up` starts a failed node again
+QUICK_FAILURES_MAX = 3  # failures in a row, each within STARTUP_SECONDS of its start, that stop `flotilla up`
 
 
 def add_parser(subparsers) -> None:
@@ -106,7 +109,7 @@ def run_up(args: argparse.Namespace) -> int:
         config_path, config = _write_secure_config(config)
     else:
         config_path = args.config or _write_embedded_config(config)
-    children: list[subprocess.Popen] = []
+    supervisor = _Supervisor(config, config_path, args.log_level)
     stopping = False
     exit_code = 0
     remove_created = False
@@ -118,9 +121,7 @@ def run_up(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         for node in config.nodes:
-            command = [sys.executable, "-m", "cli.main", "node", "--config", config_path, "--id", str(node.id),
-                       "--log-level", args.log_level]
-            children.append(subprocess.Popen(command))
+            supervisor.start(node.id, time.monotonic())
             kafka = f"{node.host}:{node.kafka_port}" if len(node.listeners) == 1 else \
                 " ".join(str(listener) for listener in node.listeners) or "-"  # a controller-only node: none
             controller = f"{node.host}:{node.controller_port}" if node.controller_port else "-"  # broker-only: none
@@ -133,25 +134,103 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"bootstrap servers: {bootstrap}   (Ctrl-C stops the cluster)", flush=True)
         if args.secure:
             _print_client_settings(config_path, bootstrap)
-        started = time.monotonic()
         while not stopping:
-            exited = [c for c in children if c.poll() is not None]
-            if exited:
-                failed = [c.args[c.args.index("--id") + 1] for c in exited]
-                print(f"flotilla: node(s) {', '.join(failed)} exited; stopping the cluster", file=sys.stderr)
-                exit_code = next((c.returncode for c in exited if c.returncode), 1)
-                if created_data is not None and time.monotonic() - started < STARTUP_SECONDS:
+            failure = supervisor.check(time.monotonic())
+            if failure is not None:
+                print(f"flotilla: {failure}; stopping the cluster", file=sys.stderr, flush=True)
+                exit_code = supervisor.exit_code
+                if created_data is not None and supervisor.never_ran:
                     remove_created = True  # a start that never ran leaves nothing behind
+                break
+            if supervisor.all_stopped():
+                print("flotilla: every node has stopped", file=sys.stderr, flush=True)
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop_children(children)
+        _stop_children(supervisor.running())
         if remove_created:
             shutil.rmtree(created_data, ignore_errors=True)
     return exit_code
+
+
+class _Supervisor:
+    """`flotilla up`'s children, one process per node. A node that fails (killed by a signal such as SIGKILL, or
+    a crash) is started again after RESTART_DELAY_SECONDS, so that a local cluster shows a failover and the
+    node's return, as a service manager's restart-on-failure would. A node that cannot start (its config refused,
+    a port taken, a data directory in use: exit code 2, or any failure of a first start within STARTUP_SECONDS)
+    or cannot read its metadata log (exit code 4, the same at every start) stops the cluster, as does one that
+    fails QUICK_FAILURES_MAX times in a row within STARTUP_SECONDS of its start. A node stopped cleanly (SIGTERM to its process, exit code 0) stays stopped, and the others run on."""
+
+    def __init__(self, config: ClusterConfig, config_path: str, log_level: str) -> None:
+        self.config_path = config_path
+        self.log_level = log_level
+        self.children: dict[int, subprocess.Popen] = {}
+        self.started_at: dict[int, float] = {}
+        self.restarts: dict[int, int] = {}
+        self.quick_failures: dict[int, int] = {}
+        self.restart_due: dict[int, float] = {}
+        self.stopped: set[int] = set()
+        self.node_ids = [node.id for node in config.nodes]
+        self.exit_code = 0
+        self.never_ran = False
+
+    def start(self, node_id: int, now: float) -> None:
+        command = [sys.executable, "-m", "cli.main", "node", "--config", self.config_path, "--id", str(node_id),
+                   "--log-level", self.log_level]
+        self.children[node_id] = subprocess.Popen(command)
+        self.started_at[node_id] = now
+
+    def check(self, now: float) -> str | None:
+        """Restart what is due; None while the cluster runs on, else why it must stop."""
+        for node_id, due in list(self.restart_due.items()):
+            if now >= due:
+                del self.restart_due[node_id]
+                self.start(node_id, now)
+                print(f"flotilla: node {node_id} started again (restart {self.restarts[node_id]})",
+                      file=sys.stderr, flush=True)
+        for node_id, child in list(self.children.items()):
+            code = child.poll()
+            if code is None:
+                continue
+            del self.children[node_id]
+            ran = now - self.started_at[node_id]
+            how = _exit_description(code)
+            if code == 0:
+                self.stopped.add(node_id)
+                print(f"flotilla: node {node_id} stopped ({how}); the others run on. To start it again: "
+                      f"flotilla node --config {self.config_path} --id {node_id}", file=sys.stderr, flush=True)
+                continue
+            first_start = node_id not in self.restarts
+            quick = ran < STARTUP_SECONDS
+            self.quick_failures[node_id] = self.quick_failures.get(node_id, 0) + 1 if quick else 0
+            if code in (EXIT_CONFIG, EXIT_METADATA) or (first_start and quick and code > 0) \
+                    or self.quick_failures[node_id] >= QUICK_FAILURES_MAX:
+                self.exit_code = code if code > 0 else 1
+                self.never_ran = first_start and quick and not self.restarts
+                return f"node {node_id} {how} {ran:.1f} s after it started"
+            self.restarts[node_id] = self.restarts.get(node_id, 0) + 1
+            self.restart_due[node_id] = now + RESTART_DELAY_SECONDS
+            print(f"flotilla: node {node_id} {how} after {ran:.0f} s; the others run on, and it starts again in "
+                  f"{RESTART_DELAY_SECONDS:g} s", file=sys.stderr, flush=True)
+        return None
+
+    def all_stopped(self) -> bool:
+        return not self.children and not self.restart_due and self.stopped == set(self.node_ids)
+
+    def running(self) -> list[subprocess.Popen]:
+        return list(self.children.values())
+
+
+def _exit_description(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return "exited with code 0" if code == 0 else f"exited with code {code}"
 
 
 def _stop_children(children: list[subprocess.Popen]) -> None:

@@ -4,9 +4,12 @@ Each test starts three nodes from a generated config file, talks to them through
 and kills processes with SIGKILL."""
 
 import collections
+import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -151,3 +154,63 @@ def test_flotilla_up_runs_every_node_of_the_file_and_sigterm_stops_them_all(tmp_
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _children_of(parent_pid: int) -> dict[int, int]:
+    """node id -> pid of `parent_pid`'s `flotilla node` children, read from /proc."""
+    nodes = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().decode().split("\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent_pid and "node" in argv and "--id" in argv:
+            nodes[int(argv[argv.index("--id") + 1])] = int(entry)
+    return nodes
+
+
+def test_flotilla_up_starts_a_killed_node_again_and_leaves_a_cleanly_stopped_one_stopped(tmp_path):
+    layout = LocalCluster(str(tmp_path / "up"), nodes=3)  # only for its config file and free ports
+    process = subprocess.Popen([sys.executable, "-m", "cli.main", "up", "--config", layout.config_path,
+                                "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(iter(process.stderr.readline, "")), daemon=True)
+    reader.start()
+
+    def active_brokers() -> int:
+        listed = cli("brokers", "-b", f"127.0.0.1:{layout.kafka_ports[1]}")
+        return listed.stdout.count("active") if listed.returncode == 0 else -1
+
+    try:
+        eventually(lambda: active_brokers() == 3, 60, what="three active brokers under flotilla up")
+        first = _children_of(process.pid)
+        assert sorted(first) == [1, 2, 3]
+        os.kill(first[2], signal.SIGKILL)
+        eventually(lambda: any("node 2 started again (restart 1)" in line for line in said), 30,
+                   what="node 2 started again")
+        assert any("node 2 was killed by SIGKILL after" in line and "the others run on" in line for line in said)
+        again = eventually(lambda: (lambda c: c if 2 in c and c[2] != first[2] else None)(_children_of(process.pid)),
+                           10, what="a new process for node 2")
+        assert again[1] == first[1] and again[3] == first[3]  # the others were left alone
+        eventually(lambda: active_brokers() == 3, 60, what="node 2 active again")
+
+        os.kill(first[3], signal.SIGTERM)  # stopped on purpose: it stays stopped
+        eventually(lambda: any("node 3 stopped (exited with code 0); the others run on" in line for line in said),
+                   30, what="node 3 reported stopped")
+        time.sleep(2)
+        assert 3 not in _children_of(process.pid) and process.poll() is None
+        assert not any("node 3 started again" in line for line in said)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        leftover = _children_of(process.pid)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in leftover.values():
+            os.kill(pid, signal.SIGKILL)
