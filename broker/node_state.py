@@ -351,13 +351,15 @@ class NodeState:
 
     def controller_id_for_clients(self) -> int:
         """Metadata's and DescribeCluster's ControllerId: the quorum leader when it is a broker too, which takes
-        clients' admin requests directly; else this broker, which forwards them. A controller-only node has no
-        Kafka listener, and clients wait for the controller they are told of to appear among the brokers
-        (librdkafka: "waiting for controller"), so Kafka's KRaft brokers name a live broker there. -1 while no
-        leader is known."""
+        clients' admin requests directly; else this broker, which forwards them (and waits for a leader). A
+        controller-only node has no Kafka listener, and clients wait for the controller they are told of to
+        appear among the brokers (librdkafka: "waiting for controller"), so Kafka's KRaft brokers name a live
+        broker, never -1. While no leader is known (an election) it is this broker too: librdkafka's admin
+        client told -1 asks for metadata once and then waits for a change that no answer brings, so a
+        DescribeConfigs or CreateTopics sent during an election failed at its timeout."""
         leader_id = self.quorum_leader_id()
         if leader_id is None:
-            return -1
+            return self.node_id
         if leader_id == self.node_id or any(node.id == leader_id and node.is_broker for node in self.config.nodes):
             return leader_id
         return self.node_id
