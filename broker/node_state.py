@@ -354,9 +354,8 @@ class NodeState:
         clients' admin requests directly; else this broker, which forwards them (and waits for a leader). A
         controller-only node has no Kafka listener, and clients wait for the controller they are told of to
         appear among the brokers (librdkafka: "waiting for controller"), so Kafka's KRaft brokers name a live
-        broker, never -1. While no leader is known (an election) it is this broker too: librdkafka's admin
-        client told -1 asks for metadata once and then waits for a change that no answer brings, so a
-        DescribeConfigs or CreateTopics sent during an election failed at its timeout."""
+        broker, never -1 while one is alive. While no leader is known (an election, a lost quorum) it is this
+        broker too, which holds what it is sent until a leader is known (or the request's timeout)."""
         leader_id = self.quorum_leader_id()
         if leader_id is None:
             return self.node_id

@@ -89,8 +89,8 @@ def test_an_observer_names_the_quorum_as_the_controllers_told_it():
 
 
 def test_clients_are_told_of_a_broker_as_the_controller_even_while_no_leader_is_known():
-    """Never -1 (Kafka's KRaft brokers name a live broker): librdkafka's admin client told -1 waited out its
-    request's timeout during an election. This node forwards what it is sent until a leader is known."""
+    """Never -1, as Kafka's KRaft brokers name a live broker: this node forwards what it is sent once a leader
+    is known."""
     controller, observer = node(1, b"\x01" * 16), node(4, OBSERVER_INCARNATION)
     assert observer.quorum_leader_id() is None and observer.controller_id_for_clients() == 4
     assert controller.quorum_leader_id() is None and controller.controller_id_for_clients() == 1
