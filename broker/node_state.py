@@ -352,7 +352,7 @@ class NodeState:
     def controller_id_for_clients(self) -> int:
         """Metadata's and DescribeCluster's ControllerId: this broker, which forwards clients' admin requests to
         the quorum leader (holding them while no leader is known, up to their timeout), as Kafka's KRaft
-        brokers name a live broker and never the controller itself. Naming the quorum leader left an admin
+        brokers name a random live broker rather than the quorum leader. Naming the quorum leader left an admin
         client made as the leader died waiting for that node: the survivors named it until they had elected
         another, and librdkafka does not ask again while it waits for the controller it was told of
         ("Timed out waiting for controller" after the request's 30 s). A controller-only leader has no Kafka
