@@ -162,7 +162,8 @@ class _Supervisor:
     node's return, as a service manager's restart-on-failure would. A node that cannot start (its config refused,
     a port taken, a data directory in use: exit code 2, or any failure of a first start within STARTUP_SECONDS)
     or cannot read its metadata log (exit code 4, the same at every start) stops the cluster, as does one that
-    fails QUICK_FAILURES_MAX times in a row within STARTUP_SECONDS of its start. A node stopped cleanly (SIGTERM to its process, exit code 0) stays stopped, and the others run on."""
+    fails QUICK_FAILURES_MAX times in a row within STARTUP_SECONDS of its start. A node stopped cleanly (SIGTERM
+    to its process, exit code 0) stays stopped, and the others run on."""
 
     def __init__(self, config: ClusterConfig, config_path: str, log_level: str) -> None:
         self.config_path = config_path
@@ -218,7 +219,8 @@ class _Supervisor:
         return None
 
     def all_stopped(self) -> bool:
-        return not self.children and not self.restart_due and self.stopped == set(self.node_ids)
+        """Every node stopped cleanly (none of them is ever started again)."""
+        return self.stopped == set(self.node_ids)
 
     def running(self) -> list[subprocess.Popen]:
         return list(self.children.values())
@@ -230,7 +232,7 @@ def _exit_description(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
-    return "exited with code 0" if code == 0 else f"exited with code {code}"
+    return f"exited with code {code}"
 
 
 def _stop_children(children: list[subprocess.Popen]) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flotilla_testing
 
@@ -15,6 +16,20 @@ import flotilla_testing
 # members (Kafka's own config/server.properties sets group.initial.rebalance.delay.ms=0 for development and
 # testing): the settings of the embedded cluster, one definition.
 FAST_BROKER_SETTINGS = flotilla_testing.FAST_BROKER_SETTINGS
+
+
+@contextlib.contextmanager
+def clients_cluster(directory: str) -> Iterator[Any]:
+    """The three real nodes of the client compatibility tests, at quorum (FAST_BROKER_SETTINGS, and 5 partitions
+    each for __consumer_offsets and __transaction_state, so that groups and transactions start quickly);
+    stopped on leaving."""
+    from cli.local_cluster import LocalCluster
+
+    with LocalCluster(directory, nodes=3, broker={
+            **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5}) \
+            as cluster:
+        wait_for_quorum(cluster)
+        yield cluster
 
 
 def in_process_node(tmp_path, cluster_id: str = "single", broker: dict | None = None) -> Any:

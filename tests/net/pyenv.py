@@ -23,8 +23,10 @@ def python_with(name: str, requirements: list[str]) -> str:
     # One install at a time: test processes running side by side share the environment.
     with open(prefix + ".install-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(stamp) and open(stamp).read() == wanted:
-            return python
+        if os.path.exists(stamp):
+            with open(stamp) as installed_for:
+                if installed_for.read() == wanted:
+                    return python
         made = subprocess.run([sys.executable, "-m", "venv", "--clear", prefix], capture_output=True, text=True,
                               timeout=300)
         assert made.returncode == 0, f"python -m venv {prefix}: {made.stderr[-2000:]}"

@@ -12,9 +12,8 @@ import time
 
 import pytest
 
-from cli.local_cluster import LocalCluster
 from partitions.murmur2 import murmur2
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, wait_for_quorum
+from tests.net.cluster_helpers import clients_cluster
 
 aiokafka = pytest.importorskip("aiokafka")
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
@@ -29,12 +28,8 @@ NOTHING_MORE_SECONDS = 2.0  # how long a reader waits to see that nothing more c
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("aiokafka")), nodes=3, broker={
-        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
-    cluster.start()
-    wait_for_quorum(cluster)
-    yield cluster.bootstrap_servers
-    cluster.stop()
+    with clients_cluster(str(tmp_path_factory.mktemp("aiokafka"))) as cluster:
+        yield cluster.bootstrap_servers
 
 
 async def admin_client(bootstrap: str) -> AIOKafkaAdminClient:

@@ -175,20 +175,21 @@ def test_flotilla_up_runs_every_node_of_the_file_and_sigterm_stops_them_all(tmp_
 
 
 def _children_of(parent_pid: int) -> dict[int, int]:
-    """node id -> pid of `parent_pid`'s `flotilla node` children, read from /proc."""
+    """node id -> pid of `parent_pid`'s `flotilla node` children (the kernel's list of a thread's children)."""
     nodes = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    try:
+        with open(f"/proc/{parent_pid}/task/{parent_pid}/children") as listing:
+            pids = [int(pid) for pid in listing.read().split()]
+    except FileNotFoundError:
+        return nodes
+    for pid in pids:
         try:
-            with open(f"/proc/{entry}/stat") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                 argv = cmdline.read().decode().split("\0")
-        except (OSError, IndexError, ValueError):
+        except FileNotFoundError:
             continue
-        if ppid == parent_pid and "node" in argv and "--id" in argv:
-            nodes[int(argv[argv.index("--id") + 1])] = int(entry)
+        if "node" in argv and "--id" in argv:
+            nodes[int(argv[argv.index("--id") + 1])] = pid
     return nodes
 
 

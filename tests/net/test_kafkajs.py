@@ -12,8 +12,7 @@ import subprocess
 
 import pytest
 
-from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, create_topic, wait_for_quorum
+from tests.net.cluster_helpers import clients_cluster, create_topic
 from tests.net.npm import npm_package
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -34,12 +33,8 @@ def node_path():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("kafkajs")), nodes=3, broker={
-        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
-    cluster.start()
-    wait_for_quorum(cluster)
-    yield cluster
-    cluster.stop()
+    with clients_cluster(str(tmp_path_factory.mktemp("kafkajs"))) as cluster:
+        yield cluster
 
 
 def test_kafkajs_produces_consumes_in_a_group_and_runs_transactions(cluster, node_path):

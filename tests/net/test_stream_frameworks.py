@@ -18,8 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, eventually, wait_for_quorum
+from tests.net.cluster_helpers import clients_cluster, eventually
 from tests.net.pyenv import python_with
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
@@ -33,12 +32,8 @@ READ_SECONDS_MAX = 240
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("streams")), nodes=3, broker={
-        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
-    cluster.start()
-    wait_for_quorum(cluster)
-    yield cluster
-    cluster.stop()
+    with clients_cluster(str(tmp_path_factory.mktemp("streams"))) as cluster:
+        yield cluster
 
 
 def create_topics(bootstrap: str, *names: str) -> None:

@@ -15,8 +15,7 @@ import time
 import pytest
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, cli, create_topic, eventually, logged_events, poll_records,
-                                      wait_for_quorum)
+from tests.net.cluster_helpers import cli, clients_cluster, create_topic, eventually, logged_events, poll_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,12 +25,8 @@ RECORDS_PER_TRANSACTION = 10
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = LocalCluster(str(tmp_path_factory.mktemp("txn")), nodes=3, broker={
-        **FAST_BROKER_SETTINGS, "offsets_topic_num_partitions": 5, "transaction_state_log_num_partitions": 5})
-    cluster.start()
-    wait_for_quorum(cluster)
-    yield cluster
-    cluster.stop()
+    with clients_cluster(str(tmp_path_factory.mktemp("txn"))) as cluster:
+        yield cluster
 
 
 def producer(cluster: LocalCluster, transactional_id: str, **config):
