@@ -118,8 +118,15 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
     fetch to that replica instead of the leader, once: whatever fails there (an error code, the connection)
     comes back in `error`, for the caller to go back to the leader."""
     for attempt in range(FETCH_ATTEMPTS_MAX):
-        leader = client.leader_for(topic, partition)
-        topic_id = client.topic_metadata(topic).topic_id
+        try:
+            leader = client.leader_for(topic, partition)
+            topic_id = client.topic_metadata(topic).topic_id
+        except KafkaError as error:  # a partition this client's broker has not applied yet, or no leader yet
+            if error.code not in LEADER_CHANGE_CODES or attempt == FETCH_ATTEMPTS_MAX - 1:
+                raise
+            client.metadata([topic])
+            time.sleep(RETRY_BACKOFF_SECONDS * (attempt + 1))
+            continue
         request = fetch_request(topic, topic_id, partition, offset, bytes_max, FETCH_MAX_WAIT_MS, isolation_level, 1,
                                 leader.leader_epoch, rack_id)
         context = f"fetch {topic}-{partition} at offset {offset}"

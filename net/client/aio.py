@@ -73,6 +73,7 @@ METADATA_MAX_AGE_MS_DEFAULT = 300_000
 RETRIES_MAX_DEFAULT = 20
 RETRY_BACKOFF_MS_DEFAULT = 100
 RETRY_BACKOFF_MS_MAX_DEFAULT = 1_000
+METADATA_FRESH_SECONDS = 0.1  # a partition missing from a cache older than this is asked for again
 INFLIGHT_REQUESTS_MAX_DEFAULT = 32
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 FETCH_MAX_BYTES_DEFAULT = 1024 * 1024
@@ -293,6 +294,10 @@ class KafkaClient:
         age_ms = (time.monotonic() - self._metadata_at) * 1000
         return self._metadata_stale or age_ms > self.metadata_max_age_ms
 
+    def _metadata_fresh(self) -> bool:
+        """Whether the cache was filled within the last METADATA_FRESH_SECONDS (not worth asking again)."""
+        return not self._metadata_stale and time.monotonic() - self._metadata_at < METADATA_FRESH_SECONDS
+
     async def topic_metadata(self, topic: str, auto_create: bool = False) -> TopicMetadata:
         """The cached metadata of `topic`, refreshed when missing or stale. Raises
         UnknownTopicOrPartitionError (or the topic's error) when the cluster does not have it."""
@@ -315,6 +320,10 @@ class KafkaClient:
         producer's metadata request does). Raises UnknownTopicOrPartitionError, LeaderNotAvailableError (both
         retriable)."""
         partition_metadata = (await self.topic_metadata(topic, auto_create)).partitions.get(partition)
+        if partition_metadata is None and not self._metadata_fresh():
+            # A partition added since the cache was filled (CreatePartitions): ask once before calling it unknown.
+            self._metadata_stale = True
+            partition_metadata = (await self.topic_metadata(topic, auto_create)).partitions.get(partition)
         if partition_metadata is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
         if partition_metadata.leader < 0 or partition_metadata.leader not in self._cluster.brokers:

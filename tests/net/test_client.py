@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from net.client.aio import KafkaClient, decode_fetched, parse_bootstrap_servers
+from net.client.aio import METADATA_FRESH_SECONDS, KafkaClient, decode_fetched, parse_bootstrap_servers
 from net.client.errors import NetworkError, NoBrokersAvailableError
 from net.client.results import NewTopic
 from cli.local_cluster import free_ports
@@ -20,7 +20,7 @@ from partitions.errors import (
 )
 from partitions.murmur2 import default_partition
 from partitions.records import build_batch, build_control_batch
-from tests.net.test_client_peer import PeerBroker
+from tests.net.test_client_peer import PeerBroker, PeerPartition
 
 
 async def started_peer(nursery, **options) -> PeerBroker:
@@ -320,3 +320,18 @@ async def test_a_topic_recreated_under_its_name_is_fetched_by_its_new_id_after_a
         await client.produce("t", 0, build_batch([(None, b"new")]))
         result = await client.fetch("t", 0, 0)  # UNKNOWN_TOPIC_ID, then fresh metadata and the new id
     assert [r.value for r in result.records] == [b"new"]
+
+
+async def test_a_partition_added_after_the_cache_was_filled_is_asked_for_before_it_is_called_unknown(nursery):
+    """CreatePartitions by another client: the cached topic has one partition, the cluster two. The client asks
+    the cluster again rather than answering UNKNOWN_TOPIC_OR_PARTITION from its cache (a Spark executor's pooled
+    client was told of partition 1 by the driver's plan)."""
+    peer = await started_peer(nursery)
+    peer.create_topic("t", 1)
+    async with fast_client(peer.bootstrap) as client:
+        assert await client.partitions_for("t") == [0]
+        peer.topics["t"].partitions.append(PeerPartition())
+        await trio.sleep(METADATA_FRESH_SECONDS)
+        assert (await client.leader_for("t", 1)).leader == 1
+        with pytest.raises(UnknownTopicOrPartitionError, match="t-2"):
+            await client.leader_for("t", 2)
