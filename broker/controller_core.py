@@ -83,6 +83,9 @@ class ControllerOutcome:
     response: Any = None
     error: KafkaError | None = None
     leader_hint: int | None = None
+    # The controller's last applied metadata index when it answered: a broker that forwarded a client's request
+    # answers the client once its own image has reached it (read-your-writes; BrokerCore.on_controller_response).
+    applied_index: int = 0
 
 
 @dataclass
@@ -208,6 +211,8 @@ class ControllerCore:
 
     def take_responses(self) -> list[ControllerOutcome]:
         responses, self._responses = self._responses, []
+        for outcome in responses:
+            outcome.applied_index = self.last_applied_index
         return responses
 
     @property

@@ -74,6 +74,9 @@ RETENTION_CHECK_INTERVAL_MS = 30_000
 # requests instead of holding them for the whole pass (some 20 MB/s here).
 LOG_CLEANER_STEP_BYTES = 512 * 1024
 CONTROLLED_SHUTDOWN_MS_MAX = 15_000
+# How long a forwarded request's answer waits for this broker's image to reach the controller's (then it goes out
+# anyway: the write is done, only the client's next read here might miss it).
+IMAGE_WAIT_MS_MAX = 5_000
 
 TopicPartition = tuple[str, int]
 
@@ -100,6 +103,9 @@ class ControllerCall:
     call_id: int
     request: Any
     on_response: Callable[[Any, int], None]  # (response or KafkaError, now_ms)
+    # A client's request forwarded to the controller: answered once this broker's image has what the controller
+    # had applied when it answered (see BrokerCore.on_controller_response).
+    read_your_write: bool = False
 
 
 @dataclass
@@ -212,6 +218,8 @@ class BrokerCore:
         self.shutdown_requested_ms: int | None = None
         self.shutdown_granted = False
         self._controller_calls: list[ControllerCall] = []
+        # Answered forwarded calls waiting for the image: (metadata index wanted, give-up time ms, call, answer).
+        self._awaiting_image: list[tuple[int, int, ControllerCall, Any]] = []
         self._call_ids = itertools.count(1)
         self._registration_in_flight = False
         # The controller's last refusal of this broker's registration that retrying will not cure (an
@@ -459,6 +467,8 @@ class BrokerCore:
 
     def tick(self, now_ms: int) -> None:
         """Periodic work. Cheap when nothing is due."""
+        if self._awaiting_image:
+            self._release_awaiting_image(now_ms)
         self._maybe_register_or_heartbeat(now_ms)
         self._maybe_request_producer_ids(now_ms)
         if now_ms >= self._next_isr_check_ms:
@@ -620,8 +630,9 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ controller calls
 
-    def call_controller(self, request: Any, on_response: Callable[[Any, int], None]) -> None:
-        self._controller_calls.append(ControllerCall(next(self._call_ids), request, on_response))
+    def call_controller(self, request: Any, on_response: Callable[[Any, int], None],
+                        read_your_write: bool = False) -> None:
+        self._controller_calls.append(ControllerCall(next(self._call_ids), request, on_response, read_your_write))
 
     def take_controller_requests(self) -> list[ControllerCall]:
         """The calls waiting for the controller, AlterPartition items coalesced into AlterPartitions requests
@@ -813,9 +824,31 @@ class BrokerCore:
         return not any(registration.is_active for broker_id, registration in self.image.cluster.brokers.items()
                        if broker_id != self.node_id and "broker" in registration.roles)
 
-    def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int) -> None:
+    def on_controller_response(self, call: ControllerCall, response: Any, now_ms: int, applied_index: int = 0) -> None:
         """Hand a controller call its answer (or KafkaError). A callback that raises (a bug) is a failure the
-        node survives (`failures`), as Kafka's network client logs an uncaught error in a completion handler."""
+        node survives (`failures`), as Kafka's network client logs an uncaught error in a completion handler.
+
+        `applied_index` is the controller's last applied metadata index when it answered. A client's forwarded
+        request (`read_your_write`) is held until this broker's image has reached it, for at most
+        IMAGE_WAIT_MS_MAX: the client's next read here (DescribeConfigs after IncrementalAlterConfigs, Metadata
+        after CreateTopics) then sees its write, as on the controller itself. So this broker can name itself the
+        controller to clients (NodeState.controller_id_for_clients) without them missing their own writes."""
+        if call.read_your_write and applied_index > self.image.provenance.raft_index:
+            self._awaiting_image.append((applied_index, now_ms + IMAGE_WAIT_MS_MAX, call, response))
+            return
+        self._complete_controller_call(call, response, now_ms)
+
+    def _release_awaiting_image(self, now_ms: int) -> None:
+        """The held answers whose index the image has reached, or whose wait is over."""
+        applied = self.image.provenance.raft_index
+        held, self._awaiting_image = self._awaiting_image, []
+        for index, give_up_ms, call, response in held:
+            if index <= applied or now_ms >= give_up_ms:
+                self._complete_controller_call(call, response, now_ms)
+            else:
+                self._awaiting_image.append((index, give_up_ms, call, response))
+
+    def _complete_controller_call(self, call: ControllerCall, response: Any, now_ms: int) -> None:
         try:
             call.on_response(response, now_ms)
         except StorageError:

@@ -159,7 +159,7 @@ class AdminApis:
                     finally:
                         self.answered_at_ms = None
 
-            self.broker.call_controller(controller_request, on_response)
+            self.broker.call_controller(controller_request, on_response, read_your_write=True)
         return Deferred(request_id)
 
     def _mutation_quota(self, header: RequestHeader, now_ms: int, validate_only: bool) -> Callable[[int], int]:

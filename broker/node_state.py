@@ -350,21 +350,13 @@ class NodeState:
         return self.controller_core.submit(request, now_ms)
 
     def controller_id_for_clients(self) -> int:
-        """Metadata's and DescribeCluster's ControllerId: the quorum leader when it is a broker too, which takes
-        clients' admin requests directly; else this broker, which forwards them (and waits for a leader). A
-        controller-only node has no Kafka listener, and clients wait for the controller they are told of to
-        appear among the brokers (librdkafka: "waiting for controller"), so Kafka's KRaft brokers name a live
-        broker, never -1 while one is alive. While no leader is known (an election, a lost quorum) it is this
-        broker too, which holds what it is sent until a leader is known (or the request's timeout). Not this
-        broker always: it forwards an admin write and answers once the leader has committed it, before its own
-        image has applied it, so a client's next read on it (DescribeClientQuotas after AlterClientQuotas) could
-        miss its own write; the leader's image has it. The cost: an admin client made just as the leader dies is
-        told of the dead node until the survivors have elected another, and librdkafka waits for that node."""
-        leader_id = self.quorum_leader_id()
-        if leader_id is None:
-            return self.node_id
-        if leader_id == self.node_id or any(node.id == leader_id and node.is_broker for node in self.config.nodes):
-            return leader_id
+        """Metadata's and DescribeCluster's ControllerId: this broker, always, as Kafka's KRaft brokers name a
+        live broker (never -1, never a controller-only node, which has no Kafka listener). It forwards clients'
+        admin requests to the quorum leader (holding them while none is known, up to their timeout) and answers
+        once its own image has what the leader had applied (BrokerCore.on_controller_response), so a client
+        reads its own writes here. Not the quorum leader: an admin client made just as the leader dies would be
+        told of the dead node, and librdkafka waits for the controller it was told of without asking again
+        ("Timed out waiting for controller")."""
         return self.node_id
 
     def quorum_leader_id(self) -> int | None:

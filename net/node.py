@@ -241,6 +241,10 @@ class Node:
     async def submit_to_controller(self, request: Any, timeout_ms: int) -> Any:
         """Run a controller request on the active controller (here or remote). Returns its response;
         raises KafkaError (NOT_CONTROLLER after retries, REQUEST_TIMED_OUT)."""
+        return (await self._submit_to_controller(request, timeout_ms))[0]
+
+    async def _submit_to_controller(self, request: Any, timeout_ms: int) -> tuple[Any, int]:
+        """`submit_to_controller`, with the controller's last applied metadata index when it answered."""
         deadline = trio.current_time() + timeout_ms / 1000
         last_error: KafkaError = KafkaError("no active controller", ErrorCode.NOT_CONTROLLER)
         while trio.current_time() < deadline:
@@ -279,7 +283,7 @@ class Node:
             if self.state.controller_moved(target):
                 attempt.cancel()
 
-    async def _submit_locally(self, request: Any) -> Any:
+    async def _submit_locally(self, request: Any) -> tuple[Any, int]:
         send, receive = trio.open_memory_channel[ControllerOutcome](1)
         operation_id = self.state.submit_controller_request(request, monotonic_ms())
         self._operation_waiters[operation_id] = send
@@ -287,9 +291,9 @@ class Node:
         outcome = await receive.receive()
         if outcome.error is not None:
             raise outcome.error
-        return outcome.response
+        return outcome.response, outcome.applied_index
 
-    async def _submit_remotely(self, leader_id: int, request: Any) -> Any:
+    async def _submit_remotely(self, leader_id: int, request: Any) -> tuple[Any, int]:
         leader = self.config.node(leader_id)
         answer = await call_rpc(
             leader.host, leader.controller_port, self.config.cluster_id, self.config.secret,
@@ -301,15 +305,16 @@ class Node:
             if self.raft is None and isinstance(answer.get("leader"), int):
                 self.state.leader_hint = answer["leader"]
             raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
-        return decode_controller_response(answer["response"])
+        return decode_controller_response(answer["response"]), int(answer.get("applied_index", 0))
 
     async def _run_controller_call(self, call: ControllerCall) -> None:
+        applied_index = 0
         try:
-            response: Any = await self.submit_to_controller(call.request, CONTROLLER_CALL_TIMEOUT_MS)
+            response, applied_index = await self._submit_to_controller(call.request, CONTROLLER_CALL_TIMEOUT_MS)
         except KafkaError as error:
             response = error
         if self.broker is not None:
-            self.broker.on_controller_response(call, response, wall_clock_ms())
+            self.broker.on_controller_response(call, response, wall_clock_ms(), applied_index)
         self._process()
 
     async def handle_rpc(self, request: dict) -> dict:
@@ -326,10 +331,10 @@ class Node:
                 if self.raft.status().leader_id != self.node_id:
                     leader = self.raft.status().leader_id
                     return {"error": int(ErrorCode.NOT_CONTROLLER), "message": "not the controller", "leader": leader}
-                response = await self._submit_locally(controller_request)
+                response, applied_index = await self._submit_locally(controller_request)
             except KafkaError as error:
                 return {"error": int(error.code), "message": error.message}
-            return {"response": encode_controller_response(response)}
+            return {"response": encode_controller_response(response), "applied_index": applied_index}
         return self.handle_admin(request)
 
     # ------------------------------------------------------------------ replica fetchers

@@ -737,14 +737,16 @@ class NodeProcess:
         self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event,
                                  self._attempt_controller_call, call_state)
 
-    def _controller_answer(self, call_state: _ControllerCallState, response: Any, error: KafkaError | None) -> None:
+    def _controller_answer(self, call_state: _ControllerCallState, response: Any, error: KafkaError | None,
+                           applied_index: int = 0) -> None:
         if error is not None and (isinstance(error, RaftError) or error.code in RETRIABLE_CONTROLLER_ERRORS):
             self._retry_controller_call(call_state, error)
             return
-        self._finish_controller_call(call_state, error if error is not None else response)
+        self._finish_controller_call(call_state, error if error is not None else response, applied_index)
 
-    def _finish_controller_call(self, call_state: _ControllerCallState, response: Any) -> None:
-        self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms)
+    def _finish_controller_call(self, call_state: _ControllerCallState, response: Any, applied_index: int = 0) -> None:
+        self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms,
+                    applied_index)
         self._end_on_failure(self.broker.failures)
         self._schedule_process_soon()
 
@@ -754,7 +756,7 @@ class NodeProcess:
     def _on_controller_outcome(self, outcome: Any) -> None:
         call_state = self._local_calls.pop(outcome.operation_id, None)
         if call_state is not None:
-            self._controller_answer(call_state, outcome.response, outcome.error)
+            self._controller_answer(call_state, outcome.response, outcome.error, outcome.applied_index)
             return
         remote = self._rpc_in.pop(outcome.operation_id, None)
         if remote is None:
@@ -763,9 +765,9 @@ class NodeProcess:
         if self.connections.get(peer_id) != connection:
             return
         if outcome.error is not None:
-            answer = [rpc_id, int(outcome.error.code), str(outcome.error), None, outcome.leader_hint]
+            answer = [rpc_id, int(outcome.error.code), str(outcome.error), None, outcome.leader_hint, 0]
         else:
-            answer = [rpc_id, 0, "", encode_controller_response(outcome.response), None]
+            answer = [rpc_id, 0, "", encode_controller_response(outcome.response), None, outcome.applied_index]
         self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps(answer))
 
     def _handle_controller_rpc(self, peer_id: int, payload: bytes) -> None:
@@ -773,7 +775,7 @@ class NodeProcess:
         request = decode_controller_request(encoded)
         leader_id = self._guard(self.raft.status).leader_id
         if leader_id != self.node_id:
-            answer = [rpc_id, int(ErrorCode.NOT_CONTROLLER), "not the controller", None, leader_id]
+            answer = [rpc_id, int(ErrorCode.NOT_CONTROLLER), "not the controller", None, leader_id, 0]
             self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps(answer))
             return
         operation_id = self._guard(self.state.submit_controller_request, request, self.sim.loop.now_ms)
@@ -781,7 +783,7 @@ class NodeProcess:
         self._process()
 
     def _handle_controller_rpc_response(self, payload: bytes) -> None:
-        rpc_id, code, message, encoded, leader_hint = cbor2.loads(payload)
+        rpc_id, code, message, encoded, leader_hint, applied_index = cbor2.loads(payload)
         entry = self._rpc_out.pop(rpc_id, None)
         if entry is None:
             return
@@ -791,7 +793,7 @@ class NodeProcess:
         if code:
             self._controller_answer(call_state, None, KafkaError(message, ErrorCode(code)))
         else:
-            self._controller_answer(call_state, decode_controller_response(encoded), None)
+            self._controller_answer(call_state, decode_controller_response(encoded), None, applied_index)
 
     # --- lifecycle --------------------------------------------------------------------------------------
 

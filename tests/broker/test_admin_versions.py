@@ -9,9 +9,19 @@ import pytest
 from broker import config_sources as cs
 from broker.handlers_admin import BROKER_ONLY_CONFIG_TYPES, TOPIC_CONFIG_TYPES, config_type
 from broker.apis import Deferred
+from broker.core import IMAGE_WAIT_MS_MAX
 from metadata.configs import BROKER_ONLY_CONFIGS, BROKER_TO_TOPIC_CONFIG, TOPIC_CONFIGS
+from metadata.image import MetadataDelta
 from metadata.records import ConfigResourceType, QuotaEntityPart
-from metadata.requests import AclEntry, AlterClientQuotasRequest, CreateAclsRequest, QuotaAlteration, QuotaOp
+from metadata.requests import (
+    AclEntry,
+    AlterClientQuotasRequest,
+    CreatableTopic,
+    CreateAclsRequest,
+    CreateTopicsRequest,
+    QuotaAlteration,
+    QuotaOp,
+)
 from net.protocol import messages
 from net.protocol.codec import ApiKey, Features, decode_response, encode_response
 from net.protocol.types import NULL_UUID
@@ -304,3 +314,63 @@ def test_api_versions_v4_lists_features_from_level_0_and_v3_leaves_them_out():
     assert {(ApiKey.API_VERSIONS, 0, 4), (ApiKey.CREATE_TOPICS, 0, 7), (ApiKey.DELETE_TOPICS, 0, 6),
             (ApiKey.CREATE_PARTITIONS, 0, 3), (ApiKey.DELETE_RECORDS, 0, 2), (ApiKey.DESCRIBE_CONFIGS, 0, 4),
             (ApiKey.ALTER_CONFIGS, 0, 2), (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)} <= served
+
+
+def forwarded_create_answered_early(cluster, broker_id, name):
+    """CreateTopics sent to `broker_id`, forwarded, committed and answered by the controller while the broker's
+    image trails (cut off from the metadata): (the deferred answer, the broker)."""
+    request = CreateTopics(topics=[CreateTopics.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=-1, assignments=[], configs=[])], timeout_ms=5000)
+    deferred = cluster.call(broker_id, ApiKey.CREATE_TOPICS, 7, request)
+    broker = cluster.brokers[broker_id]
+    (call,) = broker.take_controller_requests()
+    assert call.read_your_write
+    response = cluster.commit(call.request, cut_off={broker_id})
+    broker.on_controller_response(call, response, cluster.now_ms, cluster.raft_index)
+    return deferred, broker
+
+
+def test_a_forwarded_admin_write_is_answered_once_this_brokers_image_has_it():
+    """Broker 2 names itself the controller to clients and forwards their writes; the controller answers once
+    it has committed one, when broker 2's image may not have it yet. The answer waits for the image (at most
+    IMAGE_WAIT_MS_MAX), so the client's next Metadata here lists the topic it created."""
+    cluster = Cluster()
+    deferred, broker = forwarded_create_answered_early(cluster, 2, "mine")
+    broker.tick(cluster.now_ms)
+    assert cluster.apis[2].poll(cluster.now_ms) == []
+    held_index = cluster.raft_index
+    records, provenance = cluster.log[-1]
+    delta = MetadataDelta(cluster.images[2])
+    for record in records:
+        delta.replay(record, provenance)
+    cluster.images[2] = delta.apply()
+    broker.apply_metadata(delta, cluster.images[2], cluster.now_ms)
+    assert broker.image.provenance.raft_index == held_index
+    broker.tick(cluster.now_ms)
+    ((request_id, _, answer),) = cluster.apis[2].poll(cluster.now_ms)
+    assert request_id == deferred.request_id and answer.topics[0].error_code == ErrorCode.NONE
+    metadata = cluster.call(2, ApiKey.METADATA, 12, messages.MetadataRequest(
+        topics=[messages.MetadataRequest.MetadataRequestTopic(name="mine")], allow_auto_topic_creation=False))
+    assert metadata.topics[0].error_code == ErrorCode.NONE and len(metadata.topics[0].partitions) == 1
+
+
+def test_a_forwarded_answer_goes_out_when_the_image_does_not_catch_up_in_time():
+    cluster = Cluster()
+    deferred, broker = forwarded_create_answered_early(cluster, 3, "late")
+    broker.tick(cluster.now_ms + IMAGE_WAIT_MS_MAX - 1)
+    assert cluster.apis[3].poll(cluster.now_ms) == []
+    broker.tick(cluster.now_ms + IMAGE_WAIT_MS_MAX)
+    ((request_id, _, answer),) = cluster.apis[3].poll(cluster.now_ms)
+    assert request_id == deferred.request_id and answer.topics[0].error_code == ErrorCode.NONE
+
+
+def test_calls_the_broker_makes_for_itself_are_answered_without_waiting_for_the_image():
+    cluster = Cluster()
+    broker = cluster.brokers[2]
+    answers = []
+    broker.call_controller(CreateTopicsRequest(topics=(CreatableTopic(name="auto", num_partitions=1),)),
+                           lambda response, now_ms: answers.append(response))
+    (call,) = broker.take_controller_requests()
+    assert not call.read_your_write
+    broker.on_controller_response(call, cluster.commit(call.request, cut_off={2}), cluster.now_ms, cluster.raft_index)
+    assert len(answers) == 1

@@ -88,11 +88,11 @@ def test_an_observer_names_the_quorum_as_the_controllers_told_it():
     assert status["observers"][0]["last_index"] == 3
 
 
-def test_clients_are_told_of_a_broker_as_the_controller_even_while_no_leader_is_known():
-    """Never -1, as Kafka's KRaft brokers name a live broker: this node forwards what it is sent once a leader
-    is known. A known leader that is a broker too is named (its image has the writes it answered)."""
+def test_clients_are_told_of_the_broker_they_asked_as_the_controller_whatever_leader_it_knows():
+    """Never -1 and never the quorum leader, which may have just died (Kafka's KRaft brokers name a live
+    broker): this node forwards what it is sent once a leader is known, and answers once its image has it."""
     controller, observer = node(1, b"\x01" * 16), node(4, OBSERVER_INCARNATION)
     assert observer.quorum_leader_id() is None and observer.controller_id_for_clients() == 4
     assert controller.quorum_leader_id() is None and controller.controller_id_for_clients() == 1
-    observer.leader_hint = 1  # the quorum leader is a broker too: named
-    assert observer.controller_id_for_clients() == 1
+    observer.leader_hint = 1  # the quorum leader is a broker too, and perhaps dead already
+    assert observer.controller_id_for_clients() == 4

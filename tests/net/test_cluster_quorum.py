@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from cli.local_cluster import LocalCluster
 from tests.net.cluster_helpers import (
@@ -80,6 +81,23 @@ def test_killing_the_quorum_leader_elects_another_and_the_node_catches_up_on_res
     restarted_view = metadata(cluster, old_leader)
     assert topic_of(restarted_view, "survives") is not None
     assert topic_of(restarted_view, "after-failover") is not None
+
+
+def test_an_admin_client_made_as_the_quorum_leader_dies_is_answered_by_the_survivors(cluster):
+    """The survivors named the dead leader as the controller until they had elected another, and librdkafka
+    waits for the controller it was told of without asking again: DescribeConfigs failed with "Timed out
+    waiting for controller" after 30 s. They name themselves now, and forward."""
+    status = wait_for_quorum(cluster)
+    create_topic(cluster, "described", 1, 3)
+    old_leader = status["leader_id"]
+    cluster.kill(old_leader, signal.SIGKILL)
+    survivors = [n for n in (1, 2, 3) if n != old_leader]
+    admin = AdminClient({"bootstrap.servers": ",".join(cluster.bootstrap_of(n) for n in survivors)})
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "described")], request_timeout=20)
+    (described,) = [future.result(timeout=30) for future in futures.values()]
+    assert described["cleanup.policy"].value == "delete"
+    created = admin.create_topics([NewTopic("made-after", 1, 2)], request_timeout=20)
+    assert [future.result(timeout=30) for future in created.values()] == [None]
 
 
 def test_killing_a_partition_leader_fences_it_and_elects_new_leaders_from_the_isr(cluster):
