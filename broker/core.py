@@ -220,6 +220,7 @@ class BrokerCore:
         self._controller_calls: list[ControllerCall] = []
         # Answered forwarded calls waiting for the image: (metadata index wanted, give-up time ms, call, answer).
         self._awaiting_image: list[tuple[int, int, ControllerCall, Any]] = []
+        self.image_waits_expired = 0  # forwarded answers sent after IMAGE_WAIT_MS_MAX without the image
         self._call_ids = itertools.count(1)
         self._registration_in_flight = False
         # The controller's last refusal of this broker's registration that retrying will not cure (an
@@ -248,6 +249,9 @@ class BrokerCore:
         self.bug_quiet_sessions_never_age = False
         self.bug_truncate_to_own_hw = False
         self.bug_follower_reads_past_hw = False
+        # A planted bug for the simulator (simulations/acl_sim.py), never configured: a forwarded request is
+        # answered as soon as the controller answers, before this broker's image has what it applied.
+        self.bug_answer_before_image = False
         self.bug_diverges_at_epoch_end = False  # planted (follower-fetch workload): see Partition
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
         # Planted (the compaction simulations): "cleaner_past_lso" cleans up to the active segment whatever the
@@ -833,7 +837,7 @@ class BrokerCore:
         IMAGE_WAIT_MS_MAX: the client's next read here (DescribeConfigs after IncrementalAlterConfigs, Metadata
         after CreateTopics) then sees its write, as on the controller itself. So this broker can name itself the
         controller to clients (NodeState.controller_id_for_clients) without them missing their own writes."""
-        if call.read_your_write and applied_index > self.image.provenance.raft_index:
+        if call.read_your_write and applied_index > self.image.provenance.raft_index and not self.bug_answer_before_image:
             self._awaiting_image.append((applied_index, now_ms + IMAGE_WAIT_MS_MAX, call, response))
             return
         self._complete_controller_call(call, response, now_ms)
@@ -844,6 +848,7 @@ class BrokerCore:
         held, self._awaiting_image = self._awaiting_image, []
         for index, give_up_ms, call, response in held:
             if index <= applied or now_ms >= give_up_ms:
+                self.image_waits_expired += index > applied
                 self._complete_controller_call(call, response, now_ms)
             else:
                 self._awaiting_image.append((index, give_up_ms, call, response))

@@ -110,6 +110,12 @@ class NodeCollector:
                     sample.name, GAUGE_HELP.get(sample.name, sample.name), labels=labels)
             family.add_metric([value for _, value in sample.labels], sample.value)
         yield from families.values()
+        broker = getattr(self.state, "broker", None)
+        if broker is not None:
+            yield CounterMetricFamily(
+                "flotilla_forwarded_answers_unapplied", "Admin requests this broker forwarded to the controller and "
+                "answered without its own metadata image having the controller's answer (it waited 5 s): the "
+                "client's next read here may miss its write", value=broker.image_waits_expired)
         yield from self._garbage_collector()
         manager = getattr(self.state, "telemetry", None)
         if manager is not None:

@@ -16,9 +16,18 @@ rules over the image's records (not by the node's authorizer and its index). Wit
 `metadata_identical`, which holds every node's image to the same committed records, that is: each node
 enforces exactly the ACLs the quorum has committed, as far as it has applied them.
 
+Checker `acls_read_your_writes`: right after the administrator's CreateAcls or DeleteAcls of the DENY is
+answered, it asks the same broker on the same connection (DescribeAcls), and the answer must show its write:
+the broker forwards the write to the quorum leader and answers only once its own image has what the leader had
+applied (BrokerCore.on_controller_response), as it names itself the controller to clients. Not checked: a
+broker that gave up waiting for its image (IMAGE_WAIT_MS_MAX, `image_waits_expired`), a connection that broke
+in between, or within UNKNOWN_OUTCOME_SETTLE_MS of a write whose outcome the administrator does not know (no
+answer, or an error), which may still land and undo what it reads.
+
 Planted bugs: `--bugs acl_index_kept_on_delete` (the authorizer rebuilds its index only when ACLs are added,
-so a deleted DENY goes on refusing) and `--bugs acl_allow_before_deny` (the first matching binding decides, so
-an ALLOW created before a DENY wins over it).
+so a deleted DENY goes on refusing), `--bugs acl_allow_before_deny` (the first matching binding decides, so
+an ALLOW created before a DENY wins over it) and `--bugs answer_before_image` (a forwarded request is answered
+as soon as the controller answers).
 """
 
 from __future__ import annotations
@@ -48,8 +57,11 @@ from simulations.sasl_sim import SaslCheckers, SaslSimulation
 DESCRIPTION = "the sasl workload with the authorizer on while an administrator grants and revokes ACLs"
 FLIP_MS = 2_000
 RETRY_MS = 200
-ACL_CHECKER_NAMES = ("acls_follow_image",)
+DESCRIBE_ACLS_VERSION = 3
+UNKNOWN_OUTCOME_SETTLE_MS = 15_000  # a write's forwarding (10 s of controller call) and commit are over by then
+ACL_CHECKER_NAMES = ("acls_follow_image", "acls_read_your_writes")
 ACL_BUGS = {"acl_index_kept_on_delete": "bug_index_kept_on_delete", "acl_allow_before_deny": "bug_allow_before_deny"}
+BROKER_ACL_BUGS = {"answer_before_image": "bug_answer_before_image"}  # BrokerCore's
 SUPER_USERS = ("User:admin", "User:acl-admin", "User:ANONYMOUS")  # ANONYMOUS: the brokers, to each other
 CREATE_ACLS_VERSION = 3
 DELETE_ACLS_VERSION = 3
@@ -87,6 +99,15 @@ class AclCheckers(SaslCheckers):
         super().__init__()
         self.decisions = 0
         self.refusals = 0
+        self.reads_checked = 0
+
+    def observe_read_after_write(self, node_id: int, wrote: str, present: bool) -> None:
+        """The administrator's DescribeAcls on `node_id` right after its write there was answered (`wrote`:
+        "denied" or "revoked_deny"); `present`: whether the answer lists the DENY."""
+        self.reads_checked += 1
+        if present != (wrote == "denied"):
+            self.violate("acls_read_your_writes", f"node {node_id} answered the DENY {wrote}, then described the "
+                                                  f"ACLs {'with' if present else 'without'} it")
 
     def observe_authorization(self, node_id: int, image: Any, principal: str, host: str, operation: int,
                               resource_type: int, name: str, decided: bool) -> None:
@@ -112,7 +133,10 @@ class SimAclAdmin(KafkaClientBase):
         self.denied = False  # the revocation is in place (its CreateAcls answered)
         self.final = False  # the faults have healed: delete the revocation and stop
         self.flips = 0
-        self._inflight = False
+        self._inflight = False  # a write, or the read after it, awaits its answer
+        self._unknown_since_ms: int | None = None  # when the last write whose outcome is unknown was sent
+        self._sent: tuple[int, int | None, Any, int] | None = None  # broker, connection, process, waits expired
+        self._sent_ms = 0
 
     def start(self) -> None:
         self.loop.call_later(RETRY_MS * US_PER_MS, self._step)
@@ -134,7 +158,45 @@ class SimAclAdmin(KafkaClientBase):
                 self._inflight = self._create(broker_id, (REVOCATION,), "denied")
         self.loop.call_later(delay_ms * US_PER_MS, self._step)
 
+    def _note_sent(self, broker_id: int) -> None:
+        process = self.host.processes.get(broker_id)
+        expired = process.broker.image_waits_expired if process is not None else 0
+        self._sent = (broker_id, self._connection_number.get(broker_id), process, expired)
+        self._sent_ms = self.loop.now_ms
+
+    def _answered(self, ok: bool, done: str) -> None:
+        """A write's answer: a success is read back from the same broker; otherwise its outcome is unknown."""
+        if not ok:
+            self._inflight = False
+            self._unknown_since_ms = self._sent_ms
+            return
+        self.flips += done != "granted"
+        self.host.trace("client.acls", done)
+        settled = self._unknown_since_ms is None or self._sent_ms - self._unknown_since_ms >= UNKNOWN_OUTCOME_SETTLE_MS
+        if done == "granted" or not settled or not self._read_back(done):
+            self._inflight = False
+
+    def _read_back(self, wrote: str) -> bool:
+        assert self._sent is not None
+        broker_id, connection, process, expired = self._sent
+        principal, operation, permission = REVOCATION
+        request = messages.DescribeAclsRequest(
+            resource_type_filter=ResourceType.TOPIC, resource_name_filter=TOPIC, pattern_type_filter=PatternType.LITERAL,
+            principal_filter=principal, host_filter=WILDCARD_HOST, operation=operation, permission_type=permission)
+
+        def on_described(response: Any) -> None:
+            self._inflight = False
+            same = (self._connection_number.get(broker_id) == connection and self.host.processes.get(broker_id) is process
+                    and process is not None and process.broker.image_waits_expired == expired)
+            if response is None or response.error_code != ErrorCode.NONE or not same:
+                return
+            present = any(resource.acls for resource in response.resources)
+            self.host.checkers.observe_read_after_write(broker_id, wrote, present)
+
+        return self.send(broker_id, ApiKey.DESCRIBE_ACLS, DESCRIBE_ACLS_VERSION, request, on_described)
+
     def _create(self, broker_id: int, entries: tuple, done: str) -> bool:
+        self._note_sent(broker_id)
         creation = messages.CreateAclsRequest.AclCreation
         request = messages.CreateAclsRequest(creations=[creation(
             resource_type=ResourceType.TOPIC, resource_name=TOPIC, resource_pattern_type=PatternType.LITERAL,
@@ -144,17 +206,15 @@ class SimAclAdmin(KafkaClientBase):
                          lambda response: self._on_create(response, done))
 
     def _on_create(self, response: Any, done: str) -> None:
-        self._inflight = False
-        if response is None or any(result.error_code != ErrorCode.NONE for result in response.results):
-            return
-        if done == "granted":
+        ok = response is not None and all(result.error_code == ErrorCode.NONE for result in response.results)
+        if ok and done == "granted":
             self.granted = True
-        else:
+        elif ok:
             self.denied = True
-            self.flips += 1
-        self.host.trace("client.acls", done)
+        self._answered(ok, done)
 
     def _delete(self, broker_id: int) -> bool:
+        self._note_sent(broker_id)
         principal, operation, permission = REVOCATION
         request = messages.DeleteAclsRequest(filters=[messages.DeleteAclsRequest.DeleteAclsFilter(
             resource_type_filter=ResourceType.TOPIC, resource_name_filter=TOPIC,
@@ -163,19 +223,17 @@ class SimAclAdmin(KafkaClientBase):
         return self.send(broker_id, ApiKey.DELETE_ACLS, DELETE_ACLS_VERSION, request, self._on_delete)
 
     def _on_delete(self, response: Any) -> None:
-        self._inflight = False
-        if response is None or any(result.error_code != ErrorCode.NONE for result in response.filter_results):
-            return
-        self.denied = False
-        self.flips += 1
-        self.host.trace("client.acls", "revoked_deny")
+        ok = response is not None and all(result.error_code == ErrorCode.NONE for result in response.filter_results)
+        if ok:
+            self.denied = False
+        self._answered(ok, "revoked_deny")
 
 
 class AclSimulation(SaslSimulation):
     """The sasl simulation with the authorizer on and ACLs changing (see the module docstring)."""
 
     checkers_class = AclCheckers
-    extra_bugs = {**SaslSimulation.extra_bugs, **ACL_BUGS}
+    extra_bugs = {**SaslSimulation.extra_bugs, **ACL_BUGS, **BROKER_ACL_BUGS}
     security_settings_extra = {"authorizer": True, "super_users": list(SUPER_USERS),
                                "allow_everyone_if_no_acl_found": True}
 
@@ -190,6 +248,8 @@ class AclSimulation(SaslSimulation):
 
     def configure_node(self, state: Any) -> None:
         super().configure_node(state)
+        for bug, attribute in BROKER_ACL_BUGS.items():
+            setattr(state.broker, attribute, bug in self.workload_bugs)
         authorizer = state.apis.authorizer if state.apis is not None else None
         if authorizer is None:
             return
@@ -219,6 +279,7 @@ class AclSimulation(SaslSimulation):
         result.stats["acl_flips"] = self.acl_admin.flips
         result.stats["acl_decisions"] = self.checkers.decisions
         result.stats["acl_refusals"] = self.checkers.refusals
+        result.stats["acl_reads_checked"] = self.checkers.reads_checked
         return result
 
 

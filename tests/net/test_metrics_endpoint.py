@@ -86,6 +86,7 @@ def test_messages_and_bytes_in_are_exact_and_requests_are_counted(cluster):
     internal = samples["flotilla_internal_errors_total"]  # every kind exported, none happened
     kinds = ("request", "answer", "encode", "poll", "replica", "controller_call", "outbox")
     assert internal == {(("where", w),): 0.0 for w in kinds}
+    assert samples["flotilla_forwarded_answers_unapplied_total"] == {(): 0.0}  # topic m's creation had its image
     # The other nodes' followers and Raft peers are connected; no limit was reached
     connections = samples["flotilla_connections"]
     assert connections[(("listener", "PLAINTEXT"),)] >= 2 and connections[(("listener", "CONTROLLER"),)] >= 2

@@ -2,7 +2,8 @@
 grants and revokes ACLs.
 
 Each planted bug (an index kept when ACLs are deleted; the first matching binding deciding) fails
-`acls_follow_image` at a named seed (the first failing seed of `flotilla simulate --workload acls --seeds 40
+`acls_follow_image` at a named seed, and a forwarded write answered before the broker's image has it fails
+`acls_read_your_writes` (the first failing seed of `flotilla simulate --workload acls --seeds 40
 --duration 60 --bugs ...`), replays to the same trace, and passes with the bug off. The checker's plain reading
 of Kafka's rules agrees with the node's authorizer on random ACL sets, so what it flags is the node's fault."""
 
@@ -21,6 +22,7 @@ from tests.simulations.workloads import assert_sweep_passes, assert_teeth, faile
 
 INDEX_KEPT_ON_DELETE_SEED = 1
 ALLOW_BEFORE_DENY_SEED = 1
+ANSWER_BEFORE_IMAGE_SEED = 1
 TOPIC = 2
 OPERATIONS = [AclOperation.ALL, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.DELETE,
               AclOperation.ALTER, AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS]
@@ -63,6 +65,16 @@ def test_a_fault_free_run_grants_revokes_and_passes_every_checker():
     # The DENY came and went every 2 s: "one" was refused some of its writes, the others none
     assert stats["acl_flips"] >= 10 and stats["acl_refusals"] > 0 and stats["acl_decisions"] > stats["acl_refusals"]
     assert stats["failed_one"] > 0 and stats["acked_one"] > 0 and stats["failed_all"] == 0
+    assert stats["acl_reads_checked"] >= 10  # each flip read back from the broker that answered it
+
+
+def test_acls_read_your_writes_catches_a_read_that_misses_the_write_just_answered():
+    checkers = AclCheckers()
+    checkers.observe_read_after_write(2, "denied", True)
+    checkers.observe_read_after_write(2, "revoked_deny", False)
+    assert not checkers.violations and checkers.reads_checked == 2
+    checkers.observe_read_after_write(3, "revoked_deny", True)
+    assert "node 3 answered the DENY revoked_deny" in checkers.violations["acls_read_your_writes"]
 
 
 @pytest.mark.slow
@@ -73,6 +85,11 @@ def test_acl_index_kept_on_delete_fails_acls_follow_image_at_its_known_seed():
 @pytest.mark.slow
 def test_acl_allow_before_deny_fails_acls_follow_image_at_its_known_seed():
     assert_teeth("acls", "acl_allow_before_deny", ALLOW_BEFORE_DENY_SEED, 60.0, {"acls_follow_image"})
+
+
+@pytest.mark.slow
+def test_answer_before_image_fails_acls_read_your_writes_at_its_known_seed():
+    assert_teeth("acls", "answer_before_image", ANSWER_BEFORE_IMAGE_SEED, 60.0, {"acls_read_your_writes"})
 
 
 @pytest.mark.slow
