@@ -842,6 +842,11 @@ class BrokerCore:
             return
         self._complete_controller_call(call, response, now_ms)
 
+    @property
+    def awaiting_image(self) -> bool:
+        """Answers are held for this broker's image (an observer's runtime then fetches the metadata at once)."""
+        return bool(self._awaiting_image)
+
     def _release_awaiting_image(self, now_ms: int) -> None:
         """The held answers whose index the image has reached, or whose wait is over."""
         applied = self.image.provenance.raft_index

@@ -140,6 +140,8 @@ class Node:
         self.connections: ConnectionLimits | None = None
         self.controller_connections: ConnectionLimits | None = None
         self.raft_shell: RaftShell | None = None
+        # An observer: set when an answer waits for the metadata (BrokerCore.awaiting_image), to fetch it at once
+        self._metadata_wanted = trio.Event()
 
     # ------------------------------------------------------------------ the event step
 
@@ -315,6 +317,8 @@ class Node:
             response = error
         if self.broker is not None:
             self.broker.on_controller_response(call, response, wall_clock_ms(), applied_index)
+            if self.raft is None and self.broker.awaiting_image:
+                self._metadata_wanted.set()  # an observer fetches what the answer waits for now, not at its next poll
         self._process()
 
     async def handle_rpc(self, request: dict) -> dict:
@@ -564,8 +568,10 @@ class Node:
                 continue
             applied = self.state.apply_metadata_fetch(answer)
             self._process()
-            if not applied:
-                await trio.sleep(OBSERVER_FETCH_INTERVAL_MS / 1000)
+            if not applied and not self._metadata_wanted.is_set():
+                with trio.move_on_after(OBSERVER_FETCH_INTERVAL_MS / 1000):
+                    await self._metadata_wanted.wait()
+            self._metadata_wanted = trio.Event()
 
 
 class KafkaConnection:

@@ -206,6 +206,7 @@ class NodeProcess:
         self.raft = self.state.raft  # None on a broker-only node (an observer)
         self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
         self._metadata_fetch: tuple[int, int] | None = None  # observers: (controller asked, timeout handle)
+        self._metadata_wanted = False  # observers: an answer waits for the metadata (fetch again at once)
         self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
         self._connection_counter = 0
         self._raft_timer: int | None = None
@@ -367,7 +368,8 @@ class NodeProcess:
         self._metadata_fetch = None
         applied = self._guard(self.state.apply_metadata_fetch, answer)
         self._process()
-        delay_us = TICK_SPACING_US_MIN if applied else OBSERVER_FETCH_INTERVAL_MS * US_PER_MS
+        delay_us = TICK_SPACING_US_MIN if applied or self._metadata_wanted else OBSERVER_FETCH_INTERVAL_MS * US_PER_MS
+        self._metadata_wanted = False
         self.sim.loop.call_later(delay_us, self._event, self._poll_metadata)
 
     def _raft_input(self, action: Callable[..., Any], *args: Any) -> None:
@@ -747,6 +749,9 @@ class NodeProcess:
     def _finish_controller_call(self, call_state: _ControllerCallState, response: Any, applied_index: int = 0) -> None:
         self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms,
                     applied_index)
+        if self.raft is None and self.broker.awaiting_image:
+            self._metadata_wanted = True  # as net/node.py: an observer fetches what the answer waits for at once
+            self._poll_metadata()
         self._end_on_failure(self.broker.failures)
         self._schedule_process_soon()
 

@@ -15,7 +15,8 @@ watermark, high watermark monotonic, one leader per epoch, reads below the high 
 identical) plus `assignment_settled`: after the heal, every node's metadata agrees on each partition's
 replicas, no move is left half done (no adding or removing replicas), the ISR is every replica (never empty),
 exactly the assigned brokers host a replica and one of them leads. Liveness also waits for every move to
-finish.
+finish and for every node's metadata image to reach the same index (a broker-only node polls for it: checked
+a moment earlier, it may not have the last leader election yet, found at seed 122 of `--duration 20`).
 
 Planted bugs: `--bugs reassign_without_catch_up`: the controller counts the new replicas as in sync the moment
 a move starts, so the old replicas are dropped before the new ones have fetched anything.
@@ -153,7 +154,11 @@ class ReassignSimulation(ClusterSimulation):
         lagging = super()._lagging()
         if lagging is not None:
             return lagging
-        for node_id, image in self._images().items():
+        images = self._images()
+        indexes = {node_id: image.provenance.raft_index for node_id, image in images.items()}
+        if len(set(indexes.values())) > 1:
+            return f"metadata images at different indexes {indexes}"
+        for node_id, image in images.items():
             topic = image.topics.by_name.get(TOPIC)
             if topic is None:
                 return f"node {node_id} does not know {TOPIC}"

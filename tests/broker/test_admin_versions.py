@@ -337,7 +337,7 @@ def test_a_forwarded_admin_write_is_answered_once_this_brokers_image_has_it():
     cluster = Cluster()
     deferred, broker = forwarded_create_answered_early(cluster, 2, "mine")
     broker.tick(cluster.now_ms)
-    assert cluster.apis[2].poll(cluster.now_ms) == []
+    assert cluster.apis[2].poll(cluster.now_ms) == [] and broker.awaiting_image  # an observer fetches at once
     held_index = cluster.raft_index
     records, provenance = cluster.log[-1]
     delta = MetadataDelta(cluster.images[2])
@@ -349,6 +349,7 @@ def test_a_forwarded_admin_write_is_answered_once_this_brokers_image_has_it():
     broker.tick(cluster.now_ms)
     ((request_id, _, answer),) = cluster.apis[2].poll(cluster.now_ms)
     assert request_id == deferred.request_id and answer.topics[0].error_code == ErrorCode.NONE
+    assert not broker.awaiting_image and broker.image_waits_expired == 0
     metadata = cluster.call(2, ApiKey.METADATA, 12, messages.MetadataRequest(
         topics=[messages.MetadataRequest.MetadataRequestTopic(name="mine")], allow_auto_topic_creation=False))
     assert metadata.topics[0].error_code == ErrorCode.NONE and len(metadata.topics[0].partitions) == 1
@@ -360,6 +361,7 @@ def test_a_forwarded_answer_goes_out_when_the_image_does_not_catch_up_in_time():
     broker.tick(cluster.now_ms + IMAGE_WAIT_MS_MAX - 1)
     assert cluster.apis[3].poll(cluster.now_ms) == []
     broker.tick(cluster.now_ms + IMAGE_WAIT_MS_MAX)
+    assert broker.image_waits_expired == 1
     ((request_id, _, answer),) = cluster.apis[3].poll(cluster.now_ms)
     assert request_id == deferred.request_id and answer.topics[0].error_code == ErrorCode.NONE
 
