@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 from net.client.aio import fetch_request
 from net.client.errors import error_from_code
-from net.client.results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from net.client.results import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionMetadata
 from net.client.security import ClientSecurity
 from net.client.sync import SyncKafkaClient
 from net.protocol.codec import ApiKey
@@ -122,36 +123,46 @@ def fetch_raw(client: SyncKafkaClient, topic: str, partition: int, offset: int, 
             leader = client.leader_for(topic, partition)
             topic_id = client.topic_metadata(topic).topic_id
         except KafkaError as error:  # a partition this client's broker has not applied yet, or no leader yet
-            if error.code not in LEADER_CHANGE_CODES or attempt == FETCH_ATTEMPTS_MAX - 1:
+            if error.code not in LEADER_CHANGE_CODES:
                 raise
-            client.metadata([topic])
-            time.sleep(RETRY_BACKOFF_SECONDS * (attempt + 1))
-            continue
-        request = fetch_request(topic, topic_id, partition, offset, bytes_max, FETCH_MAX_WAIT_MS, isolation_level, 1,
-                                leader.leader_epoch, rack_id)
-        context = f"fetch {topic}-{partition} at offset {offset}"
-        if replica is not None:
-            try:
-                response = client.send(replica, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
-            except KafkaError as error:  # the replica is gone or unreachable: back to the leader
-                return RawFetch(b"", -1, -1, error)
+            failure = error
         else:
-            response = client.send(leader.leader, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
-        code = response.error_code
-        data = response.responses[0].partitions[0] if code == ErrorCode.NONE else None
-        if data is not None:
-            code = data.error_code
-        if code == ErrorCode.NONE:
-            aborted = tuple(sorted((a.first_offset, a.producer_id) for a in (data.aborted_transactions or ())))
-            return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, aborted,
-                            data.preferred_read_replica)  # -1 below Fetch v11, as the codec defaults it
-        if replica is not None or code not in LEADER_CHANGE_CODES:
-            return RawFetch(b"", -1, -1, error_from_code(code, context))
+            answer = _fetch_once(client, leader, topic_id, topic, partition, offset, bytes_max, isolation_level,
+                                 rack_id, replica)
+            if isinstance(answer, RawFetch):
+                return answer
+            failure = answer
         if attempt == FETCH_ATTEMPTS_MAX - 1:
-            raise error_from_code(code, context)
+            raise failure
         client.metadata([topic])  # refresh the leader before the next attempt
         time.sleep(RETRY_BACKOFF_SECONDS * (attempt + 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _fetch_once(client: SyncKafkaClient, leader: PartitionMetadata, topic_id: uuid.UUID, topic: str, partition: int, offset: int,
+                bytes_max: int, isolation_level: int, rack_id: str, replica: int | None) -> RawFetch | KafkaError:
+    """One Fetch of `fetch_raw`: its result, or the leader-change error to retry after a metadata refresh."""
+    request = fetch_request(topic, topic_id, partition, offset, bytes_max, FETCH_MAX_WAIT_MS, isolation_level, 1,
+                            leader.leader_epoch, rack_id)
+    context = f"fetch {topic}-{partition} at offset {offset}"
+    if replica is not None:
+        try:
+            response = client.send(replica, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
+        except KafkaError as error:  # the replica is gone or unreachable: back to the leader
+            return RawFetch(b"", -1, -1, error)
+    else:
+        response = client.send(leader.leader, ApiKey.FETCH, request, timeout_ms=FETCH_MAX_WAIT_MS)
+    code = response.error_code
+    data = response.responses[0].partitions[0] if code == ErrorCode.NONE else None
+    if data is not None:
+        code = data.error_code
+    if code == ErrorCode.NONE:
+        aborted = tuple(sorted((a.first_offset, a.producer_id) for a in (data.aborted_transactions or ())))
+        return RawFetch(bytes(data.records or b""), data.high_watermark, data.log_start_offset, None, aborted,
+                        data.preferred_read_replica)  # -1 below Fetch v11, as the codec defaults it
+    if replica is not None or code not in LEADER_CHANGE_CODES:
+        return RawFetch(b"", -1, -1, error_from_code(code, context))
+    return error_from_code(code, context)
 
 
 def require_topics(client: SyncKafkaClient, topics: list[str], option: str) -> dict[str, list[int]]:

@@ -11,7 +11,6 @@ from broker.handlers_admin import BROKER_ONLY_CONFIG_TYPES, TOPIC_CONFIG_TYPES, 
 from broker.apis import Deferred
 from broker.core import IMAGE_WAIT_MS_MAX
 from metadata.configs import BROKER_ONLY_CONFIGS, BROKER_TO_TOPIC_CONFIG, TOPIC_CONFIGS
-from metadata.image import MetadataDelta
 from metadata.records import ConfigResourceType, QuotaEntityPart
 from metadata.requests import (
     AclEntry,
@@ -339,12 +338,7 @@ def test_a_forwarded_admin_write_is_answered_once_this_brokers_image_has_it():
     broker.tick(cluster.now_ms)
     assert cluster.apis[2].poll(cluster.now_ms) == [] and broker.awaiting_image  # an observer fetches at once
     held_index = cluster.raft_index
-    records, provenance = cluster.log[-1]
-    delta = MetadataDelta(cluster.images[2])
-    for record in records:
-        delta.replay(record, provenance)
-    cluster.images[2] = delta.apply()
-    broker.apply_metadata(delta, cluster.images[2], cluster.now_ms)
+    cluster.apply_entry(2, *cluster.log[-1])
     assert broker.image.provenance.raft_index == held_index
     broker.tick(cluster.now_ms)
     ((request_id, _, answer),) = cluster.apis[2].poll(cluster.now_ms)

@@ -74,15 +74,18 @@ class Cluster:
             provenance = Provenance(self.raft_index, 1)
             self.log.append((result.records, provenance))
             self.controller.replay_batch(result.records, provenance)
-            for broker_id, broker in self.brokers.items():
-                if broker_id in cut_off:
-                    continue
-                delta = MetadataDelta(self.images[broker_id])
-                for record in result.records:
-                    delta.replay(record, provenance)
-                self.images[broker_id] = delta.apply()
-                broker.apply_metadata(delta, self.images[broker_id], self.now_ms)
+            for broker_id in self.brokers:
+                if broker_id not in cut_off:
+                    self.apply_entry(broker_id, result.records, provenance)
         return result.response
+
+    def apply_entry(self, broker_id, records, provenance):
+        """One committed entry replayed into `broker_id`'s image and applied by its broker."""
+        delta = MetadataDelta(self.images[broker_id])
+        for record in records:
+            delta.replay(record, provenance)
+        self.images[broker_id] = delta.apply()
+        self.brokers[broker_id].apply_metadata(delta, self.images[broker_id], self.now_ms)
 
     def deliver_controller_calls(self, cut_off=()):
         for broker_id, broker in self.brokers.items():
