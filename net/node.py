@@ -7,8 +7,9 @@ only moves bytes and time between them and the sockets:
   the node replays committed metadata entries (controller state, then the broker's image delta);
 - the Kafka listener feeds request frames to the dispatcher;
 - a replica fetcher task per leader broker sends the requests `BrokerCore.next_replica_request` builds;
-- controller calls (registration, heartbeats, AlterPartition, forwarded CreateTopics) go to the local
-  `ControllerCore` when this node is the active controller, else over the controller port as an RPC;
+- controller calls (registration, heartbeats, AlterPartition, forwarded CreateTopics) are carried by
+  broker/controller_calls.py, as in the simulator: to the local `ControllerCore` when this node is the active
+  controller, else over the controller port as an RPC (a task per attempt);
 - `_process()` runs after every event and every `TICK_INTERVAL_MS`: it lets the cores advance and delivers
   what they produced (deferred Kafka responses, controller answers).
 Everything runs in one trio thread, so the cores are never entered concurrently.
@@ -30,7 +31,7 @@ import signal
 import ssl
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import trio
 
@@ -40,7 +41,8 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from broker.core import BrokerRequest, ControllerCall
+from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc
+from broker.core import BrokerRequest
 from broker.quotas import ip_connection_rate
 from broker.config import ClusterConfig, NodeConfig, parse_connection_overrides
 from broker.controller_core import ControllerOutcome, UnreadableMetadataError
@@ -60,15 +62,11 @@ from net.server import FrameServer, ServerLimits, keep_deadline_ahead
 from net.tls import receive_available
 from partitions.errors import ErrorCode, KafkaError
 from partitions.storage import StorageError
-from raftlog.port import RaftError
 from raftlog.shell import RaftShell, call_rpc, monotonic_ms
 
 TICK_INTERVAL_MS = 20
-CONTROLLER_CALL_TIMEOUT_MS = 10_000
-CONTROLLER_RETRY_BACKOFF_MS = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
 CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
-RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's poll of the metadata log when nothing is new
 OBSERVER_FETCH_TIMEOUT_MS = 5_000
 FAILURE_LOG_INTERVAL_MS = 60_000  # an internal error that repeats (a poll that keeps raising): logged once a minute
@@ -125,8 +123,10 @@ class Node:
         # (where, subject, exception type) -> (when last logged, times since): a failure that repeats (a poll that
         # keeps raising) is logged once a minute, not on every request; keyed by type, not message, to stay bounded.
         self._logged_failures: dict[tuple[str, str, str], tuple[int, int]] = {}
-        # Remote controller attempts in flight -> the controller asked (see submit_to_controller).
-        self._controller_attempts: dict[trio.CancelScope, int] = {}
+        # The controller calls (broker/controller_calls.py) and the scopes of their RPCs in flight, by RPC id
+        self.controller_calls = ControllerCalls(self.state, _TrioControllerCallPort(self))
+        self._controller_rpcs: dict[int, trio.CancelScope] = {}
+        self._step_wanted = trio.Event()  # set to step at once rather than at the next tick
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
         # The outbox's connections, one per (destination, API): requests are pipelined on each, and a quick
@@ -148,8 +148,7 @@ class Node:
     def _process(self) -> None:
         """Let every core advance and deliver what it produced. Runs on the ticker and after Raft steps."""
         self._deliver(self.state.step(monotonic_ms()))
-        if self._controller_attempts:
-            self._abandon_moved_controller_calls()
+        self.controller_calls.abandon_moved()
         self._log_cluster_changes()
 
     def _log_cluster_changes(self) -> None:
@@ -206,13 +205,15 @@ class Node:
         for event, fields in output.notices:
             self.log.info(event, **fields)
         for outcome in output.controller_outcomes:
+            if self.controller_calls.on_local_outcome(outcome):
+                continue
             waiter = self._operation_waiters.pop(outcome.operation_id, None)
             if waiter is not None:
                 waiter.send_nowait(outcome)
         if self.broker is not None:
             self.dispatcher.complete(output.kafka_completions)
             for call in output.controller_calls:
-                self._nursery.start_soon(self._run_controller_call, call)
+                self.controller_calls.start(call)
             for request in output.broker_requests:
                 self._nursery.start_soon(self._run_broker_request, request)
             self._sync_fetchers()
@@ -240,52 +241,27 @@ class Node:
 
     # ------------------------------------------------------------------ controller calls
 
-    async def submit_to_controller(self, request: Any, timeout_ms: int) -> Any:
-        """Run a controller request on the active controller (here or remote). Returns its response;
-        raises KafkaError (NOT_CONTROLLER after retries, REQUEST_TIMED_OUT)."""
-        return (await self._submit_to_controller(request, timeout_ms))[0]
+    async def submit_to_controller(self, request: Any) -> Any:
+        """Run a controller request on the active controller (here or remote), as the broker's own calls are
+        run. Returns its response; raises KafkaError (NOT_CONTROLLER or REQUEST_TIMED_OUT once the call's
+        timeout is over, or the controller's own error). Only on a node with the broker role."""
+        answered = trio.Event()
+        answers: list[Any] = []
 
-    async def _submit_to_controller(self, request: Any, timeout_ms: int) -> tuple[Any, int]:
-        """`submit_to_controller`, with the controller's last applied metadata index when it answered."""
-        deadline = trio.current_time() + timeout_ms / 1000
-        last_error: KafkaError = KafkaError("no active controller", ErrorCode.NOT_CONTROLLER)
-        while trio.current_time() < deadline:
-            leader_id = self.state.controller_to_ask()
-            try:
-                with trio.fail_after(max(0.05, deadline - trio.current_time())):
-                    if leader_id == self.node_id:
-                        return await self._submit_locally(request)
-                    if leader_id is not None:
-                        # Abandoned once this node knows another controller (_abandon_moved_controller_calls), or
-                        # on an observer after NodeState.controller_attempt_ms_max.
-                        attempt_s = (self.state.controller_attempt_ms_max() or CONTROLLER_CALL_TIMEOUT_MS) / 1000
-                        with trio.move_on_after(attempt_s) as attempt:
-                            self._controller_attempts[attempt] = leader_id
-                            try:
-                                return await self._submit_remotely(leader_id, request)
-                            finally:
-                                del self._controller_attempts[attempt]
-                        raise KafkaError(f"controller {leader_id} moved or silent", ErrorCode.NOT_CONTROLLER)
-            except KafkaError as error:
-                # Connection problems (RaftError), leader changes and timeouts are retried until the deadline.
-                if not isinstance(error, RaftError) and error.code not in RETRIABLE_CONTROLLER_ERRORS:
-                    raise
-                last_error = error
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as error:
-                last_error = KafkaError(f"controller unreachable: {error}", ErrorCode.REQUEST_TIMED_OUT)
-            if self.raft is None:
-                self.state.leader_hint = None  # an observer asks the next controller
-            await trio.sleep(CONTROLLER_RETRY_BACKOFF_MS / 1000)
-        raise last_error
+        def on_response(response: Any, now_ms: int) -> None:
+            answers.append(response)
+            answered.set()
 
-    def _abandon_moved_controller_calls(self) -> None:
-        """Cancel the remote controller attempts whose target is no longer the controller this node knows
-        (NodeState.controller_moved); the call asks the new one after the usual backoff."""
-        for attempt, target in list(self._controller_attempts.items()):
-            if self.state.controller_moved(target):
-                attempt.cancel()
+        self.broker.call_controller(request, on_response)
+        self._process()
+        await answered.wait()
+        if isinstance(answers[0], KafkaError):
+            raise answers[0]
+        return answers[0]
 
     async def _submit_locally(self, request: Any) -> tuple[Any, int]:
+        """A remote node's request, on this node's controller: its response and the controller's applied
+        metadata index; raises the controller's KafkaError (NOT_CONTROLLER when it lost the lead)."""
         send, receive = trio.open_memory_channel[ControllerOutcome](1)
         operation_id = self.state.submit_controller_request(request, monotonic_ms())
         self._operation_waiters[operation_id] = send
@@ -295,30 +271,33 @@ class Node:
             raise outcome.error
         return outcome.response, outcome.applied_index
 
-    async def _submit_remotely(self, leader_id: int, request: Any) -> tuple[Any, int]:
-        leader = self.config.node(leader_id)
-        answer = await call_rpc(
-            leader.host, leader.controller_port, self.config.cluster_id, self.config.secret,
-            {"kind": RPC_KIND_CONTROLLER, "request": encode_controller_request(request)},
-            CONTROLLER_CALL_TIMEOUT_MS, node_id=self.node_id,
-            ssl_context=self.controller_tls[1] if self.controller_tls is not None else None,
-        )
-        if "error" in answer:
-            if self.raft is None and isinstance(answer.get("leader"), int):
-                self.state.leader_hint = answer["leader"]
-            raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
-        return decode_controller_response(answer["response"]), int(answer.get("applied_index", 0))
-
-    async def _run_controller_call(self, call: ControllerCall) -> None:
-        applied_index = 0
-        try:
-            response, applied_index = await self._submit_to_controller(call.request, CONTROLLER_CALL_TIMEOUT_MS)
-        except KafkaError as error:
-            response = error
-        if self.broker is not None:
-            self.broker.on_controller_response(call, response, wall_clock_ms(), applied_index)
-            if self.raft is None and self.broker.awaiting_image:
-                self._metadata_wanted.set()  # an observer fetches what the answer waits for now, not at its next poll
+    async def _carry_controller_rpc(self, rpc: ControllerRpc) -> None:
+        """One attempt of a controller call at a remote controller; its answer, or failure, goes back to
+        `controller_calls`. Cancelled when the call gives the attempt up (_TrioControllerCallPort.abandon_rpc)."""
+        target = self.config.node(rpc.target)
+        answer: dict | None = None
+        with trio.CancelScope() as scope:
+            self._controller_rpcs[rpc.rpc_id] = scope
+            try:
+                answer = await call_rpc(
+                    target.host, target.controller_port, self.config.cluster_id, self.config.secret,
+                    {"kind": RPC_KIND_CONTROLLER, "request": encode_controller_request(rpc.request)},
+                    rpc.timeout_ms, node_id=self.node_id,
+                    ssl_context=self.controller_tls[1] if self.controller_tls is not None else None,
+                )
+            except (KafkaError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                    trio.TooSlowError) as error:
+                # call_rpc's own failures (ControlRpcError, RequestTimedOutError) are KafkaErrors
+                self.controller_calls.on_rpc_failed(
+                    rpc.rpc_id, KafkaError(f"controller {rpc.target} unreachable: {error}", ErrorCode.REQUEST_TIMED_OUT))
+            finally:
+                del self._controller_rpcs[rpc.rpc_id]
+        if answer is not None and "error" in answer:
+            error = KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
+            self.controller_calls.on_rpc_answer(rpc.rpc_id, None, error, answer.get("leader"))
+        elif answer is not None:
+            self.controller_calls.on_rpc_answer(rpc.rpc_id, decode_controller_response(answer["response"]), None,
+                                                None, int(answer.get("applied_index", 0)))
         self._process()
 
     async def handle_rpc(self, request: dict) -> dict:
@@ -515,8 +494,10 @@ class Node:
 
     async def _ticker(self) -> None:
         while True:
+            self._step_wanted = trio.Event()
             self._process()
-            await trio.sleep(TICK_INTERVAL_MS / 1000)
+            with trio.move_on_after(TICK_INTERVAL_MS / 1000):
+                await self._step_wanted.wait()
 
     async def _wait_for_stop_signal(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -839,3 +820,40 @@ def run_node_forever(config: ClusterConfig, node_id: int) -> int:
               "Upgrading). If no node runs a later release, the entry is damaged.", file=sys.stderr)
         return EXIT_METADATA
     return 0
+
+
+class _TrioControllerCallPort:
+    """ControllerCalls' port on the real node: an RPC per attempt over the controller port, each a task of
+    the node's nursery; timers as tasks that sleep; a step at once by waking the ticker."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def reachable(self, node_id: int) -> bool:
+        return True  # the attempt itself finds out
+
+    def send_rpc(self, rpc: ControllerRpc) -> bool:
+        self._node._nursery.start_soon(self._node._carry_controller_rpc, rpc)
+        return True
+
+    def abandon_rpc(self, rpc_id: int) -> None:
+        scope = self._node._controller_rpcs.get(rpc_id)
+        if scope is not None:
+            scope.cancel()
+
+    def call_later(self, delay_ms: int, action: Callable[[], None]) -> None:
+        self._node._nursery.start_soon(self._later, delay_ms, action)
+
+    async def _later(self, delay_ms: int, action: Callable[[], None]) -> None:
+        await trio.sleep(delay_ms / 1000)
+        action()
+        self._node._process()
+
+    def step_soon(self) -> None:
+        self._node._step_wanted.set()
+
+    def answered(self) -> None:
+        node = self._node
+        if node.raft is None and node.broker.awaiting_image:
+            node._metadata_wanted.set()  # an observer fetches what the answer waits for now, not at its next poll
+        node._step_wanted.set()

@@ -10,9 +10,10 @@ runtime (net/node.py + raftlog/shell.py) drives it, with virtual time:
 - Kafka requests (client ones and replica fetches) travel as real codec frames and are answered by
   `KafkaApis.handle` at once, not at all (acks=0) or later (`Deferred`, delivered from `kafka_completions`);
 - a replica fetcher per leader sends what `BrokerCore.next_replica_request` builds, one request at a time;
-- controller calls go to the node this node believes leads the quorum: locally through
-  `submit_controller_request`, remotely as a CBOR RPC that the leader submits locally; NOT_CONTROLLER and
-  lost connections retry after `CONTROLLER_RETRY_BACKOFF_MS` until `CONTROLLER_CALL_TIMEOUT_MS`.
+- controller calls are carried by broker/controller_calls.py, as on the real node: to the node this node
+  believes leads the quorum, locally through `submit_controller_request`, remotely as a CBOR RPC that the
+  leader submits locally; NOT_CONTROLLER and lost connections retry after `CONTROLLER_RETRY_BACKOFF_MS` until
+  `CONTROLLER_CALL_TIMEOUT_MS`.
 One stream between two nodes carries all of that, each message tagged with a channel byte; a reset fails
 everything outstanding on it, as a broken TCP connection would.
 

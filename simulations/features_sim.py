@@ -41,7 +41,7 @@ from simulations.cluster_checkers import ClusterCheckers
 from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
 from simulations.kafka_clients import KafkaClientBase
 from simulations.loop import US_PER_MS
-from simulations.node_process import CONTROLLER_CALL_TIMEOUT_MS
+from broker.controller_calls import CONTROLLER_CALL_TIMEOUT_MS
 from simulations.run import RunConfig, RunResult
 
 DESCRIPTION = "the cluster workload while an administrator changes transaction.version with UpdateFeatures"

@@ -35,7 +35,8 @@ import broker.handlers_data  # noqa: F401
 import broker.handlers_elastic  # noqa: F401
 import broker.handlers_quotas  # noqa: F401
 import broker.handlers_security  # noqa: F401
-from broker.core import ControllerCall, ReplicaRequest
+from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc
+from broker.core import ReplicaRequest
 from broker.apis import Deferred, RequestFailed
 from broker.node_state import NodeState, StepOutput
 from broker.sasl_gate import SaslGate, needs_screening
@@ -43,7 +44,6 @@ from net.protocol.codec import ApiKey, RequestHeader, decode_request, decode_res
 from partitions.batch import ATTRIBUTES_POSITION, HEADER_SIZE, LOG_OVERHEAD, peek_offset_and_length
 from partitions.errors import ErrorCode, KafkaError
 from partitions.storage import FileHandle
-from raftlog.port import RaftError
 from simulations.disk import SimDisk, SimulatedCrash
 from simulations.kafka_clients import (
     CHANNEL_KAFKA_REQUEST,
@@ -58,16 +58,14 @@ if TYPE_CHECKING:
 
 BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_hw": "bug_truncate_to_own_hw",
                "quiet_session_never_ages": "bug_quiet_sessions_never_age"}
-# Planted bugs of a node, by name -> (whose, attribute): this runtime's ("process": a controller call in flight
-# waits on the controller it asked even after this node knows another, as net/node.py did) or the quorum
+# Planted bugs of a node, by name -> (whose, attribute): its controller calls' ("calls": a call in flight
+# waits on the controller it asked even after this node knows another, as net/node.py once did) or the quorum
 # controller's (its sessions count the time it was stalled, so a controller back from a stall fences the
 # brokers whose heartbeats waited for it).
-NODE_BUGS = {"wait_out_moved_controller": ("process", "bug_wait_out_moved_controller"),
+NODE_BUGS = {"wait_out_moved_controller": ("calls", "bug_wait_out_moved_controller"),
               "sessions_count_stalls": ("controller", "bug_sessions_count_stalls")}
 STEP_INTERVAL_MS = 50  # the broker tick (the real node's is 20 ms; nothing here is due more often)
 TICK_SPACING_US_MIN = 100
-CONTROLLER_CALL_TIMEOUT_MS = 10_000
-CONTROLLER_RETRY_BACKOFF_MS = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
 REPLICA_RECONNECT_BACKOFF_MS = 200
 REPLICA_IDLE_BACKOFF_MS = 50
@@ -79,7 +77,6 @@ CHANNEL_METADATA_FETCH = b"M"  # an observer (broker-only node) asks a controlle
 CHANNEL_METADATA_ANSWER = b"N"
 OBSERVER_FETCH_INTERVAL_MS = 100  # as net/node.py: the next poll when nothing was new
 OBSERVER_FETCH_TIMEOUT_MS = 1_000
-RETRIABLE_CONTROLLER_ERRORS = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
 
 
 def _describe(error: BaseException) -> str:
@@ -161,13 +158,6 @@ class _CorruptingHandle:
 
 
 @dataclass
-class _ControllerCallState:
-    call: ControllerCall
-    deadline_ms: int
-    last_error: KafkaError
-
-
-@dataclass
 class _Fetcher:
     inflight: ReplicaRequest | None = None
     correlation_id: int = 0
@@ -195,10 +185,10 @@ class NodeProcess:
         assert broker is not None, f"node {node_id} has no broker role"
         for name in sorted(sim.broker_bugs):
             setattr(broker, BROKER_BUGS[name], True)
-        self.bug_wait_out_moved_controller = False
+        self.calls = ControllerCalls(self.state, _SimControllerCallPort(self))
         for name in sorted(sim.node_bugs):
             whose, attribute = NODE_BUGS[name]
-            target = self if whose == "process" else self.state.controller
+            target = self.calls if whose == "calls" else self.state.controller
             if target is not None:
                 setattr(target, attribute, True)
         sim.configure_node(self.state)
@@ -216,10 +206,7 @@ class NodeProcess:
         self._pending_kafka: dict[int, tuple[int, int, RequestHeader]] = {}  # request id -> peer, connection, header
         self._fetchers: dict[int, _Fetcher] = {}
         self._outbox_inflight: dict[int, tuple[Any, int]] = {}  # correlation id -> (BrokerRequest, timeout)
-        self._next_rpc_id = 0
-        self._rpc_out: dict[int, tuple[_ControllerCallState, int]] = {}  # rpc id -> call, peer
         self._rpc_in: dict[int, tuple[int, int, int]] = {}  # operation id -> peer, connection, rpc id
-        self._local_calls: dict[int, _ControllerCallState] = {}  # operation id -> call
         self._seen_metadata_index = 0
         self._observed_leader_term = -1  # _observe: what this process last reported
         self._observed_replicas: dict[tuple[str, int], tuple[int, bool, int, int | None]] = {}
@@ -297,12 +284,7 @@ class NodeProcess:
         fetcher = self._fetchers.get(peer_id)
         if fetcher is not None and fetcher.inflight is not None:
             self._fail_replica_request(peer_id, fetcher)
-        for rpc_id in sorted(self._rpc_out):
-            call_state, target = self._rpc_out[rpc_id]
-            if target == peer_id:
-                del self._rpc_out[rpc_id]
-                self._retry_controller_call(call_state, KafkaError("controller connection lost",
-                                                                   ErrorCode.REQUEST_TIMED_OUT))
+        self._guard(self.calls.on_connection_lost, peer_id)
         self._fail_broker_requests_to(peer_id)
 
     def on_message(self, peer_id: int, data: bytes) -> None:
@@ -385,8 +367,7 @@ class NodeProcess:
         """NodeState.step and deliver its output; the raft timer follows the driver's next deadline."""
         output = self._guard(self.state.step, self.sim.loop.now_ms)
         self._deliver(output)
-        if self._rpc_out and not self.bug_wait_out_moved_controller:
-            self._abandon_moved_controller_calls()
+        self._guard(self.calls.abandon_moved)
         if output.proposed:
             self._ship_raft()
         self._observe()
@@ -423,12 +404,12 @@ class NodeProcess:
 
     def _deliver(self, output: StepOutput) -> None:
         self._end_on_failure(output.failures)
-        now_ms = self.sim.loop.now_ms
         for outcome in output.controller_outcomes:
-            self._on_controller_outcome(outcome)
+            if not self._guard(self.calls.on_local_outcome, outcome):
+                self._answer_controller_rpc(outcome)
         self._send_kafka_completions(output.kafka_completions)
         for call in output.controller_calls:
-            self._start_controller_call(call, now_ms)
+            self._guard(self.calls.start, call)
         for request in output.broker_requests:
             self._send_broker_request(request)
         self._sync_fetchers()
@@ -690,79 +671,11 @@ class NodeProcess:
 
     # --- controller calls -------------------------------------------------------------------------------
 
-    def _start_controller_call(self, call: ControllerCall, now_ms: int) -> None:
-        call_state = _ControllerCallState(call, now_ms + CONTROLLER_CALL_TIMEOUT_MS,
-                                          KafkaError("no active controller", ErrorCode.NOT_CONTROLLER))
-        self._attempt_controller_call(call_state)
-
-    def _attempt_controller_call(self, call_state: _ControllerCallState) -> None:
-        now_ms = self.sim.loop.now_ms
-        if now_ms >= call_state.deadline_ms:
-            self._finish_controller_call(call_state, call_state.last_error)
-            return
-        leader_id = self._guard(self.state.controller_to_ask)
-        if leader_id == self.node_id:
-            operation_id = self._guard(self.state.submit_controller_request, call_state.call.request, now_ms)
-            self._local_calls[operation_id] = call_state
-            self._schedule_process_soon()
-            return
-        if leader_id is not None and leader_id in self.connections:
-            self._next_rpc_id += 1
-            payload = cbor2.dumps([self._next_rpc_id, encode_controller_request(call_state.call.request)])
-            if self._send(leader_id, CHANNEL_CONTROLLER_REQUEST, payload):
-                self._rpc_out[self._next_rpc_id] = (call_state, leader_id)
-                attempt_ms = self.state.controller_attempt_ms_max()
-                if attempt_ms is not None and not self.bug_wait_out_moved_controller:
-                    self.sim.loop.call_later(attempt_ms * US_PER_MS, self._event, self._observer_attempt_timeout,
-                                             self._next_rpc_id)
-                return
-        self._retry_controller_call(call_state, call_state.last_error)
-
-    def _abandon_moved_controller_calls(self) -> None:
-        """As net/node.py: a call in flight to a controller other than the one this node now knows is retried
-        (NodeState.controller_moved)."""
-        for rpc_id in sorted(self._rpc_out):
-            call_state, target = self._rpc_out[rpc_id]
-            if self._guard(self.state.controller_moved, target):
-                del self._rpc_out[rpc_id]
-                moved = KafkaError(f"controller {target} moved", ErrorCode.NOT_CONTROLLER)
-                self._retry_controller_call(call_state, moved)
-
-    def _observer_attempt_timeout(self, rpc_id: int) -> None:
-        entry = self._rpc_out.pop(rpc_id, None)
-        if entry is not None:  # as net/node.py: an observer's attempt gives up (NodeState.controller_attempt_ms_max)
-            self.state.leader_hint = None
-            self._retry_controller_call(entry[0], KafkaError(f"controller {entry[1]} silent", ErrorCode.NOT_CONTROLLER))
-
-    def _retry_controller_call(self, call_state: _ControllerCallState, error: KafkaError) -> None:
-        call_state.last_error = error
-        self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event,
-                                 self._attempt_controller_call, call_state)
-
-    def _controller_answer(self, call_state: _ControllerCallState, response: Any, error: KafkaError | None,
-                           applied_index: int = 0) -> None:
-        if error is not None and (isinstance(error, RaftError) or error.code in RETRIABLE_CONTROLLER_ERRORS):
-            self._retry_controller_call(call_state, error)
-            return
-        self._finish_controller_call(call_state, error if error is not None else response, applied_index)
-
-    def _finish_controller_call(self, call_state: _ControllerCallState, response: Any, applied_index: int = 0) -> None:
-        self._guard(self.broker.on_controller_response, call_state.call, response, self.sim.loop.now_ms,
-                    applied_index)
-        if self.raft is None and self.broker.awaiting_image:
-            self._metadata_wanted = True  # as net/node.py: an observer fetches what the answer waits for at once
-            self._poll_metadata()
-        self._end_on_failure(self.broker.failures)
-        self._schedule_process_soon()
-
     def _schedule_process_soon(self) -> None:
         self.sim.loop.call_later(TICK_SPACING_US_MIN, self._event, self._process)
 
-    def _on_controller_outcome(self, outcome: Any) -> None:
-        call_state = self._local_calls.pop(outcome.operation_id, None)
-        if call_state is not None:
-            self._controller_answer(call_state, outcome.response, outcome.error, outcome.applied_index)
-            return
+    def _answer_controller_rpc(self, outcome: Any) -> None:
+        """The local controller's outcome of another node's request: the answer goes back on its connection."""
         remote = self._rpc_in.pop(outcome.operation_id, None)
         if remote is None:
             return
@@ -789,16 +702,18 @@ class NodeProcess:
 
     def _handle_controller_rpc_response(self, payload: bytes) -> None:
         rpc_id, code, message, encoded, leader_hint, applied_index = cbor2.loads(payload)
-        entry = self._rpc_out.pop(rpc_id, None)
-        if entry is None:
-            return
-        call_state, _ = entry
-        if code and self.raft is None:
-            self.state.leader_hint = leader_hint if isinstance(leader_hint, int) else None
         if code:
-            self._controller_answer(call_state, None, KafkaError(message, ErrorCode(code)))
+            self._guard(self.calls.on_rpc_answer, rpc_id, None, KafkaError(message, ErrorCode(code)), leader_hint)
         else:
-            self._controller_answer(call_state, decode_controller_response(encoded), None, applied_index)
+            self._guard(self.calls.on_rpc_answer, rpc_id, decode_controller_response(encoded), None, None,
+                        applied_index)
+
+    def _controller_call_answered(self) -> None:
+        if self.raft is None and self.broker.awaiting_image:
+            self._metadata_wanted = True  # as net/node.py: an observer fetches what the answer waits for at once
+            self._poll_metadata()
+        self._end_on_failure(self.broker.failures)
+        self._schedule_process_soon()
 
     # --- lifecycle --------------------------------------------------------------------------------------
 
@@ -848,3 +763,31 @@ class NodeProcess:
     def close(self) -> None:
         """A clean stop: high watermarks checkpointed, logs flushed, journal closed."""
         self._guard(self.state.close)
+
+
+class _SimControllerCallPort:
+    """ControllerCalls' port on the simulated network: one connection per peer, RPCs framed on the controller
+    channels, timers on the loop (each an event of the process)."""
+
+    def __init__(self, process: NodeProcess) -> None:
+        self._process = process
+
+    def reachable(self, node_id: int) -> bool:
+        return node_id in self._process.connections
+
+    def send_rpc(self, rpc: ControllerRpc) -> bool:
+        payload = cbor2.dumps([rpc.rpc_id, encode_controller_request(rpc.request)])
+        return self._process._send(rpc.target, CHANNEL_CONTROLLER_REQUEST, payload)
+
+    def abandon_rpc(self, rpc_id: int) -> None:
+        pass  # nothing to stop: the answer, if one comes, finds no attempt and is dropped
+
+    def call_later(self, delay_ms: int, action: Callable[[], None]) -> None:
+        process = self._process
+        process.sim.loop.call_later(delay_ms * US_PER_MS, process._event, process._guard, action)
+
+    def step_soon(self) -> None:
+        self._process._schedule_process_soon()
+
+    def answered(self) -> None:
+        self._process._controller_call_answered()

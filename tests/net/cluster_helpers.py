@@ -61,7 +61,7 @@ async def create_led_topic(node: Any, name: str) -> None:
     while not node.broker.image.cluster.is_active(1):
         await trio.sleep(0.05)
     created = await node.submit_to_controller(CreateTopicsRequest(topics=(CreatableTopic(
-        name=name, num_partitions=1, replication_factor=1),)), 10_000)
+        name=name, num_partitions=1, replication_factor=1),)))
     assert created.topics[0].error_code == ErrorCode.NONE, created
     while node.broker.hosted(name, 0) is None or not node.broker.hosted(name, 0).replica.is_leader:
         await trio.sleep(0.05)
