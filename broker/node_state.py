@@ -63,6 +63,10 @@ RPC_KIND_QUORUM_STATUS = "quorum_status"
 RPC_KIND_METADATA = "metadata"
 RPC_KIND_METADATA_FETCH = "metadata_fetch"  # controller port only: an observer's fetch of committed entries
 FETCH_ENTRIES_MAX = 1_000
+# How long the quorum leader may hold an observer's fetch that finds nothing new (the request's `wait_ms`, at
+# most this): answered at once when an entry is committed, so an observer learns of it without polling (Kafka's
+# observers long-poll the leader's Raft Fetch, whose max wait is 500 ms too).
+METADATA_FETCH_WAIT_MS_MAX = 500
 FETCH_BYTES_MAX = 1024 * 1024  # well below the controller port's 4 MiB frames
 
 
@@ -161,6 +165,9 @@ class NodeState:
         self.raft: RaftDriver | None = None
         self.controller_core: ControllerCore | None = None
         self.observers: dict[int, tuple[int, int]] = {}  # observer id -> (last index it has, last fetch ms)
+        # Observers' fetches this controller answered: with entries (or a snapshot), empty after holding them,
+        # empty at once (not the leader, or an observer of an earlier release that asks for no wait)
+        self.metadata_fetch_answers = {"entries": 0, "held": 0, "empty": 0}
         self.leader_hint: int | None = None  # observers: the quorum leader the last answer named
         self.quorum_seen: dict | None = None  # observers: the quorum status of the last answer
         self._controller_turn = 0  # observers: the next controller to ask while no leader is known
@@ -388,16 +395,36 @@ class NodeState:
 
     # ------------------------------------------------------------------ observers (broker-only nodes)
 
-    def metadata_fetch_answer(self, request: dict, now_ms: int) -> dict:
+    def metadata_fetch_hold_ms(self, request: dict, now_ms: int) -> int:
+        """How long the runtime may hold an observer's fetch before it answers it (`metadata_fetch_answer`):
+        0 when there is something to answer or this node does not lead the quorum (the answer names the leader
+        to ask), else the request's `wait_ms`, at most METADATA_FETCH_WAIT_MS_MAX. A held fetch is answered as
+        soon as `metadata_news` changes. Raises KeyError, TypeError or ValueError for a malformed request."""
+        start, observer = int(request["from"]), int(request["node_id"])
+        wait_ms = min(int(request.get("wait_ms", 0)), METADATA_FETCH_WAIT_MS_MAX)
+        if wait_ms <= 0 or self.raft is None or self.quorum_leader_id() != self.node_id:
+            return 0
+        if start <= self.controller.image().provenance.raft_index:
+            return 0
+        self.observers[observer] = (start - 1, now_ms)
+        return wait_ms
+
+    def metadata_news(self) -> tuple[int, int | None]:
+        """What a held observer fetch waits for: a newer committed entry, or another quorum leader."""
+        return self.controller.image().provenance.raft_index, self.quorum_leader_id()
+
+    def metadata_fetch_answer(self, request: dict, now_ms: int, held: bool = False) -> dict:
         """A controller's answer to an observer's fetch of the committed entries from index `from`: the
-        entries it still holds in order, or its image as a snapshot when the observer is behind them."""
+        entries it still holds in order, or its image as a snapshot when the observer is behind them. `held`:
+        the runtime held the fetch (metadata_fetch_hold_ms), so the observer may ask again at once."""
         start, observer = int(request["from"]), int(request["node_id"])
         self.observers[observer] = (start - 1, now_ms)
         image = self.controller.image()
         end = image.provenance.raft_index
         answer: dict[str, Any] = {"leader": self.quorum_leader_id(), "snapshot": None, "entries": [],
-                                  "status": self._quorum_status(now_ms)}
+                                  "status": self._quorum_status(now_ms), "held": held}
         first_held = self.metadata_log[0][0] if self.metadata_log else end + 1
+        self.metadata_fetch_answers["entries" if start <= end else "held" if held else "empty"] += 1
         if start < first_held and start <= end:
             answer["snapshot"] = [end, image.provenance.raft_term,
                                   [encode_record(record) for record in self.controller.snapshot()]]
@@ -412,6 +439,19 @@ class NodeState:
                 break
             answer["entries"].append([index, term, encoded])
         return answer
+
+    def metadata_fetch_request(self) -> dict:
+        """An observer's next fetch of the metadata log: the entries after its image, held by the quorum
+        leader up to METADATA_FETCH_WAIT_MS_MAX while there are none."""
+        return {"node_id": self.node_id, "from": self.metadata_image.provenance.raft_index + 1,
+                "wait_ms": METADATA_FETCH_WAIT_MS_MAX}
+
+    @staticmethod
+    def metadata_fetch_again_at_once(answer: dict, applied: int) -> bool:
+        """Whether an observer fetches again at once after `answer` (it brought entries, or the controller held
+        the fetch: the wait was there), or after its poll interval (a controller that answers at once: not the
+        leader, or an earlier release that holds nothing)."""
+        return applied > 0 or bool(answer.get("held"))
 
     def apply_metadata_fetch(self, answer: dict) -> int:
         """An observer replays what a controller answered; returns how many entries (a snapshot counts one)."""

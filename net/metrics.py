@@ -116,6 +116,14 @@ class NodeCollector:
                 "flotilla_forwarded_answers_unapplied", "Admin requests this broker forwarded to the controller and "
                 "answered without its own metadata image having the controller's answer (it waited 5 s): the "
                 "client's next read here may miss its write", value=broker.image_waits_expired)
+        if getattr(self.state, "raft", None) is not None:
+            fetches = CounterMetricFamily(
+                "flotilla_observer_metadata_fetches", "Broker-only nodes' fetches of the metadata log this controller "
+                "answered: with entries, empty after holding them up to 500 ms (the quorum leader), or empty at "
+                "once (not the leader)", labels=["answer"])
+            for answer, count in sorted(self.state.metadata_fetch_answers.items()):
+                fetches.add_metric([answer], count)
+            yield fetches
         yield from self._garbage_collector()
         manager = getattr(self.state, "telemetry", None)
         if manager is not None:

@@ -67,7 +67,7 @@ from raftlog.shell import RaftShell, call_rpc, monotonic_ms
 TICK_INTERVAL_MS = 20
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
 CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
-OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's poll of the metadata log when nothing is new
+OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's next fetch after an answer its controller did not hold
 OBSERVER_FETCH_TIMEOUT_MS = 5_000
 FAILURE_LOG_INTERVAL_MS = 60_000  # an internal error that repeats (a poll that keeps raising): logged once a minute
 
@@ -127,6 +127,11 @@ class Node:
         self.controller_calls = ControllerCalls(self.state, _TrioControllerCallPort(self))
         self._controller_rpcs: dict[int, trio.CancelScope] = {}
         self._step_wanted = trio.Event()  # set to step at once rather than at the next tick
+        # Observers' metadata fetches held here (the quorum leader) until an entry is committed or the leader
+        # changes: what they wait for, and the event that wakes them (replaced each time it is set)
+        self._metadata_news: tuple[int, int | None] | None = None
+        self._metadata_news_event = trio.Event()
+        self._metadata_news_waiters = 0
         self._nursery: trio.Nursery | None = None
         self._fetchers: dict[int, trio.CancelScope] = {}
         # The outbox's connections, one per (destination, API): requests are pipelined on each, and a quick
@@ -149,6 +154,8 @@ class Node:
         """Let every core advance and deliver what it produced. Runs on the ticker and after Raft steps."""
         self._deliver(self.state.step(monotonic_ms()))
         self.controller_calls.abandon_moved()
+        if self._metadata_news_waiters and self.state.metadata_news() != self._metadata_news:
+            self._metadata_news_changed()
         self._log_cluster_changes()
 
     def _log_cluster_changes(self) -> None:
@@ -300,12 +307,30 @@ class Node:
                                                 None, int(answer.get("applied_index", 0)))
         self._process()
 
+    async def _wait_for_metadata_news(self, hold_ms: int) -> None:
+        """Hold an observer's fetch until `NodeState.metadata_news` changes, for at most `hold_ms`."""
+        self._metadata_news = self.state.metadata_news()
+        self._metadata_news_waiters += 1
+        try:
+            with trio.move_on_after(hold_ms / 1000):
+                await self._metadata_news_event.wait()
+        finally:
+            self._metadata_news_waiters -= 1
+
+    def _metadata_news_changed(self) -> None:
+        self._metadata_news = self.state.metadata_news()
+        self._metadata_news_event.set()
+        self._metadata_news_event = trio.Event()
+
     async def handle_rpc(self, request: dict) -> dict:
         """Requests arriving on the controller port from other nodes and from the CLI."""
         kind = request.get("kind")
         if kind == RPC_KIND_METADATA_FETCH:
             try:
-                return self.state.metadata_fetch_answer(request, monotonic_ms())
+                hold_ms = self.state.metadata_fetch_hold_ms(request, monotonic_ms())
+                if hold_ms:
+                    await self._wait_for_metadata_news(hold_ms)
+                return self.state.metadata_fetch_answer(request, monotonic_ms(), held=hold_ms > 0)
             except (KeyError, TypeError, ValueError) as error:
                 return {"error": int(ErrorCode.INVALID_REQUEST), "message": f"bad metadata fetch: {error}"}
         if kind == RPC_KIND_CONTROLLER:
@@ -533,8 +558,7 @@ class Node:
         while True:
             target = self.state.controller_to_ask()
             controller = self.config.node(target)
-            request = {"kind": RPC_KIND_METADATA_FETCH, "node_id": self.node_id,
-                       "from": self.state.metadata_image.provenance.raft_index + 1}
+            request = {"kind": RPC_KIND_METADATA_FETCH, **self.state.metadata_fetch_request()}
             try:
                 answer = await call_rpc(
                     controller.host, controller.controller_port, self.config.cluster_id, self.config.secret, request,
@@ -549,7 +573,7 @@ class Node:
                 continue
             applied = self.state.apply_metadata_fetch(answer)
             self._process()
-            if not applied and not self._metadata_wanted.is_set():
+            if not self.state.metadata_fetch_again_at_once(answer, applied) and not self._metadata_wanted.is_set():
                 with trio.move_on_after(OBSERVER_FETCH_INTERVAL_MS / 1000):
                     await self._metadata_wanted.wait()
             self._metadata_wanted = trio.Event()

@@ -75,8 +75,8 @@ CHANNEL_CONTROLLER_REQUEST = b"C"
 CHANNEL_CONTROLLER_RESPONSE = b"D"
 CHANNEL_METADATA_FETCH = b"M"  # an observer (broker-only node) asks a controller for committed entries
 CHANNEL_METADATA_ANSWER = b"N"
-OBSERVER_FETCH_INTERVAL_MS = 100  # as net/node.py: the next poll when nothing was new
-OBSERVER_FETCH_TIMEOUT_MS = 1_000
+OBSERVER_FETCH_INTERVAL_MS = 100  # as net/node.py: the next fetch after an answer its controller did not hold
+OBSERVER_FETCH_TIMEOUT_MS = 2_000  # above the leader's hold (METADATA_FETCH_WAIT_MS_MAX) and slow links
 
 
 def _describe(error: BaseException) -> str:
@@ -157,6 +157,15 @@ class _CorruptingHandle:
         return getattr(self._handle, name)
 
 
+@dataclass(eq=False)
+class _HeldMetadataFetch:
+    peer_id: int
+    connection: int
+    request: dict
+    news: tuple[int, int | None]  # NodeState.metadata_news when it was held
+    timer: int | None = None
+
+
 @dataclass
 class _Fetcher:
     inflight: ReplicaRequest | None = None
@@ -197,6 +206,7 @@ class NodeProcess:
         self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
         self._metadata_fetch: tuple[int, int] | None = None  # observers: (controller asked, timeout handle)
         self._metadata_wanted = False  # observers: an answer waits for the metadata (fetch again at once)
+        self._held_metadata_fetches: list[_HeldMetadataFetch] = []  # controllers: observers' fetches, in order
         self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
         self._connection_counter = 0
         self._raft_timer: int | None = None
@@ -301,8 +311,7 @@ class NodeProcess:
         elif channel == CHANNEL_CONTROLLER_REQUEST:
             self._handle_controller_rpc(peer_id, payload)
         elif channel == CHANNEL_METADATA_FETCH:
-            answer = self._guard(self.state.metadata_fetch_answer, cbor2.loads(payload), self.sim.loop.now_ms)
-            self._send(peer_id, CHANNEL_METADATA_ANSWER, cbor2.dumps(answer))
+            self._serve_metadata_fetch(peer_id, cbor2.loads(payload))
         elif channel == CHANNEL_METADATA_ANSWER:
             self._on_metadata_answer(peer_id, cbor2.loads(payload))
         else:
@@ -327,7 +336,7 @@ class NodeProcess:
         if self._metadata_fetch is not None:
             return
         target = self.state.controller_to_ask(lambda node_id: node_id in self.connections)
-        request = {"node_id": self.node_id, "from": self.state.metadata_image.provenance.raft_index + 1}
+        request = self.state.metadata_fetch_request()
         if not self._send(target, CHANNEL_METADATA_FETCH, cbor2.dumps(request)):
             self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event, self._poll_metadata)
             return
@@ -350,9 +359,40 @@ class NodeProcess:
         self._metadata_fetch = None
         applied = self._guard(self.state.apply_metadata_fetch, answer)
         self._process()
-        delay_us = TICK_SPACING_US_MIN if applied or self._metadata_wanted else OBSERVER_FETCH_INTERVAL_MS * US_PER_MS
+        at_once = self.state.metadata_fetch_again_at_once(answer, applied) or self._metadata_wanted
+        delay_us = TICK_SPACING_US_MIN if at_once else OBSERVER_FETCH_INTERVAL_MS * US_PER_MS
         self._metadata_wanted = False
         self.sim.loop.call_later(delay_us, self._event, self._poll_metadata)
+
+    # --- controllers: observers' fetches, held by the quorum leader --------------------------------------
+
+    def _serve_metadata_fetch(self, peer_id: int, request: dict) -> None:
+        """As net/node.py: answer at once, or hold the fetch until an entry is committed, the leader changes
+        (`_answer_held_metadata_fetches`, after each step) or its wait is over."""
+        now_ms = self.sim.loop.now_ms
+        hold_ms = self._guard(self.state.metadata_fetch_hold_ms, request, now_ms)
+        if not hold_ms:
+            answer = self._guard(self.state.metadata_fetch_answer, request, now_ms)
+            self._send(peer_id, CHANNEL_METADATA_ANSWER, cbor2.dumps(answer))
+            return
+        held = _HeldMetadataFetch(peer_id, self.connections.get(peer_id, -1), request, self.state.metadata_news())
+        held.timer = self.sim.loop.call_later(hold_ms * US_PER_MS, self._event, self._answer_held_metadata_fetch, held)
+        self._held_metadata_fetches.append(held)
+
+    def _answer_held_metadata_fetch(self, held: _HeldMetadataFetch) -> None:
+        if held not in self._held_metadata_fetches:
+            return  # answered on news while its timer's event waited out a pause
+        self._held_metadata_fetches.remove(held)
+        self.sim.loop.cancel(held.timer)
+        if self.connections.get(held.peer_id) != held.connection:
+            return  # the observer's connection is gone, and the fetch with it
+        answer = self._guard(self.state.metadata_fetch_answer, held.request, self.sim.loop.now_ms, True)
+        self._send(held.peer_id, CHANNEL_METADATA_ANSWER, cbor2.dumps(answer))
+
+    def _answer_held_metadata_fetches(self) -> None:
+        news = self.state.metadata_news()
+        for held in [held for held in self._held_metadata_fetches if held.news != news]:
+            self._answer_held_metadata_fetch(held)
 
     def _raft_input(self, action: Callable[..., Any], *args: Any) -> None:
         self._guard(action, *args)
@@ -368,6 +408,8 @@ class NodeProcess:
         output = self._guard(self.state.step, self.sim.loop.now_ms)
         self._deliver(output)
         self._guard(self.calls.abandon_moved)
+        if self._held_metadata_fetches:
+            self._answer_held_metadata_fetches()
         if output.proposed:
             self._ship_raft()
         self._observe()
@@ -724,6 +766,8 @@ class NodeProcess:
         loop.cancel(self._step_timer)
         if self._metadata_fetch is not None:
             loop.cancel(self._metadata_fetch[1])
+        for held in self._held_metadata_fetches:
+            loop.cancel(held.timer)
         for fetcher in self._fetchers.values():
             loop.cancel(fetcher.wake_handle)
             loop.cancel(fetcher.timeout_handle)

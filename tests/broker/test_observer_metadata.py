@@ -8,7 +8,7 @@ import random
 
 from broker.config import parse_config
 from broker.controller_core import encode_entry
-from broker.node_state import NodeState
+from broker.node_state import METADATA_FETCH_WAIT_MS_MAX, NodeState
 from metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord
 from simulations.disk import SimDisk
 
@@ -22,14 +22,14 @@ OBSERVER_INCARNATION = b"\x04" * 16
 TOPIC_ID = bytes(range(16))
 
 
-def node(node_id: int, incarnation: bytes) -> NodeState:
+def node(node_id: int, incarnation: bytes, clock_ms=lambda: 0) -> NodeState:
     def disk():
         storage = SimDisk(random.Random(node_id))
         storage.makedirs("metadata")
         storage.makedirs("logs")
         return storage
 
-    return NodeState(CONFIG, node_id, disk(), random.Random(node_id), lambda: 0, incarnation_id=incarnation)
+    return NodeState(CONFIG, node_id, disk(), random.Random(node_id), clock_ms, incarnation_id=incarnation)
 
 
 def commit(controller: NodeState, index: int, records: list) -> None:
@@ -96,3 +96,49 @@ def test_clients_are_told_of_the_broker_they_asked_as_the_controller_whatever_le
     assert controller.quorum_leader_id() is None and controller.controller_id_for_clients() == 1
     observer.leader_hint = 1  # the quorum leader is a broker too, and perhaps dead already
     assert observer.controller_id_for_clients() == 4
+
+
+def elected(controller: NodeState, clock: list[int]) -> None:
+    while controller.quorum_leader_id() != controller.node_id:
+        clock[0] += 50
+        controller.raft.tick(clock[0])
+        controller.step(clock[0])
+        assert clock[0] < 10_000, "the single voter did not elect itself"
+
+
+def test_the_quorum_leader_holds_a_fetch_with_nothing_new_until_an_entry_is_committed():
+    # Kafka's observers long-poll the leader's Raft Fetch: no polling while nothing changes.
+    clock = [0]
+    controller = node(1, b"\x01" * 16, lambda: clock[0])
+    observer = node(4, OBSERVER_INCARNATION)
+    request = observer.metadata_fetch_request()
+    start = observer.metadata_image.provenance.raft_index + 1
+    assert request == {"node_id": 4, "from": start, "wait_ms": METADATA_FETCH_WAIT_MS_MAX}
+    assert controller.metadata_fetch_hold_ms(request, 0) == 0  # no leader yet: answered at once, naming none
+    elected(controller, clock)
+    caught_up = {**request, "from": controller.metadata_news()[0] + 1}
+    assert controller.metadata_fetch_hold_ms(request, clock[0]) == 0  # entries to send: at once
+    assert controller.metadata_fetch_hold_ms(caught_up, clock[0]) == METADATA_FETCH_WAIT_MS_MAX
+    assert controller.metadata_fetch_hold_ms({**caught_up, "wait_ms": 60_000}, clock[0]) == METADATA_FETCH_WAIT_MS_MAX
+    assert controller.metadata_fetch_hold_ms({**caught_up, "wait_ms": 120}, clock[0]) == 120
+    assert controller.metadata_fetch_hold_ms({"node_id": 4, "from": caught_up["from"]}, clock[0]) == 0  # older release
+    news = controller.metadata_news()
+    index = news[0] + 1
+    commit(controller, index, [registration(4, OBSERVER_INCARNATION, 3)])
+    assert controller.metadata_news() == (index, 1) != news  # what wakes the held fetch
+    answer = controller.metadata_fetch_answer(caught_up, clock[0], held=True)
+    assert [entry[0] for entry in answer["entries"]] == [index] and answer["held"]
+    applied = observer.apply_metadata_fetch(answer)
+    assert observer.metadata_fetch_again_at_once(answer, applied)
+
+
+def test_an_observer_waits_its_interval_after_an_answer_nobody_held():
+    controller, observer = node(1, b"\x01" * 16), node(4, OBSERVER_INCARNATION)
+    history(controller)
+    answer = controller.metadata_fetch_answer({"from": 1, "node_id": 4}, 0)
+    assert observer.metadata_fetch_again_at_once(answer, observer.apply_metadata_fetch(answer))  # entries came
+    empty = controller.metadata_fetch_answer(observer.metadata_fetch_request(), 10)
+    assert empty["entries"] == [] and not empty["held"]
+    assert not observer.metadata_fetch_again_at_once(empty, observer.apply_metadata_fetch(empty))
+    assert observer.metadata_fetch_again_at_once({**empty, "held": True}, 0)  # the wait was at the leader
+    assert not observer.metadata_fetch_again_at_once({"entries": []}, 0)  # an earlier release's answer

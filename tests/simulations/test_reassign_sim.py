@@ -23,8 +23,10 @@ REASSIGN_WITHOUT_CATCH_UP_SEED = 1
 # Both moved again when a starting node held its first Metadata requests: 209 is the first seed to catch the
 # first, 46 is the first to catch the second. The first moved to 276 (of seeds 1-300) when forwarded admin
 # answers began to wait for the forwarding broker's image and the run to wait for every node's image to settle.
-FETCH_SESSION_SILENT_SEED = 276  # the defect the sweep found in the first fetch sessions
-PARKED_FETCH_DROPS_NEWS_SEED = 46  # found once log cleanup stopped waking every partition
+# Both moved to 19 (the first seed of 300 to catch either, the broker-only node's replica left behind) when the
+# quorum leader began to hold the broker-only node's metadata fetches instead of answering its polls.
+FETCH_SESSION_SILENT_SEED = 19  # the defect the sweep found in the first fetch sessions
+PARKED_FETCH_DROPS_NEWS_SEED = 19  # found once log cleanup stopped waking every partition
 SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}
 
 
