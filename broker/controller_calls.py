@@ -20,6 +20,8 @@ time, through a `ControllerCallPort`:
   the next controller; an error answer naming the leader is followed;
 - the answer goes to `BrokerCore.on_controller_response` with the controller's applied metadata index, which a
   client's forwarded request waits for (read-your-writes).
+On the other side, a controller serves another node's request only while it leads the quorum
+(`refuse_unless_leading`); its answer, either way, is a `ControllerOutcome` (an error names the leader it knows).
 
 It never sleeps, never opens a connection and never reads a clock of its own: time is `NodeState.clock_ms`.
 """
@@ -33,8 +35,9 @@ from broker.core import ControllerCall
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
 
+from broker.controller_core import ControllerOutcome
+
 if TYPE_CHECKING:
-    from broker.controller_core import ControllerOutcome
     from broker.node_state import NodeState
 
 CONTROLLER_CALL_TIMEOUT_MS = 10_000
@@ -82,6 +85,15 @@ class ControllerCallPort(Protocol):
     def answered(self) -> None:
         """A call was handed its answer (BrokerCore.on_controller_response); the broker may now wait for its
         image (`BrokerCore.awaiting_image`)."""
+
+
+def refuse_unless_leading(state: NodeState) -> ControllerOutcome | None:
+    """Another node's controller request, arriving here: None when this node leads the quorum (submit it), else
+    the NOT_CONTROLLER outcome to answer, naming the leader this node knows."""
+    leader_id = state.raft.status().leader_id
+    if leader_id == state.node_id:
+        return None
+    return ControllerOutcome(-1, error=KafkaError("not the controller", ErrorCode.NOT_CONTROLLER), leader_hint=leader_id)
 
 
 class ControllerCalls:

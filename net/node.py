@@ -41,7 +41,7 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc
+from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc, refuse_unless_leading
 from broker.core import BrokerRequest
 from broker.quotas import ip_connection_rate
 from broker.config import ClusterConfig, NodeConfig, parse_connection_overrides
@@ -266,17 +266,13 @@ class Node:
             raise answers[0]
         return answers[0]
 
-    async def _submit_locally(self, request: Any) -> tuple[Any, int]:
-        """A remote node's request, on this node's controller: its response and the controller's applied
-        metadata index; raises the controller's KafkaError (NOT_CONTROLLER when it lost the lead)."""
+    async def _submit_locally(self, request: Any) -> ControllerOutcome:
+        """A remote node's request, on this node's controller: the outcome (an error names the leader)."""
         send, receive = trio.open_memory_channel[ControllerOutcome](1)
         operation_id = self.state.submit_controller_request(request, monotonic_ms())
         self._operation_waiters[operation_id] = send
         self._process()
-        outcome = await receive.receive()
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.response, outcome.applied_index
+        return await receive.receive()
 
     async def _carry_controller_rpc(self, rpc: ControllerRpc) -> None:
         """One attempt of a controller call at a remote controller; its answer, or failure, goes back to
@@ -336,13 +332,12 @@ class Node:
         if kind == RPC_KIND_CONTROLLER:
             try:
                 controller_request = decode_controller_request(request["request"])
-                if self.raft.status().leader_id != self.node_id:
-                    leader = self.raft.status().leader_id
-                    return {"error": int(ErrorCode.NOT_CONTROLLER), "message": "not the controller", "leader": leader}
-                response, applied_index = await self._submit_locally(controller_request)
             except KafkaError as error:
                 return {"error": int(error.code), "message": error.message}
-            return {"response": encode_controller_response(response), "applied_index": applied_index}
+            outcome = refuse_unless_leading(self.state) or await self._submit_locally(controller_request)
+            if outcome.error is not None:
+                return {"error": int(outcome.error.code), "message": outcome.error.message, "leader": outcome.leader_hint}
+            return {"response": encode_controller_response(outcome.response), "applied_index": outcome.applied_index}
         return self.handle_admin(request)
 
     # ------------------------------------------------------------------ replica fetchers

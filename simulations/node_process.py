@@ -35,7 +35,7 @@ import broker.handlers_data  # noqa: F401
 import broker.handlers_elastic  # noqa: F401
 import broker.handlers_quotas  # noqa: F401
 import broker.handlers_security  # noqa: F401
-from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc
+from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc, refuse_unless_leading
 from broker.core import ReplicaRequest
 from broker.apis import Deferred, RequestFailed
 from broker.node_state import NodeState, StepOutput
@@ -722,8 +722,10 @@ class NodeProcess:
         if remote is None:
             return
         peer_id, connection, rpc_id = remote
-        if self.connections.get(peer_id) != connection:
-            return
+        if self.connections.get(peer_id) == connection:
+            self._send_controller_rpc_answer(peer_id, rpc_id, outcome)
+
+    def _send_controller_rpc_answer(self, peer_id: int, rpc_id: int, outcome: Any) -> None:
         if outcome.error is not None:
             answer = [rpc_id, int(outcome.error.code), str(outcome.error), None, outcome.leader_hint, 0]
         else:
@@ -733,10 +735,9 @@ class NodeProcess:
     def _handle_controller_rpc(self, peer_id: int, payload: bytes) -> None:
         rpc_id, encoded = cbor2.loads(payload)
         request = decode_controller_request(encoded)
-        leader_id = self._guard(self.raft.status).leader_id
-        if leader_id != self.node_id:
-            answer = [rpc_id, int(ErrorCode.NOT_CONTROLLER), "not the controller", None, leader_id, 0]
-            self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps(answer))
+        refusal = self._guard(refuse_unless_leading, self.state)
+        if refusal is not None:
+            self._send_controller_rpc_answer(peer_id, rpc_id, refusal)
             return
         operation_id = self._guard(self.state.submit_controller_request, request, self.sim.loop.now_ms)
         self._rpc_in[operation_id] = (peer_id, self.connections.get(peer_id, -1), rpc_id)

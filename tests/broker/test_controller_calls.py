@@ -15,6 +15,7 @@ from broker.controller_calls import (
     CONTROLLER_RETRY_BACKOFF_MS,
     ControllerCalls,
     ControllerRpc,
+    refuse_unless_leading,
 )
 from broker.core import ControllerCall
 from broker.node_state import NodeState
@@ -179,3 +180,24 @@ def test_planted_wait_out_moved_controller_keeps_waiting_on_the_controller_asked
     state.leader_hint = 2
     calls.abandon_moved()
     assert port.abandoned == [] and calls.in_flight == 1
+
+
+def test_a_controller_serves_another_nodes_request_only_while_it_leads_and_names_none_before_an_election():
+    config = parse_config({
+        "cluster_id": "alone",
+        "nodes": [{"id": 1, "kafka_port": 9001, "controller_port": 9101, "roles": ["broker", "controller"]}],
+    }, "<test>", "/")
+    clock = [0]
+    storage = SimDisk(random.Random(1))
+    storage.makedirs("metadata")
+    storage.makedirs("logs")
+    controller = NodeState(config, 1, storage, random.Random(1), lambda: clock[0], incarnation_id=b"\x01" * 16)
+    refusal = refuse_unless_leading(controller)
+    assert refusal.error.code == ErrorCode.NOT_CONTROLLER and refusal.leader_hint is None  # no leader yet
+    while controller.raft.status().leader_id != 1:
+        clock[0] += 50
+        controller.raft.tick(clock[0])
+        controller.step(clock[0])
+        assert clock[0] < 10_000, "the single voter did not elect itself"
+    assert refuse_unless_leading(controller) is None
+
