@@ -31,11 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from broker.controller_core import ControllerOutcome
 from broker.core import ControllerCall
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
-
-from broker.controller_core import ControllerOutcome
 
 if TYPE_CHECKING:
     from broker.node_state import NodeState
