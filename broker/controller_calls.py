@@ -81,9 +81,10 @@ class ControllerCallPort(Protocol):
     def step_soon(self) -> None:
         """Step the node soon (a request was queued for the local controller, a call was answered)."""
 
-    def answered(self) -> None:
-        """A call was handed its answer (BrokerCore.on_controller_response); the broker may now wait for its
-        image (`BrokerCore.awaiting_image`)."""
+    def answered(self, fetch_metadata_now: bool) -> None:
+        """A call was handed its answer (BrokerCore.on_controller_response). `fetch_metadata_now`: this is an
+        observer whose broker holds an answer for its image (`BrokerCore.awaiting_image`), so it fetches the
+        metadata now rather than at its next poll."""
 
 
 def refuse_unless_leading(state: NodeState) -> ControllerOutcome | None:
@@ -212,6 +213,6 @@ class ControllerCalls:
         self._finish(call_state, error if error is not None else response, applied_index)
 
     def _finish(self, call_state: _CallState, response: Any, applied_index: int = 0) -> None:
-        self._state.broker.on_controller_response(call_state.call, response, self._state.broker_clock_ms(),
-                                                  applied_index)
-        self._port.answered()
+        state = self._state
+        state.broker.on_controller_response(call_state.call, response, state.broker_clock_ms(), applied_index)
+        self._port.answered(state.raft is None and state.broker.awaiting_image)

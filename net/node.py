@@ -871,8 +871,7 @@ class _TrioControllerCallPort:
     def step_soon(self) -> None:
         self._node._step_wanted.set()
 
-    def answered(self) -> None:
-        node = self._node
-        if node.raft is None and node.broker.awaiting_image:
-            node._metadata_wanted.set()  # an observer fetches what the answer waits for now, not at its next poll
-        node._step_wanted.set()
+    def answered(self, fetch_metadata_now: bool) -> None:
+        if fetch_metadata_now:
+            self._node._metadata_wanted.set()
+        self._node._step_wanted.set()

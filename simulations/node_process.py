@@ -751,9 +751,9 @@ class NodeProcess:
             self._guard(self.calls.on_rpc_answer, rpc_id, decode_controller_response(encoded), None, None,
                         applied_index)
 
-    def _controller_call_answered(self) -> None:
-        if self.raft is None and self.broker.awaiting_image:
-            self._metadata_wanted = True  # as net/node.py: an observer fetches what the answer waits for at once
+    def _controller_call_answered(self, fetch_metadata_now: bool) -> None:
+        if fetch_metadata_now:
+            self._metadata_wanted = True
             self._poll_metadata()
         self._end_on_failure(self.broker.failures)
         self._schedule_process_soon()
@@ -834,5 +834,5 @@ class _SimControllerCallPort:
     def step_soon(self) -> None:
         self._process._schedule_process_soon()
 
-    def answered(self) -> None:
-        self._process._controller_call_answered()
+    def answered(self, fetch_metadata_now: bool) -> None:
+        self._process._controller_call_answered(fetch_metadata_now)

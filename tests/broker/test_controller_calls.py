@@ -59,8 +59,9 @@ class RecordingPort:
     def step_soon(self) -> None:
         pass
 
-    def answered(self) -> None:
+    def answered(self, fetch_metadata_now: bool) -> None:
         self.answers += 1
+        self.fetch_metadata_now = fetch_metadata_now
 
     def advance(self, delay_ms: int) -> None:
         """Move the clock, running the timers that fall due, in order."""
@@ -107,8 +108,17 @@ def test_the_answer_reaches_the_broker_with_the_controllers_applied_index_and_a_
     port.advance(7)
     calls.on_rpc_answer(rpc.rpc_id, "created", None, None, 42)
     assert answers == [("created", 7)] and port.answers == 1 and calls.in_flight == 0
+    assert not port.fetch_metadata_now  # the broker's own call: nothing waits for the image
     calls.on_rpc_answer(rpc.rpc_id, "again", None, None, 43)  # a duplicate: no attempt waits for it
     assert answers == [("created", 7)]
+
+
+def test_an_observer_holding_a_forwarded_answer_for_its_image_is_told_to_fetch_the_metadata_now():
+    state, port, calls, answers = observer_calls()
+    calls.start(ControllerCall(2, REQUEST, lambda response, now_ms: answers.append(response), read_your_write=True))
+    calls.on_rpc_answer(port.sent[-1].rpc_id, "created", None, None, 42)
+    assert answers == [] and state.broker.awaiting_image  # held until this broker's image reaches index 42
+    assert port.fetch_metadata_now
 
 
 def test_a_controllers_own_error_ends_the_call_at_once():
