@@ -41,7 +41,8 @@ from metadata.requests import (
     encode_request as encode_controller_request,
     encode_response as encode_controller_response,
 )
-from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc, refuse_unless_leading
+from broker.controller_calls import ControllerCalls, ControllerRpc, refuse_unless_leading
+from broker.metadata_observer import MetadataObserver
 from broker.core import BrokerRequest
 from broker.quotas import ip_connection_rate
 from broker.config import ClusterConfig, NodeConfig, parse_connection_overrides
@@ -67,7 +68,6 @@ from raftlog.shell import RaftShell, call_rpc, monotonic_ms
 TICK_INTERVAL_MS = 20
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
 CONTROLLED_SHUTDOWN_LEADERLESS_S_MAX = 1.0
-OBSERVER_FETCH_INTERVAL_MS = 100  # a broker-only node's next fetch after an answer its controller did not hold
 OBSERVER_FETCH_TIMEOUT_MS = 5_000
 FAILURE_LOG_INTERVAL_MS = 60_000  # an internal error that repeats (a poll that keeps raising): logged once a minute
 
@@ -145,8 +145,8 @@ class Node:
         self.connections: ConnectionLimits | None = None
         self.controller_connections: ConnectionLimits | None = None
         self.raft_shell: RaftShell | None = None
-        # An observer: set when an answer waits for the metadata (BrokerCore.awaiting_image), to fetch it at once
-        self._metadata_wanted = trio.Event()
+        # A broker-only node's fetches of the metadata log from the quorum leader (broker/metadata_observer.py)
+        self.observer = MetadataObserver(self.state, _TrioMetadataFetchPort(self), OBSERVER_FETCH_TIMEOUT_MS)
 
     # ------------------------------------------------------------------ the event step
 
@@ -478,7 +478,7 @@ class Node:
                 )
                 await nursery.start(self.raft_shell.run)
             else:
-                nursery.start_soon(self._observe_metadata)
+                self.observer.fetch()
             if self.jwks_endpoint is not None:
                 nursery.start_soon(self.jwks_endpoint.run)
             if self.broker is not None:
@@ -547,31 +547,25 @@ class Node:
     def close(self) -> None:
         self.state.close()
 
-    async def _observe_metadata(self) -> None:
-        """A broker-only node (KRaft observer): fetch the committed metadata entries from the quorum leader
-        (any controller until one names the leader), replay them, and poll again when nothing was new."""
-        while True:
-            target = self.state.controller_to_ask()
-            controller = self.config.node(target)
-            request = {"kind": RPC_KIND_METADATA_FETCH, **self.state.metadata_fetch_request()}
-            try:
-                answer = await call_rpc(
-                    controller.host, controller.controller_port, self.config.cluster_id, self.config.secret, request,
-                    OBSERVER_FETCH_TIMEOUT_MS, node_id=self.node_id,
-                    ssl_context=self.controller_tls[1] if self.controller_tls is not None else None)
-                if "error" in answer:
-                    raise KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
-            except (KafkaError, OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as error:
-                self.log.debug("metadata_fetch_failed", controller=target, error=str(error))
-                self.state.leader_hint = None
-                await trio.sleep(CONTROLLER_RETRY_BACKOFF_MS / 1000)
-                continue
-            applied = self.state.apply_metadata_fetch(answer)
-            self._process()
-            if not self.state.metadata_fetch_again_at_once(answer, applied) and not self._metadata_wanted.is_set():
-                with trio.move_on_after(OBSERVER_FETCH_INTERVAL_MS / 1000):
-                    await self._metadata_wanted.wait()
-            self._metadata_wanted = trio.Event()
+    async def _carry_metadata_fetch(self, target: int, request: dict) -> None:
+        """An observer's fetch of the metadata log from controller `target`; its answer, or failure, goes back
+        to `observer` unless the observer has given the fetch up (its timeout) and sent another since."""
+        fetch_id = self.observer.fetch_id
+        controller = self.config.node(target)
+        try:
+            answer = await call_rpc(
+                controller.host, controller.controller_port, self.config.cluster_id, self.config.secret,
+                {"kind": RPC_KIND_METADATA_FETCH, **request}, OBSERVER_FETCH_TIMEOUT_MS, node_id=self.node_id,
+                ssl_context=self.controller_tls[1] if self.controller_tls is not None else None)
+        except (KafkaError, OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as error:
+            self.log.debug("metadata_fetch_failed", controller=target, error=str(error))
+            if self.observer.fetch_id == fetch_id:
+                self.observer.on_failure()
+            return
+        if "error" in answer:
+            self.log.debug("metadata_fetch_failed", controller=target, error=answer.get("message", ""))
+        if self.observer.fetch_id == fetch_id:
+            self.observer.on_answer(target, answer)
 
 
 class KafkaConnection:
@@ -873,5 +867,36 @@ class _TrioControllerCallPort:
 
     def answered(self, fetch_metadata_now: bool) -> None:
         if fetch_metadata_now:
-            self._node._metadata_wanted.set()
+            self._node.observer.fetch_now()
         self._node._step_wanted.set()
+
+
+class _TrioMetadataFetchPort:
+    """MetadataObserver's port on the real node: each fetch an RPC over the controller port in a task of the
+    node's nursery; timers as tasks that sleep, each in a cancel scope of its own."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def reachable(self, node_id: int) -> bool:
+        return True  # the fetch itself finds out
+
+    def send_fetch(self, target: int, request: dict) -> bool:
+        self._node._nursery.start_soon(self._node._carry_metadata_fetch, target, request)
+        return True
+
+    def call_later(self, delay_ms: int, action: Callable[[], None]) -> trio.CancelScope:
+        scope = trio.CancelScope()
+        self._node._nursery.start_soon(self._later, scope, delay_ms, action)
+        return scope
+
+    async def _later(self, scope: trio.CancelScope, delay_ms: int, action: Callable[[], None]) -> None:
+        with scope:
+            await trio.sleep(delay_ms / 1000)
+            action()
+
+    def cancel(self, handle: trio.CancelScope) -> None:
+        handle.cancel()
+
+    def applied(self) -> None:
+        self._node._process()

@@ -35,7 +35,8 @@ import broker.handlers_data  # noqa: F401
 import broker.handlers_elastic  # noqa: F401
 import broker.handlers_quotas  # noqa: F401
 import broker.handlers_security  # noqa: F401
-from broker.controller_calls import CONTROLLER_RETRY_BACKOFF_MS, ControllerCalls, ControllerRpc, refuse_unless_leading
+from broker.controller_calls import ControllerCalls, ControllerRpc, refuse_unless_leading
+from broker.metadata_observer import MetadataObserver
 from broker.core import ReplicaRequest
 from broker.apis import Deferred, RequestFailed
 from broker.node_state import NodeState, StepOutput
@@ -75,7 +76,6 @@ CHANNEL_CONTROLLER_REQUEST = b"C"
 CHANNEL_CONTROLLER_RESPONSE = b"D"
 CHANNEL_METADATA_FETCH = b"M"  # an observer (broker-only node) asks a controller for committed entries
 CHANNEL_METADATA_ANSWER = b"N"
-OBSERVER_FETCH_INTERVAL_MS = 100  # as net/node.py: the next fetch after an answer its controller did not hold
 OBSERVER_FETCH_TIMEOUT_MS = 2_000  # above the leader's hold (METADATA_FETCH_WAIT_MS_MAX) and slow links
 
 
@@ -204,8 +204,7 @@ class NodeProcess:
         self.broker = broker
         self.raft = self.state.raft  # None on a broker-only node (an observer)
         self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
-        self._metadata_fetch: tuple[int, int] | None = None  # observers: (controller asked, timeout handle)
-        self._metadata_wanted = False  # observers: an answer waits for the metadata (fetch again at once)
+        self.observer = MetadataObserver(self.state, _SimMetadataFetchPort(self), OBSERVER_FETCH_TIMEOUT_MS)
         self._held_metadata_fetches: list[_HeldMetadataFetch] = []  # controllers: observers' fetches, in order
         self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
         self._connection_counter = 0
@@ -289,8 +288,7 @@ class NodeProcess:
     def _after_disconnect(self, peer_id: int) -> None:
         if peer_id in self.peers:
             self._raft_input(self.raft.disconnected, peer_id)
-        if self._metadata_fetch is not None and self._metadata_fetch[0] == peer_id:
-            self._metadata_fetch_failed()
+        self.observer.on_connection_lost(peer_id)
         fetcher = self._fetchers.get(peer_id)
         if fetcher is not None and fetcher.inflight is not None:
             self._fail_replica_request(peer_id, fetcher)
@@ -313,7 +311,7 @@ class NodeProcess:
         elif channel == CHANNEL_METADATA_FETCH:
             self._serve_metadata_fetch(peer_id, cbor2.loads(payload))
         elif channel == CHANNEL_METADATA_ANSWER:
-            self._on_metadata_answer(peer_id, cbor2.loads(payload))
+            self._guard(self.observer.on_answer, peer_id, cbor2.loads(payload))
         else:
             assert channel == CHANNEL_CONTROLLER_RESPONSE, f"channel {channel!r} from {peer_id}"
             self._handle_controller_rpc_response(payload)
@@ -326,43 +324,7 @@ class NodeProcess:
     def start(self) -> None:
         self._event(self._periodic)
         if self.raft is None:
-            self._event(self._poll_metadata)
-
-    # --- observers: the metadata log from the controllers -------------------------------------------------
-
-    def _poll_metadata(self) -> None:
-        """As net/node.py's observer loop: ask the quorum leader (or the next controller) for the committed
-        entries after ours."""
-        if self._metadata_fetch is not None:
-            return
-        target = self.state.controller_to_ask(lambda node_id: node_id in self.connections)
-        request = self.state.metadata_fetch_request()
-        if not self._send(target, CHANNEL_METADATA_FETCH, cbor2.dumps(request)):
-            self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event, self._poll_metadata)
-            return
-        timeout = self.sim.loop.call_later(OBSERVER_FETCH_TIMEOUT_MS * US_PER_MS, self._event,
-                                           self._metadata_fetch_failed)
-        self._metadata_fetch = (target, timeout)
-
-    def _metadata_fetch_failed(self) -> None:
-        if self._metadata_fetch is None:
-            return
-        self.sim.loop.cancel(self._metadata_fetch[1])
-        self._metadata_fetch = None
-        self.state.leader_hint = None
-        self.sim.loop.call_later(CONTROLLER_RETRY_BACKOFF_MS * US_PER_MS, self._event, self._poll_metadata)
-
-    def _on_metadata_answer(self, peer_id: int, answer: dict) -> None:
-        if self._metadata_fetch is None or self._metadata_fetch[0] != peer_id:
-            return  # an answer after its timeout
-        self.sim.loop.cancel(self._metadata_fetch[1])
-        self._metadata_fetch = None
-        applied = self._guard(self.state.apply_metadata_fetch, answer)
-        self._process()
-        at_once = self.state.metadata_fetch_again_at_once(answer, applied) or self._metadata_wanted
-        delay_us = TICK_SPACING_US_MIN if at_once else OBSERVER_FETCH_INTERVAL_MS * US_PER_MS
-        self._metadata_wanted = False
-        self.sim.loop.call_later(delay_us, self._event, self._poll_metadata)
+            self._event(self.observer.fetch)
 
     # --- controllers: observers' fetches, held by the quorum leader --------------------------------------
 
@@ -753,8 +715,7 @@ class NodeProcess:
 
     def _controller_call_answered(self, fetch_metadata_now: bool) -> None:
         if fetch_metadata_now:
-            self._metadata_wanted = True
-            self._poll_metadata()
+            self.observer.fetch_now()
         self._end_on_failure(self.broker.failures)
         self._schedule_process_soon()
 
@@ -765,8 +726,7 @@ class NodeProcess:
         loop = self.sim.loop
         loop.cancel(self._raft_timer)
         loop.cancel(self._step_timer)
-        if self._metadata_fetch is not None:
-            loop.cancel(self._metadata_fetch[1])
+        self.observer.close()
         for held in self._held_metadata_fetches:
             loop.cancel(held.timer)
         for fetcher in self._fetchers.values():
@@ -836,3 +796,28 @@ class _SimControllerCallPort:
 
     def answered(self, fetch_metadata_now: bool) -> None:
         self._process._controller_call_answered(fetch_metadata_now)
+
+
+class _SimMetadataFetchPort:
+    """MetadataObserver's port on the simulated network: fetches and answers framed on the metadata channels
+    (an answer is matched by the controller asked), timers on the loop (each an event of the process)."""
+
+    def __init__(self, process: NodeProcess) -> None:
+        self._process = process
+
+    def reachable(self, node_id: int) -> bool:
+        return node_id in self._process.connections
+
+    def send_fetch(self, target: int, request: dict) -> bool:
+        return self._process._send(target, CHANNEL_METADATA_FETCH, cbor2.dumps(request))
+
+    def call_later(self, delay_ms: int, action: Callable[[], None]) -> int:
+        process = self._process
+        return process.sim.loop.call_later(delay_ms * US_PER_MS if delay_ms else TICK_SPACING_US_MIN, process._event,
+                                           action)
+
+    def cancel(self, handle: int) -> None:
+        self._process.sim.loop.cancel(handle)
+
+    def applied(self) -> None:
+        self._process._process()
