@@ -66,16 +66,20 @@ class MetadataObserver:
         self.asked: int | None = None  # the controller the fetch in flight went to
         self.fetch_id = 0  # counts the fetches sent: a runtime tells a late outcome of an earlier one by it
         self._timeout: Any = None
+        self._next: Any = None  # the timer of the next fetch, while one waits
         self._wanted = False  # the answer of the fetch in flight is followed at once
 
     def fetch(self) -> None:
         """Send the next fetch, unless one is in flight."""
         if self.asked is not None:
             return
+        if self._next is not None:  # this one goes now (fetch_now): the one planned does not go too
+            self.port.cancel(self._next)
+            self._next = None
         target = self.state.controller_to_ask(self.port.reachable)
         self.fetch_id += 1
         if target is None or not self.port.send_fetch(target, self.state.metadata_fetch_request()):
-            self.port.call_later(CONTROLLER_RETRY_BACKOFF_MS, self.fetch)
+            self._fetch_later(CONTROLLER_RETRY_BACKOFF_MS)
             return
         self.asked = target
         self._timeout = self.port.call_later(self.timeout_ms, self.on_failure)
@@ -97,7 +101,7 @@ class MetadataObserver:
         self.port.applied()
         at_once = self.state.metadata_fetch_again_at_once(answer, applied) or self._wanted
         self._wanted = False
-        self.port.call_later(0 if at_once else OBSERVER_FETCH_INTERVAL_MS, self.fetch)
+        self._fetch_later(0 if at_once else OBSERVER_FETCH_INTERVAL_MS)
 
     def on_failure(self) -> None:
         """The fetch in flight failed (its timeout, a transport error): forget the leader, try again later."""
@@ -105,17 +109,25 @@ class MetadataObserver:
             return
         self._end_fetch()
         self.state.leader_hint = None
-        self.port.call_later(CONTROLLER_RETRY_BACKOFF_MS, self.fetch)
+        self._fetch_later(CONTROLLER_RETRY_BACKOFF_MS)
 
     def on_connection_lost(self, node_id: int) -> None:
         if self.asked == node_id:
             self.on_failure()
 
     def close(self) -> None:
-        """The node stops: the fetch in flight's timeout does not fire."""
-        if self._timeout is not None:
-            self.port.cancel(self._timeout)
-            self._timeout = None
+        """The node stops: no timer of this class fires."""
+        for handle in (self._timeout, self._next):
+            if handle is not None:
+                self.port.cancel(handle)
+        self._timeout = self._next = None
+
+    def _fetch_later(self, delay_ms: int) -> None:
+        self._next = self.port.call_later(delay_ms, self._planned_fetch)
+
+    def _planned_fetch(self) -> None:
+        self._next = None
+        self.fetch()
 
     def _end_fetch(self) -> None:
         self.port.cancel(self._timeout)

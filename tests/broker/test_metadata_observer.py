@@ -192,11 +192,21 @@ def test_fetch_now_sends_at_once_or_makes_the_fetch_in_flight_be_followed_at_onc
     assert port.due_in() == [OBSERVER_FETCH_INTERVAL_MS]  # wanted once, not for good
     observer.fetch_now()  # nothing in flight: one leaves at once
     assert len(port.sent) == 4 and observer.asked == 1
+    assert port.due_in() == [TIMEOUT_MS]  # the fetch planned for after the interval does not go too
+    observer.on_answer(1, answer_of(controller, port.sent[3][1], 0))
+    port.advance(OBSERVER_FETCH_INTERVAL_MS)
+    assert len(port.sent) == 5  # one fetch per interval, not two
 
 
-def test_close_cancels_the_timeout_of_the_fetch_in_flight():
+def test_close_cancels_the_timeout_of_the_fetch_in_flight_and_the_next_fetch_planned():
     controller, state, port, observer = observing()
     observer.fetch()
     observer.close()
     port.advance(TIMEOUT_MS * 2)
     assert observer.asked == 1 and state.leader_hint is None and port.timers == {}
+    controller, state, port, observer = observing()
+    observer.fetch()
+    observer.on_answer(1, answer_of(controller, port.sent[0][1], 0))
+    observer.close()
+    port.advance(OBSERVER_FETCH_INTERVAL_MS * 2)
+    assert len(port.sent) == 1 and port.timers == {}
