@@ -7,7 +7,7 @@ client's forwarded admin request); each is a `ControllerCall` (broker/core.py) t
 time, through a `ControllerCallPort`:
 - an attempt asks the controller this node knows (`NodeState.controller_to_ask`): this node's own controller
   when it leads the quorum (the outcome comes out of a later step: `on_local_outcome`), else an RPC the runtime
-  carries (`port.send_rpc`; its answer comes back through `on_rpc_answer`, a transport failure through
+  carries (`port.send_rpc`; its answer comes back through `on_rpc_reply`, a transport failure through
   `on_rpc_failed` or `on_connection_lost`);
 - a retriable failure (NOT_CONTROLLER, REQUEST_TIMED_OUT, a Raft error, a lost connection) is tried again after
   CONTROLLER_RETRY_BACKOFF_MS until the call's CONTROLLER_CALL_TIMEOUT_MS is over; the call is then answered
@@ -21,7 +21,8 @@ time, through a `ControllerCallPort`:
 - the answer goes to `BrokerCore.on_controller_response` with the controller's applied metadata index, which a
   client's forwarded request waits for (read-your-writes).
 On the other side, a controller serves another node's request only while it leads the quorum
-(`refuse_unless_leading`); its answer, either way, is a `ControllerOutcome` (an error names the leader it knows).
+(`refuse_unless_leading`); its answer, either way, is a `ControllerOutcome` (an error names the leader it knows),
+which both runtimes carry back as the same dict (`controller_reply`, read by `ControllerCalls.on_rpc_reply`).
 
 It never sleeps, never opens a connection and never reads a clock of its own: time is `NodeState.clock_ms`.
 """
@@ -33,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from broker.controller_core import ControllerOutcome
 from broker.core import ControllerCall
+from metadata.requests import decode_response as decode_controller_response
+from metadata.requests import encode_response as encode_controller_response
 from partitions.errors import ErrorCode, KafkaError
 from raftlog.port import RaftError
 
@@ -94,6 +97,14 @@ def refuse_unless_leading(state: NodeState) -> ControllerOutcome | None:
     if leader_id == state.node_id:
         return None
     return ControllerOutcome(-1, error=KafkaError("not the controller", ErrorCode.NOT_CONTROLLER), leader_hint=leader_id)
+
+
+def controller_reply(outcome: ControllerOutcome) -> dict:
+    """A controller's answer to another node's call, as the controller port carries it (CBOR in both runtimes):
+    the encoded response with the controller's applied metadata index, or the error with the leader it knows."""
+    if outcome.error is not None:
+        return {"error": int(outcome.error.code), "message": outcome.error.message, "leader": outcome.leader_hint}
+    return {"response": encode_controller_response(outcome.response), "applied_index": outcome.applied_index}
 
 
 class ControllerCalls:
@@ -174,6 +185,16 @@ class ControllerCalls:
             return False
         self._answer(call_state, outcome.response, outcome.error, outcome.applied_index)
         return True
+
+    def on_rpc_reply(self, rpc_id: int, reply: dict) -> None:
+        """A remote controller's answer as the controller port carried it (`controller_reply`). A controller of an
+        earlier release that sends no applied index counts as 0 (no wait for it)."""
+        if "error" in reply:
+            error = KafkaError(reply.get("message", ""), ErrorCode(reply["error"]))
+            self.on_rpc_answer(rpc_id, None, error, reply.get("leader"))
+        else:
+            self.on_rpc_answer(rpc_id, decode_controller_response(reply["response"]), None, None,
+                               int(reply.get("applied_index", 0)))
 
     def on_rpc_answer(self, rpc_id: int, response: Any, error: KafkaError | None, leader_hint: Any = None,
                       applied_index: int = 0) -> None:

@@ -35,13 +35,9 @@ from typing import Any, Callable
 
 import trio
 
-from metadata.requests import (
-    decode_request as decode_controller_request,
-    decode_response as decode_controller_response,
-    encode_request as encode_controller_request,
-    encode_response as encode_controller_response,
-)
-from broker.controller_calls import ControllerCalls, ControllerRpc, refuse_unless_leading
+from metadata.requests import decode_request as decode_controller_request
+from metadata.requests import encode_request as encode_controller_request
+from broker.controller_calls import ControllerCalls, ControllerRpc, controller_reply, refuse_unless_leading
 from broker.metadata_observer import MetadataObserver
 from broker.core import BrokerRequest
 from broker.quotas import ip_connection_rate
@@ -295,12 +291,8 @@ class Node:
                     rpc.rpc_id, KafkaError(f"controller {rpc.target} unreachable: {error}", ErrorCode.REQUEST_TIMED_OUT))
             finally:
                 del self._controller_rpcs[rpc.rpc_id]
-        if answer is not None and "error" in answer:
-            error = KafkaError(answer.get("message", ""), ErrorCode(answer["error"]))
-            self.controller_calls.on_rpc_answer(rpc.rpc_id, None, error, answer.get("leader"))
-        elif answer is not None:
-            self.controller_calls.on_rpc_answer(rpc.rpc_id, decode_controller_response(answer["response"]), None,
-                                                None, int(answer.get("applied_index", 0)))
+        if answer is not None:
+            self.controller_calls.on_rpc_reply(rpc.rpc_id, answer)
         self._process()
 
     async def _wait_for_metadata_news(self, hold_ms: int) -> None:
@@ -334,10 +326,7 @@ class Node:
                 controller_request = decode_controller_request(request["request"])
             except KafkaError as error:
                 return {"error": int(error.code), "message": error.message}
-            outcome = refuse_unless_leading(self.state) or await self._submit_locally(controller_request)
-            if outcome.error is not None:
-                return {"error": int(outcome.error.code), "message": outcome.error.message, "leader": outcome.leader_hint}
-            return {"response": encode_controller_response(outcome.response), "applied_index": outcome.applied_index}
+            return controller_reply(refuse_unless_leading(self.state) or await self._submit_locally(controller_request))
         return self.handle_admin(request)
 
     # ------------------------------------------------------------------ replica fetchers

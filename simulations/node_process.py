@@ -21,12 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import cbor2
 
 from metadata.records import encode_record
-from metadata.requests import (
-    decode_request as decode_controller_request,
-    decode_response as decode_controller_response,
-    encode_request as encode_controller_request,
-    encode_response as encode_controller_response,
-)
+from metadata.requests import decode_request as decode_controller_request
+from metadata.requests import encode_request as encode_controller_request
 # KafkaApis imports its handler groups when it is first built (broker/apis.py, inside __init__, against an import
 # cycle); imported with the simulator instead, their compiling is not counted in a run's wall seconds
 # (simulations/run.py times a run after importing its workload).
@@ -35,7 +31,7 @@ import broker.handlers_data  # noqa: F401
 import broker.handlers_elastic  # noqa: F401
 import broker.handlers_quotas  # noqa: F401
 import broker.handlers_security  # noqa: F401
-from broker.controller_calls import ControllerCalls, ControllerRpc, refuse_unless_leading
+from broker.controller_calls import ControllerCalls, ControllerRpc, controller_reply, refuse_unless_leading
 from broker.metadata_observer import MetadataObserver
 from broker.core import ReplicaRequest
 from broker.apis import Deferred, RequestFailed
@@ -688,11 +684,7 @@ class NodeProcess:
             self._send_controller_rpc_answer(peer_id, rpc_id, outcome)
 
     def _send_controller_rpc_answer(self, peer_id: int, rpc_id: int, outcome: Any) -> None:
-        if outcome.error is not None:
-            answer = [rpc_id, int(outcome.error.code), str(outcome.error), None, outcome.leader_hint, 0]
-        else:
-            answer = [rpc_id, 0, "", encode_controller_response(outcome.response), None, outcome.applied_index]
-        self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps(answer))
+        self._send(peer_id, CHANNEL_CONTROLLER_RESPONSE, cbor2.dumps([rpc_id, controller_reply(outcome)]))
 
     def _handle_controller_rpc(self, peer_id: int, payload: bytes) -> None:
         rpc_id, encoded = cbor2.loads(payload)
@@ -706,12 +698,8 @@ class NodeProcess:
         self._process()
 
     def _handle_controller_rpc_response(self, payload: bytes) -> None:
-        rpc_id, code, message, encoded, leader_hint, applied_index = cbor2.loads(payload)
-        if code:
-            self._guard(self.calls.on_rpc_answer, rpc_id, None, KafkaError(message, ErrorCode(code)), leader_hint)
-        else:
-            self._guard(self.calls.on_rpc_answer, rpc_id, decode_controller_response(encoded), None, None,
-                        applied_index)
+        rpc_id, reply = cbor2.loads(payload)
+        self._guard(self.calls.on_rpc_reply, rpc_id, reply)
 
     def _controller_call_answered(self, fetch_metadata_now: bool) -> None:
         if fetch_metadata_now:

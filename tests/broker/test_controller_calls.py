@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import random
 
+import cbor2
+
 from broker.config import parse_config
 from broker.controller_calls import (
     CONTROLLER_CALL_TIMEOUT_MS,
     CONTROLLER_RETRY_BACKOFF_MS,
     ControllerCalls,
     ControllerRpc,
+    controller_reply,
     refuse_unless_leading,
 )
+from broker.controller_core import ControllerOutcome
 from broker.core import ControllerCall
 from broker.node_state import NodeState
-from metadata.requests import CreatableTopic, CreateTopicsRequest
+from metadata.requests import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from partitions.errors import ErrorCode, KafkaError
 from simulations.disk import SimDisk
 
@@ -119,6 +123,33 @@ def test_an_observer_holding_a_forwarded_answer_for_its_image_is_told_to_fetch_t
     calls.on_rpc_answer(port.sent[-1].rpc_id, "created", None, None, 42)
     assert answers == [] and state.broker.awaiting_image  # held until this broker's image reaches index 42
     assert port.fetch_metadata_now
+
+
+def carried(reply: dict) -> dict:
+    """The reply as the controller port carries it in both runtimes: CBOR there and back."""
+    return cbor2.loads(cbor2.dumps(reply))
+
+
+def test_the_reply_both_runtimes_carry_gives_the_error_with_the_leader_named_and_the_response_with_its_index():
+    state, port, calls, answers = observer_calls()
+    refused = ControllerOutcome(-1, error=KafkaError("not the controller", ErrorCode.NOT_CONTROLLER), leader_hint=2)
+    calls.on_rpc_reply(port.sent[0].rpc_id, carried(controller_reply(refused)))
+    assert state.leader_hint == 2 and answers == []  # retriable, and the leader named is followed
+    port.advance(CONTROLLER_RETRY_BACKOFF_MS)
+    assert [rpc.target for rpc in port.sent] == [1, 2]
+    response = CreateTopicsResponse(topics=())
+    calls.start(ControllerCall(2, REQUEST, lambda response, now_ms: answers.append(response), read_your_write=True))
+    calls.on_rpc_reply(port.sent[-1].rpc_id, carried(controller_reply(ControllerOutcome(7, response, applied_index=42))))
+    assert [held[0] for held in state.broker._awaiting_image] == [42]  # until this broker's image reaches it
+    calls.on_rpc_reply(port.sent[1].rpc_id, carried(controller_reply(ControllerOutcome(8, response))))
+    assert answers == [(response, CONTROLLER_RETRY_BACKOFF_MS)]
+    calls.start(ControllerCall(4, REQUEST, lambda response, now_ms: answers.append(response), read_your_write=True))
+    calls.on_rpc_reply(port.sent[-1].rpc_id, {"response": controller_reply(ControllerOutcome(9, response))["response"]})
+    assert [held[0] for held in state.broker._awaiting_image] == [42, 0]  # an earlier release's reply: no index, 0
+    refused = ControllerOutcome(-1, error=KafkaError("topic exists", ErrorCode.TOPIC_ALREADY_EXISTS))
+    calls.start(ControllerCall(3, REQUEST, lambda response, now_ms: answers.append(response)))
+    calls.on_rpc_reply(port.sent[-1].rpc_id, carried(controller_reply(refused)))
+    assert answers[-1].code == ErrorCode.TOPIC_ALREADY_EXISTS and answers[-1].message == "topic exists"
 
 
 def test_a_controllers_own_error_ends_the_call_at_once():
