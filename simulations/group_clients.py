@@ -37,7 +37,7 @@ from net.protocol.codec import ApiKey
 from partitions.batch import iter_batches
 from partitions.errors import ErrorCode, KafkaError
 from partitions.records import decode_batch
-from simulations.kafka_clients import FETCH_VERSION, REQUEST_TIMEOUT_MS, KafkaClientBase
+from simulations.kafka_clients import FETCH_VERSION, REQUEST_TIMEOUT_MS, FaultedClient, KafkaClientBase
 from simulations.loop import US_PER_MS
 
 TICK_MS = 100
@@ -102,8 +102,11 @@ def range_assignment(member_ids: list[str], partitions: int) -> dict[str, list[i
     return assignment
 
 
-class SimGroupConsumer(KafkaClientBase):
+class SimGroupConsumer(FaultedClient, KafkaClientBase):
     """One group member (see the module docstring)."""
+
+    TRACE_KIND = "group"
+    TICK_MS = TICK_MS
 
     offset_commit_version = OFFSET_COMMIT_VERSION
     # How long a JoinGroup or SyncGroup may wait: the coordinator holds either for up to the rebalance timeout,
@@ -144,23 +147,10 @@ class SimGroupConsumer(KafkaClientBase):
         self.commit_due_ms = 0
         self.records = 0
 
-    # --- lifecycle (the workload's faults) -------------------------------------------------------------------
+    # --- lifecycle (the workload's faults: FaultedClient, and a clean leave) ---------------------------------
 
-    def start(self) -> None:
-        self.running = True
-        self.loop.call_later(TICK_MS * US_PER_MS, self._tick)
-
-    def crash(self) -> None:
-        self.host.trace("group.crash", self.name)
-        self.running = False
-        self._reset()
-
-    def restart(self) -> None:
-        if self.running:
-            return
-        self.host.trace("group.restart", self.name)
-        self._reset()
-        self.start()
+    def _guard_token(self) -> int:
+        return self.epoch
 
     def leave(self) -> None:
         if not self.running or self.coordinator is None or not self.member_id:
@@ -173,17 +163,6 @@ class SimGroupConsumer(KafkaClientBase):
         self.running = False
         self._reset()
 
-    def pause(self) -> None:
-        self.host.trace("group.pause", self.name)
-        self.paused = True
-
-    def resume(self) -> None:
-        self.host.trace("group.resume", self.name)
-        self.paused = False
-        deferred, self._deferred = self._deferred, []
-        for callback in deferred:
-            callback()
-
     def assign_slowly(self, delay_ms: int, leader_only: bool = True) -> None:
         self.host.trace("group.slow_assign", self.name, delay_ms)
         self.slow_assign_ms, self.slow_assign_leader_only = delay_ms, leader_only
@@ -191,19 +170,6 @@ class SimGroupConsumer(KafkaClientBase):
     def _end_slow_assignment(self) -> None:
         if getattr(self, "state", None) == "assigning":
             self.host.trace("group.assign_done", self.name)
-
-    def _guarded(self, epoch: int, callback: Callable[[Any], None]) -> Callable[[Any], None]:
-        """An answer handler that ignores answers of an older epoch and waits out a pause."""
-
-        def handle(response: Any) -> None:
-            if not self.running or epoch != self.epoch:
-                return
-            if self.paused:
-                self._deferred.append(lambda: handle(response))
-                return
-            callback(response)
-
-        return handle
 
     def _to(self, state: str, delay_ms: int = 0) -> None:
         self._end_slow_assignment()

@@ -317,6 +317,65 @@ class KafkaClientBase:
             self.refresh_metadata()
 
 
+class FaultedClient:
+    """The lifecycle of a client the workload's faults crash, restart, pause and resume (a mixin beside a
+    `KafkaClientBase`). A subclass names its trace lines (`TRACE_KIND`) and its tick (`TICK_MS`), keeps
+    `running`, `paused` and `_deferred`, and provides `_reset` (a crash forgets everything; a new guard token
+    begins), `_tick`, `_guard_token` (answers to requests of an older token are dropped) and, optionally,
+    `_on_restart` and `_answered` (after each answer it handled)."""
+
+    TRACE_KIND = "client"
+    TICK_MS = 100
+
+    def start(self) -> None:
+        self.running = True
+        self.loop.call_later(self.TICK_MS * US_PER_MS, self._tick)
+
+    def crash(self) -> None:
+        self.host.trace(f"{self.TRACE_KIND}.crash", self.name)
+        self.running = False
+        self._reset()
+
+    def restart(self) -> None:
+        if self.running:
+            return
+        self.host.trace(f"{self.TRACE_KIND}.restart", self.name)
+        self._on_restart()
+        self._reset()
+        self.start()
+
+    def pause(self) -> None:
+        self.host.trace(f"{self.TRACE_KIND}.pause", self.name)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.host.trace(f"{self.TRACE_KIND}.resume", self.name)
+        self.paused = False
+        deferred, self._deferred = self._deferred, []
+        for callback in deferred:
+            callback()
+
+    def _on_restart(self) -> None:
+        pass
+
+    def _answered(self) -> None:
+        pass
+
+    def _guarded(self, token: int, callback: Callable[[Any], None]) -> Callable[[Any], None]:
+        """An answer handler that ignores answers of an older guard token and waits out a pause."""
+
+        def handle(response: Any) -> None:
+            if not self.running or token != self._guard_token():
+                return
+            if self.paused:
+                self._deferred.append(lambda: handle(response))
+                return
+            callback(response)
+            self._answered()
+
+        return handle
+
+
 class TopicCreator(KafkaClientBase):
     """Creates the workload's topic with CreateTopics v4, retrying until it exists."""
 

@@ -47,6 +47,7 @@ from simulations.kafka_clients import (
     METADATA_VERSION,
     PRODUCE_VERSION,
     RETRIABLE_PRODUCE_ERRORS,
+    FaultedClient,
     KafkaClientBase,
     PartitionLeader,
 )
@@ -134,8 +135,11 @@ class _Txn:
     commit: bool = True
 
 
-class SimTxnPipeline(MultiTopicClient):
+class SimTxnPipeline(FaultedClient, MultiTopicClient):
     """One exactly-once pipeline instance (see the module docstring)."""
+
+    TRACE_KIND = "txn"
+    TICK_MS = TICK_MS
 
     def __init__(self, host: Any, client_id: int, name: str, transactional_id: str, group: str, input_topic: str,
                  partitions: int, owned: list[int], checkers: Any, transaction_version: int = 1) -> None:
@@ -177,35 +181,13 @@ class SimTxnPipeline(MultiTopicClient):
         self.state_after_group: str | None = None
         self.consume_at_once = False  # the next fetch leaves at once, not at the next tick
 
-    # --- lifecycle ---------------------------------------------------------------------------------------
+    # --- lifecycle (FaultedClient) ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self.running = True
-        self.loop.call_later(TICK_MS * US_PER_MS, self._tick)
+    def _guard_token(self) -> int:
+        return self.epoch_token
 
-    def crash(self) -> None:
-        self.host.trace("txn.crash", self.name)
-        self.running = False
-        self._reset()
-
-    def restart(self) -> None:
-        if self.running:
-            return
-        self.host.trace("txn.restart", self.name)
+    def _on_restart(self) -> None:
         self.restarts += 1
-        self._reset()
-        self.start()
-
-    def pause(self) -> None:
-        self.host.trace("txn.pause", self.name)
-        self.paused = True
-
-    def resume(self) -> None:
-        self.host.trace("txn.resume", self.name)
-        self.paused = False
-        deferred, self._deferred = self._deferred, []
-        for callback in deferred:
-            callback()
 
     def idle(self) -> bool:
         """Caught up: everything it owns is consumed up to the input's end and committed, no transaction open."""
@@ -213,17 +195,8 @@ class SimTxnPipeline(MultiTopicClient):
                 and all(self.committed.get(p, -1) >= self.input_end.get(p, 0) and self.input_end.get(p, -1) >= 0
                         for p in self.owned))
 
-    def _guarded(self, token: int, callback: Callable[[Any], None]) -> Callable[[Any], None]:
-        def handle(response: Any) -> None:
-            if not self.running or token != self.epoch_token:
-                return
-            if self.paused:
-                self._deferred.append(lambda: handle(response))
-                return
-            callback(response)
-            self._step_now()  # the next step leaves at once, as a client's would, not at the next tick
-
-        return handle
+    def _answered(self) -> None:
+        self._step_now()  # the next step leaves at once, as a client's would, not at the next tick
 
     def _step_now(self) -> None:
         if self.running and not self.paused and not self.inflight and self.loop.now_ms >= self.retry_at_ms \
