@@ -188,13 +188,22 @@ class ControllerCalls:
 
     def on_rpc_reply(self, rpc_id: int, reply: dict) -> None:
         """A remote controller's answer as the controller port carried it (`controller_reply`). A controller of an
-        earlier release that sends no applied index counts as 0 (no wait for it)."""
-        if "error" in reply:
-            error = KafkaError(reply.get("message", ""), ErrorCode(reply["error"]))
-            self.on_rpc_answer(rpc_id, None, error, reply.get("leader"))
-        else:
-            self.on_rpc_answer(rpc_id, decode_controller_response(reply["response"]), None, None,
-                               int(reply.get("applied_index", 0)))
+        earlier release that sends no applied index counts as 0 (no wait for it). A reply this node cannot read
+        (an error code it does not know, a response it cannot decode) fails the attempt, which is retried until
+        the call's timeout and then answered with that failure: the node goes on."""
+        try:
+            if "error" in reply:
+                error = KafkaError(str(reply.get("message", "")), ErrorCode(reply["error"]))
+                response, leader_hint, applied_index = None, reply.get("leader"), 0
+            else:
+                error, leader_hint = None, None
+                response = decode_controller_response(reply["response"])
+                applied_index = int(reply.get("applied_index", 0))
+        except (KafkaError, KeyError, TypeError, ValueError) as failure:
+            detail = failure.message if isinstance(failure, KafkaError) else repr(failure)
+            self.on_rpc_failed(rpc_id, KafkaError(f"unreadable controller answer: {detail}", ErrorCode.UNKNOWN_SERVER_ERROR))
+            return
+        self.on_rpc_answer(rpc_id, response, error, leader_hint, applied_index)
 
     def on_rpc_answer(self, rpc_id: int, response: Any, error: KafkaError | None, leader_hint: Any = None,
                       applied_index: int = 0) -> None:

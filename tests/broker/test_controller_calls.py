@@ -152,6 +152,22 @@ def test_the_reply_both_runtimes_carry_gives_the_error_with_the_leader_named_and
     assert answers[-1].code == ErrorCode.TOPIC_ALREADY_EXISTS and answers[-1].message == "topic exists"
 
 
+def test_a_reply_this_node_cannot_read_fails_the_attempt_which_is_retried_until_the_calls_timeout():
+    state, port, calls, answers = observer_calls()
+    for reply in ({"error": 9999, "message": "from a newer release"}, {"response": b"\xff\x00garbage"}, {},
+                  {"response": controller_reply(ControllerOutcome(1, CreateTopicsResponse(topics=())))["response"],
+                   "applied_index": "many"}, None):
+        calls.on_rpc_reply(port.sent[-1].rpc_id, reply)
+        assert answers == []  # no exception out of the class: the node goes on, the call waits for a retry
+        port.advance(CONTROLLER_RETRY_BACKOFF_MS)
+    assert len(port.sent) == 6  # each failed attempt was tried again
+    port.advance(CONTROLLER_CALL_TIMEOUT_MS)
+    calls.on_rpc_reply(port.sent[-1].rpc_id, {"error": "NOT_CONTROLLER"})
+    port.advance(CONTROLLER_RETRY_BACKOFF_MS)  # past the call's timeout: answered with the last failure
+    assert len(answers) == 1 and answers[0][0].code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert "unreadable controller answer" in answers[0][0].message
+
+
 def test_a_controllers_own_error_ends_the_call_at_once():
     state, port, calls, answers = observer_calls()
     refused = KafkaError("topic exists", ErrorCode.TOPIC_ALREADY_EXISTS)
