@@ -68,6 +68,9 @@ class MetadataObserver:
         self._timeout: Any = None
         self._next: Any = None  # the timer of the next fetch, while one waits
         self._wanted = False  # the answer of the fetch in flight is followed at once
+        # Planted bug (the simulator's observer_stops_after_failure): a failed fetch plans no next one, so the
+        # node's image stays where it was until something else asks for a fetch (`fetch_now`).
+        self.bug_stops_after_failure = False
 
     def fetch(self) -> None:
         """Send the next fetch, unless one is in flight."""
@@ -109,7 +112,8 @@ class MetadataObserver:
             return
         self._end_fetch()
         self.state.leader_hint = None
-        self._fetch_later(CONTROLLER_RETRY_BACKOFF_MS)
+        if not self.bug_stops_after_failure:
+            self._fetch_later(CONTROLLER_RETRY_BACKOFF_MS)
 
     def on_connection_lost(self, node_id: int) -> None:
         if self.asked == node_id:

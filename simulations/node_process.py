@@ -56,11 +56,13 @@ if TYPE_CHECKING:
 BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_hw": "bug_truncate_to_own_hw",
                "quiet_session_never_ages": "bug_quiet_sessions_never_age"}
 # Planted bugs of a node, by name -> (whose, attribute): its controller calls' ("calls": a call in flight
-# waits on the controller it asked even after this node knows another, as net/node.py once did) or the quorum
+# waits on the controller it asked even after this node knows another, as net/node.py once did), a broker-only
+# node's metadata fetches' ("observer": a failed fetch plans no next one, so its image stalls) or the quorum
 # controller's (its sessions count the time it was stalled, so a controller back from a stall fences the
 # brokers whose heartbeats waited for it).
 NODE_BUGS = {"wait_out_moved_controller": ("calls", "bug_wait_out_moved_controller"),
-              "sessions_count_stalls": ("controller", "bug_sessions_count_stalls")}
+             "observer_stops_after_failure": ("observer", "bug_stops_after_failure"),
+             "sessions_count_stalls": ("controller", "bug_sessions_count_stalls")}
 STEP_INTERVAL_MS = 50  # the broker tick (the real node's is 20 ms; nothing here is due more often)
 TICK_SPACING_US_MIN = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
@@ -191,16 +193,16 @@ class NodeProcess:
         for name in sorted(sim.broker_bugs):
             setattr(broker, BROKER_BUGS[name], True)
         self.calls = ControllerCalls(self.state, _SimControllerCallPort(self))
+        self.observer = MetadataObserver(self.state, _SimMetadataFetchPort(self), OBSERVER_FETCH_TIMEOUT_MS)
         for name in sorted(sim.node_bugs):
             whose, attribute = NODE_BUGS[name]
-            target = self.calls if whose == "calls" else self.state.controller
+            target = {"calls": self.calls, "observer": self.observer}.get(whose, self.state.controller)
             if target is not None:
                 setattr(target, attribute, True)
         sim.configure_node(self.state)
         self.broker = broker
         self.raft = self.state.raft  # None on a broker-only node (an observer)
         self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
-        self.observer = MetadataObserver(self.state, _SimMetadataFetchPort(self), OBSERVER_FETCH_TIMEOUT_MS)
         self._held_metadata_fetches: list[_HeldMetadataFetch] = []  # controllers: observers' fetches, in order
         self.connections: dict[int, int] = {}  # peer -> connection number (changes on every connect/reset)
         self._connection_counter = 0

@@ -23,6 +23,8 @@ a move starts, so the old replicas are dropped before the new ones have fetched 
 `--bugs fetch_session_silent_on_named`: a leader's fetch session answers a partition the follower names again
 only if something changed since its last answer, so a follower that dropped that answer (it briefly followed
 another leader) never hears the high watermark again (liveness).
+`--bugs observer_stops_after_failure` (a node bug, simulations/node_process.py): the broker-only node plans no
+metadata fetch after one that failed, so its image stays behind the quorum's (liveness).
 """
 
 from __future__ import annotations

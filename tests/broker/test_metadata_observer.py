@@ -210,3 +210,15 @@ def test_close_cancels_the_timeout_of_the_fetch_in_flight_and_the_next_fetch_pla
     observer.close()
     port.advance(OBSERVER_FETCH_INTERVAL_MS * 2)
     assert len(port.sent) == 1 and port.timers == {}
+
+
+def test_planted_stops_after_failure_plans_no_fetch_after_a_failed_one():
+    controller, state, port, observer = observing()
+    observer.bug_stops_after_failure = True
+    observer.fetch()
+    port.advance(TIMEOUT_MS)  # no answer
+    assert observer.asked is None and port.timers == {}  # nothing planned: the image stays where it is
+    port.advance(CONTROLLER_RETRY_BACKOFF_MS * 10)
+    assert len(port.sent) == 1
+    observer.fetch_now()  # only a controller call's answer would revive it
+    assert len(port.sent) == 2

@@ -27,6 +27,8 @@ REASSIGN_WITHOUT_CATCH_UP_SEED = 1
 # quorum leader began to hold the broker-only node's metadata fetches instead of answering its polls.
 FETCH_SESSION_SILENT_SEED = 19  # the defect the sweep found in the first fetch sessions
 PARKED_FETCH_DROPS_NEWS_SEED = 19  # found once log cleanup stopped waking every partition
+# Of `--duration 30`: the first of the ten of seeds 1-30 that catch it (the broker-only node's image stays behind).
+OBSERVER_STOPS_AFTER_FAILURE_SEED = 3
 SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}
 
 
@@ -69,6 +71,15 @@ def test_a_fetch_session_silent_on_a_named_partition_fails_liveness_at_its_known
 def test_a_parked_fetch_that_drops_its_news_fails_liveness_at_its_known_seed():
     # A follower that named a partition again at its log end never learns the high watermark there.
     assert_teeth("reassign", "parked_fetch_drops_news", PARKED_FETCH_DROPS_NEWS_SEED, 20.0, {"liveness"})
+
+
+@pytest.mark.slow
+def test_an_observer_that_plans_no_fetch_after_a_failed_one_fails_liveness_at_its_known_seed():
+    # The broker-only node's metadata image stays at the index of its last answer once a fetch fails.
+    run = assert_teeth("reassign", "observer_stops_after_failure", OBSERVER_STOPS_AFTER_FAILURE_SEED, 30.0,
+                       {"liveness"})
+    liveness = next(verdict for verdict in run.checkers if verdict.name == "liveness")
+    assert "metadata images at different indexes" in liveness.detail
 
 
 @pytest.mark.slow
