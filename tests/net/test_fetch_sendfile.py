@@ -37,8 +37,13 @@ def test_consumer_fetches_are_sent_by_sendfile_and_read_back_exactly(cluster):
     calls_before = total(cluster, "flotilla_sendfile_total", what="calls")
     bytes_before = total(cluster, "flotilla_sendfile_total", what="bytes")
 
+    # Each partition's whole log (about 2.5 MB) in one fetch: a slice under SENDFILE_SLICE_BYTES_MIN leaves
+    # inline with its reply, and with librdkafka's default 1 MB per partition a small last batch could be
+    # fetched alone (seen once: 4,989,398 bytes by sendfile).
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "sf-reader",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "max.partition.fetch.bytes": 8 * 2**20, "fetch.max.bytes": 16 * 2**20,
+                         "receive.message.max.bytes": 17 * 2**20})
     consumer.subscribe(["sf"])
     read: dict[int, list[bytes]] = {0: [], 1: []}
     try:
