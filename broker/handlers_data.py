@@ -33,8 +33,10 @@ empty, its bytes unrecorded, as Kafka does.
 
 from __future__ import annotations
 
+import functools
+from collections import deque
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.apis import Deferred, abortable_for
@@ -75,6 +77,27 @@ class _DelayedProduce:
 
 
 @dataclass
+class _HeldProduce:
+    """A transactional produce request held until its partitions are verified (refused: None until then, then
+    the partitions refused with their error) or until the producer's earlier requests are appended."""
+
+    header: RequestHeader
+    request: Any
+    request_id: int
+    denied: dict[tuple[str, int], ErrorCode]
+    throttle_ms: int
+    refused: dict[tuple[str, int], ErrorCode] | None
+
+
+@dataclass
+class _HeldProduces:
+    """One producer's held produce requests, in arrival order, and the partitions refused to those released."""
+
+    requests: deque[_HeldProduce] = field(default_factory=deque)
+    refused: dict[tuple[str, int], ErrorCode] = field(default_factory=dict)
+
+
+@dataclass
 class _DelayedFetch:
     header: RequestHeader
     request: Any
@@ -100,6 +123,7 @@ class DataPlaneApis:
         self.apis = apis
         self.broker = apis.broker
         self._produces: dict[int, _DelayedProduce] = {}
+        self._held: dict[int, _HeldProduces] = {}  # producer id -> its requests held for a verification
         self._waiting_partitions: dict[tuple[str, int], int] = {}  # partition -> produce requests waiting on it
         self._fetches: dict[int, _DelayedFetch] = {}
         self._fetch_deadline_ms: int | None = None  # the earliest deadline of `_fetches` (None: none parked)
@@ -160,27 +184,55 @@ class DataPlaneApis:
             throttle_ms = self.apis.client_throttle_ms(PRODUCE, self.apis.session, header.client_id, size, now_ms)
         denied = self._produce_denied(request)
         verify = self.apis.transaction_verifier
-        unverified = self._unverified(request, denied) if verify is not None and request.transactional_id else None
-        if unverified:
-            # KIP-890 part 1: the first transactional batch of a producer on a partition waits until the
-            # coordinator confirms the partition is in its ongoing transaction; a partition never added
-            # (a hanging transaction in the making) is refused. Part 2: from Produce v12 (a client on
-            # transaction.version 2, which sends no AddPartitionsToTxn) the coordinator adds it instead.
-            producer_id, producer_epoch, keys = unverified
+        verification = self._verification(request, denied) if verify is not None and request.transactional_id else None
+        if verification is not None:
+            producer_id, producer_epoch, keys = verification
+            queue = self._held.get(producer_id)
+            if keys or queue is not None:
+                # KIP-890 part 1: the first transactional batch of a producer on a partition waits until the
+                # coordinator confirms the partition is in its ongoing transaction; a partition never added
+                # (a hanging transaction in the making) is refused. Part 2: from Produce v12 (a client on
+                # transaction.version 2, which sends no AddPartitionsToTxn) the coordinator adds it instead.
+                # A producer's requests are appended in the order they arrived, whatever order their
+                # verifications are answered in: a later batch appended first would be taken for the start of
+                # the producer's sequence, and its earlier one refused as out of order (librdkafka's fatal
+                # "sequence desynchronization").
+                held = _HeldProduce(header, request, request_id, denied, throttle_ms, None if keys else denied)
+                if queue is None:
+                    queue = self._held[producer_id] = _HeldProduces()
+                queue.requests.append(held)
+                if keys:
+                    def on_verified(codes: dict, now: int) -> None:
+                        held.refused = {key: abortable_for(header.api_version, PRODUCE_VERSION_TRANSACTION_ABORTABLE,
+                                                           code)
+                                        for key, code in codes.items() if code != ErrorCode.NONE} | denied
+                        self._release_held(producer_id, now)
 
-            def on_verified(codes: dict, now: int) -> None:
-                refused = {key: abortable_for(header.api_version, PRODUCE_VERSION_TRANSACTION_ABORTABLE, code)
-                           for key, code in codes.items() if code != ErrorCode.NONE} | denied
-                self.apis.answer_deferred(request_id, header, lambda: self._produce_now(
-                    header, request, request_id, now, refused, throttle_ms))
-
-            verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms,
-                   add=header.api_version >= PRODUCE_VERSION_ADDS_PARTITIONS)
-            return Deferred(request_id) if request.acks != 0 else None
+                    verify(request.transactional_id, producer_id, producer_epoch, keys, on_verified, now_ms,
+                           add=header.api_version >= PRODUCE_VERSION_ADDS_PARTITIONS)
+                return Deferred(request_id) if request.acks != 0 else None
         return self._produce_now(header, request, request_id, now_ms, denied, throttle_ms)
 
-    def _unverified(self, request: Any, denied: dict) -> tuple[int, int, list[tuple[str, int]]] | None:
-        """(producer id, epoch, partitions) whose transactional batches open a transaction here, or None."""
+    def _release_held(self, producer_id: int, now_ms: int) -> None:
+        """Append the producer's held requests whose verification is answered, in arrival order, up to the
+        first still waiting. A partition refused to one of them is refused to those behind it too: they were
+        sent before the producer heard of the refusal, and appending them would leave a gap in its sequence."""
+        queue = self._held[producer_id]
+        while queue.requests and queue.requests[0].refused is not None:
+            held = queue.requests.popleft()
+            refused = dict(held.refused)
+            for key in _produced_partitions(held.request):
+                if key not in refused and key in queue.refused:
+                    refused[key] = queue.refused[key]
+            queue.refused.update(refused)
+            self.apis.answer_deferred(held.request_id, held.header, functools.partial(
+                self._produce_now, held.header, held.request, held.request_id, now_ms, refused, held.throttle_ms))
+        if not queue.requests:
+            del self._held[producer_id]
+
+    def _verification(self, request: Any, denied: dict) -> tuple[int, int, list[tuple[str, int]]] | None:
+        """(producer id, epoch, partitions whose transactional batches open a transaction here) of a
+        transactional request, or None when it carries no transactional batch for a partition led here."""
         keys, producer = [], None
         for key, records in _produced_partitions(request).items():
             hosted = self.broker.hosted(*key)
@@ -194,11 +246,11 @@ class DataPlaneApis:
             if not headers:
                 continue
             first = headers[0]
+            producer = producer or (first.producer_id, first.producer_epoch)
             entry = hosted.producer_state.entry(first.producer_id)
             if entry is None or entry.current_txn_first_offset is None or entry.producer_epoch != first.producer_epoch:
                 keys.append(key)
-                producer = (first.producer_id, first.producer_epoch)
-        return (*producer, keys) if keys else None
+        return (*producer, keys) if producer is not None else None
 
     def _produce_now(self, header: RequestHeader, request: Any, request_id: int, now_ms: int,
                      refused: dict[tuple[str, int], ErrorCode], throttle_ms: int = 0) -> Any:

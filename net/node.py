@@ -134,6 +134,7 @@ class Node:
         # one (a KIP-890 verification) never waits behind one the destination answers after a replication
         # round (WriteTxnMarkers), since a broker answers a connection's requests in order.
         self._broker_connections: dict[tuple[int, int], KafkaConnection] = {}
+        self._send_turns: dict[tuple[int, int], SendTurns] = {}  # the order of the outbox's sends per connection
         self._broker_opening: dict[tuple[int, int], trio.Lock] = {}
         self.kafka_port: int | None = None
         self.metrics_port: int | None = None
@@ -218,7 +219,8 @@ class Node:
             for call in output.controller_calls:
                 self.controller_calls.start(call)
             for request in output.broker_requests:
-                self._nursery.start_soon(self._run_broker_request, request)
+                turns = self._send_turns.setdefault((request.destination, request.api_key), SendTurns())
+                self._nursery.start_soon(self._run_broker_request, request, turns, turns.ticket())
             self._sync_fetchers()
         if output.proposed and self.raft_shell is not None:
             self.raft_shell.wake()  # ship the new entry now, not at the next heartbeat
@@ -386,24 +388,30 @@ class Node:
 
     # ------------------------------------------------------------------ the outbox
 
-    async def _run_broker_request(self, sent: BrokerRequest) -> None:
-        """Deliver one outbox request over this node's connection for its destination and API (requests
-        pipelined, as the simulator's runtime sends them); answer it with the response or the typed error."""
+    async def _run_broker_request(self, sent: BrokerRequest, turns: "SendTurns", ticket: int) -> None:
+        """Deliver one outbox request over this node's connection for its destination and API, pipelined and
+        sent in the order the broker queued them (as the simulator's runtime sends them: trio starts the tasks
+        of one batch in any order, and a partition leader's KIP-890 verifications answered out of order would
+        append a producer's batches out of order); answer it with the response or the typed error."""
         key = (sent.destination, sent.api_key)
         connection = None
         try:
             with trio.fail_after(max(0.0, (sent.deadline_ms - wall_clock_ms()) / 1000)):
+                await turns.wait(ticket)
                 connection = await self._broker_connection(key)
                 if connection is None:
                     answer = KafkaError(f"broker {sent.destination} is not registered", ErrorCode.NETWORK_EXCEPTION)
                 else:
-                    answer = await connection.request(sent.api_key, sent.api_version, sent.request)
+                    answer = await connection.request(sent.api_key, sent.api_version, sent.request,
+                                                      on_sent=functools.partial(turns.release, ticket))
         except trio.TooSlowError:
             answer = KafkaError(f"no answer from broker {sent.destination} in time", ErrorCode.REQUEST_TIMED_OUT)
             await self._drop_broker_connection(key, connection)  # its reply may still be on its way
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, KafkaError) as error:
             answer = KafkaError(f"broker {sent.destination}: {error}", ErrorCode.NETWORK_EXCEPTION)
             await self._drop_broker_connection(key, connection)
+        finally:
+            turns.release(ticket)  # not sent (no connection, a timeout, cancelled): the next one goes
         self.broker.on_broker_response(sent, answer, wall_clock_ms())
         self._after_kafka_event()
 
@@ -603,11 +611,12 @@ class KafkaConnection:
             raise
         return opened
 
-    async def request(self, api_key: int, api_version: int, request: Any) -> Any:
+    async def request(self, api_key: int, api_version: int, request: Any,
+                      on_sent: Callable[[], None] | None = None) -> Any:
         """The response to `request`. Raises KafkaError (a protocol violation, or a refused re-authentication:
         the connection is unusable), trio.BrokenResourceError when the peer closed it. A request cancelled after
         it was sent leaves the connection unusable (its response would be read for nobody): the caller closes
-        it."""
+        it. `on_sent()` is called once the request is on its way (the next one may be sent)."""
         if self._reauthenticate_at is not None and trio.current_time() >= self._reauthenticate_at:
             await self._reauthenticate()
         # The locks are taken without a scheduler checkpoint when free: a replica fetcher, the only user of
@@ -619,6 +628,8 @@ class KafkaConnection:
                 correlation_id = await self._send(api_key, api_version, request)
             finally:
                 self._send_lock.release()
+            if on_sent is not None:
+                on_sent()
             return await self._answer(correlation_id)
         finally:
             self._room.release()
@@ -682,6 +693,40 @@ class KafkaConnection:
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
+
+
+class SendTurns:
+    """Requests sent over one connection in the order they were queued, by tasks that trio may start in any
+    order: `ticket()` when queued (synchronously, in order), `await wait(ticket)` before sending,
+    `release(ticket)` once sent or given up (idempotent; a ticket released before its turn is skipped)."""
+
+    def __init__(self) -> None:
+        self._next_ticket = 0
+        self._turn = 0  # the ticket that may send now
+        self._released: set[int] = set()  # tickets given up before their turn
+        self._waiting: dict[int, trio.Event] = {}
+
+    def ticket(self) -> int:
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        return ticket
+
+    async def wait(self, ticket: int) -> None:
+        if ticket != self._turn:
+            event = self._waiting[ticket] = trio.Event()
+            await event.wait()
+
+    def release(self, ticket: int) -> None:
+        if ticket < self._turn:
+            return
+        self._released.add(ticket)
+        self._waiting.pop(ticket, None)
+        while self._turn in self._released:
+            self._released.discard(self._turn)
+            self._turn += 1
+        event = self._waiting.pop(self._turn, None)
+        if event is not None:
+            event.set()
 
 
 async def _acquire(lock: trio.Lock | trio.Semaphore) -> None:

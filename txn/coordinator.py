@@ -220,6 +220,10 @@ class TransactionCoordinatorShard:
         # Test-only planted bug: a retried transaction.version 2 EndTxn (the pre-bump epoch) is taken for a new
         # request of a fenced producer, so a committed transaction is answered PRODUCER_FENCED.
         self.bug_end_txn_retry_as_new_transaction = False
+        # Test-only planted bug: an EndTxn that arrives behind a parked add of the next transaction is decided
+        # against the transaction whose markers are being written (an abort is refused INVALID_TXN_STATE, a
+        # commit is answered as that one's retry while the next one stays open).
+        self.bug_end_txn_behind_parked_add_decided_now = False
 
     # --- the shard contract ----------------------------------------------------------------------------
 
@@ -426,6 +430,12 @@ class TransactionCoordinatorShard:
         error = self._end_txn_producer_error(value, request)
         if error != ErrorCode.NONE:
             return CoordinatorResult.answer(TxnAnswer(error))
+        if value.state in PREPARE_STATES and self.parked_adds.get(request.transactional_id) \
+                and not self.bug_end_txn_behind_parked_add_decided_now:
+            # It came after an add of the producer's next transaction (parked until the markers of this one are
+            # written), so it ends that next one, not this one: librdkafka's abort_transaction sends EndTxn while
+            # its AddPartitionsToTxn is unanswered. Retriable, as Kafka answers an EndTxn during Prepare*.
+            return CoordinatorResult.answer(TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS))
         if value.state is S.ONGOING:
             new_value = _prepared(value, request, now_ms)
             if isinstance(new_value, ErrorCode):

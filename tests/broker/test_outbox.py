@@ -10,6 +10,7 @@ from broker.core import OUTBOX_REQUESTS_MAX
 from net.protocol import messages
 from net.protocol.codec import ApiKey
 from partitions.errors import ErrorCode, KafkaError
+from partitions.records import decode_batches
 from simulations import cluster_sim
 from simulations.run import RunConfig
 from tests.broker.test_broker_sans_io import Cluster
@@ -118,3 +119,58 @@ async def test_a_real_nodes_outbox_pipelines_requests_to_one_destination(tmp_pat
         assert not isinstance(answer, KafkaError), answer
         partition = answer.responses[0].partitions[0]
         assert partition.error_code == ErrorCode.NONE and partition.high_watermark == 1 and partition.records
+
+
+async def test_a_real_nodes_outbox_sends_requests_to_one_destination_in_the_order_queued(tmp_path):
+    """trio starts the tasks of one batch in either order (it reverses half of its batches on purpose): the
+    outbox's requests to one destination still leave in the order the broker queued them, so ten produce
+    requests queued together land in the log in that order, round after round. (A partition leader's KIP-890
+    verifications answered out of order appended a producer's batches out of order.)"""
+    from tests.broker.test_broker_sans_io import produce_request
+
+    node = in_process_node(tmp_path, "outbox")
+    produced: list = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        with trio.fail_after(60):
+            await create_led_topic(node, "ordered")
+            for round_ in range(8):
+                for index in range(10):
+                    node.broker.send_to_broker(1, ApiKey.PRODUCE, 9,
+                                               produce_request("ordered", 0, [f"{round_}-{index}".encode()], acks=1),
+                                               lambda answer, now: produced.append(answer),
+                                               node.state.broker_clock_ms())
+                node._process()
+                while len(produced) < 10 * (round_ + 1):
+                    await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert all(not isinstance(answer, KafkaError) for answer in produced), produced
+    data = node.broker.hosted("ordered", 0).log.read(0, 1 << 20).records
+    values = [record.value.decode() for batch in decode_batches(bytes(data)) for record in batch.records]
+    assert values == [f"{round_}-{index}" for round_ in range(8) for index in range(10)]
+
+
+async def test_send_turns_follow_the_tickets_and_skip_those_given_up():
+    from net.node import SendTurns
+
+    turns, sent = SendTurns(), []
+    tickets = [turns.ticket() for _ in range(4)]
+
+    async def send(ticket):
+        await turns.wait(ticket)
+        sent.append(ticket)
+        turns.release(ticket)
+
+    async with trio.open_nursery() as nursery:
+        for ticket in reversed(tickets[2:]):  # started last first
+            nursery.start_soon(send, ticket)
+        await trio.sleep(0.01)
+        assert sent == []  # 0 and 1 have not gone
+        turns.release(tickets[1])  # given up before its turn (a deadline, no connection): skipped
+        assert sent == []
+        with trio.move_on_after(0.01):  # 0 waits for its turn... and it is its turn: it goes at once
+            await send(tickets[0])
+    assert sent == [0, 2, 3]
+    turns.release(0)  # releasing again, or an old ticket, changes nothing
+    with trio.fail_after(1):
+        await turns.wait(turns.ticket())  # the next ticket's turn has come: no wait

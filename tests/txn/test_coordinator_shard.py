@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from coordinator.runtime import CoordinatorRuntime
 from partitions.errors import ErrorCode
 from tests.coordinator.ports import LogPort
@@ -137,6 +139,38 @@ def test_the_next_transactions_adds_wait_for_the_markers_and_follow_complete_in_
     assert coordinator.shard.parked_request_ids() == []
     # The new transaction commits as any other.
     assert coordinator.call(EndTransaction("t", 1000, 0, True), 40) == TxnAnswer(ErrorCode.NONE, 1000, 0)
+
+
+@pytest.mark.parametrize("commit", [False, True])
+def test_an_end_txn_behind_a_parked_add_ends_the_next_transaction_so_it_waits(commit):
+    """librdkafka's abort_transaction sends EndTxn while its AddPartitionsToTxn is unanswered (parked here behind
+    the markers of the commit before): that EndTxn ends the next transaction. Decided against the one being
+    completed, an abort was refused INVALID_TXN_STATE (fatal for the client) and a commit taken for that one's
+    retry while the next one stayed open; it is answered CONCURRENT_TRANSACTIONS and retried."""
+    coordinator = Coordinator()
+    prepared(coordinator)
+    add = coordinator.runtime.submit(0, AddPartitions("t", 1000, 0, (("out", 1),)), 21)
+    end = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, commit), 22)
+    coordinator.port.commit_all()
+    assert dict(coordinator.runtime.poll(23)) == {end: TxnAnswer(ErrorCode.CONCURRENT_TRANSACTIONS)}
+    assert coordinator.shard.parked_request_ids() == [add]
+    complete = coordinator.runtime.submit(0, CompleteTransaction("t", 1000, 0, True), 30)
+    coordinator.port.commit_all()
+    assert dict(coordinator.runtime.poll(31)) == {complete: TxnAnswer(ErrorCode.NONE), add: TxnAnswer(ErrorCode.NONE)}
+    # The retry ends the next transaction.
+    assert coordinator.call(EndTransaction("t", 1000, 0, commit), 40) == TxnAnswer(ErrorCode.NONE, 1000, 0)
+    assert coordinator.state() is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+    assert coordinator.shard.metadata("t").value.partitions == (("out", 1),)
+
+
+def test_planted_bug_end_txn_behind_parked_add_decided_now_refuses_the_abort():
+    coordinator = Coordinator()
+    coordinator.shard.bug_end_txn_behind_parked_add_decided_now = True
+    prepared(coordinator)
+    coordinator.runtime.submit(0, AddPartitions("t", 1000, 0, (("out", 1),)), 21)
+    end = coordinator.runtime.submit(0, EndTransaction("t", 1000, 0, False), 22)
+    coordinator.port.commit_all()
+    assert dict(coordinator.runtime.poll(23)) == {end: TxnAnswer(ErrorCode.INVALID_TXN_STATE)}
 
 
 def test_a_parked_add_gets_concurrent_transactions_when_the_markers_take_too_long():

@@ -120,6 +120,40 @@ def test_commits_and_aborts_across_two_topics_are_seen_exactly_by_read_committed
 
 
 
+def test_pipelined_transactions_aborted_at_once_keep_every_sequence_and_outcome(cluster):
+    """One record per produce request, up to five in flight per partition: the partition leaders verify each
+    partition's first batch of a transaction with the coordinator (KIP-890), mostly on another node, and must
+    append a producer's batches in the order they arrived whatever order the answers come back in (else
+    librdkafka fails fatally with OUT_OF_ORDER_SEQUENCE_NUMBER). Every third transaction is aborted without a
+    flush: librdkafka sends EndTxn(abort) while its AddPartitionsToTxn waits at the coordinator behind the
+    markers of the commit before, and that EndTxn ends the new transaction, not the one being completed (else
+    INVALID_TXN_STATE, fatal). read_committed then reads exactly the committed records, in order."""
+    create_topic(cluster, "txn-pipe-a", 3, 3)
+    create_topic(cluster, "txn-pipe-b", 3, 3)
+    targets = [(topic, partition) for topic in ("txn-pipe-a", "txn-pipe-b") for partition in range(3)]
+    p = producer(cluster, "pipelined-1", **{"linger.ms": 0, "batch.num.messages": 1})
+    p.init_transactions(30)
+    committed: dict[tuple[str, int], list[str]] = {}
+    transactions = 600
+    for t in range(transactions):
+        p.begin_transaction()
+        values = []
+        for r in range(12):
+            topic, partition = targets[(t + r) % len(targets)]
+            value = f"t{t}-r{r}"
+            p.produce(topic, value=value.encode(), partition=partition)
+            values.append(((topic, partition), value))
+        if t % 3 == 2:
+            p.abort_transaction(30)  # no flush: whatever was not sent yet is purged, the rest aborted
+        else:
+            p.commit_transaction(30)
+            for key, value in values:
+                committed.setdefault(key, []).append(value)
+    total_committed = sum(len(v) for v in committed.values())
+    read = consume_confluent(cluster, {"txn-pipe-a": 3, "txn-pipe-b": 3}, "read_committed", total_committed)
+    assert {key: [v for _, v in rows] for key, rows in read.items()} == committed  # exactly, in order
+
+
 def test_kafka_python_transactional_producer_commits_aborts_and_sends_offsets(cluster):
     """kafka-python's own transaction manager (a second implementation beside librdkafka's; transaction version
     1, AddPartitionsToTxn up to v3): transactions committed and aborted, then a consume-transform-produce step
