@@ -20,6 +20,9 @@ producer are held until its COMMIT marker, dropped at its ABORT marker).
   the group's committed input offset exactly once, and none above it.
 - fenced_never_commits: a transaction whose producer was fenced (or that its pipeline saw fail fatally) is
   never committed.
+- added_txn_ends: once the coordinator answered a transaction's AddPartitionsToTxn NONE (it is Ongoing, durably),
+  its EndTxn is never refused INVALID_TXN_STATE (librdkafka fails fatally on it): it ends, or the producer was
+  fenced meanwhile (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 from simulations.cluster_checkers import ClusterCheckers, TopicPartition
 
 TXN_CHECKER_NAMES = ("no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
-                     "fenced_never_commits")
+                     "fenced_never_commits", "added_txn_ends")
 
 
 def parse_output(value: bytes) -> tuple[str, int, int]:
@@ -71,6 +74,11 @@ class TxnCheckers(ClusterCheckers):
 
     def observe_txn_fenced(self, key: str) -> None:
         self.fenced_keys.add(key)
+
+    def observe_end_txn_refused(self, key: str, commit: bool) -> None:
+        """An EndTxn of a transaction whose partitions the coordinator had added was refused INVALID_TXN_STATE."""
+        self.violate("added_txn_ends", f"EndTxn({'commit' if commit else 'abort'}) of transaction {key}, whose "
+                                       f"AddPartitionsToTxn was answered NONE, refused INVALID_TXN_STATE")
 
     def observe_output_record(self, tp: TopicPartition, offset: int, value: bytes, last_stable_offset: int) -> None:
         key, _, _ = parse_output(value)

@@ -9,6 +9,10 @@ protocol, for the input partitions it owns (static ownership: the group protocol
     -> Produce (transactional, idempotent sequences) to both -> AddOffsetsToTxn(group)
     -> TxnOffsetCommit(position) -> EndTxn(commit, or abort for a share of them)
 
+Half of the aborts of a transaction version 1 pipeline come at once, as an application's abort_transaction
+right after it began: AddPartitionsToTxn and EndTxn(abort) leave together on the coordinator's connection,
+as librdkafka sends them, the add's answer not waited for (`ABORT_AT_ONCE_SHARE`).
+
 A pipeline on transaction version 2 (KIP-890 part 2, `transaction_version=2`) is a Kafka 4.0 client: it sends
 neither AddPartitionsToTxn nor AddOffsetsToTxn. Its Produce v12 adds the output partitions (the leader asks
 the coordinator), its TxnOffsetCommit v5 the group's offsets partition, and its EndTxn v5 answers with the
@@ -58,6 +62,11 @@ RETRY_BACKOFF_MS = 100
 TXN_TIMEOUT_MS = 3_000
 RECORDS_PER_TXN_MAX = 500
 ABORT_SHARE = 0.1
+# Of the aborted transactions of a transaction version 1 pipeline, those aborted before any record was produced:
+# AddPartitionsToTxn and EndTxn(abort) leave together, as librdkafka's abort_transaction sends EndTxn without
+# waiting for an unanswered AddPartitionsToTxn (which the coordinator may hold behind the markers of the
+# transaction before). Drawn from a stream of its own, so the other choices of a seed stay as they were.
+ABORT_AT_ONCE_SHARE = 0.5
 FETCH_MAX_WAIT_MS = 100
 PARTITION_BYTES_MAX = 128 * 1024
 FIND_COORDINATOR_VERSION = 2
@@ -133,6 +142,9 @@ class _Txn:
     outputs: dict[str, list[bytes]] = field(default_factory=dict)  # output topic -> values
     produced: set = field(default_factory=set)  # output topics acknowledged
     commit: bool = True
+    abort_at_once: bool = False  # AddPartitionsToTxn and EndTxn(abort) sent together, nothing produced
+    added: bool = False  # its AddPartitionsToTxn was answered NONE
+    end_refused: bool = False  # its EndTxn was answered INVALID_TXN_STATE
 
 
 class SimTxnPipeline(FaultedClient, MultiTopicClient):
@@ -160,6 +172,7 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
         # Each output record keyed by its value (its transaction and input, unique), for compacted output topics
         # (a compacted topic refuses records without a key); without it, outputs have no key.
         self.keyed_outputs = False
+        self.abort_rng = self.loop.derive_rng(f"client-{name}-abort-at-once")
         self._reset()
 
     def _reset(self) -> None:
@@ -388,6 +401,7 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
         self.txn_seq += 1
         txn = _Txn(self.txn_seq, partition, records[-1].offset + 1)
         txn.commit = self.rng.random() >= ABORT_SHARE
+        txn.abort_at_once = not txn.commit and not self.tv2 and self.abort_rng.random() < ABORT_AT_ONCE_SHARE
         key = self.txn_key(txn)
         for topic in OUTPUT_TOPICS:
             txn.outputs[topic] = [f"{key}|{partition}:{r.offset}".encode() for r in records]
@@ -414,8 +428,28 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
             if code != ErrorCode.NONE:
                 self._start_over(f"add_partitions:{ErrorCode(code).name}")
                 return
+            txn.added = True
             self.state = "produce"
 
+        def on_unawaited_answer(response: Any) -> None:
+            # Seen even after the EndTxn's answer started the instance over: the simulator's nodes send a
+            # deferred answer when it is ready, where a real listener sends a connection's answers in order.
+            if not self.running or response is None or code_of(response) != ErrorCode.NONE:
+                return
+            txn.added = True
+            if txn.end_refused:
+                self.checkers.observe_end_txn_refused(key, txn.commit)
+
+        key = self.txn_key(txn)
+        if txn.abort_at_once and self.txn_coordinator is not None:
+            # Its answer is not waited for: the EndTxn(abort) sent behind it on the same connection, which the
+            # coordinator handles after it, ends this transaction.
+            self.host.trace("txn.abort_at_once", self.name, key)
+            self.send(self.txn_coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_VERSION, request,
+                      on_unawaited_answer)
+            self.state = "end"
+            self._step_end()
+            return
         self._to_txn_coordinator(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_VERSION, request, on_answer, code_of)
 
     def _step_produce(self) -> None:
@@ -516,6 +550,10 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
                                          producer_epoch=self.producer_epoch, committed=txn.commit)
 
         def on_answer(code: int, response: Any) -> None:
+            if code == ErrorCode.INVALID_TXN_STATE:
+                txn.end_refused = True
+                if txn.added:
+                    self.checkers.observe_end_txn_refused(self.txn_key(txn), txn.commit)
             if code != ErrorCode.NONE:
                 self._start_over(f"end_txn:{ErrorCode(code).name}")
                 return

@@ -26,7 +26,10 @@ a committed transaction whose answer was lost is answered PRODUCER_FENCED, so th
 transaction that committed), "complete_before_markers_written" (the coordinator completes a
 transaction once its WriteTxnMarkers requests are sent, not once the leaders have written the markers: the
 producer's next transaction, whose AddPartitionsToTxn waited for Complete*, can then put records on a
-partition ahead of the previous transaction's marker, which decides them too).
+partition ahead of the previous transaction's marker, which decides them too), "end_txn_behind_parked_add" (an
+EndTxn(abort) sent together with the AddPartitionsToTxn of a new transaction, as librdkafka's abort_transaction
+sends it, arrives while that add is parked behind the previous transaction's markers and is refused
+INVALID_TXN_STATE: `added_txn_ends`).
 
 Transaction versions: per seed, each pipeline is a transaction version 1 or 2 client (`TV2_SHARE`, from the
 seed's "txn-versions" stream), so every checker covers both protocols and their mix on one coordinator.
@@ -66,7 +69,8 @@ TXN_BUGS = {"lso_ignores_open_txn": "bug_lso_ignores_open_transactions",
             "txn_offsets_visible_early": "bug_txn_offsets_visible_early",
             "end_txn_retry_as_new_txn": "bug_end_txn_retry_as_new_transaction",
             "complete_before_markers_written": "bug_complete_before_markers_written",
-            "poll_ignores_changes": "bug_poll_ignores_changes"}
+            "poll_ignores_changes": "bug_poll_ignores_changes",
+            "end_txn_behind_parked_add": "bug_end_txn_behind_parked_add_decided_now"}
 
 
 class TransactionsSimulation(ClusterSimulation):
@@ -91,6 +95,9 @@ class TransactionsSimulation(ClusterSimulation):
         if "end_txn_retry_as_new_txn" in self.workload_bugs:
             configure_shards(state.coordinators.services[1].runtime,
                              lambda shard: setattr(shard, "bug_end_txn_retry_as_new_transaction", True))
+        if "end_txn_behind_parked_add" in self.workload_bugs:
+            configure_shards(state.coordinators.services[1].runtime,
+                             lambda shard: setattr(shard, "bug_end_txn_behind_parked_add_decided_now", True))
         if "complete_before_markers_written" in self.workload_bugs:
             state.transactions.bug_complete_before_markers_written = True
         if "poll_ignores_changes" in self.workload_bugs:

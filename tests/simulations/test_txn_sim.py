@@ -40,8 +40,13 @@ COMPLETE_BEFORE_MARKERS_WRITTEN_SEED = 29
 # poll_ignores_changes: the coordinator runtimes are told nothing changed, so every answer held for the high
 # watermark leaves at its write timeout as COORDINATOR_NOT_AVAILABLE: no pipeline ever commits (liveness).
 POLL_IGNORES_CHANGES_SEED = 1
+# end_txn_behind_parked_add: a pipeline aborts a transaction at once (AddPartitionsToTxn and EndTxn(abort) leave
+# together, as librdkafka's abort_transaction sends them) while the markers of its commit before are written: its
+# add parks behind them and the EndTxn, decided against the transaction being completed, is refused
+# INVALID_TXN_STATE (12 of seeds 1-60 at 20 s; 5 of 1-16 at 60 s).
+END_TXN_BEHIND_PARKED_ADD_SEED = 11
 TXN_CHECKERS = {"no_aborted_read", "no_torn_transaction", "reads_below_lso", "lso_monotonic", "exactly_once",
-                "fenced_never_commits"}
+                "fenced_never_commits", "added_txn_ends"}
 
 
 def _config(seed: int, duration_s: float = 20.0, faults: str = "none", bugs: frozenset[str] = frozenset()) -> RunConfig:
@@ -133,6 +138,16 @@ def test_poll_ignores_changes_fails_liveness_at_its_known_seed():
 
 
 @pytest.mark.slow
+def test_end_txn_behind_parked_add_fails_a_transaction_checker_at_its_known_seed():
+    _assert_teeth("end_txn_behind_parked_add", END_TXN_BEHIND_PARKED_ADD_SEED)
+
+
+def test_added_txn_ends_fails_on_an_end_txn_refused_after_its_add():
+    checkers = TxnCheckers()
+    checkers.observe_end_txn_refused("p|0|3", False)
+    assert "EndTxn(abort) of transaction p|0|3" in checkers.violations["added_txn_ends"]
+
+
 @pytest.mark.slow
 def test_a_broker_fenced_during_a_long_partition_is_not_a_live_broker_lost():
     # Seed 2016 partitions nodes 2 and 3 (the quorum) from node 1 for 4.8 s: the controller fences broker 1,
