@@ -84,7 +84,6 @@ class _HeldProduce:
     header: RequestHeader
     request: Any
     request_id: int
-    denied: dict[tuple[str, int], ErrorCode]
     throttle_ms: int
     refused: dict[tuple[str, int], ErrorCode] | None
 
@@ -197,7 +196,7 @@ class DataPlaneApis:
                 # verifications are answered in: a later batch appended first would be taken for the start of
                 # the producer's sequence, and its earlier one refused as out of order (librdkafka's fatal
                 # "sequence desynchronization").
-                held = _HeldProduce(header, request, request_id, denied, throttle_ms, None if keys else denied)
+                held = _HeldProduce(header, request, request_id, throttle_ms, None if keys else denied)
                 if queue is None:
                     queue = self._held[producer_id] = _HeldProduces()
                 queue.requests.append(held)

@@ -431,6 +431,8 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
             txn.added = True
             self.state = "produce"
 
+        key = self.txn_key(txn)
+
         def on_unawaited_answer(response: Any) -> None:
             # Seen even after the EndTxn's answer started the instance over: the simulator's nodes send a
             # deferred answer when it is ready, where a real listener sends a connection's answers in order.
@@ -440,7 +442,6 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
             if txn.end_refused:
                 self.checkers.observe_end_txn_refused(key, txn.commit)
 
-        key = self.txn_key(txn)
         if txn.abort_at_once and self.txn_coordinator is not None:
             # Its answer is not waited for: the EndTxn(abort) sent behind it on the same connection, which the
             # coordinator handles after it, ends this transaction.
