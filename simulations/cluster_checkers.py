@@ -29,6 +29,9 @@ Checkers (names are the verdict names):
   register again: that is no live broker.) A controller's failover gives every broker a
   fresh session, and a live broker's heartbeats reach the new controller well within it; a broker fenced anyway
   leaves every ISR, and partitions whose ISR it leaves to an unreachable node go offline.
+- answers_in_order: every answer a client gets on a connection is to its oldest request on that connection
+  still owed one, as a broker answers each connection in request order (net/server.py) and Kafka's clients
+  require (reported by simulations/kafka_clients.py).
 - liveness: after every fault heals, within a bound, every acknowledged record is readable and the
   replicas converge (recorded by the simulation).
 - no_node_error: no core raised out of a step (an assertion is a bug, reported with where it was raised).
@@ -54,6 +57,7 @@ CHECKER_NAMES = (
     "one_raft_leader_per_term",
     "metadata_identical",
     "live_brokers_kept",
+    "answers_in_order",
 )
 
 TopicPartition = tuple[str, int]

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -136,6 +137,11 @@ class KafkaClientBase:
         self.rng: random.Random = self.loop.derive_rng(f"client-{name}")
         self.connected: set[int] = set()
         self._outstanding: dict[int, dict[int, _Outstanding]] = {}  # broker -> correlation id -> request
+        # broker -> the correlation ids of this connection's requests still owed an answer, in the order sent
+        # (those given up on included: their answers still come, in turn). A broker answers a connection in
+        # request order; Kafka's clients take an answer out of turn for a broken connection (Java's
+        # NetworkClient.correlate), and here it fails the answers_in_order checker.
+        self._owed: dict[int, deque[int]] = {}
         self._next_correlation_id = 0
         self.leaders: dict[int, PartitionLeader] = {}
         self.metadata_version = METADATA_VERSION
@@ -168,6 +174,7 @@ class KafkaClientBase:
         self.connected.discard(peer_id)
         self._sasl_state.pop(peer_id, None)
         self._reauthenticating.discard(peer_id)
+        self._owed.pop(peer_id, None)
         outstanding = self._outstanding.pop(peer_id, {})
         for correlation_id in sorted(outstanding):
             request = outstanding[correlation_id]
@@ -178,6 +185,13 @@ class KafkaClientBase:
         assert data[:1] == CHANNEL_KAFKA_RESPONSE, f"client {self.name} got channel {data[:1]!r} from {peer_id}"
         frame = memoryview(data)[5:]  # channel byte, then the frame's 4-byte length prefix
         correlation_id = _CORRELATION.unpack_from(frame)[0]
+        owed = self._owed.get(peer_id)
+        expected = owed.popleft() if owed else None
+        if expected != correlation_id:
+            checkers = getattr(self.host, "checkers", None)
+            if checkers is not None:
+                checkers.violate("answers_in_order", f"client {self.name}: broker {peer_id} answered correlation id "
+                                                     f"{correlation_id} when {expected} was owed first")
         request = self._outstanding.get(peer_id, {}).pop(correlation_id, None)
         if request is None:
             return  # timed out earlier: its late answer is ignored
@@ -265,6 +279,8 @@ class KafkaClientBase:
         frame = encode_request(header, request)
         if not self.host.network.send(self.client_id, broker_id, CHANNEL_KAFKA_REQUEST + frame):
             return False
+        if api_key != ApiKey.PRODUCE or request.acks != 0:  # an acks=0 produce is never answered
+            self._owed.setdefault(broker_id, deque()).append(correlation_id)
         timeout_handle = self.loop.call_later(timeout_ms * US_PER_MS, self._timeout, broker_id, correlation_id)
         self._outstanding.setdefault(broker_id, {})[correlation_id] = _Outstanding(
             api_key, api_version, callback, timeout_handle)

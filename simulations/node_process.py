@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+import struct
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -62,7 +64,10 @@ BROKER_BUGS = {"hw_from_leader_leo": "bug_hw_from_leader_leo", "truncate_to_own_
 # brokers whose heartbeats waited for it).
 NODE_BUGS = {"wait_out_moved_controller": ("calls", "bug_wait_out_moved_controller"),
              "observer_stops_after_failure": ("observer", "bug_stops_after_failure"),
-             "sessions_count_stalls": ("controller", "bug_sessions_count_stalls")}
+             "sessions_count_stalls": ("controller", "bug_sessions_count_stalls"),
+             # the simulated listener sends each answer when it is ready, an answer owed longer (a parked
+             # fetch, an acks=all produce) overtaken by a later quick one: caught by answers_in_order
+             "answers_when_ready": ("process", "bug_answers_when_ready")}
 STEP_INTERVAL_MS = 50  # the broker tick (the real node's is 20 ms; nothing here is due more often)
 TICK_SPACING_US_MIN = 100
 REPLICA_REQUEST_TIMEOUT_MS = 10_000
@@ -74,6 +79,13 @@ CHANNEL_CONTROLLER_REQUEST = b"C"
 CHANNEL_CONTROLLER_RESPONSE = b"D"
 CHANNEL_METADATA_FETCH = b"M"  # an observer (broker-only node) asks a controller for committed entries
 CHANNEL_METADATA_ANSWER = b"N"
+# A broker's Kafka requests to another broker, each tagged with the connection it travels on (`_LANE`): a real node
+# keeps one connection per leader for its replica fetcher and one per (destination, API) for its outbox
+# (net/node.py), and a broker answers each connection in request order, so the answer to a follower's fetch
+# never waits behind a WriteTxnMarkers that waits for that follower's next fetch.
+CHANNEL_BROKER_KAFKA_REQUEST = b"B"
+_LANE = struct.Struct(">h")
+REPLICA_FETCHER_LANE = -1  # the outbox's lanes are its API keys
 OBSERVER_FETCH_TIMEOUT_MS = 2_000  # above the leader's hold (METADATA_FETCH_WAIT_MS_MAX) and slow links
 
 
@@ -155,6 +167,15 @@ class _CorruptingHandle:
         return getattr(self._handle, name)
 
 
+
+@dataclass
+class _ReplySlot:
+    """An answer a Kafka connection owes: `data` (the encoded response) is None until it is ready."""
+    request_id: int | None
+    header: RequestHeader | None = None
+    response: Any = None
+    data: bytes | None = None
+
 @dataclass(eq=False)
 class _HeldMetadataFetch:
     peer_id: int
@@ -194,9 +215,11 @@ class NodeProcess:
             setattr(broker, BROKER_BUGS[name], True)
         self.calls = ControllerCalls(self.state, _SimControllerCallPort(self))
         self.observer = MetadataObserver(self.state, _SimMetadataFetchPort(self), OBSERVER_FETCH_TIMEOUT_MS)
+        self.bug_answers_when_ready = False  # planted (NODE_BUGS)
         for name in sorted(sim.node_bugs):
             whose, attribute = NODE_BUGS[name]
-            target = {"calls": self.calls, "observer": self.observer}.get(whose, self.state.controller)
+            target = {"calls": self.calls, "observer": self.observer, "process": self}.get(whose,
+                                                                                        self.state.controller)
             if target is not None:
                 setattr(target, attribute, True)
         sim.configure_node(self.state)
@@ -210,7 +233,12 @@ class NodeProcess:
         self._raft_timer_us: int | None = None
         self._step_timer: int | None = None
         self._next_correlation_id = 0
-        self._pending_kafka: dict[int, tuple[int, int, RequestHeader]] = {}  # request id -> peer, connection, header
+        # request id -> peer, connection, lane
+        self._pending_kafka: dict[int, tuple[int, int, int | None]] = {}
+        # Each Kafka connection's answers in request order, as the listener's writer sends them (net/server.py):
+        # an answer ready before one still owed on its connection waits behind it. (peer, lane) -> its owed slots.
+        # A client has one connection (lane None); another broker one per lane (CHANNEL_BROKER_KAFKA_REQUEST).
+        self._owed_replies: dict[tuple[int, int | None], deque[_ReplySlot]] = {}
         self._fetchers: dict[int, _Fetcher] = {}
         self._outbox_inflight: dict[int, tuple[Any, int]] = {}  # correlation id -> (BrokerRequest, timeout)
         self._rpc_in: dict[int, tuple[int, int, int]] = {}  # operation id -> peer, connection, rpc id
@@ -222,7 +250,7 @@ class NodeProcess:
         # Kafka connections as the listener keeps them (net/server.py): a security session per peer, and the
         # frames of a peer muted by a client quota's throttle, handled in order once it is over.
         self._sessions: dict[int, Session] = {}
-        self._muted: dict[int, list[bytes]] = {}
+        self._muted: dict[int, list[tuple[bytes, int | None]]] = {}  # peer -> (frame, lane), in order
         self._observe_request = getattr(sim.checkers, "observe_request", None)
         self._observe_response = getattr(sim.checkers, "observe_response", None)
         # SASL listeners (the sasl workload): the sessions its clients open, and the gate of net/dispatcher.py
@@ -281,6 +309,8 @@ class NodeProcess:
         self._sessions.pop(peer_id, None)
         self._muted.pop(peer_id, None)
         self._closing.pop(peer_id, None)
+        for key in [key for key in self._owed_replies if key[0] == peer_id]:
+            del self._owed_replies[key]
         self._event(self._after_disconnect, peer_id)
 
     def _after_disconnect(self, peer_id: int) -> None:
@@ -301,7 +331,9 @@ class NodeProcess:
         if channel == CHANNEL_RAFT:
             self._raft_input(self.raft.receive, peer_id, payload)
         elif channel == CHANNEL_KAFKA_REQUEST:
-            self._handle_kafka_request(peer_id, payload)
+            self._handle_kafka_request(peer_id, payload, None)
+        elif channel == CHANNEL_BROKER_KAFKA_REQUEST:
+            self._handle_kafka_request(peer_id, payload[_LANE.size:], _LANE.unpack_from(payload)[0])
         elif channel == CHANNEL_KAFKA_RESPONSE:
             self._handle_replica_response(peer_id, payload)
         elif channel == CHANNEL_CONTROLLER_REQUEST:
@@ -455,20 +487,20 @@ class NodeProcess:
 
     # --- Kafka requests (clients and other brokers' fetchers) -------------------------------------------
 
-    def _handle_kafka_request(self, peer_id: int, frame: bytes) -> None:
+    def _handle_kafka_request(self, peer_id: int, frame: bytes, lane: int | None) -> None:
         muted = self._muted.get(peer_id)
         if muted is not None:
-            muted.append(frame)  # behind the frames a throttle holds, in order
+            muted.append((frame, lane))  # behind the frames a throttle holds, in order
             return
         session = self._sessions.get(peer_id)
         if session is None:
             session = self._sessions[peer_id] = self._open_session(peer_id)
         if session.throttled_until_ms > self.sim.loop.now_ms:
-            self._mute(peer_id, [frame], session)
+            self._mute(peer_id, [(frame, lane)], session)
             return
-        self._serve_kafka_request(peer_id, frame, session)
+        self._serve_kafka_request(peer_id, frame, lane, session)
 
-    def _screen_sasl(self, peer_id: int, frame: bytes, session: Session) -> bool:
+    def _screen_sasl(self, peer_id: int, frame: bytes, lane: int | None, session: Session) -> bool:
         """The SASL gate of net/dispatcher.py: True when it kept the frame (answered it, closed the
         connection, or both), False for a frame to serve as an ordinary request."""
         connection = self.connections.get(peer_id, -1)
@@ -479,7 +511,7 @@ class NodeProcess:
         if outcome is None:
             return False
         if outcome.reply:
-            self._send(peer_id, CHANNEL_KAFKA_RESPONSE, outcome.reply)
+            self._reply(peer_id, lane, None, None, outcome.reply)
         if outcome.close_delay_ms is not None:
             self._closing[peer_id] = connection
             self.sim.loop.call_later(outcome.close_delay_ms * US_PER_MS, self._event, self._close_kafka_connection,
@@ -490,7 +522,7 @@ class NodeProcess:
         if self.connections.get(peer_id) == connection:
             self.sim.network.close(self.node_id, peer_id)
 
-    def _mute(self, peer_id: int, frames: list[bytes], session: Session) -> None:
+    def _mute(self, peer_id: int, frames: list[tuple[bytes, int | None]], session: Session) -> None:
         """Hold `frames` until the session's throttle is over (the listener reads nothing from a muted
         connection); a reset of the connection drops them, as it would the socket's buffer."""
         self._muted[peer_id] = frames
@@ -502,16 +534,17 @@ class NodeProcess:
             return
         frames = self._muted.pop(peer_id, [])
         session = self._sessions[peer_id]
-        for index, frame in enumerate(frames):
+        for index, (frame, lane) in enumerate(frames):
             if session.throttled_until_ms > self.sim.loop.now_ms:
                 self._mute(peer_id, frames[index:], session)
                 return
-            self._serve_kafka_request(peer_id, frame, session)
+            self._serve_kafka_request(peer_id, frame, lane, session)
 
-    def _serve_kafka_request(self, peer_id: int, frame: bytes, session: Session) -> None:
+    def _serve_kafka_request(self, peer_id: int, frame: bytes, lane: int | None, session: Session) -> None:
         if self._closing and self._closing.get(peer_id) == self.connections.get(peer_id):
             return  # the listener reads nothing more from a connection it is closing
-        if self._sasl_gate is not None and needs_screening(session) and self._screen_sasl(peer_id, frame, session):
+        if (self._sasl_gate is not None and needs_screening(session)
+                and self._screen_sasl(peer_id, frame, lane, session)):
             return
         header, request = decode_request(memoryview(frame)[4:])
         if not self.state.apis.is_supported(header.api_key, header.api_version):
@@ -526,11 +559,10 @@ class NodeProcess:
         try:
             result = self._guard(self.state.apis.handle, header, request, self.sim.loop.now_ms)
             if isinstance(result, Deferred):
-                self._pending_kafka[result.request_id] = (peer_id, self.connections.get(peer_id, -1), header)
+                self._pending_kafka[result.request_id] = (peer_id, self.connections.get(peer_id, -1), lane)
+                self._owed_replies.setdefault((peer_id, lane), deque()).append(_ReplySlot(result.request_id))
             elif result is not None:
-                if self._observe_response is not None:
-                    self._observe_response(self, self.connections.get(peer_id, -1), header, result)
-                self._send(peer_id, CHANNEL_KAFKA_RESPONSE, self._guard(encode_response, header, result))
+                self._reply(peer_id, lane, header, result, self._guard(encode_response, header, result))
         finally:
             storage.serving = False
         self._after_kafka_event()
@@ -541,16 +573,38 @@ class NodeProcess:
             if isinstance(response, RequestFailed):  # a deferred answer's build raised: a bug to report
                 self.sim.node_error(self.node_id, self, _describe(response.error))
                 raise _NodeDied()
-            peer_id, connection, _ = self._pending_kafka.pop(request_id, (None, None, None))
+            peer_id, connection, lane = self._pending_kafka.pop(request_id, (None, None, None))
             if peer_id is None or self.connections.get(peer_id) != connection:
                 continue  # the requester's connection is gone: so is the answer
             storage.serving = header.api_key == ApiKey.FETCH
-            if self._observe_response is not None:
-                self._observe_response(self, connection, header, response)
             try:
-                self._send(peer_id, CHANNEL_KAFKA_RESPONSE, self._guard(encode_response, header, response))
+                data = self._guard(encode_response, header, response)
             finally:
                 storage.serving = False
+            owed = self._owed_replies[(peer_id, lane)]
+            for slot in owed:
+                if slot.request_id == request_id:
+                    slot.header, slot.response, slot.data = header, response, data
+                    break
+            if self.bug_answers_when_ready:
+                owed.remove(slot)
+                self._send_reply(peer_id, header, response, data)
+            while owed and owed[0].data is not None:
+                slot = owed.popleft()
+                self._send_reply(peer_id, slot.header, slot.response, slot.data)
+
+    def _reply(self, peer_id: int, lane: int | None, header: RequestHeader | None, response: Any, data: bytes) -> None:
+        """Send an answer now, or queue it behind the answers its connection still owes."""
+        owed = self._owed_replies.get((peer_id, lane))
+        if owed and not self.bug_answers_when_ready:
+            owed.append(_ReplySlot(None, header, response, data))
+        else:
+            self._send_reply(peer_id, header, response, data)
+
+    def _send_reply(self, peer_id: int, header: RequestHeader | None, response: Any, data: bytes) -> None:
+        if header is not None and self._observe_response is not None:
+            self._observe_response(self, self.connections.get(peer_id, -1), header, response)
+        self._send(peer_id, CHANNEL_KAFKA_RESPONSE, data)
 
     # --- replica fetchers -------------------------------------------------------------------------------
 
@@ -585,7 +639,8 @@ class NodeProcess:
             return
         self._next_correlation_id += 1
         header = RequestHeader(sent.api_key, sent.api_version, self._next_correlation_id, f"replica-{self.node_id}")
-        if not self._send(leader_id, CHANNEL_KAFKA_REQUEST, encode_request(header, sent.request)):
+        if not self._send(leader_id, CHANNEL_BROKER_KAFKA_REQUEST,
+                          _LANE.pack(REPLICA_FETCHER_LANE) + encode_request(header, sent.request)):
             self._guard(self.broker.on_replica_response, sent, None, self.sim.loop.now_ms)
             self._wake_fetcher_later(leader_id, REPLICA_RECONNECT_BACKOFF_MS)
             return
@@ -634,7 +689,8 @@ class NodeProcess:
         self._next_correlation_id += 1
         correlation_id = self._next_correlation_id
         header = RequestHeader(sent.api_key, sent.api_version, correlation_id, f"broker-{self.node_id}")
-        if not self._send(sent.destination, CHANNEL_KAFKA_REQUEST, encode_request(header, sent.request)):
+        if not self._send(sent.destination, CHANNEL_BROKER_KAFKA_REQUEST,
+                          _LANE.pack(sent.api_key) + encode_request(header, sent.request)):
             self._finish_broker_request(sent, KafkaError("send failed", ErrorCode.NETWORK_EXCEPTION))
             return
         timeout = self.sim.loop.call_later(max(sent.deadline_ms - now_ms, 1) * US_PER_MS, self._event,

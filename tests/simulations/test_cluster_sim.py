@@ -222,6 +222,21 @@ def test_truncate_to_own_hw_fails_a_safety_checker_at_its_known_seed():
     _assert_teeth("truncate_to_own_hw", TRUNCATE_BUG_SEED, TRUNCATE_BUG_FAULTS)
 
 
+# answers_when_ready: the simulated listener sends each answer as soon as it is ready, where a broker answers a
+# connection in request order (net/server.py): an acks=all produce waiting for the followers is overtaken by the
+# answer to the producer's next request. Caught at the first seed of a fault-free run, as at seeds 1-3 tried; the same seeds pass without it.
+ANSWERS_WHEN_READY_SEED = 1
+
+
+@pytest.mark.slow
+def test_answers_when_ready_fails_answers_in_order_at_its_known_seed():
+    buggy = _config(seed=ANSWERS_WHEN_READY_SEED, duration_s=10.0, bugs=frozenset({"answers_when_ready"}))
+    first, replay, fixed = run_all(buggy, buggy, _config(seed=ANSWERS_WHEN_READY_SEED, duration_s=10.0))
+    assert _failed(first) == ["answers_in_order"], [(v.name, v.detail) for v in first.checkers]
+    assert replay.trace_sha256 == first.trace_sha256
+    assert fixed.ok, [(v.name, v.detail) for v in fixed.checkers if not v.ok]
+
+
 # quiet_session_never_ages: a leader parks a quiet follower session without a walk however old its last
 # touches are. Idle followers at the log end stay in sync (as in Kafka), but the first records after the
 # idle phase find their caught-up times as old as the spell, and the next ISR check drops them. Caught at the
