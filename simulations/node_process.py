@@ -4,7 +4,9 @@ simulated network, disk and clock exactly as net/node.py drives it over sockets,
 Theory of operation. Every input (a Raft message, a Kafka request from a client or another broker, a replica
 fetch answer, a controller RPC, a timer) is an event of the loop; after each, the node steps its state and
 delivers what the step returned: Raft messages, Kafka responses, controller calls (to the local controller
-or as an RPC to the Raft leader), replica fetches and outbox requests to other brokers. A core that raises
+or as an RPC to the Raft leader), replica fetches and outbox requests to other brokers. Kafka responses leave
+each connection in request order, as the listener's writer sends them: a client has one connection per node,
+another broker one per lane (its replica fetcher, and each outbox API), as net/node.py keeps them. A core that raises
 out of a step is a node error (the process is crashed and the error reported); a crash point armed by the
 fault schedule stops the process in the middle of a step. `ServingReadCorruption` flips bytes of reads served
 to a fetch, which the follower's append or the consumer's CRC check must refuse.
@@ -167,7 +169,6 @@ class _CorruptingHandle:
         return getattr(self._handle, name)
 
 
-
 @dataclass
 class _ReplySlot:
     """An answer a Kafka connection owes: `data` (the encoded response) is None until it is ready."""
@@ -175,6 +176,7 @@ class _ReplySlot:
     header: RequestHeader | None = None
     response: Any = None
     data: bytes | None = None
+
 
 @dataclass(eq=False)
 class _HeldMetadataFetch:

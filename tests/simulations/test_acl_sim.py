@@ -22,7 +22,7 @@ from tests.simulations.workloads import assert_sweep_passes, assert_teeth, faile
 
 INDEX_KEPT_ON_DELETE_SEED = 1
 ALLOW_BEFORE_DENY_SEED = 1
-ANSWER_BEFORE_IMAGE_SEED = 1
+ANSWER_BEFORE_IMAGE_SEED = 37  # (1 until the nodes answered each connection in request order)
 TOPIC = 2
 OPERATIONS = [AclOperation.ALL, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.DELETE,
               AclOperation.ALTER, AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS]

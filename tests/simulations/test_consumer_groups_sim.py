@@ -22,8 +22,9 @@ ASSIGN_UNRELEASED_SEED = 1
 # held answer leaves at the next request to its partition; after the heal an OffsetFetch waits 601 ms with
 # nothing wrong (coordinator_answers_prompt; the first failing seed of `--seeds 300 --duration 30 --bugs
 # poll_ignores_changes`; 13 before the group's partition metadata was written, 10 before the internal topics
-# waited for three brokers, 3 until a starting node held its first Metadata requests).
-POLL_IGNORES_CHANGES_SEED = 1
+# waited for three brokers, 3 until a starting node held its first Metadata requests, 1 until the nodes answered
+# each connection in request order).
+POLL_IGNORES_CHANGES_SEED = 8
 # partition_metadata_volatile (the subscribed topics' metadata not written): the first heartbeat after a
 # coordinator failover bumps the epoch with nothing changed (the first failing seed of `--seeds 300 --duration 30
 # --bugs partition_metadata_volatile`; seeds 1-12 all fail it).

@@ -29,13 +29,16 @@ COMMIT_BEFORE_HW_SEED = 1
 # Of `--duration 60` (176 before the slow leaders and more frequent pauses; 11 until the offsets topic had three
 # replicas; 73 before fetch sessions; 71 until a starting node held its first Metadata requests, after which none
 # of seeds 1-540 moved the offset back, the only harm commit_kept then saw; since it also refuses a stale
-# generation's commit that keeps the offset, seeds 18, 22, 34, 35 and 52 of 1-60 catch it).
-STALE_GENERATION_SEED = 18
+# generation's commit that keeps the offset, seeds 18, 22, 34, 35 and 52 of 1-60 caught it; 22 is the first since
+# the nodes answered each connection in request order).
+STALE_GENERATION_SEED = 22
 STALE_GENERATION_DURATION_S = 60.0
 # poll_ignores_changes tells the coordinator runtimes that nothing changed: an answer held for the high
 # watermark leaves at the shard's next timer or its write timeout. After the heal, with nothing wrong, a
 # SyncGroup waits 3 s for a session timer (coordinator_answers_prompt; liveness and the safety checkers pass).
-POLL_IGNORES_CHANGES_SEED = 4  # (3 until a starting node held its first Metadata requests, 8 before the slow leaders)
+# (4 until the nodes answered each connection in request order, 3 until a starting node held its first Metadata
+# requests, 8 before the slow leaders)
+POLL_IGNORES_CHANGES_SEED = 5
 # expire_parked_members expires members waiting in a parked SyncGroup for their session: a leader whose
 # assignor outlives the followers' session has them removed while they wait (parked_sync_answered).
 EXPIRE_PARKED_MEMBERS_SEED = 1

@@ -24,9 +24,11 @@ REASSIGN_WITHOUT_CATCH_UP_SEED = 1
 # first, 46 is the first to catch the second. The first moved to 276 (of seeds 1-300) when forwarded admin
 # answers began to wait for the forwarding broker's image and the run to wait for every node's image to settle.
 # Both moved to 19 (the first seed of 300 to catch either, the broker-only node's replica left behind) when the
-# quorum leader began to hold the broker-only node's metadata fetches instead of answering its polls.
-FETCH_SESSION_SILENT_SEED = 19  # the defect the sweep found in the first fetch sessions
-PARKED_FETCH_DROPS_NEWS_SEED = 19  # found once log cleanup stopped waking every partition
+# quorum leader began to hold the broker-only node's metadata fetches instead of answering its polls. When the
+# nodes began to answer each connection in request order, the first moved to 71 and the second to 24 (the first
+# seeds of 1-160 to catch each).
+FETCH_SESSION_SILENT_SEED = 71  # the defect the sweep found in the first fetch sessions
+PARKED_FETCH_DROPS_NEWS_SEED = 24  # found once log cleanup stopped waking every partition
 # Of `--duration 30`: the first of the ten of seeds 1-30 that catch it (the broker-only node's image stays behind).
 OBSERVER_STOPS_AFTER_FAILURE_SEED = 3
 SAFETY_CHECKERS = {"acked_not_lost", "reads_committed", "replicas_identical", "offsets_dense"}

@@ -31,8 +31,8 @@ MARKERS_BEFORE_PREPARE_COMMITTED_SEED = 128
 # failed a transaction that committed (KIP-890 part 2's retry rule, Kafka's TransactionCoordinator
 # endTxnEpochBumped). (Seed 2 until the pipelines started their next transaction as soon as EndTxn is answered;
 # 4 until a transaction version 1 TxnOffsetCommit was verified with the transaction coordinator; 22 until
-# a starting node held its first Metadata requests.)
-END_TXN_RETRY_AS_NEW_TXN_SEED = 23
+# a starting node held its first Metadata requests; 23 until the nodes answered each connection in request order.)
+END_TXN_RETRY_AS_NEW_TXN_SEED = 2
 # complete_before_markers_written: the transaction is completed while its markers are still in flight; one that
 # fails is never retried, so a committed transaction is committed on one output partition only (seed 4 fails
 # first, on liveness: a TxnOffsetCommit whose marker was lost keeps the group's offsets unstable forever).
