@@ -6,10 +6,10 @@ fetch answer, a controller RPC, a timer) is an event of the loop; after each, th
 delivers what the step returned: Raft messages, Kafka responses, controller calls (to the local controller
 or as an RPC to the Raft leader), replica fetches and outbox requests to other brokers. Kafka responses leave
 each connection in request order, as the listener's writer sends them: a client has one connection per node,
-another broker one per lane (its replica fetcher, and each outbox API), as net/node.py keeps them. A core that raises
-out of a step is a node error (the process is crashed and the error reported); a crash point armed by the
-fault schedule stops the process in the middle of a step. `ServingReadCorruption` flips bytes of reads served
-to a fetch, which the follower's append or the consumer's CRC check must refuse.
+another broker one per lane (its replica fetcher, and each outbox API), as net/node.py keeps them. A core
+that raises out of a step is a node error (the process is crashed and the error reported); a crash point
+armed by the fault schedule stops the process in the middle of a step. `ServingReadCorruption` flips bytes of
+reads served to a fetch, which the follower's append or the consumer's CRC check must refuse.
 """
 
 from __future__ import annotations
@@ -211,10 +211,10 @@ class NodeProcess:
             lambda: sim.loop.now_ms, incarnation_id=seed_bytes[:16], raft_config=sim.raft_config,
             raft_bug_switches=sim.raft_bugs,
         )
-        broker = self.state.broker
-        assert broker is not None, f"node {node_id} has no broker role"
+        core = self.state.broker
+        assert core is not None, f"node {node_id} has no broker role"
         for name in sorted(sim.broker_bugs):
-            setattr(broker, BROKER_BUGS[name], True)
+            setattr(core, BROKER_BUGS[name], True)
         self.calls = ControllerCalls(self.state, _SimControllerCallPort(self))
         self.observer = MetadataObserver(self.state, _SimMetadataFetchPort(self), OBSERVER_FETCH_TIMEOUT_MS)
         self.bug_answers_when_ready = False  # planted (NODE_BUGS)
@@ -225,7 +225,7 @@ class NodeProcess:
             if target is not None:
                 setattr(target, attribute, True)
         sim.configure_node(self.state)
-        self.broker = broker
+        self.broker = core
         self.raft = self.state.raft  # None on a broker-only node (an observer)
         self.peers = [] if self.raft is None else [n for n in self.state.controller_ids if n != node_id]
         self._held_metadata_fetches: list[_HeldMetadataFetch] = []  # controllers: observers' fetches, in order

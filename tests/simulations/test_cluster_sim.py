@@ -224,7 +224,8 @@ def test_truncate_to_own_hw_fails_a_safety_checker_at_its_known_seed():
 
 # answers_when_ready: the simulated listener sends each answer as soon as it is ready, where a broker answers a
 # connection in request order (net/server.py): a consumer's fetch parked for records is overtaken by the answer
-# to its next request. Caught at the first seed of a fault-free run, as at seeds 1-3 tried; the same seeds pass without it.
+# to its next request. Caught at the first seed of a fault-free run, as at seeds 1-3 tried; the same seeds pass
+# without it.
 ANSWERS_WHEN_READY_SEED = 1
 
 
