@@ -169,10 +169,9 @@ class _CorruptingHandle:
         return getattr(self._handle, name)
 
 
-@dataclass
+@dataclass(eq=False)
 class _ReplySlot:
     """An answer a Kafka connection owes: `data` (the encoded response) is None until it is ready."""
-    request_id: int | None
     header: RequestHeader | None = None
     response: Any = None
     data: bytes | None = None
@@ -235,8 +234,8 @@ class NodeProcess:
         self._raft_timer_us: int | None = None
         self._step_timer: int | None = None
         self._next_correlation_id = 0
-        # request id -> peer, connection, lane
-        self._pending_kafka: dict[int, tuple[int, int, int | None]] = {}
+        # request id -> peer, connection, the connection's owed answers and this request's place among them
+        self._pending_kafka: dict[int, tuple[int, int, deque[_ReplySlot], _ReplySlot]] = {}
         # Each Kafka connection's answers in request order, as the listener's writer sends them (net/server.py):
         # an answer ready before one still owed on its connection waits behind it. (peer, lane) -> its owed slots.
         # A client has one connection (lane None); another broker one per lane (CHANNEL_BROKER_KAFKA_REQUEST).
@@ -561,8 +560,9 @@ class NodeProcess:
         try:
             result = self._guard(self.state.apis.handle, header, request, self.sim.loop.now_ms)
             if isinstance(result, Deferred):
-                self._pending_kafka[result.request_id] = (peer_id, self.connections.get(peer_id, -1), lane)
-                self._owed_replies.setdefault((peer_id, lane), deque()).append(_ReplySlot(result.request_id))
+                owed, slot = self._owed_replies.setdefault((peer_id, lane), deque()), _ReplySlot()
+                owed.append(slot)
+                self._pending_kafka[result.request_id] = (peer_id, self.connections.get(peer_id, -1), owed, slot)
             elif result is not None:
                 self._reply(peer_id, lane, header, result, self._guard(encode_response, header, result))
         finally:
@@ -575,7 +575,7 @@ class NodeProcess:
             if isinstance(response, RequestFailed):  # a deferred answer's build raised: a bug to report
                 self.sim.node_error(self.node_id, self, _describe(response.error))
                 raise _NodeDied()
-            peer_id, connection, lane = self._pending_kafka.pop(request_id, (None, None, None))
+            peer_id, connection, owed, slot = self._pending_kafka.pop(request_id, (None, None, None, None))
             if peer_id is None or self.connections.get(peer_id) != connection:
                 continue  # the requester's connection is gone: so is the answer
             storage.serving = header.api_key == ApiKey.FETCH
@@ -583,11 +583,7 @@ class NodeProcess:
                 data = self._guard(encode_response, header, response)
             finally:
                 storage.serving = False
-            owed = self._owed_replies[(peer_id, lane)]
-            for slot in owed:
-                if slot.request_id == request_id:
-                    slot.header, slot.response, slot.data = header, response, data
-                    break
+            slot.header, slot.response, slot.data = header, response, data
             if self.bug_answers_when_ready:
                 owed.remove(slot)
                 self._send_reply(peer_id, header, response, data)
@@ -599,7 +595,7 @@ class NodeProcess:
         """Send an answer now, or queue it behind the answers its connection still owes."""
         owed = self._owed_replies.get((peer_id, lane))
         if owed and not self.bug_answers_when_ready:
-            owed.append(_ReplySlot(None, header, response, data))
+            owed.append(_ReplySlot(header, response, data))
         else:
             self._send_reply(peer_id, header, response, data)
 

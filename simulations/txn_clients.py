@@ -434,8 +434,8 @@ class SimTxnPipeline(FaultedClient, MultiTopicClient):
         key = self.txn_key(txn)
 
         def on_unawaited_answer(response: Any) -> None:
-            # Seen even after the EndTxn's answer started the instance over: the simulator's nodes send a
-            # deferred answer when it is ready, where a real listener sends a connection's answers in order.
+            # A broker answers this before the EndTxn sent behind it on the same connection; the check below also
+            # covers the other order (the simulated listener's planted bug answers_when_ready).
             if not self.running or response is None or code_of(response) != ErrorCode.NONE:
                 return
             txn.added = True
