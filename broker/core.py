@@ -24,6 +24,7 @@ Leadership listeners (`add_leadership_listener`) hear when this broker becomes l
 
 from __future__ import annotations
 
+import enum
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -79,6 +80,20 @@ CONTROLLED_SHUTDOWN_MS_MAX = 15_000
 IMAGE_WAIT_MS_MAX = 5_000
 
 TopicPartition = tuple[str, int]
+
+
+class BrokerState(enum.IntEnum):
+    """Where this broker's incarnation is in its life, with the codes of Kafka's BrokerState (the
+    `kafka.server:type=KafkaServer,name=BrokerState` gauge): STARTING until the controller accepted this
+    process's registration (a restart finds its predecessor's registration in force until that one's session
+    expires, and is refused as a duplicate until then), RECOVERY while registered and fenced, RUNNING once
+    unfenced and serving, then the two steps of a controlled shutdown."""
+
+    STARTING = 1
+    RECOVERY = 2
+    RUNNING = 3
+    PENDING_CONTROLLED_SHUTDOWN = 6
+    SHUTTING_DOWN = 7
 
 
 @dataclass
@@ -802,6 +817,16 @@ class BrokerCore:
 
         self.call_controller(AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch),
                              on_response)
+
+    @property
+    def state(self) -> BrokerState:
+        if self.shutdown_granted:
+            return BrokerState.SHUTTING_DOWN
+        if self.shutdown_requested_ms is not None:
+            return BrokerState.PENDING_CONTROLLED_SHUTDOWN
+        if self.broker_epoch is None:
+            return BrokerState.STARTING
+        return BrokerState.RUNNING if self.serving and not self.is_fenced else BrokerState.RECOVERY
 
     def request_controlled_shutdown(self, now_ms: int) -> None:
         """Ask the controller to move leadership away; `shutdown_granted` turns True when it has."""

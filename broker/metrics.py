@@ -192,6 +192,7 @@ def gauges(state: Any, now_ms: int) -> list[Sample]:
     """Levels of a node (broker.node_state.NodeState) right now."""
     samples: list[Sample] = []
     if state.broker is not None:
+        samples.append(Sample("flotilla_broker_state", (), int(state.broker.state)))
         samples += _partition_gauges(state.broker)
         samples += _group_gauges(state)
         samples += _transaction_gauges(state, now_ms)

@@ -486,6 +486,10 @@ class NodeState:
                 "node_id": self.node_id,
                 "leader_kafka": [leader.host, leader.kafka_port] if leader is not None and leader.is_broker else None,
                 "leader_controller": [leader.host, leader.controller_port] if leader is not None else None,
+                # This node's broker incarnation, as only the node itself knows it: the image may still show
+                # the registration of the process before a restart (broker.core.BrokerState).
+                "broker": None if self.broker is None else {"state": self.broker.state.name,
+                                                            "epoch": self.broker.broker_epoch},
             }
         if kind == RPC_KIND_METADATA:
             image = self.controller.image()

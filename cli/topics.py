@@ -6,22 +6,28 @@ DeleteTopics, IncrementalAlterConfigs) through KafkaClient, prints a table by de
 takes the cluster options of cli.support (`-b` or `--config`, after the subcommand). Errors (no node
 reachable, unknown topic, invalid config value) print one line on stderr and exit non-zero.
 
-Brokers: Kafka's Metadata response lists the live (unfenced) brokers only and says nothing of roles. Until
-the node's private DescribeMetadata call is available to this module, `brokers` derives what it can: every
-broker in Metadata is "active"; with `--config`, roles come from the file and a broker node of the file that
-Metadata does not list is "fenced"; without it, roles are ["broker"]. `fill_roles_and_status_from_describe_
-metadata` is where the private call's answer will replace that derivation.
+Brokers: Kafka's Metadata response lists the live (unfenced) brokers only and says nothing of roles, so
+`brokers list` reads the registrations from the committed metadata (the private admin API, cli/quorum.py): every
+registered broker with its roles, epoch and status there (active or fenced), and beside it the state each node
+reports of its own broker (Kafka's BrokerState: STARTING, RECOVERY, RUNNING, PENDING_CONTROLLED_SHUTDOWN,
+SHUTTING_DOWN), asked of every node at once. The two differ right after a restart: the metadata still shows the
+process before it active until that one's session expires, while the node says STARTING. A peer that answers
+Kafka's Metadata but not the admin API gets rows derived from Metadata alone (every listed broker "active"; with
+`--config`, roles from the file and a broker node of the file that Metadata leaves out "fenced"), no epoch and no
+state.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from net.client.aio import KafkaClient
 from cli.support import (
     EXIT_OK,
     CommandError,
     UsageError,
+    client_security,
     cluster_options,
     emit,
     parse_assignments,
@@ -106,10 +112,12 @@ def run(args: argparse.Namespace) -> int:
 def run_brokers(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
         metadata = await client.metadata([])
-        rows = fill_roles_and_status_from_registrations(metadata, brokers_from_metadata(metadata, config))
+        security = client_security(args)
+        rows = fill_roles_and_status_from_registrations(metadata, brokers_from_metadata(metadata, config), security)
         emit(args, rows, lambda: print_table(
-            ["ID", "HOST", "PORT", "RACK", "ROLES", "STATUS"],
-            [[b["id"], b["host"], b["port"], b["rack"] or "-", ",".join(b["roles"]), b["status"]] for b in rows]))
+            ["ID", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS", "STATE"],
+            [[b["id"], b["host"], b["port"], b["rack"] or "-", ",".join(b["roles"]), _dash(b["epoch"]), b["status"],
+              _dash(b["state"])] for b in rows]))
         return EXIT_OK
 
     return run_with_client(args, body)
@@ -254,21 +262,23 @@ def brokers_from_metadata(metadata: ClusterMetadata, config: ClusterConfig | Non
         if config is not None and any(node.id == broker.node_id for node in config.nodes):
             roles = list(config.node(broker.node_id).roles)
         rows[broker.node_id] = {"id": broker.node_id, "host": broker.host, "port": broker.port,
-                                "rack": broker.rack, "roles": roles, "status": "active"}
+                                "rack": broker.rack, "roles": roles, "epoch": None, "status": "active", "state": None}
     for node in config.brokers if config is not None else ():
         if node.id not in rows:  # a registered broker that Metadata leaves out is fenced (or not running)
             rows[node.id] = {"id": node.id, "host": node.host, "port": node.kafka_port, "rack": node.rack,
-                             "roles": list(node.roles), "status": "fenced"}
+                             "roles": list(node.roles), "epoch": None, "status": "fenced", "state": None}
     return [rows[node_id] for node_id in sorted(rows)]
 
 
-def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: list[dict]) -> list[dict]:
-    """Every registered broker with its roles and active/fenced status, from the controller's registrations
-    (the private admin API, cli/quorum.py); the rows derived from Metadata when no node answers it."""
+def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: list[dict],
+                                             security: Any = None) -> list[dict]:
+    """Every registered broker with its roles, epoch and active/fenced status, from the controller's
+    registrations (the private admin API, cli/quorum.py), and the state its node reports of itself; the rows
+    derived from Metadata when no node answers that API."""
     from cli.quorum import Unreachable, ask_any
 
     try:
-        answer = ask_any([(b.host, b.port) for b in metadata.brokers.values()], {"kind": "metadata"})
+        answer = ask_any([(b.host, b.port) for b in metadata.brokers.values()], {"kind": "metadata"}, security)
     except Unreachable:
         return rows
     from metadata.image import Provenance, records_to_image
@@ -276,11 +286,39 @@ def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: li
 
     image = records_to_image([decode_record(r) for r in answer["records"]],
                              Provenance(answer["raft_index"], answer["raft_term"]))
+    registrations = sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id)
+    states = own_broker_states([(b.host, b.port) for b in registrations], security)
     return [
         {"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack, "roles": list(b.roles),
-         "status": "fenced" if b.fenced else "active"}
-        for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id)
+         "epoch": b.broker_epoch, "status": "fenced" if b.fenced else "active", "state": state}
+        for b, state in zip(registrations, states)
     ]
+
+
+def own_broker_states(addresses: list[tuple[str, int]], security: Any = None) -> list[str | None]:
+    """The BrokerState name each node at `addresses` reports of its own broker, asked of all at once (one
+    stopped or paused node costs the admin API's timeout once, not once per node); None for a node that does
+    not answer, or of an earlier release that does not say."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cli.quorum import Unreachable, admin_call
+
+    def ask(address: tuple[str, int]) -> str | None:
+        try:
+            answer = admin_call(address[0], address[1], {"kind": "quorum_status"}, security)
+        except Unreachable:
+            return None
+        broker = answer.get("broker")
+        return broker.get("state") if isinstance(broker, dict) else None
+
+    if not addresses:
+        return []
+    with ThreadPoolExecutor(max_workers=min(len(addresses), 16)) as pool:
+        return list(pool.map(ask, addresses))
+
+
+def _dash(value: Any) -> Any:
+    return "-" if value is None else value
 
 
 # topics

@@ -85,7 +85,7 @@ def test_errors_are_one_line_and_non_zero(peer, capsys):
 def test_brokers_from_metadata_and_config(peer, capsys, tmp_path):
     code, out, _ = run_cli(capsys, "brokers", "--json", "-b", peer.bootstrap)
     assert json.loads(out) == [{"id": 1, "host": "127.0.0.1", "port": peer.port, "rack": None, "roles": ["broker"],
-                                "status": "active"}]
+                                "epoch": None, "status": "active", "state": None}]
     controller_ports = free_ports(3)
     config = tmp_path / "cluster.toml"
     config.write_text(
@@ -99,7 +99,8 @@ def test_brokers_from_metadata_and_config(peer, capsys, tmp_path):
     assert [(b["id"], b["roles"], b["status"]) for b in json.loads(out)] == [
         (1, ["broker", "controller"], "active"), (2, ["broker"], "fenced")]
     code, out, _ = run_cli(capsys, "brokers", "--config", str(config))
-    assert out.splitlines()[0].split() == ["ID", "HOST", "PORT", "RACK", "ROLES", "STATUS"]
+    assert out.splitlines()[0].split() == ["ID", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS", "STATE"]
+    assert out.splitlines()[2].split()[-3:] == ["-", "fenced", "-"]  # a peer without the admin API: no epoch, state
 
 
 def test_unreachable_cluster_exit_code_3_as_a_process():

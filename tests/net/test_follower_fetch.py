@@ -80,7 +80,8 @@ def test_each_node_registers_its_rack_and_the_cli_lists_it(cluster):
     listed = json.loads(cli("brokers", "-b", cluster.bootstrap_servers, "--json").stdout)
     assert {b["id"]: b["rack"] for b in listed} == RACKS
     table = cli("brokers", "-b", cluster.bootstrap_servers).stdout.splitlines()
-    assert table[0].split() == ["ID", "HOST", "PORT", "RACK", "ROLES", "STATUS"] and "rack-b" in table[2]
+    assert table[0].split() == ["ID", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS", "STATE"]
+    assert "rack-b" in table[2] and table[2].split()[-2:] == ["active", "RUNNING"]
     assert {b["id"]: b["rack"] for b in metadata(cluster)["brokers"]} == RACKS  # `flotilla metadata dump`
 
 
