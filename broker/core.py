@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -64,6 +65,9 @@ from txn.producer_state import ProducerStateManager
 
 LOGS_DIRECTORY = "logs"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+# The broker epoch of a clean stop, in the layout of Kafka's clean shutdown file (KIP-966): {"version": 0,
+# "brokerEpoch": N}. Read at start for the registration's previous_broker_epoch; rewritten at every clean stop.
+CLEAN_SHUTDOWN_FILE = "broker-clean-shutdown.json"
 PARTITION_METADATA_FILE = "partition.metadata"
 HW_CHECKPOINT_INTERVAL_MS = 5_000
 ISR_CHECK_INTERVAL_MS = 1_000
@@ -238,6 +242,7 @@ class BrokerCore:
         self.image_waits_expired = 0  # forwarded answers sent after IMAGE_WAIT_MS_MAX without the image
         self._call_ids = itertools.count(1)
         self._registration_in_flight = False
+        self.previous_broker_epoch = self._read_clean_shutdown_epoch()
         # The controller's last refusal of this broker's registration that retrying will not cure (an
         # unsupported feature level, a request an older controller cannot read): (error name, message), for
         # the node's log; None once registered or while the refusals are retriable (no controller yet).
@@ -588,6 +593,22 @@ class BrokerCore:
             hosted.producer_state.write_snapshot(hosted.log.log_end_offset)
             hosted.log.close()
         self.partitions.clear()
+        if self.broker_epoch is not None:  # last: the process of this epoch serves nothing more
+            write_file_atomically(self.storage, CLEAN_SHUTDOWN_FILE,
+                                  json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode())
+
+    def _read_clean_shutdown_epoch(self) -> int:
+        """The epoch the clean shutdown file names, -1 without one (or one this code cannot read: the new
+        incarnation then waits out the old session, as without the file)."""
+        if not self.storage.exists(CLEAN_SHUTDOWN_FILE):
+            return -1
+        try:
+            document = json.loads(read_file(self.storage, CLEAN_SHUTDOWN_FILE))
+            epoch = document["brokerEpoch"]
+        except (StorageError, ValueError, TypeError, KeyError):
+            return -1
+        valid = isinstance(epoch, int) and not isinstance(epoch, bool) and 0 <= epoch < 2**63
+        return epoch if valid else -1
 
     # ------------------------------------------------------------------ high-watermark checkpoint
 
@@ -753,6 +774,7 @@ class BrokerCore:
                         broker_id=self.node_id, incarnation_id=self.incarnation_id, host=self.host, port=self.port,
                         rack=self.rack, roles=tuple(self.roles),
                         features=supported_features(self.supported_features),
+                        previous_broker_epoch=self.previous_broker_epoch,
                     ),
                     self._on_registration,
                 )
@@ -783,6 +805,9 @@ class BrokerCore:
             code, message = code_and_message(response)
             if code not in RETRIABLE_CODES:
                 self.registration_refused = (error_name(code), message)
+                if code != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                    # A controller of a release that refuses tagged fields it does not know: ask it plainly.
+                    self.previous_broker_epoch = -1
 
     def _on_heartbeat(self, response: Any, now_ms: int) -> None:
         self._heartbeat_in_flight = False

@@ -290,7 +290,10 @@ class QuorumController:
         error = _registration_error(request)
         existing = self._image.cluster.broker(request.broker_id)
         if error is None and existing is not None and existing.incarnation_id != request.incarnation_id:
-            replaceable = existing.fenced or existing.in_controlled_shutdown  # owns nothing, or left cleanly
+            # It owns nothing, or it left cleanly: in a controlled shutdown, or (the shutdown not committed, as when
+            # the whole cluster stops) its data directory says the process of that epoch stopped cleanly.
+            replaceable = existing.fenced or existing.in_controlled_shutdown or \
+                request.previous_broker_epoch == existing.broker_epoch
             if not replaceable and not self._session_expired(request.broker_id, now_ms):
                 error = KafkaError(
                     f"Another broker is registered with broker id {request.broker_id}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from metadata.codec import Codec
+from metadata.codec import Codec, tagged
 from metadata.records import QuotaEntityPart, SupportedFeature
 from partitions.errors import ErrorCode, InvalidRequestError, KafkaError
 
@@ -150,6 +150,11 @@ class BrokerRegistrationRequest:
     rack: str | None = None
     roles: tuple[str, ...] = ("broker",)
     features: tuple[SupportedFeature, ...] = ()  # the feature levels the broker's code supports
+    # KIP-966's PreviousBrokerEpoch: the epoch this broker's data directory was registered in when its process
+    # last stopped cleanly (-1: not known, or not cleanly). The controller replaces a registration still in force
+    # at that epoch at once, since its process is gone, instead of refusing the new incarnation as a duplicate
+    # until the old session expires. Tagged: an older controller ignores it.
+    previous_broker_epoch: int = tagged(-1)
     version: int = _version()
 
 

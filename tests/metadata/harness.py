@@ -55,9 +55,10 @@ class Cluster:
     def epoch(self, broker_id: int) -> int:
         return self.image.cluster.broker(broker_id).broker_epoch
 
-    def register(self, broker_id: int, rack: str | None = None, incarnation: int = 0):
+    def register(self, broker_id: int, rack: str | None = None, incarnation: int = 0, previous_epoch: int = -1):
         incarnation_id = bytes([broker_id % 256, incarnation % 256]) * 8
-        return self.run(BrokerRegistrationRequest(broker_id, incarnation_id, "127.0.0.1", 9000 + broker_id, rack))
+        return self.run(BrokerRegistrationRequest(broker_id, incarnation_id, "127.0.0.1", 9000 + broker_id, rack,
+                                                  previous_broker_epoch=previous_epoch))
 
     def heartbeat(self, broker_id: int, **kwargs):
         offset = kwargs.pop("offset", self.image.provenance.raft_index)

@@ -111,6 +111,41 @@ def test_second_broker_with_a_live_id_is_refused(cluster):
     assert response.error_code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
 
 
+def test_a_new_incarnation_naming_the_epoch_in_force_replaces_it_at_once(cluster):
+    """KIP-966's previous broker epoch, read from the clean shutdown file: the process registered at that epoch
+    stopped cleanly, so its registration (still active: a whole cluster stopping commits no shutdown) is replaced
+    at once, with what replacing an expired one does: a new epoch, fenced, leaderships moved away. A file naming
+    any other epoch (left by a process before the one that crashed since) proves nothing: refused."""
+    cluster.create_topic("t", 3, 3)
+    led_by_1 = [p for p, s in cluster.topic("t").partitions.items() if s.leader == 1]
+    assert led_by_1
+    old_epoch = cluster.epoch(1)
+    for stale in (old_epoch - 1, old_epoch + 1):
+        assert cluster.register(1, incarnation=1, previous_epoch=stale).error_code == \
+            ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    assert cluster.image.cluster.broker(1).broker_epoch == old_epoch
+    response = cluster.register(1, incarnation=1, previous_epoch=old_epoch)  # no session has expired
+    assert response.error_code == ErrorCode.NONE and response.broker_epoch > old_epoch
+    registration = cluster.image.cluster.broker(1)
+    assert (registration.broker_epoch, registration.fenced) == (response.broker_epoch, True)
+    for p, state in cluster.topic("t").partitions.items():
+        assert state.leader != 1 and 1 not in state.isr
+
+
+def test_the_previous_broker_epoch_is_a_tagged_field_an_older_controller_skips():
+    from metadata.codec import TAGGED_KEY
+    import cbor2
+
+    from metadata.requests import decode_request, encode_request
+
+    plain = BrokerRegistrationRequest(1, b"i" * 16, "127.0.0.1", 9001)
+    assert TAGGED_KEY not in cbor2.loads(encode_request(plain))  # -1: not written at all
+    named = BrokerRegistrationRequest(1, b"i" * 16, "127.0.0.1", 9001, previous_broker_epoch=7)
+    document = cbor2.loads(encode_request(named))
+    assert document[TAGGED_KEY] == {"previous_broker_epoch": 7}
+    assert decode_request(encode_request(named)) == named
+
+
 def test_reregistration_after_session_expiry_moves_leadership_away_before_fencing_tick(cluster):
     cluster.create_topic("t", 3, 3)
     led_by_1 = [p for p, s in cluster.topic("t").partitions.items() if s.leader == 1]
