@@ -116,7 +116,23 @@ class FaultTarget(Protocol):
 
 class NodeFaultsMixin:
     """The FaultTarget methods every workload implements alike, over `processes` (node id -> a process with
-    pause/resume), `network` and `disks` (node id -> SimDisk)."""
+    pause/resume and `paused`), `network`, `disks` (node id -> SimDisk) and the workload's own `_stop(node_id)`
+    (the process taken out of `processes` and stopped, whatever else the workload forgets with it)."""
+
+    def is_up(self, node_id: int) -> bool:
+        return node_id in self.processes
+
+    def is_running(self, node_id: int) -> bool:
+        process = self.processes.get(node_id)
+        return process is not None and not process.paused
+
+    def crash(self, node_id: int) -> None:
+        self._stop(node_id)
+        self.disks[node_id].crash()
+
+    def power_loss(self, node_id: int) -> None:
+        self._stop(node_id)
+        self.disks[node_id].power_loss()
 
     def pause(self, node_id: int) -> None:
         process = self.processes.get(node_id)

@@ -436,27 +436,12 @@ class RaftSimulation(NodeFaultsMixin):
 
     # --- FaultTarget ------------------------------------------------------------------------------------
 
-    def is_up(self, node_id: int) -> bool:
-        return node_id in self.processes
-
-    def is_running(self, node_id: int) -> bool:
-        process = self.processes.get(node_id)
-        return process is not None and not process.paused
-
     def _stop(self, node_id: int) -> None:
         process = self.processes.pop(node_id, None)
         if process is not None:
             process.stop()
             self.client.inflight -= len(process.tickets)  # their outcomes died with the process
             self.network.node_down(node_id)
-
-    def crash(self, node_id: int) -> None:
-        self._stop(node_id)
-        self.disks[node_id].crash()
-
-    def power_loss(self, node_id: int) -> None:
-        self._stop(node_id)
-        self.disks[node_id].power_loss()
 
     def restart(self, node_id: int) -> None:
         if node_id in self.processes:
