@@ -11,8 +11,11 @@ temporary directory, gone when the test is (the pytest plugin's `flotilla_cluste
 
 The nodes are the very processes `flotilla node` runs, started through `cli.local_cluster.LocalCluster`;
 each dies with the process that started it (Linux's parent-death signal), so an interrupted or crashed test
-run leaves no node and no port behind. Readiness is "every node is an active broker in the metadata and the
-quorum has a leader", checked with Flotilla's own Kafka client, so no other client library is needed.
+run leaves no node and no port behind. Readiness is "the quorum has a leader, and every node is a broker that
+runs: Metadata lists it, and the node itself says its current process is registered and unfenced", checked
+with Flotilla's own Kafka client and admin API, so no other client library is needed. The node's own word
+matters after a restart: until the old process's session expires, the metadata still lists that process's
+registration as active while the new process waits to register.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 import trio
 
 from cli.local_cluster import LocalCluster
+from cli.quorum import Unreachable, admin_call
 from net.client.aio import KafkaClient
 from net.client.results import NewTopic
 from partitions.errors import KafkaError, TopicAlreadyExistsError
@@ -69,7 +73,7 @@ class EmbeddedCluster:
         return self
 
     def wait_ready(self, nodes: list[int] | None = None, seconds: float = READY_SECONDS_MAX) -> None:
-        """Wait until `nodes` (default: every running node) are active brokers and the quorum has a leader."""
+        """Wait until the quorum has a leader and `nodes` (default: every running node) are brokers that run."""
         wanted = set(nodes or [n for n in self.node_ids if self.local.is_running(n)])
         for node_id in wanted:
             self.local.wait_listening(node_id, seconds)
@@ -81,10 +85,17 @@ class EmbeddedCluster:
                 cluster = await client.metadata([])
                 return wanted <= set(cluster.brokers) and cluster.controller_id >= 0
 
+        def running(node_id: int) -> bool:
+            try:
+                answer = admin_call("127.0.0.1", self.local.kafka_ports[node_id], {"kind": "quorum_status"})
+            except Unreachable:
+                return False
+            return (answer.get("broker") or {}).get("state") == "RUNNING"
+
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
-                if trio.run(active):
+                if all(running(n) for n in sorted(wanted)) and trio.run(active):
                     return
             except (KafkaError, OSError):
                 pass
