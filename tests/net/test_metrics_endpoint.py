@@ -12,8 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli.local_cluster import LocalCluster
-from tests.net.cluster_helpers import (FAST_BROKER_SETTINGS, cli, cli_json, create_topic, eventually, logged_events,
-                                      wait_for_quorum)
+from tests.net.cluster_helpers import FAST_BROKER_SETTINGS, cli, create_topic, eventually, wait_for_quorum
 
 pytestmark = [pytest.mark.slow, pytest.mark.external]
 RECORDS = 500
@@ -120,11 +119,16 @@ def test_a_killed_follower_makes_partitions_under_replicated_until_it_returns(cl
 
 
 def test_group_lag_matches_flotilla_groups_describe(cluster):
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
+    create_topic(cluster, "lagged", 3, 3)  # its own topic: the module's tests may run apart (pytest-xdist)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for index in range(60):
+        producer.produce("lagged", value=b"x", partition=index % 3)
+    assert producer.flush(30) == 0
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "lagging",
                          "enable.auto.commit": False})
-    consumer.commit(offsets=[TopicPartition("m", p, 10) for p in range(3)], asynchronous=False)
+    consumer.commit(offsets=[TopicPartition("lagged", p, 10) for p in range(3)], asynchronous=False)
     consumer.close()
     described = json.loads(cli("groups", "describe", "lagging", "-b", cluster.bootstrap_servers, "--json").stdout)
     rows = described["offsets"] if isinstance(described, dict) and "offsets" in described else described
@@ -134,7 +138,7 @@ def test_group_lag_matches_flotilla_groups_describe(cluster):
     assert len(expected) == 3, described
 
     def matches():
-        return all(total(cluster, "flotilla_group_lag", group="lagging", topic="m", partition=str(p)) == lag
+        return all(total(cluster, "flotilla_group_lag", group="lagging", topic="lagged", partition=str(p)) == lag
                    for p, lag in expected.items())
 
     eventually(matches, 30, what="group lag metric equal to groups describe")
@@ -154,47 +158,3 @@ def test_a_node_process_froze_its_start_up_heap_and_times_its_collections(cluste
         assert samples["flotilla_gc_pause_seconds_sum"][(("generation", "0"),)] > 0
     assert gc.get_freeze_count() == 0, "the test process's own collector was frozen"
 
-
-def test_a_broker_restarted_inside_its_old_session_runs_only_once_its_new_registration_is_in_force(tmp_path):
-    """A node killed and started again before the controller fenced the process before it: the image still shows
-    the broker active in the old epoch, the new process's registration is refused as a duplicate until that
-    session expires, and the node says so itself (STARTING, no epoch; `flotilla_broker_state` 1) until its own
-    registration is in force and unfenced (RUNNING, 3), in a newer epoch. The readiness wait of the real-node
-    tests (wait_for_quorum) waits for that, where the image alone would have called the broker ready."""
-    from tests.net.cluster_helpers import broker_incarnation, metadata
-
-    session_ms = 15_000  # long enough that the restarted node is up well inside the old session
-    with LocalCluster(str(tmp_path), nodes=3, metrics=True,
-                      broker={**FAST_BROKER_SETTINGS, "broker_session_timeout_ms": session_ms}) as cluster:
-        wait_for_quorum(cluster)
-        for node_id in cluster.kafka_ports:
-            assert broker_incarnation(cluster, node_id)["state"] == "RUNNING"
-            assert scrape(cluster, node_id)["flotilla_broker_state"] == {(): 3.0}
-
-        def epochs() -> dict[int, tuple[int, str]]:
-            return {b["id"]: (b["epoch"], b["status"]) for b in metadata(cluster, 1)["brokers"]}
-
-        old_epoch, status = epochs()[3]
-        assert status == "active" and broker_incarnation(cluster, 3)["epoch"] == old_epoch
-        cluster.kill(3)
-        cluster.start_node(3)
-        eventually(lambda: broker_incarnation(cluster, 3) == {"state": "STARTING", "epoch": None}, 10,
-                   what="the restarted node starting")
-        assert epochs()[3] == (old_epoch, "active")  # the controller still counts the killed process in
-        assert scrape(cluster, 3)["flotilla_broker_state"] == {(): 1.0}
-        listed = {b["id"]: b for b in cli_json("brokers", "-b", cluster.bootstrap_of(1))}
-        assert (listed[3]["epoch"], listed[3]["status"], listed[3]["state"]) == (old_epoch, "active", "STARTING")
-        assert [listed[n]["state"] for n in (1, 2)] == ["RUNNING", "RUNNING"]
-        wait_for_quorum(cluster, seconds=session_ms / 1000 + 30)
-        assert any(event.get("error") == "DUPLICATE_BROKER_REGISTRATION"
-                   for event in logged_events(cluster, "broker_registration_refused", 3))
-        new = broker_incarnation(cluster, 3)
-        assert new["state"] == "RUNNING" and new["epoch"] > old_epoch
-        assert epochs()[3] == (new["epoch"], "active")
-        assert scrape(cluster, 3)["flotilla_broker_state"] == {(): 3.0}
-        listed = {b["id"]: b for b in cli_json("brokers", "-b", cluster.bootstrap_of(1))}
-        assert (listed[3]["epoch"], listed[3]["status"], listed[3]["state"]) == (new["epoch"], "active", "RUNNING")
-        cluster.kill(2)  # a node that does not answer has no state to report
-        row = next(line.split() for line in cli("brokers", "-b", cluster.bootstrap_of(1)).stdout.splitlines()
-                   if line.split()[0] == "2")
-        assert row[-1] == "-"
