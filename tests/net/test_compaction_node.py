@@ -109,6 +109,12 @@ def roll_past(cluster: LocalCluster) -> None:
 
 
 def test_the_cleaner_keeps_the_last_value_of_every_key_and_drops_deleted_keys(cluster):
+    compact_a_round(cluster)
+    assert uncleanable(cluster) == 0
+
+
+def compact_a_round(cluster: LocalCluster) -> None:
+    """Write round 1 and wait until the cleaner has compacted both partitions."""
     expected = write_round(cluster, 1)
     roll_past(cluster)
 
@@ -123,11 +129,12 @@ def test_the_cleaner_keeps_the_last_value_of_every_key_and_drops_deleted_keys(cl
         return True
 
     eventually(compacted, seconds=60, interval=1, what="both partitions compacted, the deleted keys gone")
-    assert uncleanable(cluster) == 0
 
 
 def test_a_segment_the_cleaner_cannot_read_stops_that_partition_only(cluster):
     directory = os.path.join(cluster.directory, "node-1", "logs", f"{TOPIC}-0")
+    if len(glob.glob(os.path.join(directory, "*.log"))) < 2:  # run apart from the test above (pytest-xdist)
+        compact_a_round(cluster)
     closed = [path for path in sorted(glob.glob(os.path.join(directory, "*.log")))[:-1] if os.path.getsize(path) > 200]
     assert closed, os.listdir(directory)
     with open(closed[-1], "r+b") as segment:  # a flipped byte inside the first batch's CRC-covered records
