@@ -110,7 +110,7 @@ def test_a_killed_follower_makes_partitions_under_replicated_until_it_returns(cl
     def shrunk():
         topics = AdminClient({"bootstrap.servers": cluster.bootstrap_of(1)}).list_topics(timeout=10).topics
         expected = sum(1 for t in topics.values() for p in t.partitions.values() if 3 in p.replicas)
-        return total(cluster, "flotilla_under_replicated_partitions") == expected and expected >= 9
+        return total(cluster, "flotilla_under_replicated_partitions") == expected and expected >= 6  # u's at least
     eventually(shrunk, 60, what="under-replicated partitions after the kill")
     assert total(cluster, "flotilla_isr_changes_total", direction="shrink") >= 1
     cluster.start_node(3)
