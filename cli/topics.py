@@ -20,7 +20,10 @@ state.
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
+
+import trio
 
 from net.client.aio import KafkaClient
 from cli.support import (
@@ -112,8 +115,10 @@ def run(args: argparse.Namespace) -> int:
 def run_brokers(args: argparse.Namespace) -> int:
     async def body(client: KafkaClient, config: ClusterConfig | None) -> int:
         metadata = await client.metadata([])
-        security = client_security(args)
-        rows = fill_roles_and_status_from_registrations(metadata, brokers_from_metadata(metadata, config), security)
+        # The admin API's calls block (and over TLS or SASL run a trio loop of their own): in a worker thread.
+        rows = await trio.to_thread.run_sync(functools.partial(
+            fill_roles_and_status_from_registrations, metadata, brokers_from_metadata(metadata, config),
+            client_security(args)))
         emit(args, rows, lambda: print_table(
             ["ID", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS", "STATE"],
             [[b["id"], b["host"], b["port"], b["rack"] or "-", ",".join(b["roles"]), _dash(b["epoch"]), b["status"],
