@@ -121,6 +121,14 @@ def _receive_exactly(connection: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def own_broker(host: str, port: int, security: Any = None) -> dict[str, Any] | None:
+    """What the node at host:port says of its own broker: {"state": Kafka's BrokerState name, "epoch": the broker
+    epoch of this process's registration, None before the controller accepted it}; None from a controller-only
+    node, or one of an earlier release that does not say. Raises Unreachable."""
+    broker = admin_call(host, port, {"kind": "quorum_status"}, security).get("broker")
+    return broker if isinstance(broker, dict) else None
+
+
 def ask_any(servers: list[tuple[str, int]], request: dict[str, Any], security: Any = None) -> dict[str, Any]:
     errors = []
     for host, port in servers:

@@ -117,7 +117,7 @@ def run_brokers(args: argparse.Namespace) -> int:
         metadata = await client.metadata([])
         # The admin API's calls block (and over TLS or SASL run a trio loop of their own): in a worker thread.
         rows = await trio.to_thread.run_sync(functools.partial(
-            fill_roles_and_status_from_registrations, metadata, brokers_from_metadata(metadata, config),
+            brokers_from_registrations, metadata, brokers_from_metadata(metadata, config),
             client_security(args)))
         emit(args, rows, lambda: print_table(
             ["ID", "HOST", "PORT", "RACK", "ROLES", "EPOCH", "STATUS", "STATE"],
@@ -275,7 +275,7 @@ def brokers_from_metadata(metadata: ClusterMetadata, config: ClusterConfig | Non
     return [rows[node_id] for node_id in sorted(rows)]
 
 
-def fill_roles_and_status_from_registrations(metadata: ClusterMetadata, rows: list[dict],
+def brokers_from_registrations(metadata: ClusterMetadata, rows: list[dict],
                                              security: Any = None) -> list[dict]:
     """Every registered broker with its roles, epoch and active/fenced status, from the controller's
     registrations (the private admin API, cli/quorum.py), and the state its node reports of itself; the rows
@@ -306,15 +306,14 @@ def own_broker_states(addresses: list[tuple[str, int]], security: Any = None) ->
     not answer, or of an earlier release that does not say."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from cli.quorum import Unreachable, admin_call
+    from cli.quorum import Unreachable, own_broker
 
     def ask(address: tuple[str, int]) -> str | None:
         try:
-            answer = admin_call(address[0], address[1], {"kind": "quorum_status"}, security)
+            broker = own_broker(address[0], address[1], security)
         except Unreachable:
             return None
-        broker = answer.get("broker")
-        return broker.get("state") if isinstance(broker, dict) else None
+        return None if broker is None else broker["state"]
 
     if not addresses:
         return []

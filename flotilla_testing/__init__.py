@@ -28,7 +28,7 @@ import time
 import trio
 
 from cli.local_cluster import LocalCluster
-from cli.quorum import Unreachable, admin_call
+from cli.quorum import Unreachable, own_broker
 from net.client.aio import KafkaClient
 from net.client.results import NewTopic
 from partitions.errors import KafkaError, TopicAlreadyExistsError
@@ -87,10 +87,10 @@ class EmbeddedCluster:
 
         def running(node_id: int) -> bool:
             try:
-                answer = admin_call("127.0.0.1", self.local.kafka_ports[node_id], {"kind": "quorum_status"})
+                broker = own_broker("127.0.0.1", self.local.kafka_ports[node_id])
             except Unreachable:
                 return False
-            return (answer.get("broker") or {}).get("state") == "RUNNING"
+            return broker is not None and broker["state"] == "RUNNING"
 
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:

@@ -145,17 +145,15 @@ def create_topic(cluster, name: str, partitions: int, replication_factor: int, *
     futures[name].result(timeout=30)
 
 
-def broker_incarnation(cluster, node_id: int) -> dict:
-    """What node `node_id` says of its own broker: {"state": Kafka's BrokerState name, "epoch": the broker epoch
-    of this process's registration, None before the controller accepted it}; None from a node of an earlier
-    release, which does not say (cluster.node_sources)."""
-    from cli.quorum import Unreachable, admin_call
+def broker_incarnation(cluster, node_id: int) -> dict | None:
+    """What node `node_id` says of its own broker (cli.quorum.own_broker; None from a node of an earlier release,
+    cluster.node_sources); not reachable yet is an AssertionError, for `eventually` to retry."""
+    from cli.quorum import Unreachable, own_broker
 
     try:
-        answer = admin_call("127.0.0.1", cluster.kafka_ports[node_id], {"kind": "quorum_status"})
+        return own_broker("127.0.0.1", cluster.kafka_ports[node_id])
     except Unreachable as error:
         raise AssertionError(f"node {node_id}: {error}") from None
-    return answer.get("broker")
 
 
 def wait_for_quorum(cluster, nodes: tuple[int, ...] | None = None, seconds: float = 40) -> dict:

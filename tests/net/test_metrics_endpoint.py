@@ -157,4 +157,3 @@ def test_a_node_process_froze_its_start_up_heap_and_times_its_collections(cluste
         assert young > 0, f"node {node_id} timed no collection"
         assert samples["flotilla_gc_pause_seconds_sum"][(("generation", "0"),)] > 0
     assert gc.get_freeze_count() == 0, "the test process's own collector was frozen"
-
