@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -247,6 +248,7 @@ class BrokerCore:
         # unsupported feature level, a request an older controller cannot read): (error name, message), for
         # the node's log; None once registered or while the refusals are retriable (no controller yet).
         self.registration_refused: tuple[str, str] | None = None
+        self.registrations_refused: Counter[str] = Counter()  # error name -> refusals of this process's registration
         self._heartbeat_in_flight = False
         self._next_heartbeat_ms = 0
         self._next_isr_check_ms = 0
@@ -805,6 +807,7 @@ class BrokerCore:
             code, message = code_and_message(response)
             if code not in RETRIABLE_CODES:
                 self.registration_refused = (error_name(code), message)
+                self.registrations_refused[error_name(code)] += 1
                 if code != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
                     # A controller of a release that refuses tagged fields it does not know: ask it plainly.
                     self.previous_broker_epoch = -1

@@ -181,6 +181,9 @@ class QuorumController:
         self.bug_sessions_count_stalls = False  # planted for the simulator: a stall of the controller costs sessions
         # planted for the simulator (simulations/features_sim.py): every registration writes the bootstrap levels
         self.bug_bootstrap_every_registration = False
+        # planted for the simulator (simulations/restarts_sim.py): a registration's previous_broker_epoch is not
+        # read, so a whole cluster stopped cleanly waits out the last node's session again
+        self.bug_previous_broker_epoch_ignored = False
         self._handlers: dict[type, Callable] = {
             BrokerRegistrationRequest: self._handle_registration,
             BrokerHeartbeatRequest: self._handle_heartbeat,
@@ -293,7 +296,7 @@ class QuorumController:
             # It owns nothing, or it left cleanly: in a controlled shutdown, or (the shutdown not committed, as when
             # the whole cluster stops) its data directory says the process of that epoch stopped cleanly.
             replaceable = existing.fenced or existing.in_controlled_shutdown or \
-                request.previous_broker_epoch == existing.broker_epoch
+                (request.previous_broker_epoch == existing.broker_epoch and not self.bug_previous_broker_epoch_ignored)
             if not replaceable and not self._session_expired(request.broker_id, now_ms):
                 error = KafkaError(
                     f"Another broker is registered with broker id {request.broker_id}",

@@ -321,6 +321,11 @@ class ClusterSimulation(NodeFaultsMixin):
             return
         self._stop(node_id)
         self.disks[node_id].crash()  # the process is gone; its handles with it (nothing is lost)
+        self._stopped_cleanly(node_id)
+
+    def _stopped_cleanly(self, node_id: int) -> None:
+        """After a controlled shutdown's clean stop: the node starts again after an episode (the restarts
+        workload holds the nodes of a whole-cluster stop down instead)."""
         self._restart_later(node_id)
 
     # --- this workload's own faults ---------------------------------------------------------------------
@@ -329,10 +334,11 @@ class ClusterSimulation(NodeFaultsMixin):
         if not self._fault_phase:
             return
         rng = self._extra_rng
-        if rng.random() < ISOLATE_PARTITION_LEADER_RATE:
-            self._isolate_partition_leader()
-        if rng.random() < CONTROLLED_SHUTDOWN_RATE:
-            self._controlled_shutdown()
+        if not self.faults.suspended:
+            if rng.random() < ISOLATE_PARTITION_LEADER_RATE:
+                self._isolate_partition_leader()
+            if rng.random() < CONTROLLED_SHUTDOWN_RATE:
+                self._controlled_shutdown()
         self.loop.call_later(EXTRA_FAULT_STEP_MS * US_PER_MS, self._extra_fault_step)
 
     def _partition_leaders(self) -> list[int]:

@@ -164,6 +164,9 @@ class FaultSchedule:
         self.rng: random.Random = loop.derive_rng("faults")
         self.counts = {kind: 0 for kind in FAULT_KINDS}
         self._active = True
+        # No new episode starts while set (the episodes in progress end as planned): a workload's own fault that
+        # wants the system otherwise undisturbed (simulations/restarts_sim.py).
+        self.suspended = False
         self._network_episode = False
         self._down: set[int] = set()  # nodes this schedule took down and will restart
         self._paused: set[int] = set()
@@ -175,10 +178,11 @@ class FaultSchedule:
     def _step(self) -> None:
         if not self._active:
             return
-        for kind in FAULT_KINDS:
-            rate = self.rates[kind]
-            if rate and self.rng.random() < rate:
-                getattr(self, f"_start_{kind}")()
+        if not self.suspended:
+            for kind in FAULT_KINDS:
+                rate = self.rates[kind]
+                if rate and self.rng.random() < rate:
+                    getattr(self, f"_start_{kind}")()
         self.loop.call_later(FAULT_STEP_MS * US_PER_MS, self._step)
 
     def _episode_us(self) -> int:

@@ -46,6 +46,7 @@ WORKLOADS: dict[str, str] = {
     "features": "simulations.features_sim",
     "compaction": "simulations.compaction_sim",
     "txn-compaction": "simulations.txn_compaction_sim",
+    "restarts": "simulations.restarts_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9
