@@ -2,15 +2,16 @@
 starts it again.
 
 Theory of operation. Everything of the cluster workload (simulations/cluster_sim.py: producers, a consumer,
-every node and network fault) runs as it does there. Every `STOP_GAP_MS_MIN`-`STOP_GAP_MS_MAX` of the fault
-phase, when every node's broker runs (for half of the stops, drawn per stop, once the faults in progress have ended,
-no new one starting until the cluster runs again), the operator stops the cluster as one stops a service on each host in turn: the
-nodes in a random order, each sent to a controlled shutdown once the one before has exited (broker/core.py
+every node and network fault) runs as it does there, with or without faults. Every `STOP_GAP_MS_MIN`-`MAX`, once
+every node's broker runs, the operator stops the cluster as one stops a service on each host in turn: the nodes
+in a random order, each sent to a controlled shutdown once the one before has exited (broker/core.py
 `request_controlled_shutdown`). The first nodes' shutdowns are granted and committed; the last one's cannot be,
 as no quorum is left when it asks, so it leaves with its registration active, and only its clean shutdown file
 (KIP-966's, `broker-clean-shutdown.json`) says that process has ended. `RESTART_DELAY_MS_MIN`-`MAX` after the
-last node exited, every node starts again. The faults go on throughout: a node crashed while the stop goes on is
-skipped (the fault schedule restarts it), and a node the stop is waiting for that crashes moves it on.
+last node exited, every node starts again. Half of the stops, drawn per stop, are quiet: they wait for the
+faults in progress to end, and no new one starts until every broker runs again (`FaultSchedule.suspended`). In
+the others the faults go on: a node crashed while the stop goes on is skipped (the fault schedule restarts it),
+and a node the stop is waiting for that crashes moves it on.
 
 Checker `clean_restart_registers_at_once`: in a stop and restart that no other fault touched (no fault of the
 schedule or of the cluster workload from the first stop until every node runs again, no link impaired, each
