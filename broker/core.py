@@ -243,6 +243,7 @@ class BrokerCore:
         self.image_waits_expired = 0  # forwarded answers sent after IMAGE_WAIT_MS_MAX without the image
         self._call_ids = itertools.count(1)
         self._registration_in_flight = False
+        self._clean_shutdown_file_found = self.storage.exists(CLEAN_SHUTDOWN_FILE)
         self.previous_broker_epoch = self._read_clean_shutdown_epoch()
         # The controller's last refusal of this broker's registration that retrying will not cure (an
         # unsupported feature level, a request an older controller cannot read): (error name, message), for
@@ -801,6 +802,14 @@ class BrokerCore:
             self.broker_epoch = response.broker_epoch
             self.registration_refused = None
             self._next_heartbeat_ms = now_ms
+            if self._clean_shutdown_file_found:
+                # It spoke of a process that has ended, and this one is registered: as Kafka's broker, delete it,
+                # so the data directory holds one only after a clean stop (the next close() writes it again).
+                self._clean_shutdown_file_found = False
+                try:
+                    self.storage.delete(CLEAN_SHUTDOWN_FILE)
+                except StorageError:
+                    pass  # left behind, it names an epoch below this one's, which no registration ever has again
             return
         self._next_heartbeat_ms = now_ms + REPLICA_FETCH_BACKOFF_MS * 5
         if isinstance(response, (BrokerRegistrationResponse, KafkaError)):

@@ -53,6 +53,8 @@ def test_a_whole_cluster_restart_replaces_the_last_nodes_registration_at_once(tm
         assert [duplicate_refusals(cluster, n) for n in (1, 2, 3)] == [0, 0, 0]
         for node_id, epoch in epochs.items():
             assert broker_incarnation(cluster, node_id)["epoch"] > epoch
+            # registered, each process deleted the file of the one before (Kafka's broker does the same)
+            assert not os.path.exists(clean_shutdown_file(cluster, node_id))
 
         # The same restart with node 3's file unreadable: node 3, the last to stop, is refused as a duplicate
         # until its old session expires, and runs after that.
@@ -63,6 +65,7 @@ def test_a_whole_cluster_restart_replaces_the_last_nodes_registration_at_once(tm
         wait_for_quorum(cluster, seconds=SESSION_MS / 1000 + 30)
         assert [duplicate_refusals(cluster, n) for n in (1, 2)] == [0, 0]
         assert duplicate_refusals(cluster, 3) >= 1
+        assert not os.path.exists(clean_shutdown_file(cluster, 3))  # the unreadable one too, once registered
 
 
 def test_a_broker_restarted_inside_its_old_session_runs_only_once_its_new_registration_is_in_force(tmp_path):
