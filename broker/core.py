@@ -277,6 +277,9 @@ class BrokerCore:
         self.bug_answer_before_image = False
         self.bug_diverges_at_epoch_end = False  # planted (follower-fetch workload): see Partition
         self.bug_lso_ignores_open_transactions = False  # test-only, the transactions simulation
+        self.bug_dedup_last_batch_only = False  # test-only, the idempotence simulation
+        # test-only, the idempotence simulation: a follower appends what it fetches without its producers' state
+        self.bug_follower_skips_producer_state = False
         # Planted (the compaction simulations): "cleaner_past_lso" cleans up to the active segment whatever the
         # last stable offset, "cleaner_forgets_aborted" hands the cleaner no aborted transactions,
         # "cleaner_trusts_own_image" lets a follower judge whether every replica is in sync by its own metadata
@@ -387,6 +390,7 @@ class BrokerCore:
                                               producer_id_expiration_ms=self.producer_id_expiration_ms)
         producer_state.rebuild(log, now_ms)
         producer_state.bug_lso_ignores_open_transactions = self.bug_lso_ignores_open_transactions
+        producer_state.bug_dedup_last_batch_only = self.bug_dedup_last_batch_only
         replica.set_last_stable_offset_hook(producer_state.last_stable_offset)
         hosted = HostedPartition(local.topic_id, replica, log, log_config, producer_state)
         self.partitions[key] = hosted

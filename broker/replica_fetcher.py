@@ -290,7 +290,8 @@ class ReplicaFetcher:
                 # Records that do not continue our log: re-validate our end against the leader's epochs.
                 hosted.needs_epoch_check = True
             else:
-                if outcome.appended is not None:  # every batch of `records`, each at or past our former end
+                if outcome.appended is not None and not self.core.bug_follower_skips_producer_state:
+                    # every batch of `records`, each at or past our former end
                     headers = outcome.appended.batch_headers
                     hosted.producer_state.update(
                         headers, markers_in(records) if any(h.is_control for h in headers) else None)

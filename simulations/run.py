@@ -47,6 +47,7 @@ WORKLOADS: dict[str, str] = {
     "compaction": "simulations.compaction_sim",
     "txn-compaction": "simulations.txn_compaction_sim",
     "restarts": "simulations.restarts_sim",
+    "idempotence": "simulations.idempotence_sim",
 }
 NODES_MIN = 1
 NODES_MAX = 9

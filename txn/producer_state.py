@@ -235,6 +235,8 @@ class ProducerStateManager:
         self.aborted_index = AbortedTxnIndex(storage, directory, segment_bases or (lambda: [0]))
         # Test-only planted bug for the transactions simulation: the LSO ignores open transactions.
         self.bug_lso_ignores_open_transactions = False
+        # Test-only planted bug for the idempotence simulation: duplicates of the last batch alone are recognised.
+        self.bug_dedup_last_batch_only = False
 
     # ---- reading state
 
@@ -315,6 +317,8 @@ class ProducerStateManager:
             if stored is not None and self.is_expired(stored, now_ms):
                 stored = None  # as if remove_expired had run: the sweep's timing must not change answers
             duplicate = stored.find_duplicate(header) if stored is not None else None
+            if duplicate is not None and self.bug_dedup_last_batch_only and duplicate is not stored.batches[-1]:
+                duplicate = None
             if duplicate is not None:
                 return AppendCheck(duplicate)
             current = pending.get(producer_id, stored)
