@@ -19,7 +19,11 @@ Checkers (besides the cluster workload's: acked_not_lost, replicas_identical, ..
 - `idempotent_in_order`: on each partition the producer's records appear in the order it sent them;
 - `idempotent_never_refused`: the leader never refuses the first batch the producer has not seen acknowledged
   (OUT_OF_ORDER_SEQUENCE_NUMBER with no earlier batch unresolved: the leader lost track of the sequence), nor
-  answers any batch with an error that is neither retriable nor that consequence.
+  answers any batch with an error that is neither retriable nor that consequence. A node that still takes
+  itself for the leader after the controller moved the partition (its metadata behind, after a partition of the
+  network) judges by the producer state it had then, as a Kafka broker does (a Produce request carries no leader
+  epoch): its refusal is not the leader's, and the client sends the batch again once its metadata names the
+  leader (`leads_in_newest_epoch`, the simulation's view).
 
 Planted bug: `--bugs dedup_last_batch_only` (a producer's state keeps the metadata of its last batch only, not
 Kafka's five: a retried batch with others appended after it is refused as out of order, where Kafka answers it
@@ -68,6 +72,7 @@ class _SeqBatch:
     sending: bool = False
     acked: bool = False
     attempts: int = 0
+    sent_to: int = -1  # the broker of the last attempt
 
 
 class IdempotenceCheckers(ClusterCheckers):
@@ -204,6 +209,7 @@ class SimIdempotentProducer(SimProducer):
             return False
         batch.attempts += 1
         batch.sending = True
+        batch.sent_to = leader.leader_id
         self.host.trace("client.produce", self.name, batch.partition, leader.leader_id, len(batch.values),
                         batch.attempts, batch.base_sequence)
         return True
@@ -232,6 +238,13 @@ class SimIdempotentProducer(SimProducer):
             self._retry_partition(batch, ErrorCode(code).name)
         elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_unresolved(batch):
             self._retry_partition(batch, "out_of_order_behind_a_retry")
+        elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and \
+                not self.host.leads_in_newest_epoch(batch.sent_to, (self.topic, partition)):
+            # A node that has not yet learnt it lost the partition (cut off while the controller moved it, its
+            # image not caught up) judges the sequence by the producer state it had then; the client took it for
+            # the leader from that node's own stale Metadata answer. Kafka's Produce carries no leader epoch, so
+            # a Kafka broker answers the same; the batch was not appended, and goes again to the leader.
+            self._retry_partition(batch, "out_of_order_from_a_stale_leader")
         else:
             head = "the first unacknowledged batch" if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER else "a batch"
             self.checkers.violate("idempotent_never_refused",
@@ -276,6 +289,15 @@ class IdempotenceSimulation(ClusterSimulation):
         self.clients = [client for client in self.clients if client not in self.producers]
         self.producers = [self.idempotent]
         self.clients.append(self.idempotent)
+
+    def leads_in_newest_epoch(self, node_id: int, key: tuple[str, int]) -> bool:
+        """Whether `node_id` leads partition `key` in the newest leader epoch any running node knows of (the
+        checkers' view: a client cannot see it)."""
+        epochs = [process.broker.partitions[key].replica.leader_epoch for process in self.processes.values()
+                  if key in process.broker.partitions]
+        process = self.processes.get(node_id)
+        hosted = process.broker.partitions.get(key) if process is not None else None
+        return hosted is not None and hosted.replica.is_leader and hosted.replica.leader_epoch >= max(epochs)
 
     def _lagging(self) -> str | None:
         if self.idempotent.producer_id is None:

@@ -8,12 +8,16 @@ passes with the bug off."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simulations.cluster_checkers import ReplicaLog
 from simulations.idempotence_sim import IdempotenceCheckers
 from simulations.run import run_one
-from tests.simulations.workloads import assert_sweep_passes, assert_teeth, failed_checkers, workload_config
+from simulations.faults import DEFAULT_FAULTS
+from tests.simulations.workloads import (assert_sweep_passes, assert_teeth, failed_checkers, run_all,
+                                         workload_config)
 
 DEDUP_LAST_BATCH_ONLY_SEED = 1
 FOLLOWER_SKIPS_PRODUCER_STATE_SEED = 1
@@ -37,6 +41,18 @@ def test_a_fault_free_run_pipelines_and_writes_every_record_once():
     result = run_one(workload_config("idempotence", 1, 20.0))
     assert result.ok, failed_checkers(result)
     assert result.stats["acked_idem"] == result.stats["consumed"] > 5_000 and result.stats["failed_idem"] == 0
+
+
+@pytest.mark.slow
+def test_a_stale_leaders_refusal_sends_the_batch_again_to_the_leader(tmp_path):
+    # Seed 22: node 1, cut off while the controller moved partition 0 to node 2, answers the producer's Metadata
+    # from its stale image after the heal, and refuses the next batch OUT_OF_ORDER_SEQUENCE_NUMBER by the producer
+    # state it had when it was cut off; the batch goes again to node 2, which appends it.
+    trace_path = tmp_path / "trace.txt"
+    config = dataclasses.replace(workload_config("idempotence", 22, 60.0, DEFAULT_FAULTS), trace_path=str(trace_path))
+    (result,) = run_all(config)
+    assert result.ok, failed_checkers(result)
+    assert "16251050 client.retry idem 0 out_of_order_from_a_stale_leader" in trace_path.read_text().splitlines()
 
 
 @pytest.mark.slow
