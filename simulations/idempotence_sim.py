@@ -5,7 +5,8 @@ Theory of operation. Everything of the cluster workload (simulations/cluster_sim
 network fault) runs as it does there; the producers are replaced by one idempotent producer (acks=all), which
 gets a producer id with InitProducerId and stamps every batch with it, its epoch and the batch's base
 sequence. Per partition it keeps at most `MAX_IN_FLIGHT` batches in flight, each with the sequence it was
-given when first sent. An answer that fails a batch (a lost connection, a request timeout, a retriable error,
+given when first sent, all to one broker (when the leader moves, what is in flight to the old one is answered
+first, as librdkafka drains it). An answer that fails a batch (a lost connection, a request timeout, a retriable error,
 or OUT_OF_ORDER_SEQUENCE_NUMBER while an earlier batch of the partition is still unresolved, the consequence
 of that batch's own failure) stops new sends on the partition; once nothing of it is in flight, every batch
 not yet acknowledged goes again, in sequence order, with its own sequence. That is how Kafka's producers keep
@@ -160,12 +161,13 @@ class SimIdempotentProducer(SimProducer):
             return
         batches = self._unacked[partition]
         in_flight = sum(1 for b in batches if b.sending)
+        leader = self.leaders.get(partition)
+        if in_flight and (leader is None or any(b.sending and b.sent_to != leader.leader_id for b in batches)):
+            return  # the leader moved: what is on its way to the old one is answered first (librdkafka drains it)
         if self._resend[partition]:
             if in_flight or self.loop.now_ms < self._retry_at_ms.get(partition, 0):
                 return  # every answer first: a resend must not overtake what is still on its way
             self._resend[partition] = False
-            for batch in batches:
-                batch.attempts = 0 if batch.acked else batch.attempts
         for batch in batches:  # what waits to go again, in sequence order
             if batch.acked or batch.sending:
                 continue
