@@ -244,7 +244,7 @@ class BrokerCore:
         self._call_ids = itertools.count(1)
         self._registration_in_flight = False
         self._clean_shutdown_file_found = self.storage.exists(CLEAN_SHUTDOWN_FILE)
-        self.previous_broker_epoch = self._read_clean_shutdown_epoch()
+        self.previous_broker_epoch = self._read_clean_shutdown_epoch() if self._clean_shutdown_file_found else -1
         # The controller's last refusal of this broker's registration that retrying will not cure (an
         # unsupported feature level, a request an older controller cannot read): (error name, message), for
         # the node's log; None once registered or while the refusals are retriable (no controller yet).
@@ -605,10 +605,8 @@ class BrokerCore:
                                   json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode())
 
     def _read_clean_shutdown_epoch(self) -> int:
-        """The epoch the clean shutdown file names, -1 without one (or one this code cannot read: the new
-        incarnation then waits out the old session, as without the file)."""
-        if not self.storage.exists(CLEAN_SHUTDOWN_FILE):
-            return -1
+        """The epoch the clean shutdown file (which exists) names, -1 if this code cannot read it: the new
+        incarnation then waits out the old session, as without the file."""
         try:
             document = json.loads(read_file(self.storage, CLEAN_SHUTDOWN_FILE))
             epoch = document["brokerEpoch"]

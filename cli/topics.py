@@ -275,8 +275,7 @@ def brokers_from_metadata(metadata: ClusterMetadata, config: ClusterConfig | Non
     return [rows[node_id] for node_id in sorted(rows)]
 
 
-def brokers_from_registrations(metadata: ClusterMetadata, rows: list[dict],
-                                             security: Any = None) -> list[dict]:
+def brokers_from_registrations(metadata: ClusterMetadata, rows: list[dict], security: Any = None) -> list[dict]:
     """Every registered broker with its roles, epoch and active/fenced status, from the controller's
     registrations (the private admin API, cli/quorum.py), and the state its node reports of itself; the rows
     derived from Metadata when no node answers that API."""
