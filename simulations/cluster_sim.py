@@ -219,14 +219,18 @@ class ClusterSimulation(NodeFaultsMixin):
         replication_factor = min(self.replication_factor, len(self.node_ids))
         configs = {"min.insync.replicas": str(min(MIN_INSYNC_REPLICAS, replication_factor)), "flush.messages": "1"}
         self.admin = TopicCreator(self, CLIENT_ID_BASE, TOPIC, PARTITIONS, replication_factor, configs)
-        self.producers = [
+        self.producers = self._make_producers()
+        self.consumer = SimConsumer(self, CLIENT_ID_BASE + 9, "reader", TOPIC, PARTITIONS, self.checkers.observe_consumed)
+        self.clients = [self.admin, *self.producers, self.consumer]
+
+    def _make_producers(self) -> list[SimProducer]:
+        """The workload's producers: acks=all (its acknowledgements checked) and acks=1, `shape.producers` of them."""
+        return [
             SimProducer(self, CLIENT_ID_BASE + 1, "all", TOPIC, PARTITIONS, -1, self.shape.keyed,
                         self.shape.records_per_s, self.checkers.observe_ack),
             SimProducer(self, CLIENT_ID_BASE + 2, "one", TOPIC, PARTITIONS, 1, not self.shape.keyed,
                         self.shape.records_per_s, lambda key, offset, value: None),
         ][: self.shape.producers]
-        self.consumer = SimConsumer(self, CLIENT_ID_BASE + 9, "reader", TOPIC, PARTITIONS, self.checkers.observe_consumed)
-        self.clients = [self.admin, *self.producers, self.consumer]
 
     def configure_node(self, state: Any) -> None:
         """Switch on this workload's planted bugs in a new node process's state (none here)."""
@@ -329,6 +333,10 @@ class ClusterSimulation(NodeFaultsMixin):
         self._restart_later(node_id)
 
     # --- this workload's own faults ---------------------------------------------------------------------
+
+    def fault_count(self) -> int:
+        """Faults started so far: the schedule's and this workload's own."""
+        return sum(self.faults.counts.values()) + sum(self.extra_fault_counts.values())
 
     def _extra_fault_step(self) -> None:
         if not self._fault_phase:
@@ -437,7 +445,7 @@ class ClusterSimulation(NodeFaultsMixin):
         stats: dict[str, int | float | str] = {
             "events": self.loop.events_processed,
             "messages": self.network.messages_delivered,
-            "faults": sum(self.faults.counts.values()) + sum(self.extra_fault_counts.values()),
+            "faults": self.fault_count(),
             "records_per_s": self.shape.records_per_s,
             "consumed": self.consumer.stats.records,
             "corrupt_batches_refused": self.consumer.stats.corrupt_batches,

@@ -44,12 +44,7 @@ from partitions.records import build_batch
 from simulations import cluster_sim
 from simulations.cluster_checkers import ClusterCheckers, ReplicaLog
 from simulations.cluster_sim import CLIENT_ID_BASE, PARTITIONS, TOPIC, ClusterSimulation
-from simulations.kafka_clients import (
-    PRODUCE_TIMEOUT_MS,
-    RETRIABLE_PRODUCE_ERRORS,
-    RETRY_BACKOFF_MS,
-    SimProducer,
-)
+from simulations.kafka_clients import RETRIABLE_PRODUCE_ERRORS, SimProducer
 from simulations.run import RunConfig, RunResult
 
 DESCRIPTION = "the cluster workload with an idempotent producer pipelining up to five batches per partition"
@@ -59,6 +54,7 @@ BATCH_RECORDS_MAX = 20
 PRODUCE_VERSION = 9
 INIT_PRODUCER_ID_VERSION = 4
 NAME = "idem"
+VALUE_PREFIX = f"{NAME}:".encode()  # SimProducer's values: "name:sequence"
 IDEMPOTENCE_CHECKER_NAMES = ("idempotent_no_duplicates", "idempotent_in_order", "idempotent_never_refused")
 IDEMPOTENCE_BUGS = {"dedup_last_batch_only": "bug_dedup_last_batch_only",
                     "follower_skips_producer_state": "bug_follower_skips_producer_state"}
@@ -97,7 +93,7 @@ class IdempotenceCheckers(ClusterCheckers):
             last_sequence = 0
             for offset in sorted(o for o in replica.values if o < replica.high_watermark):
                 value = replica.values[offset]
-                if value is None or not value.startswith(NAME.encode() + b":"):
+                if value is None or not value.startswith(VALUE_PREFIX):
                     continue
                 if value in seen:
                     self.violate("idempotent_no_duplicates", f"{key[0]}-{key[1]} holds {value.decode()} at offsets "
@@ -179,7 +175,7 @@ class SimIdempotentProducer(SimProducer):
             lingering = self.generating and len(queue) < BATCH_RECORDS_MAX
             if lingering and self.loop.now_ms - self._oldest_queued_ms.get(partition, 0) < LINGER_MS:
                 return
-            if self.leaders.get(partition) is None or self.leaders[partition].leader_id not in self.connected:
+            if leader is None or leader.leader_id not in self.connected:
                 return  # a new batch takes its sequence only when it can leave
             self._oldest_queued_ms[partition] = self.loop.now_ms
             taken, self._queues[partition] = queue[:BATCH_RECORDS_MAX], queue[BATCH_RECORDS_MAX:]
@@ -201,11 +197,7 @@ class SimIdempotentProducer(SimProducer):
         records = build_batch(zip(batch.keys, batch.values), base_timestamp=self.loop.now_ms,
                               producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                               base_sequence=batch.base_sequence)
-        request_class = messages.ProduceRequest
-        request = request_class(
-            transactional_id=None, acks=-1, timeout_ms=PRODUCE_TIMEOUT_MS,
-            topic_data=[request_class.TopicProduceData(name=self.topic, partition_data=[
-                request_class.PartitionProduceData(index=batch.partition, records=records)])])
+        request = self._produce_request(batch.partition, records)
         if not self.send(leader.leader_id, ApiKey.PRODUCE, PRODUCE_VERSION, request,
                          lambda response, batch=batch: self._on_seq_response(batch, response)):
             return False
@@ -228,10 +220,7 @@ class SimIdempotentProducer(SimProducer):
         code = answer.error_code
         if code == ErrorCode.NONE:
             batch.acked = True
-            self.stats.acked_records += len(batch.values)
-            self.host.trace("client.ack", self.name, partition, answer.base_offset, len(batch.values), self.acks)
-            for index, value in enumerate(batch.values):
-                self.on_ack((self.topic, partition), answer.base_offset + index, value)
+            self._report_acknowledged(partition, batch.values, answer.base_offset)
             batches = self._unacked[partition]
             while batches and batches[0].acked:
                 batches.popleft()
@@ -265,11 +254,10 @@ class SimIdempotentProducer(SimProducer):
         return False
 
     def _retry_partition(self, batch: _SeqBatch, reason: str) -> None:
-        self.stats.retries += 1
-        self.host.trace("client.retry", self.name, batch.partition, reason)
+        """SimProducer's retry (a backoff, the metadata refreshed first), of every unacknowledged batch of the
+        partition."""
+        self._retry(batch, reason)
         self._resend[batch.partition] = True
-        self._retry_at_ms[batch.partition] = self.loop.now_ms + RETRY_BACKOFF_MS
-        self._metadata_due_ms = 0
 
 
 class IdempotenceSimulation(ClusterSimulation):
@@ -284,13 +272,10 @@ class IdempotenceSimulation(ClusterSimulation):
         for bug in sorted(self.workload_bugs):
             setattr(state.broker, IDEMPOTENCE_BUGS[bug], True)
 
-    def _build_clients(self) -> None:
-        super()._build_clients()
+    def _make_producers(self) -> list[SimProducer]:
         self.idempotent = SimIdempotentProducer(self, CLIENT_ID_BASE + 3, self.shape.records_per_s, self.shape.keyed,
                                                 self.checkers)
-        self.clients = [client for client in self.clients if client not in self.producers]
-        self.producers = [self.idempotent]
-        self.clients.append(self.idempotent)
+        return [self.idempotent]
 
     def leads_in_newest_epoch(self, node_id: int, key: tuple[str, int]) -> bool:
         """Whether `node_id` leads partition `key` in the newest leader epoch any running node knows of (the

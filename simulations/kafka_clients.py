@@ -545,17 +545,21 @@ class SimProducer(KafkaClientBase):
         if leader is None:
             return
         records = build_batch(zip(batch.keys, batch.values), base_timestamp=self.loop.now_ms)
-        request_class = messages.ProduceRequest
-        request = request_class(
-            transactional_id=None, acks=self.acks, timeout_ms=PRODUCE_TIMEOUT_MS,
-            topic_data=[request_class.TopicProduceData(name=self.topic, partition_data=[
-                request_class.PartitionProduceData(index=batch.partition, records=records)])])
+        request = self._produce_request(batch.partition, records)
         if self.send(leader.leader_id, ApiKey.PRODUCE, PRODUCE_VERSION, request,
                      lambda response, batch=batch: self._on_response(batch, response)):
             batch.attempts += 1
             batch.sending = True
             self.host.trace("client.produce", self.name, batch.partition, leader.leader_id, len(batch.values),
                             batch.attempts)
+
+    def _produce_request(self, partition: int, records: bytes) -> Any:
+        """A Produce request of `records` (one batch) to `partition` of the topic, with this producer's acks."""
+        request_class = messages.ProduceRequest
+        return request_class(
+            transactional_id=None, acks=self.acks, timeout_ms=PRODUCE_TIMEOUT_MS,
+            topic_data=[request_class.TopicProduceData(name=self.topic, partition_data=[
+                request_class.PartitionProduceData(index=partition, records=records)])])
 
     def _on_response(self, batch: _Batch, response: Any) -> None:
         batch.sending = False
@@ -575,12 +579,16 @@ class SimProducer(KafkaClientBase):
 
     def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
         del self._inflight[batch.partition]
-        self.stats.acked_records += len(batch.values)
-        self.host.trace("client.ack", self.name, batch.partition, base_offset, len(batch.values), self.acks)
-        key = (self.topic, batch.partition)
-        for index, value in enumerate(batch.values):
-            self.on_ack(key, base_offset + index, value)
+        self._report_acknowledged(batch.partition, batch.values, base_offset)
         self._maybe_send(batch.partition)  # records that lingered behind this batch need not wait for a tick
+
+    def _report_acknowledged(self, partition: int, values: list[bytes], base_offset: int) -> None:
+        """Count, trace and hand on (`on_ack`) the records of a batch acknowledged at `base_offset`."""
+        self.stats.acked_records += len(values)
+        self.host.trace("client.ack", self.name, partition, base_offset, len(values), self.acks)
+        key = (self.topic, partition)
+        for index, value in enumerate(values):
+            self.on_ack(key, base_offset + index, value)
 
     def _retry(self, batch: _Batch, reason: str) -> None:
         self.stats.retries += 1

@@ -85,9 +85,6 @@ class RestartSimulation(ClusterSimulation):
     def _plan_next_stop(self) -> None:
         self.loop.call_later(self._stop_rng.randint(STOP_GAP_MS_MIN, STOP_GAP_MS_MAX) * US_PER_MS, self._begin_stop)
 
-    def _fault_count(self) -> int:
-        return sum(self.faults.counts.values()) + sum(self.extra_fault_counts.values())
-
     # --- the stop ---------------------------------------------------------------------------------------
 
     def _begin_stop(self, quiet: bool | None = None) -> None:
@@ -105,7 +102,7 @@ class RestartSimulation(ClusterSimulation):
         self.stops += 1
         self.trace("fault.cluster_stop", ",".join(map(str, order)), int(quiet))
         undisturbed = not self.network.links_impaired
-        self._undisturbed = (self._fault_count(), dict(self._incarnations)) if undisturbed else None
+        self._undisturbed = (self.fault_count(), dict(self._incarnations)) if undisturbed else None
         self._stopping = order
         self._stop_next()
 
@@ -190,7 +187,7 @@ class RestartSimulation(ClusterSimulation):
             return
         fault_count, incarnations = self._undisturbed
         started_once = all(self._incarnations[n] == incarnations[n] + (n in held) for n in self.node_ids)
-        if self._fault_count() != fault_count or not started_once or len(held) != len(self.node_ids):
+        if self.fault_count() != fault_count or not started_once or len(held) != len(self.node_ids):
             return
         self.restarts_judged += 1
         for node_id in held:
